@@ -1,0 +1,192 @@
+"""The `sessionsearch` command: search, history, status, reconcile (and the service commands)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from datetime import datetime, timezone
+from typing import Any
+
+from . import logging as sslogging
+from .engine import Engine
+from .errors import SessionSearchError
+from .settings import Settings
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data-dir", help="data directory (SESSIONSEARCH_DATA_DIR, default ./data)")
+    p.add_argument("--config", help="TOML settings file (SESSIONSEARCH_CONFIG)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sessionsearch", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("search", help="search transcripts")
+    _common(p)
+    p.add_argument("query", nargs="+", help="words to find (literal; all must match)")
+    p.add_argument("--agent", dest="agentId", help="search this agent's sessions")
+    p.add_argument("--session-key", dest="sessionKeys", action="append", help="search this session (repeatable)")
+    p.add_argument("--session-id", dest="sessionId", help="only this session window")
+    p.add_argument("--role", choices=["user", "assistant"])
+    p.add_argument("--limit", type=int, default=10)
+    p.add_argument("--prefix", action="store_true", help="the last word may be a prefix")
+    p.add_argument("--recent", action="store_true", help="newest first instead of by relevance")
+    p.add_argument("--requester", help="search as this session key (visibility rules apply)")
+
+    p = sub.add_parser("history", help="read a session's messages")
+    _common(p)
+    p.add_argument("session_key")
+    p.add_argument("--message-id", dest="messageId", help="read the window around this message")
+    p.add_argument("--session-id", dest="sessionId", help="the window the message is in")
+    p.add_argument("--limit", type=int)
+    p.add_argument("--offset", type=int)
+    p.add_argument("--include-tools", dest="includeTools", action="store_true")
+    p.add_argument("--requester", help="read as this session key (visibility rules apply)")
+
+    p = sub.add_parser("status", help="backlog and completeness per agent")
+    _common(p)
+    p.add_argument("--agent", dest="agentId")
+
+    p = sub.add_parser("reconcile", help="reconcile every window that needs it, now, in this process")
+    _common(p)
+    p.add_argument("--agent", dest="agentId")
+    return parser
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return Settings.load(config=args.config, data_dir=args.data_dir)
+
+
+def _when(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+def _print_search(result: dict[str, Any]) -> None:
+    hits = result["results"]
+    if not hits:
+        print("no matches")
+    for n, hit in enumerate(hits, 1):
+        print(f"{n:>2}. {_when(hit['timestamp'])}  {hit['role']:<9} {hit['sessionKey']}  "
+              f"[{hit['sessionId']} / {hit['messageId']}]  score {hit['score']:.3f}")
+        print(f"    {hit['snippet']}")
+    notes = []
+    if result.get("truncated"):
+        notes.append("more matches exist; refine the query")
+    if result.get("indexing"):
+        notes.append("indexing in progress: results may be incomplete")
+    if result.get("archivedTranscriptsExcluded"):
+        notes.append(f"{result['archivedTranscriptsExcluded']} archived transcript(s) not searched")
+    for note in notes:
+        print(f"({note})")
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(b.get("text", f"[{b.get('type')}]") for b in content if isinstance(b, dict))
+    return ""
+
+
+def _print_history(result: dict[str, Any]) -> None:
+    print(f"{result['sessionKey']}  window {result.get('sessionId')}  "
+          f"{len(result['messages'])} of {result['totalMessages']} messages")
+    for m in result["messages"]:
+        print(f"[{_when(m['timestamp'])}] {m['role']} ({m['messageId']}):")
+        for line in _content_text(m["content"]).splitlines() or [""]:
+            print(f"    {line}")
+    if result.get("hasMore"):
+        print(f"(older messages: --offset {result['nextOffset']})")
+
+
+def _print_status(result: dict[str, Any]) -> None:
+    print(f"{'agent':<20} {'windows':>8} {'backlog':>8} {'messages':>10} {'indexed':>10} {'complete':>9}")
+    for a in result["agents"]:
+        print(f"{a['agentId']:<20} {a['windows']:>8} {a['backlog']:>8} {a['messages']:>10} "
+              f"{a['indexedMessages']:>10} {a['completeness'] * 100:>8.2f}%")
+
+
+class Progress:
+    """A one-line progress bar on a terminal; silent when output is not a terminal."""
+
+    def __init__(self, label: str, stream=sys.stderr) -> None:
+        self.label = label
+        self.stream = stream
+        self.active = stream.isatty()
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.active or total <= 0:
+            return
+        width = 30
+        filled = int(width * done / total)
+        self.stream.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+        if done >= total:
+            self.stream.write("\n")
+        self.stream.flush()
+
+
+async def _run(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    async with Engine(settings=settings) as engine:
+        if args.command == "search":
+            body: dict[str, Any] = {"query": " ".join(args.query), "limit": args.limit,
+                                    "match": "prefix" if args.prefix else "exact",
+                                    "order": "recent" if args.recent else "relevance"}
+            for name in ("agentId", "sessionKeys", "sessionId", "role"):
+                if getattr(args, name):
+                    body[name] = getattr(args, name)
+            if args.requester:
+                body["requester"] = {"sessionKey": args.requester}
+            result = await engine.search(body)
+            _emit(args, result, _print_search)
+        elif args.command == "history":
+            body = {"sessionKey": args.session_key}
+            for name in ("messageId", "sessionId", "limit", "offset"):
+                if getattr(args, name) is not None:
+                    body[name] = getattr(args, name)
+            if args.includeTools:
+                body["includeTools"] = True
+            if args.requester:
+                body["requester"] = {"sessionKey": args.requester}
+            _emit(args, await engine.history(body), _print_history)
+        elif args.command == "status":
+            _emit(args, await engine.index_status(args.agentId), _print_status)
+        elif args.command == "reconcile":
+            outcomes = await engine.reconcile_pending(args.agentId, progress=Progress("reconciling"))
+            status = await engine.index_status(args.agentId)
+            _emit(args, {"outcomes": outcomes, **status}, lambda r: (print(
+                "reconciled: " + (", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())) or "nothing to do")),
+                _print_status(r)))
+    return 0
+
+
+def _emit(args: argparse.Namespace, result: dict[str, Any], human) -> None:
+    if args.json:
+        json.dump(result, sys.stdout, ensure_ascii=False)
+        sys.stdout.write("\n")
+    else:
+        human(result)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    sslogging.configure("WARNING")
+    try:
+        return asyncio.run(_run(args))
+    except SessionSearchError as exc:
+        if getattr(args, "json", False):
+            json.dump({"error": {"code": exc.code, "message": exc.message}}, sys.stdout)
+            sys.stdout.write("\n")
+        else:
+            print(f"sessionsearch: {exc.message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

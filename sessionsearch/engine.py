@@ -1,0 +1,402 @@
+"""The engine: one object per data dir, with async methods for every operation (the Python API).
+
+    async with Engine("./data") as engine:
+        await engine.append("agent:main:main", [{"type": "message", ...}])
+        hits = await engine.search(query="loan")
+
+The HTTP API and the CLI call the same methods through `call(method, body)`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+import structlog
+
+from .errors import InvalidRequest, NotFound
+from .indexer.events import parse_event
+from .indexer.reconcile import ReconcileResult, reconcile_window
+from .keys import AGENT_ID_RE, agent_of, check_agent_id, check_session_key
+from .search.history import history as run_history
+from .search.history import parse_history
+from .search.query import check_unknown, int_field, parse_requester, parse_search
+from .search.runner import search as run_search
+from .search.titles import title_matches
+from .search.visibility import Catalog, Viewer
+from .settings import Settings
+from .store.base import SessionMeta, WindowMeta
+from .store.sqlite import SqliteAgentStore
+
+log = structlog.get_logger("sessionsearch.engine")
+
+# enqueue(dirty windows by agent) -> whether the queue was reached
+Enqueuer = Callable[[dict[str, set[int]]], Awaitable[bool]]
+
+MAX_EVENTS_PER_APPEND = 10_000
+UPSERT_FIELDS = {"sessionKey", "sessionId", "label", "displayName", "spawnedBy", "parentSessionKey", "kind",
+                 "group", "incognito"}
+KINDS = {"direct", "group", "subagent", "cron", "system"}
+
+
+@dataclass
+class AgentView:
+    version: int
+    keys: list[str]
+    windows: dict[int, WindowMeta]
+    windows_by_key: dict[str, list[WindowMeta]]
+    hot_wids: list[int]
+
+
+@dataclass
+class CatalogView:
+    """Session metadata of every agent at known meta versions, and what scoping derives from it."""
+
+    agents: dict[str, AgentView] = field(default_factory=dict)
+    catalog: Catalog = field(default_factory=lambda: Catalog({}))
+
+    @property
+    def agent_ids(self) -> list[str]:
+        return sorted(self.agents)
+
+    @property
+    def versions(self) -> dict[str, int]:
+        return {a: v.version for a, v in self.agents.items()}
+
+    def in_palette(self, key: str) -> bool:
+        """The Control UI palette leaves out ungrouped spawned sessions and subagent runs, and archived ones."""
+        meta = self.catalog.sessions.get(key)
+        if meta is None:
+            return False
+        if meta.archived_at is not None or meta.incognito:
+            return False
+        spawned = meta.spawned_by is not None or meta.kind == "subagent"
+        return not spawned or bool(meta.group)
+
+
+class Engine:
+    """Sessions, transcripts, search and history over one data dir."""
+
+    def __init__(self, data_dir: str | Path | None = None, *, settings: Settings | None = None,
+                 enqueuer: Enqueuer | None = None) -> None:
+        self.settings = settings or Settings()
+        self.data_dir = Path(data_dir if data_dir is not None else self.settings.data_dir)
+        self.enqueuer = enqueuer
+        self._stores: dict[str, SqliteAgentStore] = {}
+        self._open_lock = asyncio.Lock()
+        self._view: CatalogView | None = None
+        self._view_lock = asyncio.Lock()
+        self.search_observer: Callable[[float, bool], None] | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def open(self) -> "Engine":
+        (self.data_dir / "agents").mkdir(parents=True, exist_ok=True)
+        for agent_id in self.agent_ids_on_disk():
+            await self.store(agent_id)
+        return self
+
+    async def close(self) -> None:
+        stores, self._stores = list(self._stores.values()), {}
+        for store in stores:
+            await store.close()
+        self._view = None
+
+    async def __aenter__(self) -> "Engine":
+        return await self.open()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def agent_ids_on_disk(self) -> list[str]:
+        folder = self.data_dir / "agents"
+        if not folder.is_dir():
+            return []
+        return sorted(p.stem for p in folder.glob("*.db") if AGENT_ID_RE.match(p.stem))
+
+    async def store(self, agent_id: str, *, create: bool = False) -> SqliteAgentStore:
+        store = self._stores.get(agent_id)
+        if store is not None:
+            return store
+        async with self._open_lock:
+            if agent_id in self._stores:
+                return self._stores[agent_id]
+            path = self.data_dir / "agents" / f"{agent_id}.db"
+            if not create and not path.exists():
+                raise NotFound(f"agent {agent_id!r} not found")
+            store = await SqliteAgentStore(path, agent_id, readers=self.settings.readers_per_agent,
+                                           cold_dir=self.data_dir / "cold" / agent_id).open()
+            self._stores[agent_id] = store
+            self._view = None
+            return store
+
+    # -- the catalog search scopes with ----------------------------------------------------
+
+    async def catalog_view(self, deadline: float = math.inf, *, refresh: bool = False) -> CatalogView:
+        async with self._view_lock:
+            if self._view is not None and not refresh:
+                return self._view
+            for agent_id in self.agent_ids_on_disk():
+                await self.store(agent_id)
+            view = CatalogView()
+            sessions: dict[str, SessionMeta] = {}
+            for agent_id, store in sorted(self._stores.items()):
+                async with store.reader(deadline) as reader:
+                    version, metas, windows = await store.meta_snapshot(reader)
+                by_key: dict[str, list[WindowMeta]] = {}
+                for win in windows:
+                    by_key.setdefault(win.session_key, []).append(win)
+                for meta in metas:
+                    sessions[meta.session_key] = meta
+                view.agents[agent_id] = AgentView(
+                    version, [m.session_key for m in metas], {w.wid: w for w in windows}, by_key,
+                    sorted(w.wid for w in windows if not w.cold))
+            view.catalog = Catalog(sessions)
+            self._view = view
+            return view
+
+    def _meta_changed(self) -> None:
+        self._view = None
+
+    # -- writes ------------------------------------------------------------------------------
+
+    async def upsert_session(self, sessionKey: str, **fields: Any) -> dict[str, Any]:  # noqa: N803
+        body = {"sessionKey": sessionKey, **fields}
+        check_unknown(body, UPSERT_FIELDS)
+        key = check_session_key(sessionKey)
+        _check_meta(fields)
+        store = await self.store(agent_of(key), create=True)
+        created = await store.upsert_session(key, fields)
+        self._meta_changed()
+        log.info("session.upserted", agent=store.agent_id, created=created)
+        return {"sessionKey": key, "created": created}
+
+    async def append(self, sessionKey: str, events: list[Any], *, sessionId: str | None = None,  # noqa: N803
+                     index: bool = True) -> dict[str, Any]:
+        """Store events; a linear batch is indexed in the same transaction. All-or-nothing."""
+        key = check_session_key(sessionKey)
+        if sessionId is not None and (not isinstance(sessionId, str) or not sessionId):
+            raise InvalidRequest("sessionId must be a non-empty string", field="sessionId")
+        if not isinstance(events, list):
+            raise InvalidRequest("events must be a list of transcript events", field="events")
+        if len(events) > MAX_EVENTS_PER_APPEND:
+            raise InvalidRequest(f"events must hold at most {MAX_EVENTS_PER_APPEND} events", field="events")
+        now = int(time.time() * 1000)
+        parsed = [parse_event(raw, f"events[{i}]", now_ms=now) for i, raw in enumerate(events)]
+        store = await self.store(agent_of(key), create=True)
+        result = await store.append(key, parsed, session_id=sessionId, index=index)
+        self._meta_changed_if_new(store, key, result.session_id)
+        return {"appended": result.appended, "indexed": result.indexed, "needsReconcile": result.needs_reconcile,
+                "sessionId": result.session_id, "duplicates": result.duplicates}
+
+    def _meta_changed_if_new(self, store: SqliteAgentStore, key: str, session_id: str) -> None:
+        view = self._view
+        if view is None:
+            return
+        agent = view.agents.get(store.agent_id)
+        if agent is None or not any(w.session_id == session_id for w in agent.windows_by_key.get(key, ())):
+            self._meta_changed()
+
+    async def rotate(self, sessionKey: str, sessionId: str | None = None,  # noqa: N803
+                     reason: str | None = None) -> dict[str, Any]:
+        key = check_session_key(sessionKey)
+        if sessionId is not None and (not isinstance(sessionId, str) or not sessionId):
+            raise InvalidRequest("sessionId must be a non-empty string", field="sessionId")
+        if reason is not None and not isinstance(reason, str):
+            raise InvalidRequest("reason must be a string", field="reason")
+        store = await self._existing_store(key)
+        new_id, previous = await store.rotate(key, sessionId)
+        self._meta_changed()
+        log.info("session.rotated", agent=store.agent_id, session_id=new_id, previous_session_id=previous)
+        return {"sessionKey": key, "sessionId": new_id, "previousSessionId": previous}
+
+    async def delete(self, sessionKey: str) -> dict[str, Any]:  # noqa: N803
+        key = check_session_key(sessionKey)
+        store = await self._existing_store(key)
+        deleted = await store.delete_session(key)
+        self._meta_changed()
+        if not deleted:
+            raise NotFound(f"session {key!r} not found")
+        log.info("session.deleted", agent=store.agent_id)
+        return {"sessionKey": key, "deleted": True}
+
+    async def archive(self, sessionKey: str) -> dict[str, Any]:  # noqa: N803
+        key = check_session_key(sessionKey)
+        store = await self._existing_store(key)
+        moved = await store.archive(key)
+        self._meta_changed()
+        return {"sessionKey": key, "archivedWindows": moved}
+
+    async def restore(self, sessionKey: str) -> dict[str, Any]:  # noqa: N803
+        key = check_session_key(sessionKey)
+        store = await self._existing_store(key)
+        restored = await store.restore(key)
+        self._meta_changed()
+        if restored:
+            wids = {w.wid for w in (await self.catalog_view()).agents[store.agent_id].windows_by_key.get(key, ())}
+            await self.enqueue_reconcile({store.agent_id: wids})
+        return {"sessionKey": key, "restoredWindows": restored}
+
+    async def _existing_store(self, key: str) -> SqliteAgentStore:
+        try:
+            return await self.store(agent_of(key))
+        except NotFound:
+            raise NotFound(f"session {key!r} not found") from None
+
+    # -- reads -------------------------------------------------------------------------------
+
+    async def search(self, body: dict[str, Any] | None = None, /, *, agent_facing: bool = False,
+                     **fields: Any) -> dict[str, Any]:
+        """`sessions.search`: give the wire body, or its fields as keywords (query=…, sessionKeys=…)."""
+        req = parse_search({**(body or {}), **fields})
+        return await run_search(self, req, agent_facing=agent_facing)
+
+    async def history(self, body: dict[str, Any] | None = None, /, **fields: Any) -> dict[str, Any]:
+        """`sessions.history`: the newest tail of the current view, or the window around a message."""
+        req = parse_history({**(body or {}), **fields}, self.settings.history_default_limit)
+        return await run_history(self, req)
+
+    async def list_sessions(self, body: dict[str, Any] | None = None, /, **fields: Any) -> dict[str, Any]:
+        """`sessions.list`: sessions the caller may see, optionally filtered by a title search."""
+        body = {**(body or {}), **fields}
+        check_unknown(body, {"agentId", "search", "limit", "requester", "palette", "includeArchived"})
+        agent_id = body.get("agentId")
+        if agent_id is not None:
+            check_agent_id(agent_id)
+        search = body.get("search")
+        if search is not None and not isinstance(search, str):
+            raise InvalidRequest("search must be a string", field="search")
+        limit = int_field(body, "limit", 100, 1, 1000)
+        palette = body.get("palette", False)
+        include_archived = body.get("includeArchived", True)
+        for name in ("palette", "includeArchived"):
+            if not isinstance(body.get(name, False), bool):
+                raise InvalidRequest(f"{name} must be a boolean", field=name)
+        view = await self.catalog_view()
+        if agent_id is not None and agent_id not in view.agents:
+            raise NotFound(f"agent {agent_id!r} not found")
+        viewer = Viewer(self.settings, parse_requester(body.get("requester")), view.catalog)
+        out = []
+        for meta in sorted(view.catalog.sessions.values(), key=lambda m: (-m.updated_at, m.session_key)):
+            if agent_id is not None and agent_of(meta.session_key) != agent_id:
+                continue
+            if not viewer.can_see(meta.session_key):
+                continue
+            if (palette and not view.in_palette(meta.session_key)) or (
+                    not include_archived and meta.archived_at is not None):
+                continue
+            if search is not None and not title_matches(search, meta):
+                continue
+            out.append({"sessionKey": meta.session_key, "sessionId": meta.session_id, "label": meta.label,
+                        "displayName": meta.display_name, "kind": meta.kind, "group": meta.group,
+                        "spawnedBy": meta.spawned_by, "updatedAt": meta.updated_at,
+                        "archived": meta.archived_at is not None})
+            if len(out) >= limit:
+                break
+        return {"sessions": out}
+
+    async def index_status(self, agentId: str | None = None) -> dict[str, Any]:  # noqa: N803
+        """`index.status`: per agent, windows and messages indexed, the backlog and completeness."""
+        agents = [check_agent_id(agentId)] if agentId is not None else self.agent_ids_on_disk()
+        out = []
+        for agent_id in agents:
+            store = await self.store(agent_id)
+            async with store.reader() as reader:
+                counts = await store.status(reader)
+            total = counts["messages"]
+            completeness = 1.0 if total == 0 else round(counts["indexedMessages"] / total, 6)
+            out.append({"agentId": agent_id, "windows": counts["windows"],
+                        "indexedWindows": counts["indexedWindows"], "backlog": counts["backlog"],
+                        "messages": total, "indexedMessages": counts["indexedMessages"],
+                        "completeness": completeness})
+        return {"agents": out}
+
+    # -- reconciliation ------------------------------------------------------------------------
+
+    async def enqueue_reconcile(self, dirty: dict[str, set[int]]) -> bool:
+        """Ask the queue to reconcile these windows; False when it could not be reached."""
+        if self.enqueuer is None or not dirty:
+            return True
+        try:
+            return await self.enqueuer(dirty)
+        except Exception:
+            log.warning("search.enqueue_failed", agents=len(dirty), exc_info=True)
+            return False
+
+    async def reconcile(self, agent_id: str, wid: int, *, should_stop=None) -> ReconcileResult:
+        """Rebuild one window's index rows from its active branch (what a worker job runs)."""
+        store = await self.store(agent_id)
+        return await reconcile_window(store, wid, batch_rows=self.settings.reconcile_batch_rows,
+                                      lease_s=self.settings.claim_lease_s, should_stop=should_stop)
+
+    async def pending(self, agent_id: str | None = None) -> dict[str, list[int]]:
+        """Windows needing reconciliation, by agent."""
+        agents = [agent_id] if agent_id else self.agent_ids_on_disk()
+        return {a: await (await self.store(a)).dirty_windows() for a in agents}
+
+    async def reconcile_pending(self, agent_id: str | None = None,
+                                progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
+        """Drain every window needing reconciliation now, in this process. Returns outcome counts."""
+        work = [(a, w) for a, wids in (await self.pending(agent_id)).items() for w in wids]
+        outcomes: dict[str, int] = {}
+        for done, (agent, wid) in enumerate(work, 1):
+            result = await self.reconcile(agent, wid)
+            outcomes[result.outcome] = outcomes.get(result.outcome, 0) + 1
+            if progress:
+                progress(done, len(work))
+        for agent in ([agent_id] if agent_id else self.agent_ids_on_disk()):
+            swept = await (await self.store(agent)).sweep_orphans()
+            if swept:
+                outcomes["swept"] = outcomes.get("swept", 0) + swept
+        return outcomes
+
+    def observe_search(self, seconds: float, indexing: bool) -> None:
+        if self.search_observer is not None:
+            self.search_observer(seconds, indexing)
+
+    # -- one entry for the HTTP API and the CLI ---------------------------------------------------
+
+    async def call(self, method: str, body: dict[str, Any]) -> dict[str, Any]:
+        if not isinstance(body, dict):
+            raise InvalidRequest("request body must be a JSON object")
+        if method == "sessions.search":
+            return await self.search(body)
+        if method == "sessions.history":
+            return await self.history(body)
+        if method == "sessions.list":
+            return await self.list_sessions(body)
+        if method == "index.status":
+            check_unknown(body, {"agentId"})
+            return await self.index_status(body.get("agentId"))
+        if method == "sessions.upsert":
+            if "sessionKey" not in body:
+                raise InvalidRequest("sessionKey is required", field="sessionKey")
+            return await self.upsert_session(**body)
+        if method == "transcript.append":
+            check_unknown(body, {"sessionKey", "sessionId", "events"})
+            if "events" not in body:
+                raise InvalidRequest("events is required", field="events")
+            return await self.append(body.get("sessionKey"), body["events"], sessionId=body.get("sessionId"))
+        if method in ("sessions.rotate", "sessions.delete", "sessions.archive", "sessions.restore"):
+            allowed = {"sessionKey", "sessionId", "reason"} if method == "sessions.rotate" else {"sessionKey"}
+            check_unknown(body, allowed)
+            handler = getattr(self, method.split(".")[1])
+            return await handler(body.get("sessionKey"), **{k: v for k, v in body.items() if k != "sessionKey"})
+        raise NotFound(f"unknown method {method!r}")
+
+
+def _check_meta(fields: dict[str, Any]) -> None:
+    for name in ("label", "displayName", "group", "sessionId"):
+        if fields.get(name) is not None and not isinstance(fields[name], str):
+            raise InvalidRequest(f"{name} must be a string", field=name)
+    for name in ("spawnedBy", "parentSessionKey"):
+        if fields.get(name) is not None:
+            check_session_key(fields[name], field=name)
+    if fields.get("kind") is not None and fields["kind"] not in KINDS:
+        raise InvalidRequest(f"kind must be one of {', '.join(sorted(KINDS))}", field="kind")
+    if "incognito" in fields and not isinstance(fields["incognito"], bool):
+        raise InvalidRequest("incognito must be a boolean", field="incognito")

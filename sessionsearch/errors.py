@@ -1,0 +1,61 @@
+"""The error tree. Every error the service raises on purpose descends from SessionSearchError.
+
+The HTTP layer maps the tree to status codes in one place; the Python API raises these as they are.
+"""
+
+from __future__ import annotations
+
+
+class SessionSearchError(Exception):
+    """Raised when sessionsearch refuses or fails a request; the root of the tree."""
+
+    code = "INTERNAL"
+
+    def __init__(self, message: str, **context: object) -> None:
+        super().__init__(message)
+        self.message = message
+        self.context = context
+
+
+class InvalidRequest(SessionSearchError):
+    """Raised when a request is malformed; `field` names where, when known."""
+
+    code = "INVALID_REQUEST"
+
+    def __init__(self, message: str, *, field: str | None = None, **context: object) -> None:
+        super().__init__(message, **context)
+        self.field = field
+
+
+class Forbidden(SessionSearchError):
+    """Raised when the requester may not see a session or agent it targeted."""
+
+    code = "FORBIDDEN"
+
+
+class NotFound(SessionSearchError):
+    """Raised when a named session or window does not exist."""
+
+    code = "NOT_FOUND"
+
+
+class SearchTimeout(SessionSearchError):
+    """Raised when a search exceeds its time budget (admission included)."""
+
+    code = "TIMEOUT"
+
+    def __init__(self, message: str = "search timed out; retry with a sessionKey or more specific keywords",
+                 **context: object) -> None:
+        super().__init__(message, **context)
+
+
+class Unavailable(SessionSearchError):
+    """Raised when a backing service (database, broker) cannot be reached."""
+
+    code = "UNAVAILABLE"
+
+
+class ClaimLost(SessionSearchError):
+    """Raised inside reconciliation when another worker took over the window's claim."""
+
+    code = "UNAVAILABLE"

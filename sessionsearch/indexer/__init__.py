@@ -1,0 +1,1 @@
+"""What is indexed (event rules, active branch, linear writes) and how windows are reconciled."""

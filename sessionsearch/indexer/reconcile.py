@@ -1,0 +1,105 @@
+"""Reconciliation: rebuild one window's index rows from its active branch.
+
+claim (lease) -> batches that re-check the claim, each diffing index rows against the branch in one
+write transaction -> publish only if no non-linear write came meanwhile -> release. Idempotent;
+safe on many workers at once (a batch computes its diff inside its transaction, so two holders can
+never both insert a row), and an expired claim is taken over.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+
+import structlog
+
+from ..store.sqlite import SqliteAgentStore
+
+log = structlog.get_logger("sessionsearch.reconcile")
+
+MAX_ROUNDS = 5
+
+
+@dataclass(slots=True)
+class ReconcileResult:
+    outcome: str  # published | clean | busy | lost | missing | changed | cold
+    rows_deleted: int = 0
+    rows_inserted: int = 0
+    batches: int = 0
+    seconds: float = 0.0
+
+
+async def reconcile_window(store: SqliteAgentStore, wid: int, *, batch_rows: int = 5000,
+                           lease_s: float = 60.0, token: str | None = None,
+                           should_stop=None) -> ReconcileResult:
+    """Rebuild window `wid`'s index rows from its active branch, under a claim.
+
+    `should_stop()` is asked between batches (a worker shutting down): the claim is released and
+    the outcome is "stopped", leaving the window marked for a later job.
+    """
+    started = time.monotonic()
+    token = token or uuid.uuid4().hex
+    result = ReconcileResult("clean")
+    claim = await store.claim(wid, token, lease_s)
+    if claim is None:
+        result.outcome = "busy" if await store.window_exists(wid) else "missing"
+        return _done(store, wid, result, started)
+    log.info("reconcile.claimed", agent=store.agent_id, wid=wid)
+    try:
+        if claim.cold or not claim.needs_rebuild:
+            result.outcome = "cold" if claim.cold else "clean"
+            await store.release(wid, token)
+            return _done(store, wid, result, started)
+        gen, last_seq = claim.rebuild_gen, claim.last_seq
+        for _round in range(MAX_ROUNDS):
+            first = 0
+            # the last batch runs to the end of the id range, sweeping any stray rows past last_seq
+            while True:
+                if should_stop is not None and should_stop():
+                    await store.release(wid, token)
+                    result.outcome = "stopped"
+                    return _done(store, wid, result, started)
+                end = first + batch_rows - 1
+                final = end >= last_seq
+                changed = await store.reconcile_batch(wid, token, first, (1 << 30) - 1 if final else end, lease_s)
+                if changed is None:
+                    result.outcome = "lost"
+                    return _done(store, wid, result, started)
+                result.rows_deleted += changed[0]
+                result.rows_inserted += changed[1]
+                result.batches += 1
+                if final:
+                    break
+                first = end + 1
+            outcome = await store.publish(wid, token, gen)
+            if outcome != "changed":
+                result.outcome = outcome
+                return _done(store, wid, result, started)
+            state = await store.window_gen(wid)
+            if state is None:
+                result.outcome = "missing"
+                await store.release(wid, token)
+                return _done(store, wid, result, started)
+            gen, last_seq, _ = state
+        result.outcome = "changed"
+        await store.release(wid, token)
+        return _done(store, wid, result, started)
+    except BaseException:
+        await _release_quietly(store, wid, token)
+        raise
+
+
+async def _release_quietly(store: SqliteAgentStore, wid: int, token: str) -> None:
+    try:
+        await store.release(wid, token)
+    except Exception:  # the lease expires on its own; a later job takes over
+        log.warning("reconcile.release_failed", agent=store.agent_id, wid=wid)
+
+
+def _done(store: SqliteAgentStore, wid: int, result: ReconcileResult, started: float) -> ReconcileResult:
+    result.seconds = time.monotonic() - started
+    event = "reconcile.published" if result.outcome == "published" else "reconcile.skipped"
+    log.info(event, agent=store.agent_id, wid=wid, outcome=result.outcome, rows_inserted=result.rows_inserted,
+             rows_deleted=result.rows_deleted, batches=result.batches, seconds=round(result.seconds, 4))
+    return result

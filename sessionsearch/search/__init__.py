@@ -1,0 +1,1 @@
+"""Query parsing and quoting, scope and visibility, ranking, snippets, budgets, history views."""

@@ -1,0 +1,166 @@
+"""Search requests: validation, and turning user words into a literal FTS5 expression."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import InvalidRequest
+from ..keys import check_agent_id, check_session_key
+from .text import has_cjk, tokens, utf16_len
+
+MAX_QUERY_UNITS = 4096
+MAX_QUERIES = 8
+MAX_SESSION_KEYS = 200
+MAX_LIMIT = 25
+DEFAULT_LIMIT = 10
+
+SEARCH_FIELDS = {"query", "queries", "agentId", "sessionKeys", "sessionId", "role", "limit", "match", "order",
+                 "requester", "palette"}
+
+
+@dataclass(frozen=True)
+class Requester:
+    session_key: str
+    sandboxed: bool = False
+
+
+@dataclass
+class ParsedQuery:
+    """One query's words and the FTS5 expression that matches them literally."""
+
+    text: str
+    words: list[str]  # words that hold at least one token
+    prefix: bool
+    match: str | None  # None: nothing could match (only punctuation)
+    terms: list[str] = field(default_factory=list)  # folded tokens, for snippets
+
+    @property
+    def cjk_words(self) -> list[str]:
+        return [w for w in self.words if has_cjk(w)]
+
+    def without_cjk(self) -> str | None:
+        """The expression for the words that are not CJK (the substring retry keeps these)."""
+        rest = [w for w in self.words if not has_cjk(w)]
+        prefix = self.prefix and bool(self.words) and not has_cjk(self.words[-1])
+        return build_match(rest, prefix)
+
+
+@dataclass
+class SearchRequest:
+    queries: list[ParsedQuery]
+    batch: bool  # `queries` was given: answer {"states": [...]}
+    agent_id: str | None
+    session_keys: list[str] | None
+    session_id: str | None
+    role: str | None
+    limit: int
+    prefix: bool
+    order: str
+    requester: Requester | None
+    palette: bool = False
+
+
+def quote(word: str) -> str:
+    """An FTS5 string literal: the word in double quotes, inner quotes doubled. Never syntax."""
+    return '"' + word.replace('"', '""') + '"'
+
+
+def build_match(words: list[str], prefix: bool) -> str | None:
+    if not words:
+        return None
+    parts = [quote(w) for w in words]
+    if prefix:
+        parts[-1] += " *"
+    return " AND ".join(parts)
+
+
+def parse_query(raw: object, *, prefix: bool, where: str = "query") -> ParsedQuery:
+    if not isinstance(raw, str):
+        raise InvalidRequest(f"{where} must be a string", field=where)
+    text = raw.strip()
+    if not text:
+        raise InvalidRequest("query must not be empty", field=where)
+    if utf16_len(text) > MAX_QUERY_UNITS:
+        raise InvalidRequest(f"query must not exceed {MAX_QUERY_UNITS} characters", field=where)
+    words = [w for w in text.split() if tokens(w)]
+    terms = [t for w in words for t in tokens(w)]
+    return ParsedQuery(text, words, prefix, build_match(words, prefix), terms)
+
+
+def parse_requester(raw: object) -> Requester | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise InvalidRequest("requester must be an object with a sessionKey", field="requester")
+    unknown = set(raw) - {"sessionKey", "sandboxed"}
+    if unknown:
+        raise InvalidRequest(f"requester has unknown field {sorted(unknown)[0]!r}", field="requester")
+    key = check_session_key(raw.get("sessionKey"), field="requester.sessionKey")
+    sandboxed = raw.get("sandboxed", False)
+    if not isinstance(sandboxed, bool):
+        raise InvalidRequest("requester.sandboxed must be a boolean", field="requester.sandboxed")
+    return Requester(key, sandboxed)
+
+
+def check_unknown(body: dict[str, Any], allowed: set[str]) -> None:
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise InvalidRequest(f"unknown field {unknown[0]!r}", field=unknown[0])
+
+
+def int_field(body: dict[str, Any], name: str, default: int | None, lo: int, hi: int | None) -> int | None:
+    value = body.get(name, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidRequest(f"{name} must be an integer", field=name)
+    if value < lo or (hi is not None and value > hi):
+        span = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
+        raise InvalidRequest(f"{name} must be {span}", field=name)
+    return value
+
+
+def parse_search(body: object) -> SearchRequest:
+    """Validate a `sessions.search` body; raise InvalidRequest naming the field at fault."""
+    if not isinstance(body, dict):
+        raise InvalidRequest("request body must be a JSON object")
+    check_unknown(body, SEARCH_FIELDS)
+    match = body.get("match", "exact")
+    if match not in ("exact", "prefix"):
+        raise InvalidRequest('match must be "exact" or "prefix"', field="match")
+    order = body.get("order", "relevance")
+    if order not in ("relevance", "recent"):
+        raise InvalidRequest('order must be "relevance" or "recent"', field="order")
+    prefix = match == "prefix"
+    if ("query" in body) == ("queries" in body):
+        raise InvalidRequest("give exactly one of query and queries", field="query")
+    if "queries" in body:
+        raw = body["queries"]
+        if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_QUERIES:
+            raise InvalidRequest(f"queries must be a list of 1 to {MAX_QUERIES} strings", field="queries")
+        queries = [parse_query(q, prefix=prefix, where=f"queries[{i}]") for i, q in enumerate(raw)]
+    else:
+        queries = [parse_query(body["query"], prefix=prefix)]
+    agent_id = body.get("agentId")
+    if agent_id is not None:
+        check_agent_id(agent_id)
+    keys = body.get("sessionKeys")
+    if keys is not None:
+        if not isinstance(keys, list) or not 1 <= len(keys) <= MAX_SESSION_KEYS:
+            raise InvalidRequest(f"sessionKeys must be a list of 1 to {MAX_SESSION_KEYS} session keys",
+                                 field="sessionKeys")
+        keys = [check_session_key(k, field=f"sessionKeys[{i}]") for i, k in enumerate(keys)]
+        keys = list(dict.fromkeys(keys))
+    session_id = body.get("sessionId")
+    if session_id is not None and (not isinstance(session_id, str) or not session_id):
+        raise InvalidRequest("sessionId must be a non-empty string", field="sessionId")
+    role = body.get("role")
+    if role is not None and role not in ("user", "assistant"):
+        raise InvalidRequest('role must be "user" or "assistant"', field="role")
+    palette = body.get("palette", False)
+    if not isinstance(palette, bool):
+        raise InvalidRequest("palette must be a boolean", field="palette")
+    limit = int_field(body, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
+    return SearchRequest(queries, "queries" in body, agent_id, keys, session_id, role, limit, prefix, order,
+                         parse_requester(body.get("requester")), palette)

@@ -1,0 +1,261 @@
+"""Running a search: scope, one time-budgeted FTS statement per agent, merge, snippets, budgets."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from ..errors import Forbidden, NotFound
+from ..keys import agent_of
+from ..store.rowids import wid_of
+from .query import ParsedQuery, SearchRequest
+from .text import cjk_runs, fold, has_cjk, redact, snippet
+from .visibility import Viewer
+
+if TYPE_CHECKING:
+    from ..engine import CatalogView, Engine
+
+log = structlog.get_logger("sessionsearch.search")
+
+INDEXING_WARNING = "Transcript indexing is in progress; results may be incomplete. Retry sessions_search shortly."
+CJK_SCAN_CAP = 20_000
+
+
+class MetaChanged(Exception):
+    """An agent's session metadata changed since the catalog was read; scope again."""
+
+
+@dataclass
+class Scope:
+    """The windows of one agent a search may read."""
+
+    agent_id: str
+    include: list[int] | None  # None: every window not excluded
+    exclude: list[int]
+    wids: set[int]  # hot windows in scope (to intersect with the dirty ones)
+    archived: int = 0
+
+
+@dataclass
+class Hit:
+    agent_id: str
+    rid: int
+    rank: float  # bm25: lower is better
+    message_id: str
+    ts: int
+    text: str
+
+    def sort_key(self, order: str) -> tuple:
+        if order == "recent":
+            return (-self.ts, self.message_id)
+        return (self.rank, -self.ts, self.message_id)
+
+
+@dataclass
+class Outcome:
+    hits: list[Hit] = field(default_factory=list)
+    more: bool = False
+    dirty: dict[str, set[int]] = field(default_factory=dict)
+
+
+def plan_scopes(req: SearchRequest, viewer: Viewer, view: "CatalogView", agents: list[str]) -> dict[str, Scope]:
+    """Per agent, the windows in scope, after visibility; raise Forbidden for denied explicit targets."""
+    catalog = view.catalog
+    if req.session_keys is not None:
+        for key in req.session_keys:
+            if catalog.incognito(key) or not viewer.can_see(key):
+                raise Forbidden(f"session {key!r} is not visible to this requester")
+        by_agent: dict[str, list[str]] = {}
+        for key in req.session_keys:
+            by_agent.setdefault(agent_of(key), []).append(key)
+        if req.agent_id is not None:
+            by_agent = {a: ks for a, ks in by_agent.items() if a == req.agent_id}
+    else:
+        if req.agent_id is not None:
+            if req.agent_id not in agents:
+                raise NotFound(f"agent {req.agent_id!r} not found")
+            spawned_there = viewer.requester is not None and any(
+                agent_of(k) == req.agent_id for k in viewer.spawned)
+            if not viewer.can_see_agent(req.agent_id) and not spawned_there:
+                raise Forbidden(f"agent {req.agent_id!r} is not visible to this requester")
+            targets = [req.agent_id]
+        else:
+            targets = agents
+        by_agent = {a: None for a in targets}  # type: ignore[misc]
+    scopes: dict[str, Scope] = {}
+    for agent_id, keys in by_agent.items():
+        if agent_id not in agents:
+            continue
+        agent_view = view.agents[agent_id]
+        candidates = keys if keys is not None else agent_view.keys
+        included: list[int] = []
+        archived = 0
+        for key in candidates:
+            if not viewer.can_see(key) or (req.palette and not view.in_palette(key)):
+                continue
+            for win in agent_view.windows_by_key.get(key, ()):
+                if req.session_id is not None and win.session_id != req.session_id:
+                    continue
+                if win.cold:
+                    archived += 1
+                else:
+                    included.append(win.wid)
+        hot = agent_view.hot_wids
+        if len(included) * 2 <= len(hot):
+            scope = Scope(agent_id, sorted(included), [], set(included), archived)
+        else:
+            chosen = set(included)
+            scope = Scope(agent_id, None, sorted(w for w in hot if w not in chosen), chosen, archived)
+        if scope.wids or scope.archived:
+            scopes[agent_id] = scope
+    return scopes
+
+
+async def run_query(engine: "Engine", query: ParsedQuery, req: SearchRequest, scopes: dict[str, Scope],
+                    versions: dict[str, int], deadline: float) -> Outcome:
+    """Top hits of one query over the scopes; raises MetaChanged when scoping went stale."""
+    out = Outcome()
+    if query.match is None:
+        return out
+    k = req.limit + 1
+    per_agent = await asyncio.gather(*(
+        _agent_top(engine, scope, query.match, req, k, versions, deadline) for scope in scopes.values()))
+    for agent_id, hits, more, dirty in per_agent:
+        out.hits += hits
+        out.more |= more
+        if dirty:
+            out.dirty[agent_id] = dirty
+    if not out.hits and query.cjk_words:
+        out.hits, out.more = await _cjk_retry(engine, query, req, scopes, deadline)
+    out.hits.sort(key=lambda h: h.sort_key(req.order))
+    if len(out.hits) > req.limit:
+        out.more = True
+        out.hits = out.hits[:req.limit]
+    return out
+
+
+async def _agent_top(engine: "Engine", scope: Scope, match: str, req: SearchRequest, k: int,
+                     versions: dict[str, int], deadline: float) -> tuple[str, list[Hit], bool, set[int]]:
+    store = await engine.store(scope.agent_id)
+    async with store.reader(deadline) as reader:
+        version, dirty, rows = await store.search_top(
+            reader, match, k=k, order=req.order, include=scope.include, exclude=scope.exclude, role=req.role)
+        if version != versions.get(scope.agent_id):
+            raise MetaChanged(scope.agent_id)
+        if req.order == "relevance" and len(rows) == k and rows[k - 2][1] == rows[k - 1][1]:
+            # a tie straddles the cut: fetch every hit of that score so the tie rule decides
+            _, _, ties = await store.search_top(
+                reader, match, k=10_000, order=req.order, include=scope.include, exclude=scope.exclude,
+                role=req.role, rank_equals=rows[k - 1][1])
+            seen = {r[0] for r in rows}
+            rows += [r for r in ties if r[0] not in seen]
+    hits = [Hit(scope.agent_id, r[0], r[1], r[2], r[3], r[4]) for r in rows]
+    return scope.agent_id, hits, len(rows) >= k, scope.wids.intersection(dirty)
+
+
+async def _cjk_retry(engine: "Engine", query: ParsedQuery, req: SearchRequest, scopes: dict[str, Scope],
+                     deadline: float) -> tuple[list[Hit], bool]:
+    """CJK words as literal substrings (other words keep word matching), within the scope."""
+    needles = [run for word in query.cjk_words for run in cjk_runs(word)]
+    folded_words = [fold(w) for w in query.cjk_words]
+    rest = query.without_cjk()
+    hits: list[Hit] = []
+    more = False
+    for scope in scopes.values():
+        store = await engine.store(scope.agent_id)
+        async with store.reader(deadline) as reader:
+            rows = await store.scan_substrings(reader, needles, rest, include=scope.include, exclude=scope.exclude,
+                                               role=req.role, cap=CJK_SCAN_CAP)
+        more |= len(rows) >= CJK_SCAN_CAP
+        for rid, message_id, ts, text in rows:
+            folded = fold(text)
+            if all(w in folded for w in folded_words):
+                occurrences = sum(folded.count(w) for w in folded_words)
+                # substring hits have no BM25; rank by occurrences per length (lower rank is better)
+                rank = -occurrences / (1.0 + math.log1p(len(text)))
+                hits.append(Hit(scope.agent_id, rid, rank, message_id, ts, text))
+    return hits, more
+
+
+def render(engine: "Engine", outcome: Outcome, query: ParsedQuery, req: SearchRequest, view: "CatalogView",
+           *, indexing: bool, archived: int, agent_facing: bool) -> dict[str, Any]:
+    """The response: hits with snippets, within the byte budget, and the flags."""
+    settings = engine.settings
+    response: dict[str, Any] = {"results": []}
+    flags: dict[str, Any] = {}
+    truncated = outcome.more
+    if indexing:
+        flags["indexing"] = True
+    if archived:
+        flags["archivedTranscriptsExcluded"] = archived
+    if indexing and agent_facing:
+        flags["warning"] = INDEXING_WARNING
+    # reserve room for every flag that may still be set, so appending a hit never breaks the budget
+    envelope = len(json.dumps({**response, **flags, "truncated": True}, ensure_ascii=False).encode())
+    used = envelope
+    terms = [fold(t) for t in query.terms]
+    for hit in outcome.hits:
+        win = view.agents[hit.agent_id].windows.get(wid_of(hit.rid))
+        if win is None:
+            continue
+        text = redact(hit.text) if settings.redact_snippets else hit.text
+        item = {
+            "sessionKey": win.session_key,
+            "sessionId": win.session_id,
+            "messageId": hit.message_id,
+            "role": "assistant" if hit.rid & 1 else "user",
+            "timestamp": hit.ts,
+            "snippet": snippet(text, terms, max_units=settings.snippet_max_units, prefix_last=query.prefix),
+            "score": round(-hit.rank, 6),
+        }
+        size = len(json.dumps(item, ensure_ascii=False).encode()) + (1 if response["results"] else 0)
+        if used + size > settings.search_response_max_bytes:
+            truncated = True
+            continue
+        used += size
+        response["results"].append(item)
+    if truncated:
+        flags["truncated"] = True
+    response.update(flags)
+    return response
+
+
+async def search(engine: "Engine", req: SearchRequest, *, agent_facing: bool = False) -> dict[str, Any]:
+    started = time.monotonic()
+    deadline = started + engine.settings.search_time_limit_ms / 1000
+    for attempt in range(4):
+        view = await engine.catalog_view(deadline, refresh=attempt > 0)
+        viewer = Viewer(engine.settings, req.requester, view.catalog)
+        scopes = plan_scopes(req, viewer, view, view.agent_ids)
+        try:
+            outcomes = [await run_query(engine, q, req, scopes, view.versions, deadline) for q in req.queries]
+            break
+        except MetaChanged:
+            continue
+    else:  # metadata kept changing: answer from the last scope rather than spin
+        outcomes = [await run_query(engine, q, req, scopes, {a: v for a, v in view.versions.items()}, deadline)
+                    for q in req.queries]
+    archived = sum(s.archived for s in scopes.values())
+    dirty: dict[str, set[int]] = {}
+    for outcome in outcomes:
+        for agent_id, wids in outcome.dirty.items():
+            dirty.setdefault(agent_id, set()).update(wids)
+    reachable = True
+    if dirty:
+        reachable = await engine.enqueue_reconcile(dirty)
+    indexing = bool(dirty) or not reachable
+    states = [render(engine, o, q, req, view, indexing=indexing, archived=archived, agent_facing=agent_facing)
+              for o, q in zip(outcomes, req.queries)]
+    log.info("search.done", agents=len(scopes), queries=len(req.queries), indexing=indexing,
+             hits=sum(len(s["results"]) for s in states), dirty_windows=sum(len(w) for w in dirty.values()),
+             ms=round((time.monotonic() - started) * 1000, 2))
+    engine.observe_search(time.monotonic() - started, indexing)
+    if req.batch:
+        return {"states": states}
+    return states[0]

@@ -1,0 +1,171 @@
+"""Text rules shared by search and history: folding, UTF-16 lengths, CJK, snippets, redaction."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from functools import lru_cache
+
+WS_RE = re.compile(r"\s+")
+
+
+def utf16_len(text: str) -> int:
+    return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
+
+
+def cut_utf16(text: str, units: int) -> str:
+    """The longest prefix of `text` within `units` UTF-16 code units (never half a surrogate pair)."""
+    if len(text) <= units // 2 or utf16_len(text) <= units:
+        return text
+    used = 0
+    for i, ch in enumerate(text):
+        used += 2 if ord(ch) > 0xFFFF else 1
+        if used > units:
+            return text[:i]
+    return text
+
+
+@lru_cache(maxsize=65536)
+def fold_char(ch: str) -> str:
+    """Case- and diacritic-folded form of one character (as unicode61 remove_diacritics 2 sees it)."""
+    if ch.isascii():
+        return ch.lower()
+    decomposed = unicodedata.normalize("NFD", ch)
+    return "".join(c for c in decomposed if not unicodedata.combining(c)).casefold()
+
+
+def fold(text: str) -> str:
+    return "".join(fold_char(ch) for ch in text)
+
+
+def is_token_char(ch: str) -> bool:
+    """Whether unicode61 keeps `ch` inside a token (letters, numbers, private use)."""
+    if ch.isascii():
+        return ch.isalnum()
+    cat = unicodedata.category(ch)
+    return cat[0] in "LN" or cat in ("Co", "Mn", "Mc")
+
+
+def tokens(text: str) -> list[str]:
+    """Folded tokens of `text`, split where unicode61 splits."""
+    out, buf = [], []
+    for ch in text:
+        if is_token_char(ch):
+            buf.append(fold_char(ch))
+        elif buf:
+            out.append("".join(buf))
+            buf = []
+    if buf:
+        out.append("".join(buf))
+    return [t for t in out if t]
+
+
+def is_cjk(ch: str) -> bool:
+    o = ord(ch)
+    return (0x4E00 <= o <= 0x9FFF or 0x3400 <= o <= 0x4DBF or 0x20000 <= o <= 0x2FFFF
+            or 0xF900 <= o <= 0xFAFF or 0x3040 <= o <= 0x30FF or 0x31F0 <= o <= 0x31FF
+            or 0xFF66 <= o <= 0xFF9F or 0xAC00 <= o <= 0xD7AF or 0x1100 <= o <= 0x11FF
+            or 0x3130 <= o <= 0x318F)
+
+
+def has_cjk(text: str) -> bool:
+    return any(is_cjk(ch) for ch in text)
+
+
+def cjk_runs(text: str) -> list[str]:
+    """Maximal runs of CJK characters in `text`."""
+    runs, buf = [], []
+    for ch in text:
+        if is_cjk(ch):
+            buf.append(ch)
+        elif buf:
+            runs.append("".join(buf))
+            buf = []
+    if buf:
+        runs.append("".join(buf))
+    return runs
+
+
+def _find_term(folded: str, term: str, prefix: bool) -> int:
+    """Start of the first whole-word (or word-prefix) occurrence of folded `term`, or -1."""
+    start = 0
+    while True:
+        i = folded.find(term, start)
+        if i < 0:
+            return -1
+        before_ok = i == 0 or not is_token_char(folded[i - 1]) or has_cjk(term)
+        end = i + len(term)
+        after_ok = prefix or end >= len(folded) or not is_token_char(folded[end]) or has_cjk(term)
+        if before_ok and after_ok:
+            return i
+        start = i + 1
+
+
+def match_position(text: str, terms: list[str], prefix_last: bool = False) -> int:
+    """Index in `text` of the earliest occurrence of any folded term (0 when none is found)."""
+    folded_chars: list[str] = []
+    index: list[int] = []
+    for i, ch in enumerate(text):
+        f = fold_char(ch)
+        folded_chars.append(f)
+        index.extend([i] * len(f))
+    folded = "".join(folded_chars)
+    best = -1
+    for n, term in enumerate(terms):
+        pos = _find_term(folded, term, prefix_last and n == len(terms) - 1)
+        if pos >= 0 and (best < 0 or pos < best):
+            best = pos
+    return index[best] if best >= 0 and best < len(index) else 0
+
+
+def snippet(text: str, terms: list[str], *, max_units: int = 300, prefix_last: bool = False) -> str:
+    """An excerpt centred on the first match, ends marked " … " where cut, within `max_units`.
+
+    When the text is longer than `max_units` UTF-16 code units the result still fits: the markers
+    are counted in, so a cut snippet is at most `max_units` units and ends (or starts) with "…".
+    """
+    text = WS_RE.sub(" ", text).strip()
+    if utf16_len(text) <= max_units:
+        return text
+    pos = match_position(text, terms, prefix_last)
+    lead_marker, tail_marker = "… ", " …"
+    budget = max_units - len(lead_marker) - len(tail_marker)
+    before_units = budget // 3
+    start = pos
+    used = 0
+    while start > 0 and used < before_units:
+        start -= 1
+        used += 2 if ord(text[start]) > 0xFFFF else 1
+    if start > 0:  # prefer to start at a word boundary if one is near
+        space = text.find(" ", start, pos)
+        if 0 <= space - start < 20:
+            start = space + 1
+    core = cut_utf16(text[start:], budget if start > 0 else budget + len(lead_marker))
+    cut_end = start + len(core) < len(text)
+    if cut_end and " " in core[-20:]:
+        core = core[:core.rindex(" ")]
+    out = core.strip()
+    if start > 0:
+        out = lead_marker + out
+    if cut_end:
+        out = out + tail_marker
+    return out
+
+
+_SECRET_PATTERNS = [
+    (re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{8,}"), r"\1 [REDACTED]"),
+    (re.compile(r"(?i)\b((?:[A-Z0-9]+[_-])*(?:PASSWORD|PASSWD|PWD|SECRET|TOKEN|API[_-]?KEY|ACCESS[_-]?KEY|"
+                r"PRIVATE[_-]?KEY|AUTH)(?:[_-][A-Z0-9]+)*)(\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|\S+)"), r"\1\2[REDACTED]"),
+    (re.compile(r"\b(?:sk|pk|rk)-(?:[A-Za-z0-9]+-)*[A-Za-z0-9_]{16,}\b"), "[REDACTED]"),
+    (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), "[REDACTED]"),
+    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}\b"), "[REDACTED]"),
+    (re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}\b"), "[REDACTED]"),
+    (re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b"), "[REDACTED]"),
+]
+
+
+def redact(text: str) -> str:
+    """Mask API keys, bearer tokens and passwords in KEY=value forms."""
+    for pattern, replacement in _SECRET_PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text

@@ -1,0 +1,203 @@
+"""One declared table of settings, read once at process entry (environment, then TOML, then flags).
+
+Each setting has a name with its unit, a default, help text, the environment variable that sets it
+and, where the gateway has a name for it, the dotted TOML path the gateway uses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from .errors import InvalidRequest
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    default: Any
+    help: str
+    env: str | None = None
+    toml: str | None = None  # dotted path in the config file
+    parse: Callable[[str], Any] = str
+
+
+def _bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"not a boolean: {text!r}")
+
+
+def _list(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _choice(*allowed: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in allowed:
+            raise ValueError(f"must be one of {', '.join(allowed)}, not {text!r}")
+        return text
+    return parse
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("data_dir", "./data", "Directory holding one SQLite database per agent.",
+            env="SESSIONSEARCH_DATA_DIR"),
+    Setting("host", "127.0.0.1", "Address the HTTP server binds.", env="SESSIONSEARCH_HOST"),
+    Setting("port", 8780, "Port the HTTP server binds.", env="SESSIONSEARCH_PORT", parse=int),
+    Setting("redis_url", None, "Redis broker URL; unset runs reconciliation in-process (embedded).",
+            env="SESSIONSEARCH_REDIS_URL"),
+    Setting("api_token", None, "Bearer token required on the HTTP API; unset binds loopback only.",
+            env="SESSIONSEARCH_API_TOKEN"),
+    Setting("log_level", "INFO", "Log level of the JSON logs.", env="SESSIONSEARCH_LOG_LEVEL"),
+    # visibility (SPEC §6), named as the gateway names them
+    Setting("visibility", "all", "Which sessions a requester may search: all, agent, tree or self.",
+            env="SESSIONSEARCH_VISIBILITY", toml="tools.sessions.visibility",
+            parse=_choice("all", "agent", "tree", "self")),
+    Setting("agent_to_agent_enabled", True, "Whether requesters may reach other agents' sessions.",
+            env="SESSIONSEARCH_AGENT_TO_AGENT_ENABLED", toml="tools.agentToAgent.enabled", parse=_bool),
+    Setting("agent_to_agent_allow", (), "Agent ids allowed cross-agent (`*` wildcards); empty = all.",
+            env="SESSIONSEARCH_AGENT_TO_AGENT_ALLOW", toml="tools.agentToAgent.allow", parse=_list),
+    Setting("sandbox_session_tools_visibility", "spawned",
+            "What sandboxed requesters see: spawned (themselves and what they spawned) or all.",
+            env="SESSIONSEARCH_SANDBOX_SESSION_TOOLS_VISIBILITY",
+            toml="agents.defaults.sandbox.sessionToolsVisibility", parse=_choice("spawned", "all")),
+    # search (SPEC §4)
+    Setting("redact_snippets", False, "Mask secrets (API keys, bearer tokens, KEY=value passwords) in snippets.",
+            env="SESSIONSEARCH_REDACT_SNIPPETS", toml="search.redactSnippets", parse=_bool),
+    Setting("search_time_limit_ms", 60_000, "Reader time budget of one search, admission included.",
+            env="SESSIONSEARCH_SEARCH_TIME_LIMIT_MS", toml="search.timeLimitMs", parse=int),
+    Setting("search_response_max_bytes", 32 * 1024, "JSON size budget of one search response.",
+            toml="search.responseMaxBytes", parse=int),
+    Setting("snippet_max_units", 300, "Snippet length in UTF-16 code units (before the ellipsis).",
+            toml="search.snippetMaxUnits", parse=int),
+    Setting("readers_per_agent", 4, "Reader connections per agent database.",
+            env="SESSIONSEARCH_READERS_PER_AGENT", toml="search.readersPerAgent", parse=int),
+    # history (SPEC §5)
+    Setting("history_max_bytes", 80 * 1024, "JSON size budget of one history response.",
+            toml="history.maxBytes", parse=int),
+    Setting("history_text_max_chars", 4000, "Message text longer than this is cut.",
+            toml="history.textMaxChars", parse=int),
+    Setting("history_row_max_bytes", 24 * 1024,
+            "A message whose JSON is larger than this (after cutting text) is replaced by a placeholder.",
+            toml="history.rowMaxBytes", parse=int),
+    Setting("history_default_limit", 50, "Messages returned by a history read without `limit`.",
+            toml="history.defaultLimit", parse=int),
+    # reconciliation (SPEC §3, §8)
+    Setting("reconcile_batch_rows", 5000, "Transcript rows per reconciliation batch transaction.",
+            env="SESSIONSEARCH_RECONCILE_BATCH_ROWS", toml="reconcile.batchRows", parse=int),
+    Setting("claim_lease_s", 60.0, "Seconds a reconciliation claim holds before another worker may take it.",
+            env="SESSIONSEARCH_CLAIM_LEASE_S", toml="reconcile.claimLeaseS", parse=float),
+)
+
+_BY_NAME = {s.name: s for s in SETTINGS}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Resolved settings; build with `Settings.load()` at process entry, or directly in tests."""
+
+    data_dir: str = "./data"
+    host: str = "127.0.0.1"
+    port: int = 8780
+    redis_url: str | None = None
+    api_token: str | None = None
+    log_level: str = "INFO"
+    visibility: str = "all"
+    agent_to_agent_enabled: bool = True
+    agent_to_agent_allow: tuple[str, ...] = ()
+    sandbox_session_tools_visibility: str = "spawned"
+    redact_snippets: bool = False
+    search_time_limit_ms: int = 60_000
+    search_response_max_bytes: int = 32 * 1024
+    snippet_max_units: int = 300
+    readers_per_agent: int = 4
+    history_max_bytes: int = 80 * 1024
+    history_text_max_chars: int = 4000
+    history_row_max_bytes: int = 24 * 1024
+    history_default_limit: int = 50
+    reconcile_batch_rows: int = 5000
+    claim_lease_s: float = 60.0
+    config_path: str | None = field(default=None)
+
+    def replace(self, **changes: Any) -> "Settings":
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def load(cls, *, config: str | None = None, env: dict[str, str] | None = None,
+             **overrides: Any) -> "Settings":
+        """Resolve settings: defaults < config file < environment < explicit overrides (flags).
+
+        Raises InvalidRequest naming the setting and its source when a value does not parse.
+        """
+        env = dict(os.environ) if env is None else env
+        values: dict[str, Any] = {}
+        config = config or env.get("SESSIONSEARCH_CONFIG")
+        if config:
+            values.update(_from_toml(Path(config)))
+        for s in SETTINGS:
+            if s.env and env.get(s.env) not in (None, ""):
+                values[s.name] = _parse(s, env[s.env], s.env)
+        for name, value in overrides.items():
+            if value is not None:
+                if name not in _BY_NAME:
+                    raise InvalidRequest(f"unknown setting {name!r}", field=name)
+                values[name] = value
+        if "agent_to_agent_allow" in values:
+            values["agent_to_agent_allow"] = tuple(values["agent_to_agent_allow"])
+        return cls(config_path=config, **values)
+
+
+def _parse(s: Setting, raw: str, source: str) -> Any:
+    try:
+        return s.parse(raw)
+    except ValueError as exc:
+        raise InvalidRequest(f"{source}: {exc}", field=source) from None
+
+
+def _from_toml(path: Path) -> dict[str, Any]:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InvalidRequest(f"config file not found: {path}", field="config") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidRequest(f"{path}: {exc}", field="config") from None
+    values: dict[str, Any] = {}
+    for s in SETTINGS:
+        if not s.toml:
+            continue
+        node: Any = data
+        for part in s.toml.split("."):
+            if not isinstance(node, dict) or part not in node:
+                break
+            node = node[part]
+        else:
+            values[s.name] = _check_toml_value(s, node, path)
+    return values
+
+
+def _check_toml_value(s: Setting, value: Any, path: Path) -> Any:
+    where = f"{path}: {s.toml}"
+    expected = type(s.default)
+    if isinstance(s.default, tuple):
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise InvalidRequest(f"{where} must be a list of strings", field=s.toml)
+        return tuple(value)
+    if isinstance(s.default, bool):
+        if not isinstance(value, bool):
+            raise InvalidRequest(f"{where} must be true or false", field=s.toml)
+        return value
+    if expected is float and isinstance(value, int):
+        return float(value)
+    if not isinstance(value, expected):
+        raise InvalidRequest(f"{where} must be a {expected.__name__}", field=s.toml)
+    if isinstance(value, str):
+        return _parse(s, value, where)
+    return value

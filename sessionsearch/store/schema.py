@@ -1,0 +1,70 @@
+"""Numbered migrations of the per-agent SQLite database, each applied in its own transaction."""
+
+from __future__ import annotations
+
+MIGRATIONS: tuple[tuple[int, str, str], ...] = (
+    (1, "transcripts_and_index", """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+INSERT INTO meta VALUES ('meta_version', 1);
+
+CREATE TABLE sessions (
+    session_key TEXT PRIMARY KEY,
+    current_wid INTEGER,
+    label TEXT,
+    display_name TEXT,
+    spawned_by TEXT,
+    parent_session_key TEXT,
+    kind TEXT,
+    grp TEXT,
+    incognito INTEGER NOT NULL DEFAULT 0,
+    archived_at INTEGER,
+    updated_at INTEGER NOT NULL,
+    extra TEXT
+);
+
+-- One row per session window (a session id); the index state lives beside the transcript state.
+CREATE TABLE windows (
+    wid INTEGER PRIMARY KEY,
+    session_key TEXT NOT NULL,
+    session_id TEXT NOT NULL UNIQUE,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    last_seq INTEGER NOT NULL DEFAULT 0,
+    leaf_seq INTEGER,
+    leaf_event_id TEXT,
+    has_header INTEGER NOT NULL DEFAULT 0,
+    messages INTEGER NOT NULL DEFAULT 0,
+    source_lines INTEGER NOT NULL DEFAULT 0,
+    cold INTEGER NOT NULL DEFAULT 0,
+    needs_rebuild INTEGER NOT NULL DEFAULT 0,
+    rebuild_gen INTEGER NOT NULL DEFAULT 0,
+    indexed_seq INTEGER NOT NULL DEFAULT 0,
+    indexed_leaf INTEGER,
+    claim_token TEXT,
+    claim_expires_at REAL
+);
+CREATE INDEX windows_by_key ON windows (session_key);
+CREATE INDEX windows_dirty ON windows (wid) WHERE needs_rebuild = 1;
+
+-- Transcript rows. id = wid << 31 | seq << 1 | assistant (see rowids.py); on_branch is the
+-- active-branch projection, kept current by every write.
+CREATE TABLE events (
+    id INTEGER PRIMARY KEY,
+    wid INTEGER NOT NULL,
+    event_id TEXT,
+    parent_seq INTEGER,
+    node_seq INTEGER,
+    type TEXT NOT NULL,
+    role TEXT,
+    ts INTEGER NOT NULL,
+    on_branch INTEGER NOT NULL DEFAULT 0,
+    text TEXT,
+    body TEXT NOT NULL
+);
+CREATE INDEX events_by_event_id ON events (wid, event_id) WHERE event_id IS NOT NULL;
+
+-- The full-text index: one row per indexed message, rowid = the message's events.id.
+CREATE VIRTUAL TABLE msg_fts USING fts5 (text, tokenize = 'unicode61 remove_diacritics 2');
+CREATE VIRTUAL TABLE msg_vocab USING fts5vocab (msg_fts, 'row');
+"""),
+)
