@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -15,7 +14,7 @@ from ..errors import Forbidden, NotFound
 from ..keys import agent_of
 from ..store.rowids import wid_of
 from .query import ParsedQuery, SearchRequest
-from .text import cjk_runs, fold, has_cjk, redact, snippet
+from .text import fold, redact, snippet
 from .visibility import Viewer
 
 if TYPE_CHECKING:
@@ -24,7 +23,6 @@ if TYPE_CHECKING:
 log = structlog.get_logger("sessionsearch.search")
 
 INDEXING_WARNING = "Transcript indexing is in progress; results may be incomplete. Retry sessions_search shortly."
-CJK_SCAN_CAP = 20_000
 
 
 class MetaChanged(Exception):
@@ -125,7 +123,8 @@ async def run_query(engine: "Engine", query: ParsedQuery, req: SearchRequest, sc
         return out
     k = req.limit + 1
     per_agent = await asyncio.gather(*(
-        _agent_top(engine, scope, query.match, req, k, versions, deadline) for scope in scopes.values()))
+        _agent_top(engine, scope, query.match, req, k, versions, deadline) for scope in scopes.values()
+        if scope.wids))
     for agent_id, hits, more, dirty in per_agent:
         out.hits += hits
         out.more |= more
@@ -161,25 +160,22 @@ async def _agent_top(engine: "Engine", scope: Scope, match: str, req: SearchRequ
 
 async def _cjk_retry(engine: "Engine", query: ParsedQuery, req: SearchRequest, scopes: dict[str, Scope],
                      deadline: float) -> tuple[list[Hit], bool]:
-    """CJK words as literal substrings (other words keep word matching), within the scope."""
-    needles = [run for word in query.cjk_words for run in cjk_runs(word)]
-    folded_words = [fold(w) for w in query.cjk_words]
+    """CJK words as literal substrings (other words keep word matching), within the scope.
+
+    Substring hits have no BM25: they rank by occurrences per length, then newest first.
+    """
     rest = query.without_cjk()
     hits: list[Hit] = []
     more = False
     for scope in scopes.values():
+        if not scope.wids:
+            continue
         store = await engine.store(scope.agent_id)
         async with store.reader(deadline) as reader:
-            rows = await store.scan_substrings(reader, needles, rest, include=scope.include, exclude=scope.exclude,
-                                               role=req.role, cap=CJK_SCAN_CAP)
-        more |= len(rows) >= CJK_SCAN_CAP
-        for rid, message_id, ts, text in rows:
-            folded = fold(text)
-            if all(w in folded for w in folded_words):
-                occurrences = sum(folded.count(w) for w in folded_words)
-                # substring hits have no BM25; rank by occurrences per length (lower rank is better)
-                rank = -occurrences / (1.0 + math.log1p(len(text)))
-                hits.append(Hit(scope.agent_id, rid, rank, message_id, ts, text))
+            total, rows = await store.scan_substrings(reader, query.cjk_words, rest, include=scope.include,
+                                                      exclude=scope.exclude, role=req.role, k=req.limit + 1)
+        more |= total > req.limit
+        hits += [Hit(scope.agent_id, r[0], r[1], r[2], r[3], r[4]) for r in rows]
     return hits, more
 
 

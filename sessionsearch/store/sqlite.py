@@ -595,16 +595,23 @@ class SqliteAgentStore:
 
     async def scan_substrings(self, reader: _Reader, needles: list[str], match: str | None, *,
                               include: list[int] | None, exclude: list[int] | None, role: str | None,
-                              cap: int) -> list[tuple]:
-        """Indexed rows (id, event_id, ts, text) containing every needle, in scope (the CJK retry)."""
+                              k: int) -> tuple[int, list[tuple]]:
+        """The CJK retry: indexed rows in scope containing every needle as a literal substring.
+
+        Needles are compared with ASCII case folded (CJK has no case). Returns how many rows
+        matched and the best `k` as (id, rank, event_id, ts, text), rank lower-is-better by
+        occurrences per length, then newest first.
+        """
         where = ["(f.rowid >> 31) NOT IN (SELECT wid FROM windows WHERE needs_rebuild = 1)"]
-        params: dict[str, Any] = {"cap": cap}
+        params: dict[str, Any] = {"k": k}
         if match:
             where.append("msg_fts MATCH :match")
             params["match"] = match
+        hits = []
         for i, needle in enumerate(needles):
-            where.append(f"instr(f.text, :n{i}) > 0")
-            params[f"n{i}"] = needle
+            where.append(f"instr(lower(f.text), :n{i}) > 0")
+            hits.append(f"(length(f.text) - length(replace(lower(f.text), :n{i}, ''))) / length(:n{i})")
+            params[f"n{i}"] = needle.lower()
         if include is not None:
             where.append("(f.rowid >> 31) IN (SELECT value FROM json_each(:incl))")
             params["incl"] = json.dumps(include)
@@ -614,10 +621,16 @@ class SqliteAgentStore:
         if role is not None:
             where.append("(f.rowid & 1) = :rb")
             params["rb"] = 1 if role == "assistant" else 0
+        occurrences = " + ".join(hits) or "0"
         rows = await reader.conn.execute_fetchall(
-            "SELECT f.rowid, e.event_id, e.ts, f.text FROM msg_fts f JOIN events e ON e.id = f.rowid "
-            f"WHERE {' AND '.join(where)} LIMIT :cap", params)
-        return [tuple(r) for r in rows]
+            f"WITH m AS (SELECT f.rowid AS id, -1000.0 * ({occurrences}) / (length(f.text) + 100) AS rank "
+            f"FROM msg_fts f WHERE {' AND '.join(where)}), "
+            "top AS (SELECT m.id, m.rank, e.ts FROM m JOIN events e ON e.id = m.id "
+            "ORDER BY m.rank, e.ts DESC LIMIT :k) "
+            "SELECT (SELECT count(*) FROM m), NULL, NULL, NULL, NULL "
+            "UNION ALL SELECT top.id, top.rank, e.event_id, e.ts, e.text FROM top JOIN events e ON e.id = top.id",
+            params)
+        return rows[0][0], [tuple(r) for r in rows[1:]]
 
     async def corpus_stats(self, reader: _Reader, terms: list[str]) -> tuple[int, dict[str, int]]:
         """Indexed rows in all and the document frequency of each (folded) term."""

@@ -1,0 +1,60 @@
+"""Builders for transcript events in the gateway's format, and an engine opener."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from typing import Any
+
+from sessionsearch import Engine, Settings
+
+BASE_TS = 1767323045000
+AUTO = object()
+
+
+def msg(mid: str, role: str, text: Any, parent: Any = AUTO, ts: int | None = None, **extra: Any) -> dict:
+    """A message event; parent AUTO leaves parentId out (an older writer's parentless row)."""
+    event = {"type": "message", "id": mid, "timestamp": "2026-01-02T03:04:05Z",
+             "message": {"role": role, "content": text, "timestamp": ts if ts is not None else BASE_TS}}
+    if parent is not AUTO:
+        event["parentId"] = parent
+    event.update(extra)
+    return event
+
+
+def chain(prefix: str, texts: list[tuple[str, str]], parent: str | None = None, ts: int = BASE_TS) -> list[dict]:
+    """Messages m1..mn, each the child of the previous one (the first a child of `parent`)."""
+    out = []
+    for i, (role, text) in enumerate(texts, 1):
+        mid = f"{prefix}{i}"
+        out.append(msg(mid, role, text, parent, ts=ts + i))
+        parent = mid
+    return out
+
+
+def header(session_id: str) -> dict:
+    return {"type": "session", "version": 3, "id": session_id, "timestamp": "2026-01-02T03:04:05Z"}
+
+
+def leaf(lid: str, parent: str, target: str) -> dict:
+    return {"type": "leaf", "id": lid, "parentId": parent, "targetId": target}
+
+
+def reset(rid: str, parent: str, kept: str | None = None, reason: str = "reset") -> dict:
+    event = {"type": "reset", "id": rid, "parentId": parent, "timestamp": "2026-01-02T03:04:05Z", "reason": reason}
+    if kept is not None:
+        event["firstKeptEntryId"] = kept
+    return event
+
+
+@asynccontextmanager
+async def engine_at(path, **settings: Any):
+    engine = Engine(path, settings=Settings(data_dir=str(path), **settings))
+    await engine.open()
+    try:
+        yield engine
+    finally:
+        await engine.close()
+
+
+def ids(result: dict) -> list[str]:
+    return [hit["messageId"] for hit in result["results"]]

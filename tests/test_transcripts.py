@@ -1,0 +1,223 @@
+"""Appends, the active branch, resets, rotation, deletion and archive (SPEC §2, §3)."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from sessionsearch import InvalidRequest, NotFound
+
+from .helpers import chain, engine_at, header, ids, leaf, msg, reset
+
+KEY = "agent:main:main"
+
+
+async def test_linear_appends_are_searchable_at_once(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        result = await engine.append(KEY, [header("s1"), *chain("m", [("user", "hello loan"),
+                                                                      ("assistant", "loan reply")])], sessionId="s1")
+        assert result == {"appended": 3, "indexed": 2, "needsReconcile": False, "sessionId": "s1", "duplicates": 0}
+        found = await engine.search(query="loan")
+        assert sorted(ids(found)) == ["m1", "m2"] and "indexing" not in found
+        status = (await engine.index_status())["agents"][0]
+        assert status["backlog"] == 0 and status["completeness"] == 1.0 and status["messages"] == 2
+
+
+async def test_tool_results_reasoning_tool_calls_and_images_are_never_indexed(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        await engine.append(KEY, [
+            msg("t1", "toolResult", "secretword from a tool", None),
+            msg("a1", "assistant", [{"type": "thinking", "thinking": "secretword reasoning"},
+                                    {"type": "toolCall", "name": "secretword"},
+                                    {"type": "image", "data": "secretword"},
+                                    {"type": "output_text", "text": "visible answer"}], "t1"),
+            msg("s1", "system", "secretword system", "a1"),
+            msg("", "user", "secretword without id", "s1"),
+        ])
+        assert ids(await engine.search(query="secretword")) == []
+        assert ids(await engine.search(query="visible answer")) == ["a1"]
+
+
+async def test_text_comes_from_content_then_text_then_blocks(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        await engine.append(KEY, [
+            {"type": "message", "id": "x1", "parentId": None, "message": {"role": "user", "text": "  from text  "}},
+            msg("x2", "user", [{"type": "input_text", "text": "first"}, {"type": "text", "text": "second"}], "x1"),
+        ])
+        assert ids(await engine.search(query="from text")) == ["x1"]
+        assert ids(await engine.search(query="first second")) == ["x2"]
+
+
+async def test_an_invalid_event_rejects_the_whole_batch_naming_it(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        bad = chain("m", [("user", "valid words"), ("user", "more")])
+        bad[1]["message"]["role"] = "robot"
+        with pytest.raises(InvalidRequest) as err:
+            await engine.append(KEY, bad)
+        assert err.value.field == "events[1].message.role" and "events[1].message.role" in err.value.message
+        assert ids(await engine.search(query="valid")) == []
+        for event, field in [({"type": "nope"}, "events[0].type"), ("text", "events[0]"),
+                             ({"type": "leaf", "id": "l"}, "events[0].targetId"),
+                             ({"type": "message", "id": "a", "timestamp": "yesterday",
+                               "message": {"role": "user", "content": "x"}}, "events[0].timestamp"),
+                             ({"type": "message", "id": "a", "message": {"role": "user", "content": 5}},
+                              "events[0].message.content")]:
+            with pytest.raises(InvalidRequest) as err:
+                await engine.append(KEY, [event])
+            assert err.value.field == field
+
+
+async def test_timestamps_come_from_the_message_then_the_event(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        event = {"type": "message", "id": "e1", "parentId": None, "timestamp": "2026-01-02T03:04:05Z",
+                 "message": {"role": "user", "content": "stamp"}}
+        await engine.append(KEY, [event])
+        assert (await engine.search(query="stamp"))["results"][0]["timestamp"] == 1767323045000
+
+
+async def test_re_sent_events_are_not_stored_twice(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        events = chain("m", [("user", "once only")])
+        await engine.append(KEY, events)
+        again = await engine.append(KEY, events)
+        assert again["appended"] == 0 and again["duplicates"] == 1
+        assert ids(await engine.search(query="once")) == ["m1"]
+
+
+async def test_rewound_branch_text_is_never_returned(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        await engine.append(KEY, chain("m", [("user", "keep this"), ("assistant", "abandoned idea"),
+                                             ("user", "abandoned followup")]))
+        result = await engine.append(KEY, [leaf("l1", "m3", "m1"), msg("n1", "assistant", "fresh path", "l1")])
+        assert result["needsReconcile"] is True
+        during = await engine.search(query="abandoned")
+        assert during["results"] == [] and during["indexing"] is True
+        await engine.reconcile_pending()
+        assert (await engine.search(query="abandoned"))["results"] == []
+        after = await engine.search(query="fresh path")
+        assert ids(after) == ["n1"] and "indexing" not in after
+        assert ids(await engine.search(query="keep")) == ["m1"]
+
+
+async def test_a_leaf_control_with_an_unknown_target_changes_nothing(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        await engine.append(KEY, chain("m", [("user", "one"), ("user", "two")]))
+        result = await engine.append(KEY, [leaf("l1", "m2", "ghost"), msg("m3", "user", "three", "l1")])
+        assert result["needsReconcile"] is False
+        history = await engine.history(sessionKey=KEY)
+        assert [m["messageId"] for m in history["messages"]] == ["m1", "m2", "m3"]
+
+
+async def test_a_side_append_does_not_move_the_leaf(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        await engine.append(KEY, chain("m", [("user", "main line")]))
+        side = msg("x1", "assistant", "side note", "m1", appendMode="side")
+        assert (await engine.append(KEY, [side]))["needsReconcile"] is True
+        await engine.append(KEY, [msg("m2", "user", "continues main")])
+        await engine.reconcile_pending()
+        history = await engine.history(sessionKey=KEY)
+        assert [m["messageId"] for m in history["messages"]] == ["m1", "m2"]
+        assert ids(await engine.search(query="side note")) == []
+
+
+async def test_parentless_events_continue_from_the_current_leaf(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        await engine.append(KEY, [msg("a", "user", "first"), msg("b", "user", "second"), msg("c", "user", "third")])
+        assert (await engine.index_status())["agents"][0]["backlog"] == 0
+        history = await engine.history(sessionKey=KEY)
+        assert [m["messageId"] for m in history["messages"]] == ["a", "b", "c"]
+
+
+async def test_an_in_place_reset_keeps_the_session_indexed(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        await engine.append(KEY, chain("m", [("user", "before reset"), ("assistant", "old answer")]))
+        result = await engine.append(KEY, [reset("r1", "m2", kept="m2"), msg("p1", "user", "after reset", "r1")])
+        assert result["needsReconcile"] is False
+        assert sorted(ids(await engine.search(query="reset"))) == ["m1", "p1"]  # pre-reset text stays searchable
+
+
+async def test_delete_removes_hits_and_leaves_no_flag(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        await engine.append(KEY, chain("m", [("user", "doomed words")]))
+        await engine.append("agent:main:other", chain("o", [("user", "kept words")]))
+        await engine.append(KEY, [leaf("l1", "m1", "m1"), msg("m9", "user", "doomed too", None)])  # dirty
+        assert (await engine.delete(KEY)) == {"sessionKey": KEY, "deleted": True}
+        result = await engine.search(query="words")
+        assert ids(result) == ["o1"] and "indexing" not in result
+        store = await engine.store("main")
+        async with store.reader() as reader:
+            assert await reader.conn.execute_fetchall("SELECT count(*) FROM msg_fts") == [(1,)]
+            assert await reader.conn.execute_fetchall("SELECT count(*) FROM events") == [(1,)]
+        with pytest.raises(NotFound):
+            await engine.delete(KEY)
+
+
+async def test_a_rotated_keys_old_window_is_found_by_its_session_id(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        await engine.append(KEY, chain("m", [("user", "old window text")]), sessionId="s-old")
+        rotated = await engine.rotate(KEY, sessionId="s-new", reason="daily")
+        assert rotated == {"sessionKey": KEY, "sessionId": "s-new", "previousSessionId": "s-old"}
+        await engine.append(KEY, chain("n", [("user", "new window text")]))
+        hits = (await engine.search(query="window text"))["results"]
+        assert {(h["sessionId"], h["messageId"]) for h in hits} == {("s-old", "m1"), ("s-new", "n1")}
+        old = await engine.search(query="window", sessionId="s-old")
+        assert ids(old) == ["m1"]
+        anchored = await engine.history(sessionKey=KEY, sessionId="s-old", messageId="m1")
+        assert [m["messageId"] for m in anchored["messages"]] == ["m1"]
+        tail = await engine.history(sessionKey=KEY)
+        assert tail["sessionId"] == "s-new" and [m["messageId"] for m in tail["messages"]] == ["n1"]
+
+
+async def test_archived_transcripts_are_left_out_and_counted_until_restored(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        await engine.append(KEY, chain("m", [("user", "cold storage text")]))
+        await engine.append("agent:main:b", chain("b", [("user", "hot storage text")]))
+        assert (await engine.archive(KEY))["archivedWindows"] == 1
+        result = await engine.search(query="storage")
+        assert ids(result) == ["b1"] and result["archivedTranscriptsExcluded"] == 1
+        assert (tmp_path / "cold" / "main").is_dir() and list((tmp_path / "cold" / "main").iterdir())
+        history = await engine.history(sessionKey=KEY)  # opening the session restores it
+        assert [m["messageId"] for m in history["messages"]] == ["m1"]
+        restored = await engine.search(query="storage")
+        assert restored.get("indexing") is True and "archivedTranscriptsExcluded" not in restored
+        await engine.reconcile_pending()
+        assert sorted(ids(await engine.search(query="storage"))) == ["b1", "m1"]
+
+
+async def test_appending_to_an_archived_session_is_refused(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        await engine.append(KEY, chain("m", [("user", "text")]))
+        await engine.archive(KEY)
+        with pytest.raises(InvalidRequest, match="archived"):
+            await engine.append(KEY, [msg("m2", "user", "more")])
+        await engine.restore(KEY)
+        assert (await engine.append(KEY, [msg("m2", "user", "more")]))["appended"] == 1
+
+
+async def test_a_session_id_of_another_key_is_rejected(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        await engine.append(KEY, chain("m", [("user", "x")]), sessionId="s1")
+        with pytest.raises(InvalidRequest, match="another session key"):
+            await engine.append("agent:main:other", chain("o", [("user", "y")]), sessionId="s1")
+
+
+async def test_migrations_are_recorded_and_the_database_uses_wal(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        await engine.append(KEY, chain("m", [("user", "x")]))
+        store = await engine.store("main")
+        assert await store.applied_migrations() == [(1, "transcripts_and_index")]
+    with sqlite3.connect(tmp_path / "agents" / "main.db") as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    async with engine_at(tmp_path) as engine:  # reopening applies nothing twice
+        assert await (await engine.store("main")).applied_migrations() == [(1, "transcripts_and_index")]
+        assert ids(await engine.search(query="x")) == ["m1"]
+
+
+async def test_each_agent_has_its_own_database(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        await engine.append("agent:work_bot:dm", chain("w", [("user", "agent words")]))
+        await engine.append("global", chain("g", [("user", "agent words")]))  # no prefix: agent main
+        assert sorted(p.name for p in (tmp_path / "agents").glob("*.db")) == ["main.db", "work_bot.db"]
+        assert ids(await engine.search(query="agent", agentId="work_bot")) == ["w1"]
+        assert ids(await engine.search(query="agent", agentId="main")) == ["g1"]
