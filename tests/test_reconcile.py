@@ -1,0 +1,136 @@
+"""Reconciliation (SPEC §3): claims and leases, batches that re-check, publish, takeover, sweep."""
+
+from __future__ import annotations
+
+import asyncio
+
+from sessionsearch.indexer.events import parse_event
+from sessionsearch.indexer.reconcile import reconcile_window
+from sessionsearch.store.rowids import row_id
+
+from .helpers import chain, engine_at, ids, leaf, msg
+
+KEY = "agent:main:big"
+
+
+async def _unindexed_window(engine, n: int = 192) -> int:
+    texts = [("user" if i % 2 else "assistant", f"message number {i} about topic{i % 7}") for i in range(n)]
+    await engine.append(KEY, chain("m", texts), index=False)
+    (wid,) = (await engine.pending("main"))["main"]
+    return wid
+
+
+async def _index_rows(engine, wid: int) -> list[int]:
+    store = await engine.store("main")
+    async with store.reader() as reader:
+        return await store.index_rows(reader, wid)
+
+
+async def _branch_ids(engine, wid: int) -> list[int]:
+    store = await engine.store("main")
+    async with store.reader() as reader:
+        rows = await reader.conn.execute_fetchall(
+            "SELECT id FROM events WHERE wid = ? AND on_branch = 1 AND text IS NOT NULL ORDER BY id", (wid,))
+    return [r[0] for r in rows]
+
+
+async def test_imported_windows_are_reported_with_indexing_until_reconciled(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        await engine.append("agent:main:live", chain("l", [("user", "topic3 live")]))
+        wid = await _unindexed_window(engine)
+        partial = await engine.search(query="topic3")
+        assert ids(partial) == ["l1"] and partial["indexing"] is True
+        result = await engine.reconcile("main", wid)
+        assert result.outcome == "published" and result.rows_inserted == 192
+        complete = await engine.search(query="topic3", limit=25)
+        assert "indexing" not in complete and len(complete["results"]) == 25 and complete["truncated"]
+
+
+async def test_reconciling_a_clean_window_changes_nothing(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        wid = await _unindexed_window(engine, 20)
+        await engine.reconcile("main", wid)
+        before = await _index_rows(engine, wid)
+        assert (await engine.reconcile("main", wid)).outcome == "clean"
+        assert await _index_rows(engine, wid) == before == await _branch_ids(engine, wid)
+
+
+async def test_concurrent_reconciliation_of_one_window_gives_exactly_192_rows(tmp_path):
+    async with engine_at(tmp_path, reconcile_batch_rows=16) as first:
+        wid = await _unindexed_window(first)
+        async with engine_at(tmp_path, reconcile_batch_rows=16) as second:
+            stores = [await first.store("main"), await second.store("main")]
+            # a lease of zero makes every claim instantly expired: the two keep taking it over
+            results = await asyncio.gather(*(reconcile_window(s, wid, batch_rows=16, lease_s=0.0)
+                                             for s in stores for _ in range(3)))
+            rows = await _index_rows(first, wid)
+            assert len(rows) == len(set(rows)) and set(rows) <= set(await _branch_ids(first, wid))
+            if not any(r.outcome == "published" for r in results):
+                assert (await first.reconcile("main", wid)).outcome == "published"
+            assert await _index_rows(first, wid) == await _branch_ids(first, wid)
+            assert len(await _index_rows(first, wid)) == 192
+
+
+async def test_a_live_claim_is_respected_and_an_expired_one_taken_over(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        wid = await _unindexed_window(engine, 30)
+        store = await engine.store("main")
+        assert await store.claim(wid, "other-worker", 60.0) is not None
+        assert (await engine.reconcile("main", wid)).outcome == "busy"
+        await store.release(wid, "other-worker")
+        assert await store.claim(wid, "dead-worker", -1.0) is not None  # a lease already past
+        assert (await engine.reconcile("main", wid)).outcome == "published"
+        assert await store.reconcile_batch(wid, "dead-worker", 0, 10, 60.0) is None  # the old holder lost it
+        assert await _index_rows(engine, wid) == await _branch_ids(engine, wid)
+
+
+async def test_publish_waits_for_a_rewind_that_arrived_meanwhile(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        wid = await _unindexed_window(engine, 10)
+        store = await engine.store("main")
+        claim = await store.claim(wid, "me", 60.0)
+        await store.reconcile_batch(wid, "me", 0, (1 << 30) - 1, 60.0)
+        await engine.append(KEY, [leaf("l1", "m10", "m3"), msg("x1", "user", "new branch", "l1")])
+        assert await store.publish(wid, "me", claim.rebuild_gen) == "changed"
+        await store.release(wid, "me")
+        assert (await engine.reconcile("main", wid)).outcome == "published"
+        assert await _index_rows(engine, wid) == await _branch_ids(engine, wid)
+        assert ids(await engine.search(query="number 9")) == []
+
+
+async def test_linear_appends_during_reconciliation_do_not_restart_it(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        wid = await _unindexed_window(engine, 10)
+        store = await engine.store("main")
+        claim = await store.claim(wid, "me", 60.0)
+        await store.reconcile_batch(wid, "me", 0, (1 << 30) - 1, 60.0)
+        await engine.append(KEY, [msg("m11", "user", "late linear message", "m10")])
+        assert await store.publish(wid, "me", claim.rebuild_gen) == "published"
+        assert ids(await engine.search(query="late linear")) == ["m11"]
+        assert await _index_rows(engine, wid) == await _branch_ids(engine, wid)
+
+
+async def test_sweep_removes_index_rows_whose_transcript_is_gone(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        await engine.append("agent:main:a", chain("a", [("user", "real row")]))
+        store = await engine.store("main")
+        async with store._wlock, store._tx() as w:
+            await w.execute("INSERT INTO msg_fts (rowid, text) VALUES (?, 'ghost row')", (row_id(999, 1, "user"),))
+        assert ids(await engine.search(query="row")) == ["a1"]  # no window: never a hit
+        assert (await engine.reconcile_pending())["swept"] == 1
+        async with store.reader() as reader:
+            assert await reader.conn.execute_fetchall("SELECT count(*) FROM msg_fts") == [(1,)]
+
+
+async def test_stopping_between_batches_releases_the_claim(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        wid = await _unindexed_window(engine, 50)
+        store = await engine.store("main")
+        result = await reconcile_window(store, wid, batch_rows=10, should_stop=lambda: True)
+        assert result.outcome == "stopped"
+        assert (await engine.reconcile("main", wid)).outcome == "published"
+
+
+def test_event_parsing_is_pure():
+    event = parse_event({"type": "message", "id": "a", "message": {"role": "user", "content": " hi "}}, "e", now_ms=5)
+    assert (event.text, event.ts, event.has_parent) == ("hi", 5, False)

@@ -1,0 +1,159 @@
+"""Visibility (SPEC §6): who may search and read which sessions, decided before limits."""
+
+from __future__ import annotations
+
+import pytest
+
+from sessionsearch import Forbidden
+from sessionsearch.search.visibility import agent_allowed
+
+from .helpers import chain, engine_at
+
+MAIN = "agent:main:main"
+DM = "agent:main:whatsapp:dm:+15550001"
+CHILD = "agent:main:subagent:c1"
+GRANDCHILD = "agent:main:subagent:c2"
+OTHER_AGENT = "agent:ops-2:main"
+SPAWNED_ELSEWHERE = "agent:ops-2:subagent:x"
+SECRET = "agent:main:incognito"
+
+
+async def _world(engine):
+    for n, key in enumerate([MAIN, DM, CHILD, GRANDCHILD, OTHER_AGENT, SPAWNED_ELSEWHERE, SECRET]):
+        await engine.append(key, chain(f"k{n}-", [("user", f"shared word from {key}")]))
+    await engine.upsert_session(CHILD, spawnedBy=DM, kind="subagent")
+    await engine.upsert_session(GRANDCHILD, parentSessionKey=CHILD, kind="subagent")
+    await engine.upsert_session(SPAWNED_ELSEWHERE, spawnedBy=DM, kind="subagent")
+    await engine.upsert_session(SECRET, incognito=True)
+
+
+async def keys_seen(engine, requester=None, **body):
+    if requester is not None:
+        body["requester"] = requester if isinstance(requester, dict) else {"sessionKey": requester}
+    result = await engine.search(query="shared word", limit=25, **body)
+    return sorted({h["sessionKey"] for h in result["results"]})
+
+
+async def test_operators_see_every_session_but_incognito(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        await _world(engine)
+        assert await keys_seen(engine) == sorted([MAIN, DM, CHILD, GRANDCHILD, OTHER_AGENT, SPAWNED_ELSEWHERE])
+
+
+async def test_all_reaches_other_agents_by_default(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        await _world(engine)
+        assert OTHER_AGENT in await keys_seen(engine, MAIN)
+
+
+async def test_self_sees_only_its_own_session(tmp_path):
+    async with engine_at(tmp_path, visibility="self") as engine:
+        await _world(engine)
+        assert await keys_seen(engine, DM) == [DM]
+
+
+async def test_tree_sees_what_it_spawned_transitively_even_cross_agent(tmp_path):
+    async with engine_at(tmp_path, visibility="tree") as engine:
+        await _world(engine)
+        assert await keys_seen(engine, DM) == sorted([DM, CHILD, GRANDCHILD, SPAWNED_ELSEWHERE])
+        assert await keys_seen(engine, CHILD) == sorted([CHILD, GRANDCHILD])
+
+
+async def test_tree_main_session_sees_all_of_its_agent(tmp_path):
+    async with engine_at(tmp_path, visibility="tree") as engine:
+        await _world(engine)
+        assert await keys_seen(engine, MAIN) == sorted([MAIN, DM, CHILD, GRANDCHILD])
+
+
+async def test_agent_sees_every_session_of_its_agent_only(tmp_path):
+    async with engine_at(tmp_path, visibility="agent") as engine:
+        await _world(engine)
+        assert await keys_seen(engine, CHILD) == sorted([MAIN, DM, CHILD, GRANDCHILD])
+
+
+async def test_agent_to_agent_disabled_blocks_other_agents_but_not_spawned(tmp_path):
+    async with engine_at(tmp_path, agent_to_agent_enabled=False) as engine:
+        await _world(engine)
+        seen = await keys_seen(engine, DM)
+        assert OTHER_AGENT not in seen and SPAWNED_ELSEWHERE in seen
+        with pytest.raises(Forbidden):
+            await engine.search(query="shared", agentId="ops-2", requester={"sessionKey": MAIN})
+
+
+async def test_allow_list_needs_both_agents(tmp_path):
+    async with engine_at(tmp_path, agent_to_agent_allow=("main",)) as engine:
+        await _world(engine)
+        assert OTHER_AGENT not in await keys_seen(engine, MAIN)
+    async with engine_at(tmp_path, agent_to_agent_allow=("MAIN", "OPS-*")) as engine:
+        assert OTHER_AGENT not in await keys_seen(engine, MAIN)  # exact ids are case-sensitive
+    async with engine_at(tmp_path, agent_to_agent_allow=("main", "OPS-*")) as engine:
+        assert OTHER_AGENT in await keys_seen(engine, MAIN)  # wildcards are not
+
+
+def test_allow_entries_match_wildcards_case_insensitively_and_ids_exactly():
+    assert agent_allowed("ops-2", ())
+    assert agent_allowed("ops-2", ("OPS-*",)) and agent_allowed("ops-2", ("*",))
+    assert not agent_allowed("ops-2", ("OPS-2",)) and agent_allowed("ops-2", ("ops-2",))
+    assert not agent_allowed("ops.2", ("ops?2",)) and not agent_allowed("opsx2", ("ops.2",))
+
+
+async def test_sandboxed_requesters_see_only_what_they_spawned(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        await _world(engine)
+        assert await keys_seen(engine, {"sessionKey": DM, "sandboxed": True}) == sorted(
+            [DM, CHILD, GRANDCHILD, SPAWNED_ELSEWHERE])
+    async with engine_at(tmp_path, sandbox_session_tools_visibility="all") as engine:
+        assert OTHER_AGENT in await keys_seen(engine, {"sessionKey": DM, "sandboxed": True})
+
+
+async def test_incognito_sessions_are_never_searched_and_targeting_one_is_forbidden(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        await _world(engine)
+        with pytest.raises(Forbidden):
+            await engine.search(query="shared", sessionKeys=[SECRET])
+        with pytest.raises(Forbidden):
+            await engine.history(sessionKey=SECRET)
+        listed = [s["sessionKey"] for s in (await engine.list_sessions())["sessions"]]
+        assert SECRET not in listed
+
+
+async def test_a_denied_explicit_target_is_forbidden_not_a_partial_answer(tmp_path):
+    async with engine_at(tmp_path, visibility="self") as engine:
+        await _world(engine)
+        with pytest.raises(Forbidden):
+            await engine.search(query="shared", sessionKeys=[DM, MAIN], requester={"sessionKey": DM})
+        with pytest.raises(Forbidden):
+            await engine.history(sessionKey=MAIN, requester={"sessionKey": DM})
+        assert (await engine.history(sessionKey=DM, requester={"sessionKey": DM}))["messages"]
+
+
+async def test_visibility_is_applied_before_the_limit(tmp_path):
+    async with engine_at(tmp_path, visibility="self") as engine:
+        for n in range(30):  # 30 newer invisible hits would fill any limit applied first
+            await engine.append(f"agent:main:noise{n}", chain(f"n{n}-", [("user", "needle")], ts=2_000_000_000_000))
+        await engine.append(DM, chain("mine", [("user", "needle")]))
+        result = await engine.search(query="needle", limit=1, order="recent", requester={"sessionKey": DM})
+        assert [h["messageId"] for h in result["results"]] == ["mine1"] and "truncated" not in result
+
+
+async def test_title_search_treats_punctuation_as_separators(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        await engine.upsert_session(MAIN, label="Per-session communication controls in UI")
+        await engine.upsert_session(DM, displayName="Loan questions")
+        for query in ["per session communi", "PER—SESSION   COMMUNICATION", MAIN]:
+            found = [s["sessionKey"] for s in (await engine.list_sessions(search=query))["sessions"]]
+            assert found == [MAIN], query
+        assert (await engine.list_sessions(search="---"))["sessions"] == []
+        assert (await engine.list_sessions(search="session per"))["sessions"] == []
+
+
+async def test_palette_leaves_out_ungrouped_spawned_incognito_and_archived(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        await _world(engine)
+        await engine.upsert_session(GRANDCHILD, group="Research")
+        await engine.archive(OTHER_AGENT)
+        found = await engine.search(query="shared word", limit=25, palette=True, match="prefix")
+        keys = sorted({h["sessionKey"] for h in found["results"]})
+        assert keys == sorted([MAIN, DM, GRANDCHILD])
+        listed = sorted(s["sessionKey"] for s in (await engine.list_sessions(palette=True))["sessions"])
+        assert listed == sorted([MAIN, DM, GRANDCHILD])
