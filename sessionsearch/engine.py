@@ -50,6 +50,9 @@ class AgentView:
     windows: dict[int, WindowMeta]
     windows_by_key: dict[str, list[WindowMeta]]
     hot_wids: list[int]
+    incognito_hot: list[int]  # hot windows of incognito sessions: excluded from every search
+    visible_hot: set[int]  # hot windows of the other sessions
+    visible_cold: int  # cold windows of the other sessions (archivedTranscriptsExcluded)
 
 
 @dataclass
@@ -152,9 +155,13 @@ class Engine:
                     by_key.setdefault(win.session_key, []).append(win)
                 for meta in metas:
                     sessions[meta.session_key] = meta
+                secret = {m.session_key for m in metas if m.incognito}
                 view.agents[agent_id] = AgentView(
                     version, [m.session_key for m in metas], {w.wid: w for w in windows}, by_key,
-                    sorted(w.wid for w in windows if not w.cold))
+                    sorted(w.wid for w in windows if not w.cold),
+                    sorted(w.wid for w in windows if not w.cold and w.session_key in secret),
+                    {w.wid for w in windows if not w.cold and w.session_key not in secret},
+                    sum(1 for w in windows if w.cold and w.session_key not in secret))
             view.catalog = Catalog(sessions)
             self._view = view
             return view

@@ -91,6 +91,11 @@ def plan_scopes(req: SearchRequest, viewer: Viewer, view: "CatalogView", agents:
         if agent_id not in agents:
             continue
         agent_view = view.agents[agent_id]
+        if keys is None and req.session_id is None and not req.palette and viewer.sees_all_of(agent_id):
+            # the common case: every window of the agent but incognito ones, no per-session walk
+            scopes[agent_id] = Scope(agent_id, None, agent_view.incognito_hot, agent_view.visible_hot,
+                                     agent_view.visible_cold)
+            continue
         candidates = keys if keys is not None else agent_view.keys
         included: list[int] = []
         archived = 0
@@ -122,9 +127,9 @@ async def run_query(engine: "Engine", query: ParsedQuery, req: SearchRequest, sc
     if query.match is None:
         return out
     k = req.limit + 1
-    per_agent = await asyncio.gather(*(
-        _agent_top(engine, scope, query.match, req, k, versions, deadline) for scope in scopes.values()
-        if scope.wids))
+    tasks = [_agent_top(engine, scope, query.match, req, k, versions, deadline)
+             for scope in scopes.values() if scope.wids]
+    per_agent = [await tasks[0]] if len(tasks) == 1 else await asyncio.gather(*tasks)
     for agent_id, hits, more, dirty in per_agent:
         out.hits += hits
         out.more |= more

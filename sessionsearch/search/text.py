@@ -10,13 +10,18 @@ WS_RE = re.compile(r"\s+")
 
 
 def utf16_len(text: str) -> int:
-    return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
 
 def cut_utf16(text: str, units: int) -> str:
     """The longest prefix of `text` within `units` UTF-16 code units (never half a surrogate pair)."""
-    if len(text) <= units // 2 or utf16_len(text) <= units:
+    if len(text) <= units // 2:
         return text
+    total = utf16_len(text)
+    if total <= units:
+        return text
+    if total == len(text):  # no astral characters: one unit each
+        return text[:units]
     used = 0
     for i, ch in enumerate(text):
         used += 2 if ord(ch) > 0xFFFF else 1
@@ -103,6 +108,15 @@ def _find_term(folded: str, term: str, prefix: bool) -> int:
 
 def match_position(text: str, terms: list[str], prefix_last: bool = False) -> int:
     """Index in `text` of the earliest occurrence of any folded term (0 when none is found)."""
+    lowered = text.lower()
+    if len(lowered) == len(text):  # fast path: plain lower-casing finds the term where it stands
+        best = -1
+        for n, term in enumerate(terms):
+            pos = _find_term(lowered, term, prefix_last and n == len(terms) - 1)
+            if pos >= 0 and (best < 0 or pos < best):
+                best = pos
+        if best >= 0:
+            return best
     folded_chars: list[str] = []
     index: list[int] = []
     for i, ch in enumerate(text):

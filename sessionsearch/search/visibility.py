@@ -84,6 +84,18 @@ class Viewer:
     def _cross_agent(self, agent_id: str) -> bool:
         return self.a2a and agent_allowed(self.own_agent, self.allow) and agent_allowed(agent_id, self.allow)
 
+    def sees_all_of(self, agent_id: str) -> bool:
+        """Whether every non-incognito session of the agent is visible (no per-session check needed)."""
+        if self.requester is None:
+            return True
+        if self.spawned_only or self.visibility == "self":
+            return False
+        if self.visibility == "tree":
+            return self.own_key == main_key(self.own_agent) and agent_id == self.own_agent
+        if agent_id == self.own_agent:
+            return True
+        return self.visibility == "all" and self._cross_agent(agent_id)
+
     def can_see(self, key: str) -> bool:
         if self.catalog.incognito(key):
             return False

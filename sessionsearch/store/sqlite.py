@@ -35,6 +35,7 @@ SESSION_COLUMNS = {  # wire name -> column
 }
 EVENT_COLUMNS = "id, wid, event_id, parent_seq, node_seq, type, role, ts, on_branch, text, body"
 INDEXABLE = "on_branch = 1 AND text IS NOT NULL"
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # one encoder, not one per row
 
 
 def now_ms() -> int:
@@ -154,10 +155,13 @@ class SqliteAgentStore:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise SearchTimeout()
-        try:
-            reader = await asyncio.wait_for(self._readers.get(), None if math.isinf(remaining) else remaining)
-        except asyncio.TimeoutError:
-            raise SearchTimeout() from None
+        if not self._readers.empty():
+            reader = self._readers.get_nowait()
+        else:
+            try:
+                reader = await asyncio.wait_for(self._readers.get(), None if math.isinf(remaining) else remaining)
+            except asyncio.TimeoutError:
+                raise SearchTimeout() from None
         reader.deadline = deadline
         try:
             yield reader
@@ -352,7 +356,7 @@ class SqliteAgentStore:
                 f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [(row_id(wid, r.seq, r.event.role), wid, r.event.event_id, r.parent_seq, r.node_seq,
                   r.event.type, r.event.role, r.event.ts, int(r.on_branch), r.event.text,
-                  json.dumps(r.event.body, ensure_ascii=False, separators=(",", ":"))) for r in plan.rows])
+                  _COMPACT.encode(r.event.body)) for r in plan.rows])
         if to_index:
             await w.executemany("INSERT INTO msg_fts (rowid, text) VALUES (?, ?)",
                                 [(row_id(wid, r.seq, r.event.role), r.event.text) for r in to_index])

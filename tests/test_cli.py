@@ -1,0 +1,60 @@
+"""The `sessionsearch search` and `history` commands, run as a user runs them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+
+from .helpers import chain, engine_at
+
+KEY = "agent:main:main"
+
+
+def _cli(*args: str, data_dir) -> subprocess.CompletedProcess:
+    env = {**os.environ, "SESSIONSEARCH_DATA_DIR": str(data_dir)}
+    return subprocess.run([sys.executable, "-m", "sessionsearch.cli", *args], capture_output=True, text=True,
+                          env=env, timeout=60)
+
+
+def _seed(path) -> None:
+    async def seed():
+        async with engine_at(path) as engine:
+            await engine.append(KEY, chain("m", [("user", "what about the loan?"),
+                                                 ("assistant", "The loan is approved.")]), sessionId="s1")
+    asyncio.run(seed())
+
+
+def test_search_prints_readable_hits_and_json(tmp_path):
+    _seed(tmp_path)
+    human = _cli("search", "loan", data_dir=tmp_path)
+    assert human.returncode == 0, human.stderr
+    assert "agent:main:main" in human.stdout and "The loan is approved." in human.stdout
+    machine = _cli("search", "loan", "--json", "--role", "assistant", data_dir=tmp_path)
+    assert [h["messageId"] for h in json.loads(machine.stdout)["results"]] == ["m2"]
+
+
+def test_history_prints_messages_and_json(tmp_path):
+    _seed(tmp_path)
+    human = _cli("history", KEY, data_dir=tmp_path)
+    assert human.returncode == 0 and "what about the loan?" in human.stdout
+    machine = json.loads(_cli("history", KEY, "--json", "--message-id", "m2", "--session-id", "s1",
+                              "--limit", "1", data_dir=tmp_path).stdout)
+    assert [m["messageId"] for m in machine["messages"]] == ["m2"]
+
+
+def test_errors_are_one_clear_line_and_exit_2(tmp_path):
+    _seed(tmp_path)
+    result = _cli("history", KEY, "--session-id", "s1", data_dir=tmp_path)
+    assert result.returncode == 2 and result.stderr.strip() == "sessionsearch: sessionId requires messageId"
+    machine = _cli("search", "x", "--limit", "99", "--json", data_dir=tmp_path)
+    assert json.loads(machine.stdout)["error"]["code"] == "INVALID_REQUEST"
+
+
+def test_status_shows_backlog_and_completeness(tmp_path):
+    _seed(tmp_path)
+    status = json.loads(_cli("status", "--json", data_dir=tmp_path).stdout)
+    assert status["agents"] == [{"agentId": "main", "windows": 1, "indexedWindows": 1, "backlog": 0,
+                                 "messages": 2, "indexedMessages": 2, "completeness": 1.0}]
