@@ -241,12 +241,11 @@ class Engine:
     async def restore(self, sessionKey: str) -> dict[str, Any]:  # noqa: N803
         key = check_session_key(sessionKey)
         store = await self._existing_store(key)
-        restored = await store.restore(key)
+        wids = await store.restore(key)
         self._meta_changed()
-        if restored:
-            wids = {w.wid for w in (await self.catalog_view()).agents[store.agent_id].windows_by_key.get(key, ())}
-            await self.enqueue_reconcile({store.agent_id: wids})
-        return {"sessionKey": key, "restoredWindows": restored}
+        if wids:
+            await self.enqueue_reconcile({store.agent_id: set(wids)})
+        return {"sessionKey": key, "restoredWindows": len(wids)}
 
     async def _existing_store(self, key: str) -> SqliteAgentStore:
         try:

@@ -114,8 +114,7 @@ async def test_sweep_removes_index_rows_whose_transcript_is_gone(tmp_path):
     async with engine_at(tmp_path) as engine:
         await engine.append("agent:main:a", chain("a", [("user", "real row")]))
         store = await engine.store("main")
-        async with store._wlock, store._tx() as w:
-            await w.execute("INSERT INTO msg_fts (rowid, text) VALUES (?, 'ghost row')", (row_id(999, 1, "user"),))
+        await store.execute_write("INSERT INTO msg_fts (rowid, text) VALUES (?, 'ghost row')", (row_id(999, 1, "user"),))
         assert ids(await engine.search(query="row")) == ["a1"]  # no window: never a hit
         assert (await engine.reconcile_pending())["swept"] == 1
         async with store.reader() as reader:

@@ -148,19 +148,12 @@ async def _agent_top(engine: "Engine", scope: Scope, match: str, req: SearchRequ
                      versions: dict[str, int], deadline: float) -> tuple[str, list[Hit], bool, set[int]]:
     store = await engine.store(scope.agent_id)
     async with store.reader(deadline) as reader:
-        version, dirty, rows = await store.search_top(
+        version, dirty, matched, rows = await store.search_top(
             reader, match, k=k, order=req.order, include=scope.include, exclude=scope.exclude, role=req.role)
-        if version != versions.get(scope.agent_id):
-            raise MetaChanged(scope.agent_id)
-        if req.order == "relevance" and len(rows) == k and rows[k - 2][1] == rows[k - 1][1]:
-            # a tie straddles the cut: fetch every hit of that score so the tie rule decides
-            _, _, ties = await store.search_top(
-                reader, match, k=10_000, order=req.order, include=scope.include, exclude=scope.exclude,
-                role=req.role, rank_equals=rows[k - 1][1])
-            seen = {r[0] for r in rows}
-            rows += [r for r in ties if r[0] not in seen]
+    if version != versions.get(scope.agent_id):
+        raise MetaChanged(scope.agent_id)
     hits = [Hit(scope.agent_id, r[0], r[1], r[2], r[3], r[4]) for r in rows]
-    return scope.agent_id, hits, len(rows) >= k, scope.wids.intersection(dirty)
+    return scope.agent_id, hits, matched >= k, scope.wids.intersection(dirty)
 
 
 async def _cjk_retry(engine: "Engine", query: ParsedQuery, req: SearchRequest, scopes: dict[str, Scope],

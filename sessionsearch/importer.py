@@ -1,0 +1,250 @@
+"""Import of the gateway's legacy state dir: sessions.json plus one JSONL transcript per window.
+
+Rows are bulk-written without indexing, so every imported window is marked for reconciliation.
+Bad lines are reported with file and line number and skipped; everything valid is kept. Each
+window records how many lines of its file were consumed, so a second run adds nothing and a file
+that grew since adds only its tail.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import structlog
+
+from .errors import InvalidRequest
+from .indexer.events import parse_event
+from .keys import AGENT_ID_RE, check_session_key
+
+log = structlog.get_logger("sessionsearch.import")
+
+BATCH_EVENTS = 5000
+ENTRY_FIELDS = ("label", "displayName", "spawnedBy", "parentSessionKey", "kind", "group", "incognito")
+
+
+@dataclass
+class Problem:
+    file: str
+    line: int | None
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.message}" if self.line else f"{self.file}: {self.message}"
+
+
+@dataclass
+class FileReport:
+    file: str
+    session_key: str
+    session_id: str
+    lines: int = 0
+    imported: int = 0
+    skipped_lines: int = 0  # lines already imported by an earlier run
+    duplicates: int = 0
+    bad: int = 0
+
+
+@dataclass
+class ImportReport:
+    files: list[FileReport] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    sessions: int = 0
+    seconds: float = 0.0
+
+    @property
+    def events(self) -> int:
+        return sum(f.imported for f in self.files)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "sessions": self.sessions, "events": self.events, "seconds": round(self.seconds, 3),
+            "eventsPerSecond": round(self.events / self.seconds) if self.seconds else None,
+            "files": [vars(f) for f in self.files],
+            "problems": [{"file": p.file, "line": p.line, "message": p.message} for p in self.problems],
+        }
+
+
+@dataclass
+class _Job:
+    agent_id: str
+    session_key: str
+    session_id: str
+    path: Path
+    entry: dict[str, Any]
+
+
+def plan_import(path: Path, agent_id: str | None = None) -> tuple[list[_Job], list[Problem]]:
+    """What to import from a state dir, an agent dir, a sessions dir, or one .jsonl file."""
+    path = Path(path)
+    problems: list[Problem] = []
+    if not path.exists():
+        raise InvalidRequest(f"{path}: no such file or directory", field="path")
+    if path.is_file():
+        if path.suffix != ".jsonl":
+            raise InvalidRequest(f"{path}: expected a .jsonl transcript or a state directory", field="path")
+        sessions_dir = path.parent
+        agent = agent_id or _agent_of_sessions_dir(sessions_dir)
+        jobs, problems = _agent_jobs(agent, sessions_dir, only=path)
+        return jobs, problems
+    if (path / "agents").is_dir():
+        agent_dirs = sorted(p for p in (path / "agents").iterdir() if p.is_dir())
+    elif (path / "sessions").is_dir():
+        agent_dirs = [path]
+    elif (path / "sessions.json").exists() or any(path.glob("*.jsonl")):
+        return _agent_jobs(agent_id or _agent_of_sessions_dir(path), path)
+    else:
+        raise InvalidRequest(f"{path}: not a state dir (no agents/), agent dir or sessions dir", field="path")
+    jobs: list[_Job] = []
+    for agent_dir in agent_dirs:
+        agent = agent_dir.name
+        if agent_id is not None and agent != agent_id:
+            continue
+        if not AGENT_ID_RE.match(agent):
+            problems.append(Problem(str(agent_dir), None, "not a valid agent id; skipped"))
+            continue
+        more_jobs, more_problems = _agent_jobs(agent, agent_dir / "sessions")
+        jobs += more_jobs
+        problems += more_problems
+    return jobs, problems
+
+
+def _agent_of_sessions_dir(sessions_dir: Path) -> str:
+    agent = sessions_dir.parent.name if sessions_dir.name == "sessions" else "main"
+    return agent if AGENT_ID_RE.match(agent) else "main"
+
+
+def _agent_jobs(agent: str, sessions_dir: Path, only: Path | None = None) -> tuple[list[_Job], list[Problem]]:
+    problems: list[Problem] = []
+    index_path = sessions_dir / "sessions.json"
+    entries: dict[str, Any] = {}
+    if index_path.exists():
+        try:
+            raw = json.loads(index_path.read_text(encoding="utf-8"))
+            if not isinstance(raw, dict):
+                raise ValueError("must map session keys to entries")
+            entries = raw
+        except (ValueError, UnicodeDecodeError) as exc:
+            problems.append(Problem(str(index_path), None, f"unreadable: {exc}"))
+    elif only is None:
+        problems.append(Problem(str(index_path), None, "missing; transcripts imported under generated keys"))
+    jobs: list[_Job] = []
+    referenced: set[str] = set()
+    for key, entry in entries.items():
+        where = f"{index_path}: {key!r}"
+        if not isinstance(entry, dict) or not isinstance(entry.get("sessionId"), str) or not entry["sessionId"]:
+            problems.append(Problem(str(index_path), None, f"entry {key!r} has no sessionId; skipped"))
+            continue
+        full_key = key if key.startswith("agent:") else f"agent:{agent}:{key}"
+        try:
+            check_session_key(full_key)
+        except InvalidRequest as exc:
+            problems.append(Problem(where, None, exc.message))
+            continue
+        session_id = entry["sessionId"]
+        referenced.add(session_id)
+        transcript = sessions_dir / f"{session_id}.jsonl"
+        if only is not None and transcript.resolve() != only.resolve():
+            continue
+        if not transcript.exists():
+            problems.append(Problem(str(transcript), None, f"missing transcript of {full_key}"))
+            transcript = None  # type: ignore[assignment]
+        jobs.append(_Job(agent, full_key, session_id, transcript, entry))  # type: ignore[arg-type]
+    files = [only] if only is not None else sorted(sessions_dir.glob("*.jsonl"))
+    for file in files:
+        if file.stem not in referenced:
+            jobs.append(_Job(agent, f"agent:{agent}:imported:{file.stem}", file.stem, file, {}))
+    return jobs, problems
+
+
+def _meta(entry: dict[str, Any], where: str, problems: list[Problem]) -> dict[str, Any]:
+    meta = {}
+    for name in ENTRY_FIELDS:
+        value = entry.get(name)
+        if value is None:
+            continue
+        if name == "incognito" and not isinstance(value, bool):
+            problems.append(Problem(where, None, f"incognito must be a boolean; ignored"))
+            continue
+        if name == "kind" and value not in ("direct", "group", "subagent", "cron", "system"):
+            problems.append(Problem(where, None, f"unknown kind {value!r}; ignored"))
+            continue
+        if name in ("spawnedBy", "parentSessionKey"):
+            try:
+                check_session_key(value, field=name)
+            except InvalidRequest:
+                problems.append(Problem(where, None, f"{name} is not a session key; ignored"))
+                continue
+        meta[name] = value
+    updated = entry.get("updatedAt")
+    if isinstance(updated, (int, float)) and not isinstance(updated, bool):
+        meta["updatedAt"] = int(updated)
+    return meta
+
+
+async def run_import(engine, path: Path, *, agent_id: str | None = None,
+                     progress: Callable[[int, int], None] | None = None) -> ImportReport:
+    """Import `path` into `engine`; returns what was imported and every problem met."""
+    started = time.monotonic()
+    jobs, problems = plan_import(Path(path), agent_id)
+    report = ImportReport(problems=problems)
+    total_bytes = sum(j.path.stat().st_size for j in jobs if j.path is not None) or 1
+    done_bytes = 0
+    for job in jobs:
+        store = await engine.store(job.agent_id, create=True)
+        meta = _meta(job.entry, str(job.path or job.session_key), report.problems)
+        await store.upsert_session(job.session_key, {**meta, "sessionId": job.session_id})
+        report.sessions += 1
+        if job.path is None:
+            continue
+        file_report = FileReport(str(job.path), job.session_key, job.session_id)
+        report.files.append(file_report)
+        consumed = await store.source_lines(job.session_id)
+        batch: list = []
+        now_ms = int(time.time() * 1000)
+        line_no = 0
+        with job.path.open("rb") as fh:
+            for line_no, raw in enumerate(fh, 1):
+                done_bytes += len(raw)
+                if line_no <= consumed:
+                    file_report.skipped_lines += 1
+                    continue
+                if not raw.strip():
+                    continue
+                try:
+                    event = parse_event(json.loads(raw), "event", now_ms=now_ms)
+                except (ValueError, UnicodeDecodeError) as exc:
+                    file_report.bad += 1
+                    report.problems.append(Problem(str(job.path), line_no, f"not JSON: {exc}"))
+                    continue
+                except InvalidRequest as exc:
+                    file_report.bad += 1
+                    report.problems.append(Problem(str(job.path), line_no, exc.message.removeprefix("event")
+                                                   .lstrip(".: ") or exc.message))
+                    continue
+                batch.append(event)
+                if len(batch) >= BATCH_EVENTS:
+                    await _flush(store, job, batch, line_no, file_report)
+                    batch = []
+                    if progress:
+                        progress(done_bytes, total_bytes)
+        file_report.lines = line_no
+        if batch or line_no > consumed:
+            await _flush(store, job, batch, line_no, file_report)
+        if progress:
+            progress(done_bytes, total_bytes)
+    engine._meta_changed()
+    report.seconds = time.monotonic() - started
+    log.info("import.done", sessions=report.sessions, events=report.events, problems=len(report.problems),
+             seconds=round(report.seconds, 3))
+    return report
+
+
+async def _flush(store, job: _Job, batch: list, line_no: int, file_report: FileReport) -> None:
+    result = await store.append(job.session_key, batch, session_id=job.session_id, index=False,
+                                source_lines=line_no)
+    file_report.imported += result.appended
+    file_report.duplicates += result.duplicates

@@ -1,0 +1,434 @@
+"""Write transactions of one agent database, each run whole on the writer's own thread.
+
+A transaction is a plain function over a sqlite3 connection: `BEGIN IMMEDIATE`, its statements,
+`COMMIT`. Running it as one job on one thread costs one thread hop per transaction instead of one
+per statement, and nothing else can interleave with it. Only this module writes to the database.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import sqlite3
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from ..errors import InvalidRequest, NotFound, Unavailable
+from ..indexer.events import Event
+from ..indexer.live import ids_to_resolve, plan_append
+from .base import AppendResult, ClaimInfo
+from .rowids import MAX_SEQ, row_id, seq_range, window_range
+from .schema import MIGRATIONS
+
+SESSION_COLUMNS = {  # wire name -> column
+    "label": "label", "displayName": "display_name", "spawnedBy": "spawned_by",
+    "parentSessionKey": "parent_session_key", "kind": "kind", "group": "grp",
+    "incognito": "incognito", "archivedAt": "archived_at", "updatedAt": "updated_at",
+}
+EVENT_COLUMNS = "id, wid, event_id, parent_seq, node_seq, type, role, ts, on_branch, text, body"
+INSERT_EVENT = f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+INDEXABLE = "on_branch = 1 AND text IS NOT NULL"
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # one encoder, not one per row
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(slots=True)
+class _WinState:
+    session_key: str
+    session_id: str
+    last_seq: int
+    leaf_seq: int | None
+    leaf_event_id: str | None
+    has_header: bool
+
+
+class _StaleState(Exception):
+    """The cached window state no longer matched the database; reload and retry."""
+
+
+class SqliteWriter:
+    """The one writer of an agent database. Every public method is one transaction."""
+
+    def __init__(self, path: Path, cold_dir: Path, *, busy_timeout_ms: int) -> None:
+        self.cold_dir = cold_dir
+        self.c = sqlite3.connect(path, isolation_level=None)
+        self.c.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
+        self.c.execute("PRAGMA journal_mode = WAL")
+        self.c.execute("PRAGMA synchronous = NORMAL")
+        self._win: dict[int, _WinState] = {}
+        self._current: dict[str, int] = {}
+        self.migrate()
+
+    def close(self) -> None:
+        self.c.close()
+
+    @contextmanager
+    def tx(self) -> Iterator[sqlite3.Connection]:
+        self.c.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.c
+        except BaseException:
+            self.c.execute("ROLLBACK")
+            raise
+        else:
+            self.c.execute("COMMIT")
+
+    def migrate(self) -> None:
+        self.c.execute("CREATE TABLE IF NOT EXISTS schema_migrations ("
+                       "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)")
+        for version, name, script in MIGRATIONS:
+            with self.tx() as c:
+                if c.execute("SELECT 1 FROM schema_migrations WHERE version = ?", (version,)).fetchone():
+                    continue
+                for statement in _statements(script):
+                    c.execute(statement)
+                c.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)", (version, name, now_ms()))
+
+    def applied_migrations(self) -> list[tuple[int, str]]:
+        return [tuple(r) for r in self.c.execute("SELECT version, name FROM schema_migrations ORDER BY version")]
+
+    # -- sessions and windows ----------------------------------------------------------------
+
+    def upsert_session(self, key: str, fields: dict[str, Any]) -> bool:
+        """Create or update a session's metadata; returns True when the session is new."""
+        cols = {SESSION_COLUMNS[k]: (int(bool(v)) if k == "incognito" else v)
+                for k, v in fields.items() if k in SESSION_COLUMNS}
+        extra = {k: v for k, v in fields.items() if k not in SESSION_COLUMNS and k != "sessionId"}
+        if extra:
+            cols["extra"] = json.dumps(extra, ensure_ascii=False)
+        cols.setdefault("updated_at", now_ms())
+        with self.tx() as c:
+            created = self._ensure_session(key)
+            sets = ", ".join(f"{col} = ?" for col in cols)
+            c.execute(f"UPDATE sessions SET {sets} WHERE session_key = ?", (*cols.values(), key))
+            session_id = fields.get("sessionId")
+            if isinstance(session_id, str) and session_id:
+                self._window_for_write(key, session_id)
+            self._bump_meta()
+        return created
+
+    def _ensure_session(self, key: str) -> bool:
+        cur = self.c.execute("INSERT INTO sessions (session_key, updated_at) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                             (key, now_ms()))
+        return cur.rowcount > 0
+
+    def _bump_meta(self) -> None:
+        self.c.execute("UPDATE meta SET value = value + 1 WHERE key = 'meta_version'")
+
+    def _window_for_write(self, key: str, session_id: str | None) -> int:
+        """The window a write to `key` goes to, creating session and window as needed (in a tx)."""
+        wid = self._current.get(key)
+        if wid is not None and wid in self._win and (session_id is None or self._win[wid].session_id == session_id):
+            return wid
+        row = self.c.execute("SELECT current_wid FROM sessions WHERE session_key = ?", (key,)).fetchone()
+        if row is None:
+            self._ensure_session(key)
+        current = row[0] if row else None
+        if session_id is not None:
+            found = self.c.execute("SELECT wid, session_key FROM windows WHERE session_id = ?",
+                                   (session_id,)).fetchone()
+            if found:
+                if found[1] != key:
+                    raise InvalidRequest(f"sessionId {session_id!r} belongs to another session key",
+                                         field="sessionId")
+                wid = found[0]
+                if current is None:
+                    self.c.execute("UPDATE sessions SET current_wid = ? WHERE session_key = ?", (wid, key))
+                    current = wid
+                if wid == current:
+                    self._current[key] = wid
+                self._load_state(wid)
+                return wid
+        elif current is not None:
+            self._current[key] = current
+            self._load_state(current)
+            return current
+        return self._create_window(key, session_id or str(uuid.uuid4()))  # new key, or the gateway rotated
+
+    def _create_window(self, key: str, session_id: str) -> int:
+        now = now_ms()
+        wid = self.c.execute(
+            "INSERT INTO windows (session_key, session_id, created_at, updated_at) VALUES (?, ?, ?, ?)",
+            (key, session_id, now, now)).lastrowid
+        self.c.execute("UPDATE sessions SET current_wid = ?, updated_at = ? WHERE session_key = ?", (wid, now, key))
+        self._bump_meta()
+        self._current[key] = wid
+        self._win[wid] = _WinState(key, session_id, 0, None, None, False)
+        return wid
+
+    def _load_state(self, wid: int) -> _WinState:
+        r = self.c.execute("SELECT session_key, session_id, last_seq, leaf_seq, leaf_event_id, has_header "
+                           "FROM windows WHERE wid = ?", (wid,)).fetchone()
+        state = self._win[wid] = _WinState(r[0], r[1], r[2], r[3], r[4], bool(r[5]))
+        return state
+
+    def _forget(self) -> None:
+        self._win.clear()
+        self._current.clear()
+
+    def rotate(self, key: str, session_id: str | None) -> tuple[str, str | None]:
+        """Start a new window for `key`; the old one is kept. Returns (new id, previous id)."""
+        with self.tx() as c:
+            row = c.execute("SELECT w.session_id FROM sessions s LEFT JOIN windows w ON w.wid = s.current_wid "
+                            "WHERE s.session_key = ?", (key,)).fetchone()
+            if row is None:
+                raise NotFound(f"session {key!r} not found")
+            new_id = session_id or str(uuid.uuid4())
+            if c.execute("SELECT 1 FROM windows WHERE session_id = ?", (new_id,)).fetchone():
+                raise InvalidRequest(f"sessionId {new_id!r} already exists", field="sessionId")
+            self._create_window(key, new_id)
+        return new_id, row[0]
+
+    def delete_session(self, key: str) -> tuple[bool, list[int]]:
+        """Remove a session, its windows, transcripts and index rows in one transaction."""
+        try:
+            with self.tx() as c:
+                wids = [r[0] for r in c.execute("SELECT wid FROM windows WHERE session_key = ?", (key,))]
+                for wid in wids:
+                    lo, hi = window_range(wid)
+                    c.execute("DELETE FROM msg_fts WHERE rowid BETWEEN ? AND ?", (lo, hi))
+                    c.execute("DELETE FROM events WHERE id BETWEEN ? AND ?", (lo, hi))
+                c.execute("DELETE FROM windows WHERE session_key = ?", (key,))
+                existed = c.execute("DELETE FROM sessions WHERE session_key = ?", (key,)).rowcount > 0
+                self._bump_meta()
+        finally:
+            self._forget()
+        for wid in wids:
+            self._cold_path(wid).unlink(missing_ok=True)
+        return existed, wids
+
+    # -- appends -----------------------------------------------------------------------------
+
+    def append(self, key: str, events: list[Event], session_id: str | None, index: bool,
+               source_lines: int | None) -> AppendResult:
+        for _attempt in range(3):
+            try:
+                with self.tx():
+                    return self._append_tx(key, events, session_id, index, source_lines)
+            except _StaleState:
+                self._forget()
+            except BaseException:
+                self._forget()
+                raise
+        raise Unavailable(f"window state of {key!r} kept changing under the writer")
+
+    def _append_tx(self, key: str, events: list[Event], session_id: str | None, index: bool,
+                   source_lines: int | None) -> AppendResult:
+        c = self.c
+        wid = self._window_for_write(key, session_id)
+        st = self._win.get(wid) or self._load_state(wid)
+        wanted = ids_to_resolve(events, st.leaf_event_id)
+        known = self._resolve_ids(wid, wanted) if wanted else {}
+        plan = plan_append(events, last_seq=st.last_seq, leaf_seq=st.leaf_seq, leaf_event_id=st.leaf_event_id,
+                           has_header=st.has_header, known=known)
+        if plan.last_seq > MAX_SEQ:
+            raise InvalidRequest(f"session window {st.session_id!r} is full", field="events")
+        live = index and plan.linear
+        dirty = bool(plan.rows) and not live
+        to_index = [r for r in plan.rows if r.on_branch and r.event.text] if live else []
+        has_header = st.has_header or any(r.event.type == "session" for r in plan.rows)
+        guarded = c.execute(
+            "UPDATE windows SET last_seq = ?, leaf_seq = ?, leaf_event_id = ?, has_header = ?, "
+            "messages = messages + ?, updated_at = ?, source_lines = coalesce(?, source_lines), "
+            "needs_rebuild = CASE WHEN ? THEN 1 ELSE needs_rebuild END, rebuild_gen = rebuild_gen + ?, "
+            "indexed_seq = CASE WHEN needs_rebuild = 0 AND NOT ? THEN ? ELSE indexed_seq END, "
+            "indexed_leaf = CASE WHEN needs_rebuild = 0 AND NOT ? THEN ? ELSE indexed_leaf END "
+            "WHERE wid = ? AND last_seq = ? AND leaf_seq IS ? AND cold = 0 RETURNING needs_rebuild",
+            (plan.last_seq, plan.leaf_seq, plan.leaf_event_id, int(has_header),
+             plan.messages if plan.linear else 0, now_ms(), source_lines, dirty, int(dirty),
+             dirty, plan.last_seq, dirty, plan.leaf_seq, wid, st.last_seq, st.leaf_seq)).fetchone()
+        if guarded is None:
+            if c.execute("SELECT 1 FROM windows WHERE wid = ? AND cold = 1", (wid,)).fetchone():
+                raise InvalidRequest(f"session {key!r} is archived; restore it before appending", field="sessionKey")
+            raise _StaleState()
+        if plan.rows:
+            c.executemany(INSERT_EVENT, [
+                (row_id(wid, r.seq, r.event.role), wid, r.event.event_id, r.parent_seq, r.node_seq, r.event.type,
+                 r.event.role, r.event.ts, int(r.on_branch), r.event.text, _COMPACT.encode(r.event.body))
+                for r in plan.rows])
+        if to_index:
+            c.executemany("INSERT INTO msg_fts (rowid, text) VALUES (?, ?)",
+                          [(row_id(wid, r.seq, r.event.role), r.event.text) for r in to_index])
+        if not plan.linear:
+            self._reproject(wid, plan.leaf_seq)
+        self._win[wid] = _WinState(key, st.session_id, plan.last_seq, plan.leaf_seq, plan.leaf_event_id, has_header)
+        return AppendResult(appended=len(plan.rows), indexed=len(to_index), needs_reconcile=bool(guarded[0]),
+                            session_id=st.session_id, duplicates=plan.duplicates,
+                            unknown_parents=plan.unknown_parents)
+
+    def _resolve_ids(self, wid: int, ids: Iterable[str]) -> dict[str, tuple[int, int | None]]:
+        ids = list(ids)
+        found: dict[str, tuple[int, int | None]] = {}
+        for start in range(0, len(ids), 500):
+            chunk = ids[start:start + 500]
+            marks = ",".join("?" * len(chunk))
+            for event_id, seq, node in self.c.execute(
+                    f"SELECT event_id, (id >> 1) & {MAX_SEQ}, node_seq FROM events "
+                    f"WHERE wid = ? AND event_id IN ({marks})", (wid, *chunk)):
+                found.setdefault(event_id, (seq, node))
+        return found
+
+    def _reproject(self, wid: int, leaf_seq: int | None) -> None:
+        """Recompute the active-branch projection of a window from its leaf (non-linear writes)."""
+        c = self.c
+        lo, hi = window_range(wid)
+        c.execute("UPDATE events SET on_branch = 0 WHERE id BETWEEN ? AND ? AND on_branch = 1", (lo, hi))
+        if leaf_seq is not None:
+            c.execute(
+                "WITH RECURSIVE up(s) AS (SELECT :leaf UNION ALL "
+                "  SELECT e.parent_seq FROM up JOIN events e "
+                "    ON e.id BETWEEN :base + (up.s << 1) AND :base + (up.s << 1) + 1 "
+                "  WHERE e.parent_seq IS NOT NULL) "
+                "UPDATE events SET on_branch = 1 WHERE id IN "
+                "  (SELECT :base + (s << 1) + b FROM up, (SELECT 0 AS b UNION ALL SELECT 1))",
+                {"leaf": leaf_seq, "base": lo})
+        c.execute(f"UPDATE windows SET messages = (SELECT count(*) FROM events WHERE id BETWEEN ? AND ? "
+                  f"AND {INDEXABLE}) WHERE wid = ?", (lo, hi, wid))
+
+    def source_lines(self, session_id: str) -> int:
+        row = self.c.execute("SELECT source_lines FROM windows WHERE session_id = ?", (session_id,)).fetchone()
+        return row[0] if row else 0
+
+    # -- reconciliation primitives -----------------------------------------------------------
+
+    def claim(self, wid: int, token: str, lease_s: float) -> ClaimInfo | None:
+        now = time.time()
+        with self.tx() as c:
+            row = c.execute(
+                "UPDATE windows SET claim_token = ?, claim_expires_at = ? "
+                "WHERE wid = ? AND (claim_token IS NULL OR claim_expires_at < ?) "
+                "RETURNING needs_rebuild, rebuild_gen, last_seq, cold", (token, now + lease_s, wid, now)).fetchone()
+        return None if row is None else ClaimInfo(bool(row[0]), row[1], row[2], bool(row[3]))
+
+    def window_exists(self, wid: int) -> bool:
+        return self.c.execute("SELECT 1 FROM windows WHERE wid = ?", (wid,)).fetchone() is not None
+
+    def reconcile_batch(self, wid: int, token: str, first_seq: int, last_seq: int,
+                        lease_s: float) -> tuple[int, int] | None:
+        lo, hi = seq_range(wid, first_seq, last_seq)
+        with self.tx() as c:
+            if c.execute("UPDATE windows SET claim_expires_at = ? WHERE wid = ? AND claim_token = ? RETURNING 1",
+                         (time.time() + lease_s, wid, token)).fetchone() is None:
+                return None
+            deleted = c.execute(
+                "DELETE FROM msg_fts WHERE rowid BETWEEN :lo AND :hi AND rowid NOT IN "
+                f"(SELECT id FROM events WHERE id BETWEEN :lo AND :hi AND {INDEXABLE})", {"lo": lo, "hi": hi}).rowcount
+            inserted = c.execute(
+                "INSERT INTO msg_fts (rowid, text) SELECT id, text FROM events "
+                f"WHERE id BETWEEN :lo AND :hi AND {INDEXABLE} AND id NOT IN "
+                "(SELECT rowid FROM msg_fts WHERE rowid BETWEEN :lo AND :hi)", {"lo": lo, "hi": hi}).rowcount
+        return deleted, inserted
+
+    def publish(self, wid: int, token: str, rebuild_gen: int) -> str:
+        with self.tx() as c:
+            if c.execute(
+                    "UPDATE windows SET needs_rebuild = 0, indexed_seq = last_seq, indexed_leaf = leaf_seq, "
+                    "claim_token = NULL, claim_expires_at = NULL "
+                    "WHERE wid = ? AND claim_token = ? AND rebuild_gen = ? RETURNING 1",
+                    (wid, token, rebuild_gen)).fetchone():
+                return "published"
+            held = c.execute("SELECT 1 FROM windows WHERE wid = ? AND claim_token = ?", (wid, token)).fetchone()
+        return "changed" if held else "lost"
+
+    def release(self, wid: int, token: str) -> None:
+        with self.tx() as c:
+            c.execute("UPDATE windows SET claim_token = NULL, claim_expires_at = NULL "
+                      "WHERE wid = ? AND claim_token = ?", (wid, token))
+
+    def window_gen(self, wid: int) -> tuple[int, int, bool] | None:
+        row = self.c.execute("SELECT rebuild_gen, last_seq, needs_rebuild FROM windows WHERE wid = ?",
+                             (wid,)).fetchone()
+        return (row[0], row[1], bool(row[2])) if row else None
+
+    def sweep_orphans(self) -> int:
+        """Delete index rows whose window is gone or cold, or (clean windows) whose row is off the branch."""
+        with self.tx() as c:
+            return c.execute(
+                "DELETE FROM msg_fts WHERE rowid IN (SELECT f.rowid FROM msg_fts f "
+                "LEFT JOIN windows win ON win.wid = (f.rowid >> 31) "
+                "WHERE win.wid IS NULL OR win.cold = 1 OR (win.needs_rebuild = 0 AND NOT EXISTS "
+                "(SELECT 1 FROM events e WHERE e.id = f.rowid AND e.on_branch = 1 AND e.text IS NOT NULL)))").rowcount
+
+    def dirty_windows(self) -> list[int]:
+        return [r[0] for r in self.c.execute("SELECT wid FROM windows WHERE needs_rebuild = 1 ORDER BY wid")]
+
+    # -- archive -----------------------------------------------------------------------------
+
+    def _cold_path(self, wid: int) -> Path:
+        return self.cold_dir / f"{wid}.jsonl.gz"
+
+    def archive(self, key: str) -> int:
+        """Move a session's transcripts to cold files and out of the index; returns windows moved."""
+        c = self.c
+        if c.execute("SELECT 1 FROM sessions WHERE session_key = ?", (key,)).fetchone() is None:
+            raise NotFound(f"session {key!r} not found")
+        wids = [r[0] for r in c.execute("SELECT wid FROM windows WHERE session_key = ? AND cold = 0", (key,))]
+        self.cold_dir.mkdir(parents=True, exist_ok=True)
+        for wid in wids:  # the file is complete on disk before the rows leave the database
+            lo, hi = window_range(wid)
+            tmp = self._cold_path(wid).with_suffix(".tmp")
+            with gzip.open(tmp, "wt", encoding="utf-8") as fh:
+                for row in c.execute(f"SELECT {EVENT_COLUMNS} FROM events WHERE id BETWEEN ? AND ? ORDER BY id",
+                                     (lo, hi)):
+                    fh.write(json.dumps(list(row), ensure_ascii=False) + "\n")
+            os.replace(tmp, self._cold_path(wid))
+        try:
+            with self.tx():
+                for wid in wids:
+                    lo, hi = window_range(wid)
+                    c.execute("DELETE FROM msg_fts WHERE rowid BETWEEN ? AND ?", (lo, hi))
+                    c.execute("DELETE FROM events WHERE id BETWEEN ? AND ?", (lo, hi))
+                    c.execute("UPDATE windows SET cold = 1 WHERE wid = ?", (wid,))
+                c.execute("UPDATE sessions SET archived_at = ? WHERE session_key = ?", (now_ms(), key))
+                self._bump_meta()
+        finally:
+            self._forget()
+        return len(wids)
+
+    def restore(self, key: str) -> list[int]:
+        """Bring a session's cold transcripts back; they need reconciliation to be searchable again."""
+        c = self.c
+        if c.execute("SELECT 1 FROM sessions WHERE session_key = ?", (key,)).fetchone() is None:
+            raise NotFound(f"session {key!r} not found")
+        wids = [r[0] for r in c.execute("SELECT wid FROM windows WHERE session_key = ? AND cold = 1", (key,))]
+        try:
+            with self.tx():
+                for wid in wids:
+                    path = self._cold_path(wid)
+                    lo, hi = window_range(wid)
+                    c.execute("DELETE FROM events WHERE id BETWEEN ? AND ?", (lo, hi))
+                    if path.exists():
+                        with gzip.open(path, "rt", encoding="utf-8") as fh:
+                            c.executemany(INSERT_EVENT, (tuple(json.loads(line)) for line in fh))
+                    c.execute("UPDATE windows SET cold = 0, needs_rebuild = 1, rebuild_gen = rebuild_gen + 1 "
+                              "WHERE wid = ?", (wid,))
+                c.execute("UPDATE sessions SET archived_at = NULL WHERE session_key = ?", (key,))
+                self._bump_meta()
+        finally:
+            self._forget()
+        for wid in wids:
+            self._cold_path(wid).unlink(missing_ok=True)
+        return wids
+
+
+def _statements(script: str) -> list[str]:
+    out, buf = [], []
+    for line in script.splitlines():
+        if line.strip().startswith("--"):
+            continue
+        buf.append(line)
+        joined = "\n".join(buf)
+        if joined.rstrip().endswith(";") and sqlite3.complete_statement(joined):
+            out.append(joined.strip())
+            buf = []
+    if "\n".join(buf).strip():
+        out.append("\n".join(buf).strip())
+    return out
