@@ -157,6 +157,18 @@ async def test_ties_across_the_limit_cut_follow_the_tie_rule(tmp_path):
         assert result["truncated"] is True
 
 
+async def test_ties_longer_than_the_sorter_margin_still_follow_the_tie_rule(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        events, parent = [], None
+        for i in range(300):
+            events.append(msg(f"m{i:03d}", "user", "same words", parent, ts=BASE_TS + (i * 7919) % 300))
+            parent = f"m{i:03d}"
+        await engine.append(KEY, events)
+        result = await engine.search(query="same", limit=25)
+        assert [h["timestamp"] - BASE_TS for h in result["results"]] == list(range(299, 274, -1))
+        assert result["truncated"] is True
+
+
 async def test_recent_order_is_newest_first(tmp_path):
     async with engine_at(tmp_path) as engine:
         await engine.append(KEY, [msg("old", "user", "loan loan loan", None, ts=BASE_TS),

@@ -148,12 +148,13 @@ async def _agent_top(engine: "Engine", scope: Scope, match: str, req: SearchRequ
                      versions: dict[str, int], deadline: float) -> tuple[str, list[Hit], bool, set[int]]:
     store = await engine.store(scope.agent_id)
     async with store.reader(deadline) as reader:
-        version, dirty, matched, rows = await store.search_top(
+        version, dirty, rows = await store.search_top(
             reader, match, k=k, order=req.order, include=scope.include, exclude=scope.exclude, role=req.role)
     if version != versions.get(scope.agent_id):
         raise MetaChanged(scope.agent_id)
-    hits = [Hit(scope.agent_id, r[0], r[1], r[2], r[3], r[4]) for r in rows]
-    return scope.agent_id, hits, matched >= k, scope.wids.intersection(dirty)
+    # a row of a window no longer in the catalog (an orphan awaiting the sweep) is never a hit
+    hits = [Hit(scope.agent_id, r[0], r[1], r[2], r[3], r[4]) for r in rows if wid_of(r[0]) in scope.wids]
+    return scope.agent_id, hits, len(rows) >= k, scope.wids.intersection(dirty)
 
 
 async def _cjk_retry(engine: "Engine", query: ParsedQuery, req: SearchRequest, scopes: dict[str, Scope],
@@ -173,7 +174,7 @@ async def _cjk_retry(engine: "Engine", query: ParsedQuery, req: SearchRequest, s
             total, rows = await store.scan_substrings(reader, query.cjk_words, rest, include=scope.include,
                                                       exclude=scope.exclude, role=req.role, k=req.limit + 1)
         more |= total > req.limit
-        hits += [Hit(scope.agent_id, r[0], r[1], r[2], r[3], r[4]) for r in rows]
+        hits += [Hit(scope.agent_id, r[0], r[1], r[2], r[3], r[4]) for r in rows if wid_of(r[0]) in scope.wids]
     return hits, more
 
 

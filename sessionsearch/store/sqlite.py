@@ -27,6 +27,7 @@ from .rowids import MAX_SEQ, window_range
 from .sqlite_writer import SqliteWriter
 
 T = TypeVar("T")
+TIE_MARGIN = 64  # rows kept past the cut so that ties at the cut are usually seen whole
 
 
 class _Reader:
@@ -210,18 +211,10 @@ class SqliteAgentStore:
             "SELECT wid, session_key, session_id, cold FROM windows")]
         return version, sessions, windows
 
-    async def search_top(self, reader: _Reader, match: str, *, k: int, order: str,
-                         include: list[int] | None, exclude: list[int] | None,
-                         role: str | None) -> tuple[int, list[int], int, list[tuple]]:
-        """One statement: the meta version, the dirty windows, the match count and the top `k` hits.
-
-        Hits are (id, bm25, event_id, ts, text), windows needing reconciliation never match, and
-        the order is exact: by bm25 then newest then message id ("relevance"), or newest then
-        message id ("recent"). Matches are materialized once; only rows that can still make the
-        top `k` (for relevance: those scoring at least the k-th best) are joined to their rows.
-        """
-        where = ["msg_fts MATCH :match", "(rowid >> 31) NOT IN dirty"]
-        params: dict[str, Any] = {"match": match, "k": k}
+    def _scope_sql(self, include: list[int] | None, exclude: list[int] | None, role: str | None,
+                   params: dict[str, Any]) -> list[str]:
+        """Conditions on rowid for a scope: windows in or out (as JSON lists), and the role bit."""
+        where = []
         if include is not None:
             where.append("(rowid >> 31) IN (SELECT value FROM json_each(:incl))")
             params["incl"] = json.dumps(include)
@@ -234,23 +227,58 @@ class SqliteAgentStore:
         if role is not None:
             where.append("(rowid & 1) = :rb")
             params["rb"] = 1 if role == "assistant" else 0
-        cond = " AND ".join(where)
+        return where
+
+    async def search_top(self, reader: _Reader, match: str, *, k: int, order: str,
+                         include: list[int] | None, exclude: list[int] | None,
+                         role: str | None) -> tuple[int, list[int], list[tuple]]:
+        """The meta version, the dirty windows and at least the top `k` hits, exactly ordered.
+
+        Hits are (id, bm25, message id, ts, text); windows needing reconciliation never match. For
+        "relevance" the rows returned hold the exact top `k` by bm25, then newest, then message id
+        (more rows may come back; the caller sorts and cuts). For "recent": newest, then message id.
+        """
+        params: dict[str, Any] = {"match": match}
+        cond = " AND ".join(["msg_fts MATCH :match", "(rowid >> 31) NOT IN dirty",
+                             *self._scope_sql(include, exclude, role, params)])
+        head = ("SELECT NULL, (SELECT value FROM meta WHERE key = 'meta_version'), "
+                "(SELECT json_group_array(wid) FROM dirty), NULL, NULL")
+        dirty = "WITH dirty AS (SELECT wid FROM windows WHERE needs_rebuild = 1)"
         if order == "recent":
-            top = ("SELECT m.id, m.rank, e.event_id, e.ts, e.text FROM m JOIN events e ON e.id = m.id "
-                   "ORDER BY e.ts DESC, e.event_id LIMIT :k")
-        else:
-            top = ("SELECT m.id, m.rank, e.event_id, e.ts, e.text FROM m JOIN events e ON e.id = m.id "
-                   "WHERE m.rank <= coalesce((SELECT rank FROM m ORDER BY rank LIMIT 1 OFFSET :k - 1), 1e308) "
-                   "ORDER BY m.rank, e.ts DESC, e.event_id LIMIT :k")
-        sql = (f"WITH dirty AS (SELECT wid FROM windows WHERE needs_rebuild = 1), "
-               f"m AS MATERIALIZED (SELECT rowid AS id, bm25(msg_fts) AS rank FROM msg_fts WHERE {cond}), "
-               f"top AS ({top}) "
-               "SELECT NULL, (SELECT value FROM meta WHERE key = 'meta_version'), "
-               "(SELECT json_group_array(wid) FROM dirty), (SELECT count(*) FROM m), NULL "
-               "UNION ALL SELECT * FROM top")
-        rows = await reader.conn.execute_fetchall(sql, params)
-        head, hits = rows[0], rows[1:]
-        return head[1], json.loads(head[2]), head[3], [tuple(r) for r in hits]
+            params["k"] = k
+            rows = await reader.conn.execute_fetchall(
+                f"{dirty}, top AS MATERIALIZED (SELECT rowid AS id, ts, mid FROM msg_fts WHERE {cond} "
+                "ORDER BY ts DESC, mid LIMIT :k) "
+                f"{head} UNION ALL SELECT top.id, NULL, top.mid, top.ts, f.text FROM top "
+                "JOIN msg_fts f ON f.rowid = top.id", params)
+            hits = [tuple(r) for r in rows[1:]]
+            if hits:  # bm25 of these rows only: the doclist is walked, ranked where the id is listed
+                ranks = dict(await reader.conn.execute_fetchall(
+                    "SELECT rowid, bm25(msg_fts) FROM msg_fts WHERE msg_fts MATCH :match AND rowid IN "
+                    "(SELECT value FROM json_each(:ids))", {"match": match, "ids": json.dumps([h[0] for h in hits])}))
+                hits = [(h[0], ranks.get(h[0], 0.0), *h[2:]) for h in hits]
+            return rows[0][1], json.loads(rows[0][2]), hits
+        # relevance: the sorter keeps a margin past k; only when a tie runs through the whole
+        # margin is every match materialized, so the tie rule sees all of the boundary score
+        params["k2"] = k + TIE_MARGIN
+        rows = await reader.conn.execute_fetchall(
+            f"{dirty}, top AS MATERIALIZED (SELECT rowid AS id, bm25(msg_fts) AS rank FROM msg_fts WHERE {cond} "
+            "ORDER BY rank LIMIT :k2) "
+            f"{head} UNION ALL SELECT top.id, top.rank, f.mid, f.ts, f.text FROM top JOIN msg_fts f ON f.rowid = top.id",
+            params)
+        hits = [tuple(r) for r in rows[1:]]
+        if len(hits) == k + TIE_MARGIN:
+            ranks = sorted(h[1] for h in hits)
+            if ranks[k - 1] == ranks[-1]:
+                params["k"] = k
+                exact = await reader.conn.execute_fetchall(
+                    f"{dirty}, m AS MATERIALIZED (SELECT rowid AS id, bm25(msg_fts) AS rank, ts, mid FROM msg_fts "
+                    f"WHERE {cond}), top AS MATERIALIZED (SELECT id, rank, mid, ts FROM m WHERE rank <= "
+                    "(SELECT rank FROM m ORDER BY rank LIMIT 1 OFFSET :k - 1) ORDER BY rank, ts DESC, mid LIMIT :k) "
+                    f"{head} UNION ALL SELECT top.id, top.rank, top.mid, top.ts, f.text FROM top "
+                    "JOIN msg_fts f ON f.rowid = top.id", params)
+                hits = [tuple(r) for r in exact[1:]] + [(0, math.inf, "", 0, "")]  # a sentinel: more matched
+        return rows[0][1], json.loads(rows[0][2]), hits
 
     async def scan_substrings(self, reader: _Reader, needles: list[str], match: str | None, *,
                               include: list[int] | None, exclude: list[int] | None, role: str | None,
@@ -258,47 +286,29 @@ class SqliteAgentStore:
         """The CJK retry: indexed rows in scope containing every needle as a literal substring.
 
         Needles are compared with ASCII case folded (CJK has no case). Returns how many rows
-        matched and the best `k` as (id, rank, event_id, ts, text), rank lower-is-better by
+        matched and the best `k` as (id, rank, message id, ts, text), rank lower-is-better by
         occurrences per length, then newest first.
         """
-        where = ["(f.rowid >> 31) NOT IN (SELECT wid FROM windows WHERE needs_rebuild = 1)"]
         params: dict[str, Any] = {"k": k}
+        where = ["(rowid >> 31) NOT IN (SELECT wid FROM windows WHERE needs_rebuild = 1)",
+                 *self._scope_sql(include, exclude, role, params)]
         if match:
             where.append("msg_fts MATCH :match")
             params["match"] = match
-        hits = []
+        counts = []
         for i, needle in enumerate(needles):
-            where.append(f"instr(lower(f.text), :n{i}) > 0")
-            hits.append(f"(length(f.text) - length(replace(lower(f.text), :n{i}, ''))) / length(:n{i})")
+            where.append(f"instr(lower(text), :n{i}) > 0")
+            counts.append(f"(length(text) - length(replace(lower(text), :n{i}, ''))) / length(:n{i})")
             params[f"n{i}"] = needle.lower()
-        if include is not None:
-            where.append("(f.rowid >> 31) IN (SELECT value FROM json_each(:incl))")
-            params["incl"] = json.dumps(include)
-        if exclude:
-            where.append("(f.rowid >> 31) NOT IN (SELECT value FROM json_each(:excl))")
-            params["excl"] = json.dumps(exclude)
-        if role is not None:
-            where.append("(f.rowid & 1) = :rb")
-            params["rb"] = 1 if role == "assistant" else 0
-        occurrences = " + ".join(hits) or "0"
+        occurrences = " + ".join(counts) or "0"
         rows = await reader.conn.execute_fetchall(
-            f"WITH m AS (SELECT f.rowid AS id, -1000.0 * ({occurrences}) / (length(f.text) + 100) AS rank "
-            f"FROM msg_fts f WHERE {' AND '.join(where)}), "
-            "top AS (SELECT m.id, m.rank, e.ts FROM m JOIN events e ON e.id = m.id "
-            "ORDER BY m.rank, e.ts DESC LIMIT :k) "
+            f"WITH m AS MATERIALIZED (SELECT rowid AS id, -1000.0 * ({occurrences}) / (length(text) + 100) AS rank, "
+            f"ts, mid FROM msg_fts WHERE {' AND '.join(where)}), "
+            "top AS MATERIALIZED (SELECT id, rank, mid, ts FROM m ORDER BY rank, ts DESC, mid LIMIT :k) "
             "SELECT (SELECT count(*) FROM m), NULL, NULL, NULL, NULL "
-            "UNION ALL SELECT top.id, top.rank, e.event_id, e.ts, e.text FROM top JOIN events e ON e.id = top.id",
+            "UNION ALL SELECT top.id, top.rank, top.mid, top.ts, f.text FROM top JOIN msg_fts f ON f.rowid = top.id",
             params)
         return rows[0][0], [tuple(r) for r in rows[1:]]
-
-    async def corpus_stats(self, reader: _Reader, terms: list[str]) -> tuple[int, dict[str, int]]:
-        """Indexed rows in all and the document frequency of each (folded) term."""
-        total = (await reader.conn.execute_fetchall("SELECT count(*) FROM msg_fts_docsize"))[0][0]
-        freqs = {}
-        for term in terms:
-            rows = await reader.conn.execute_fetchall("SELECT doc FROM msg_vocab WHERE term = ?", (term,))
-            freqs[term] = rows[0][0] if rows else 0
-        return total, freqs
 
     async def window_of(self, reader: _Reader, key: str, session_id: str | None) -> tuple | None:
         """(wid, session_id, cold) of the key's current window, or of `session_id` if it is the key's."""

@@ -255,8 +255,9 @@ class SqliteWriter:
                  r.event.role, r.event.ts, int(r.on_branch), r.event.text, _COMPACT.encode(r.event.body))
                 for r in plan.rows])
         if to_index:
-            c.executemany("INSERT INTO msg_fts (rowid, text) VALUES (?, ?)",
-                          [(row_id(wid, r.seq, r.event.role), r.event.text) for r in to_index])
+            c.executemany("INSERT INTO msg_fts (rowid, text, ts, mid) VALUES (?, ?, ?, ?)",
+                          [(row_id(wid, r.seq, r.event.role), r.event.text, r.event.ts, r.event.event_id)
+                           for r in to_index])
         if not plan.linear:
             self._reproject(wid, plan.leaf_seq)
         self._win[wid] = _WinState(key, st.session_id, plan.last_seq, plan.leaf_seq, plan.leaf_event_id, has_header)
@@ -322,7 +323,7 @@ class SqliteWriter:
                 "DELETE FROM msg_fts WHERE rowid BETWEEN :lo AND :hi AND rowid NOT IN "
                 f"(SELECT id FROM events WHERE id BETWEEN :lo AND :hi AND {INDEXABLE})", {"lo": lo, "hi": hi}).rowcount
             inserted = c.execute(
-                "INSERT INTO msg_fts (rowid, text) SELECT id, text FROM events "
+                "INSERT INTO msg_fts (rowid, text, ts, mid) SELECT id, text, ts, event_id FROM events "
                 f"WHERE id BETWEEN :lo AND :hi AND {INDEXABLE} AND id NOT IN "
                 "(SELECT rowid FROM msg_fts WHERE rowid BETWEEN :lo AND :hi)", {"lo": lo, "hi": hi}).rowcount
         return deleted, inserted

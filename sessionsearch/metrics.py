@@ -1,0 +1,135 @@
+"""Prometheus metrics: counters and histograms updated where things happen, gauges read at scrape.
+
+prometheus_client is imported lazily: a worker process must point PROMETHEUS_MULTIPROC_DIR at the
+shared directory before the first import, so its counters land in files the exporter reads.
+Labels stay bounded: agent ids, outcomes and fixed states, never a session id or query.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+_lock = threading.Lock()
+_metrics: "Metrics | None" = None
+
+DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+class Metrics:
+    """The process's metric objects, created once (see `get`)."""
+
+    def __init__(self) -> None:
+        from prometheus_client import Counter, Histogram
+
+        self.reconcile_jobs = Counter("sessionsearch_reconcile_jobs_total",
+                                      "Reconcile jobs finished, by outcome.", ["outcome"])
+        self.reconcile_duration = Histogram("sessionsearch_reconcile_duration_seconds",
+                                            "Time one reconcile job took.", buckets=DURATION_BUCKETS)
+        self.reconcile_rows = Counter("sessionsearch_reconcile_rows_total",
+                                      "Index rows reconciliation inserted or deleted.", ["change"])
+        self.enqueues = Counter("sessionsearch_enqueues_total", "Reconcile jobs sent to the queue.")
+        self.enqueues_deduplicated = Counter(
+            "sessionsearch_enqueues_deduplicated_total",
+            "Windows a search found needing reconciliation that were already queued or claimed.")
+        self.enqueue_failures = Counter("sessionsearch_enqueue_failures_total",
+                                        "Searches whose enqueue could not reach the queue.")
+        self.searches = Counter("sessionsearch_searches_total", "Searches answered, by whether the index "
+                                "was complete for their scope.", ["indexing"])
+        self.search_duration = Histogram("sessionsearch_search_duration_seconds", "Search latency.",
+                                         buckets=DURATION_BUCKETS)
+
+    def observe_search(self, seconds: float, indexing: bool) -> None:
+        self.searches.labels(indexing="true" if indexing else "false").inc()
+        self.search_duration.observe(seconds)
+
+    def observe_reconcile(self, outcome: str, seconds: float, inserted: int, deleted: int) -> None:
+        self.reconcile_jobs.labels(outcome=outcome).inc()
+        self.reconcile_duration.observe(seconds)
+        if inserted:
+            self.reconcile_rows.labels(change="inserted").inc(inserted)
+        if deleted:
+            self.reconcile_rows.labels(change="deleted").inc(deleted)
+
+
+def get() -> Metrics:
+    """The process's metrics, created on first use."""
+    global _metrics
+    with _lock:
+        if _metrics is None:
+            _metrics = Metrics()
+        return _metrics
+
+
+def agent_status(data_dir: Path) -> Iterable[tuple[str, dict[str, int]]]:
+    """Per agent database: window and message counts, read with a short-lived read-only connection."""
+    folder = Path(data_dir) / "agents"
+    for path in sorted(folder.glob("*.db")) if folder.is_dir() else ():
+        try:
+            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+            try:
+                row = conn.execute(
+                    "SELECT count(*), coalesce(sum(needs_rebuild), 0), coalesce(sum(messages), 0), "
+                    "coalesce(sum(CASE WHEN needs_rebuild = 0 THEN messages ELSE 0 END), 0) FROM windows").fetchone()
+            finally:
+                conn.close()
+        except sqlite3.Error:
+            continue
+        yield path.stem, {"windows": row[0], "pending": row[1], "messages": row[2], "indexed_messages": row[3]}
+
+
+class PipelineCollector:
+    """Gauges computed at scrape time: backlog, completeness, queue depth."""
+
+    def __init__(self, data_dir: Path, queue_depth: Callable[[], dict[str, int]] | None = None) -> None:
+        self.data_dir = Path(data_dir)
+        self.queue_depth = queue_depth
+
+    def describe(self) -> list:
+        return []
+
+    def collect(self) -> Iterable[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        backlog = GaugeMetricFamily("sessionsearch_reconcile_backlog",
+                                    "Session windows needing reconciliation.", labels=["agent"])
+        windows = GaugeMetricFamily("sessionsearch_index_windows", "Session windows, by index state.",
+                                    labels=["agent", "state"])
+        messages = GaugeMetricFamily("sessionsearch_index_messages",
+                                     "Active-branch user/assistant messages, by index state.", labels=["agent", "state"])
+        completeness = GaugeMetricFamily("sessionsearch_index_completeness",
+                                         "Indexed share (0..1) of windows and of messages.", labels=["agent", "unit"])
+        for agent, s in agent_status(self.data_dir):
+            backlog.add_metric([agent], s["pending"])
+            windows.add_metric([agent, "indexed"], s["windows"] - s["pending"])
+            windows.add_metric([agent, "pending"], s["pending"])
+            messages.add_metric([agent, "indexed"], s["indexed_messages"])
+            messages.add_metric([agent, "pending"], s["messages"] - s["indexed_messages"])
+            completeness.add_metric([agent, "windows"], 1.0 if not s["windows"] else
+                                    (s["windows"] - s["pending"]) / s["windows"])
+            completeness.add_metric([agent, "messages"], 1.0 if not s["messages"] else
+                                    s["indexed_messages"] / s["messages"])
+        yield from (backlog, windows, messages, completeness)
+        if self.queue_depth is not None:
+            depth = GaugeMetricFamily("sessionsearch_queue_depth",
+                                      "Reconcile messages waiting in the queue, ready or delayed (retries).",
+                                      labels=["queue"])
+            up = GaugeMetricFamily("sessionsearch_queue_up", "Whether the queue answered the last scrape.")
+            try:
+                counts = self.queue_depth()
+            except Exception:
+                up.add_metric([], 0)
+            else:
+                up.add_metric([], 1)
+                for name, value in counts.items():
+                    depth.add_metric([name], value)
+                yield depth
+            yield up
+
+
+def exposition(registry) -> tuple[bytes, str]:
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    return generate_latest(registry), CONTENT_TYPE_LATEST
