@@ -7,6 +7,7 @@ import asyncio
 import json
 import sys
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 from . import logging as sslogging
@@ -54,6 +55,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("reconcile", help="reconcile every window that needs it, now, in this process")
     _common(p)
     p.add_argument("--agent", dest="agentId")
+
+    p = sub.add_parser("import", help="import the gateway's JSONL transcripts and sessions.json")
+    _common(p)
+    p.add_argument("path", help="a state dir, one agent's dir or sessions dir, or one .jsonl file")
+    p.add_argument("--agent", dest="agentId", help="only this agent (or: the agent of a lone sessions dir)")
+
+    p = sub.add_parser("worker", help="run Dramatiq reconcile workers against Redis")
+    _common(p)
+    p.add_argument("--processes", type=int, default=1, help="worker processes (default 1)")
+    p.add_argument("--threads", type=int, default=2, help="threads per process (default 2)")
+    p.add_argument("--metrics-host", default="127.0.0.1", help="address of the metrics endpoint")
+    p.add_argument("--metrics-port", type=int, default=9191, help="port of the metrics endpoint (0: any)")
+    p.add_argument("--metrics-dir", help="multiprocess metrics directory (wiped at start)")
     return parser
 
 
@@ -110,12 +124,31 @@ def _print_status(result: dict[str, Any]) -> None:
               f"{a['indexedMessages']:>10} {a['completeness'] * 100:>8.2f}%")
 
 
+def _print_import(result: dict[str, Any]) -> None:
+    for f in result["files"]:
+        extra = []
+        if f["skipped_lines"]:
+            extra.append(f"{f['skipped_lines']} lines imported before")
+        if f["duplicates"]:
+            extra.append(f"{f['duplicates']} duplicates")
+        if f["bad"]:
+            extra.append(f"{f['bad']} bad lines")
+        print(f"{f['file']}: {f['imported']} events -> {f['session_key']}" + (f" ({', '.join(extra)})" if extra else ""))
+    for p in result["problems"]:
+        where = f"{p['file']}:{p['line']}" if p["line"] else p["file"]
+        print(f"problem: {where}: {p['message']}")
+    rate = f", {result['eventsPerSecond']:,} events/s" if result["eventsPerSecond"] else ""
+    print(f"imported {result['events']} events in {result['sessions']} sessions, {len(result['problems'])} "
+          f"problem(s), {result['seconds']} s{rate}; run `sessionsearch reconcile` or a worker to index them")
+
+
 class Progress:
     """A one-line progress bar on a terminal; silent when output is not a terminal."""
 
-    def __init__(self, label: str, stream=sys.stderr) -> None:
+    def __init__(self, label: str, stream=sys.stderr, unit: str = "") -> None:
         self.label = label
         self.stream = stream
+        self.unit = unit
         self.active = stream.isatty()
 
     def __call__(self, done: int, total: int) -> None:
@@ -123,7 +156,8 @@ class Progress:
             return
         width = 30
         filled = int(width * done / total)
-        self.stream.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+        count = f"{done * 100 // total}%" if self.unit == "bytes" else f"{done}/{total}"
+        self.stream.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {count}")
         if done >= total:
             self.stream.write("\n")
         self.stream.flush()
@@ -155,6 +189,11 @@ async def _run(args: argparse.Namespace) -> int:
             _emit(args, await engine.history(body), _print_history)
         elif args.command == "status":
             _emit(args, await engine.index_status(args.agentId), _print_status)
+        elif args.command == "import":
+            from .importer import run_import
+            report = await run_import(engine, Path(args.path), agent_id=args.agentId,
+                                      progress=Progress("importing", unit="bytes"))
+            _emit(args, report.to_dict(), _print_import)
         elif args.command == "reconcile":
             outcomes = await engine.reconcile_pending(args.agentId, progress=Progress("reconciling"))
             status = await engine.index_status(args.agentId)
@@ -174,8 +213,15 @@ def _emit(args: argparse.Namespace, result: dict[str, Any], human) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    sslogging.configure("WARNING")
     try:
+        if args.command == "worker":
+            settings = _settings(args)
+            sslogging.configure(settings.log_level)
+            from .worker.main import run_worker
+            return run_worker(settings, processes=args.processes, threads=args.threads,
+                              metrics_host=args.metrics_host, metrics_port=args.metrics_port,
+                              metrics_dir=args.metrics_dir)
+        sslogging.configure("WARNING")
         return asyncio.run(_run(args))
     except SessionSearchError as exc:
         if getattr(args, "json", False):

@@ -42,8 +42,12 @@ def build_broker(redis_url: str | None, *, worker_metrics: bool = False) -> dram
 
 def queue_depth(broker: dramatiq.Broker) -> dict[str, int]:
     """Messages waiting: ready, and delayed (retries waiting for their backoff)."""
-    if isinstance(broker, RedisBroker):
-        return {"ready": int(broker.do_qsize(QUEUE)), "delayed": int(broker.do_qsize(f"{QUEUE}.DQ"))}
+    if isinstance(broker, RedisBroker):  # ids wait in a list per queue; retries wait in its delay queue
+        pipe = broker.client.pipeline(transaction=False)
+        pipe.llen(f"{NAMESPACE}:{QUEUE}")
+        pipe.llen(f"{NAMESPACE}:{QUEUE}.DQ")
+        ready, delayed = pipe.execute()
+        return {"ready": int(ready), "delayed": int(delayed)}
     if isinstance(broker, StubBroker):
         return {"ready": broker.queues[QUEUE].qsize() if QUEUE in broker.queues else 0,
                 "delayed": broker.queues[f"{QUEUE}.DQ"].qsize() if f"{QUEUE}.DQ" in broker.queues else 0}

@@ -28,6 +28,9 @@ from .sqlite_writer import SqliteWriter
 
 T = TypeVar("T")
 TIE_MARGIN = 64  # rows kept past the cut so that ties at the cut are usually seen whole
+# The deadline is checked every this many VM steps: often enough to stop within a millisecond or
+# so, rarely enough that the Python callback costs nothing measurable (at 2,000 it cost 30%).
+PROGRESS_OPS = 200_000
 
 
 class _Reader:
@@ -97,7 +100,7 @@ class SqliteAgentStore:
             await conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
             await conn.execute("PRAGMA query_only = 1")
             reader = _Reader(conn)
-            await conn.set_progress_handler(reader.expired, 2000)
+            await conn.set_progress_handler(reader.expired, PROGRESS_OPS)
             self._all_readers.append(reader)
             self._readers.put_nowait(reader)
         remaining = deadline - time.monotonic()

@@ -1,0 +1,1 @@
+"""The worker process: `sessionsearch worker` runs Dramatiq workers and exports their metrics."""

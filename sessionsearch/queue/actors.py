@@ -1,0 +1,182 @@
+"""The reconcile actor, enqueue deduplication, and the per-process engine the actor works with.
+
+Messages carry only ids (agent id, window id). Dramatiq with Redis delivers at least once, so the
+job relies on the store's claim and lease, not on being delivered once. A marker per window
+(`SET NX` with an expiry, in Redis; a dict in the embedded mode) keeps a window that is already
+queued or being reconciled from being queued again; the job clears it when it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Iterable
+
+import dramatiq
+import redis
+import structlog
+from dramatiq.brokers.redis import RedisBroker
+
+from .. import metrics
+from ..engine import Engine
+from ..errors import NotFound
+from ..settings import Settings
+from .broker import NAMESPACE, QUEUE
+
+log = structlog.get_logger("sessionsearch.queue")
+
+MARKER_TTL_S = 900  # a marker outlives any retry chain; a lost one only delays a re-enqueue
+SEND_INLINE = 200  # more than this many new jobs are sent by a background thread
+MAX_RETRIES = 8
+
+
+class Markers:
+    """Which windows are queued or being reconciled: `SET NX EX` in Redis, else a local dict."""
+
+    def __init__(self, client: "redis.Redis | None") -> None:
+        self.client = client
+        self._local: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(agent_id: str, wid: int) -> str:
+        return f"{NAMESPACE}:queued:{agent_id}:{wid}"
+
+    def acquire(self, items: list[tuple[str, int]], *, force: bool = False) -> list[tuple[str, int]]:
+        """Mark each window; return those that were not marked already (one round trip).
+
+        `force` marks and returns them all (a worker's startup sweep: a marker may outlive a
+        worker killed mid-job, and a duplicate job is harmless under the claim).
+        """
+        if self.client is not None:
+            pipe = self.client.pipeline(transaction=False)
+            for agent_id, wid in items:
+                pipe.set(self.key(agent_id, wid), "1", nx=not force, ex=MARKER_TTL_S)
+            return [item for item, fresh in zip(items, pipe.execute()) if fresh]
+        now = time.monotonic()
+        fresh = []
+        with self._lock:
+            for item in items:
+                key = self.key(*item)
+                if force or self._local.get(key, 0) < now:
+                    self._local[key] = now + MARKER_TTL_S
+                    fresh.append(item)
+        return fresh
+
+    def release(self, items: Iterable[tuple[str, int]]) -> None:
+        keys = [self.key(a, w) for a, w in items]
+        if not keys:
+            return
+        if self.client is not None:
+            self.client.delete(*keys)
+        else:
+            with self._lock:
+                for key in keys:
+                    self._local.pop(key, None)
+
+
+class Reconciler:
+    """The `reconcile` actor on a broker, and the enqueue side that feeds it."""
+
+    def __init__(self, broker: dramatiq.Broker, settings: Settings) -> None:
+        self.broker = broker
+        self.settings = settings
+        client = broker.client if isinstance(broker, RedisBroker) else None
+        self.markers = Markers(client)
+        self.stopping = threading.Event()
+        self._engine: Engine | None = None
+        self._engine_lock: asyncio.Lock | None = None
+        self._senders: list[threading.Thread] = []
+        self.actor = dramatiq.actor(
+            self._reconcile, broker=broker, actor_name="reconcile", queue_name=QUEUE,
+            max_retries=MAX_RETRIES, min_backoff=1_000, max_backoff=60_000,
+            time_limit=int(self.time_limit_s * 1000), throws=(NotFound,))
+
+    @property
+    def time_limit_s(self) -> float:
+        return max(60.0, self.settings.claim_lease_s * 10)
+
+    # -- enqueue (search and sweep side) -------------------------------------------------------
+
+    def enqueue_sync(self, dirty: dict[str, set[int]], *, force: bool = False) -> tuple[int, int]:
+        """Queue one job per window not already queued (`force`: every window). Returns (sent, deduplicated).
+
+        Raises redis errors when the broker cannot be reached; the caller decides what that means.
+        """
+        items = [(agent_id, wid) for agent_id, wids in sorted(dirty.items()) for wid in sorted(wids)]
+        fresh = self.markers.acquire(items, force=force)
+        m = metrics.get()
+        m.enqueues_deduplicated.inc(len(items) - len(fresh))
+        if len(fresh) <= SEND_INLINE:
+            self._send(fresh)
+        else:  # the markers are set: the search can answer while the jobs go out
+            sender = threading.Thread(target=self._send, args=(fresh,), name="sessionsearch-enqueue", daemon=True)
+            self._senders = [t for t in self._senders if t.is_alive()] + [sender]
+            sender.start()
+        if fresh:
+            log.info("search.enqueued", windows=len(fresh), deduplicated=len(items) - len(fresh))
+        return len(fresh), len(items) - len(fresh)
+
+    def _send(self, items: list[tuple[str, int]]) -> None:
+        m = metrics.get()
+        for n, (agent_id, wid) in enumerate(items):
+            try:
+                self.actor.send(agent_id, wid)
+            except Exception:
+                log.warning("queue.send_failed", agent=agent_id, wid=wid, unsent=len(items) - n, exc_info=True)
+                self.markers.release(items[n:])  # so the next search tries these again
+                return
+            m.enqueues.inc()
+
+    async def enqueue(self, dirty: dict[str, set[int]]) -> bool:
+        """The engine's enqueuer: False (logged and counted) when the queue cannot be reached."""
+        try:
+            await asyncio.to_thread(self.enqueue_sync, dirty)
+            return True
+        except (redis.RedisError, OSError):
+            metrics.get().enqueue_failures.inc()
+            log.warning("search.enqueue_failed", agents=len(dirty), windows=sum(len(w) for w in dirty.values()))
+            return False
+
+    def join_senders(self, timeout: float = 30.0) -> None:
+        for sender in self._senders:
+            sender.join(timeout)
+
+    # -- the job (worker side) -----------------------------------------------------------------
+
+    async def engine(self) -> Engine:
+        if self._engine_lock is None:
+            self._engine_lock = asyncio.Lock()
+        async with self._engine_lock:
+            if self._engine is None:
+                self._engine = await Engine(settings=self.settings).open()
+            return self._engine
+
+    async def close_engine(self) -> None:
+        if self._engine is not None:
+            engine, self._engine = self._engine, None
+            await engine.close()
+
+    async def _reconcile(self, agent_id: str, wid: int) -> None:
+        engine = await self.engine()
+        started = time.monotonic()
+        try:
+            result = await asyncio.wait_for(
+                engine.reconcile(agent_id, wid, should_stop=self.stopping.is_set), self.time_limit_s)
+        except NotFound:
+            self.markers.release([(agent_id, wid)])
+            metrics.get().observe_reconcile("missing", time.monotonic() - started, 0, 0)
+            raise
+        except BaseException as exc:
+            metrics.get().observe_reconcile("failed", time.monotonic() - started, 0, 0)
+            log.warning("reconcile.failed", agent=agent_id, wid=wid, error=type(exc).__name__)
+            raise  # Dramatiq retries with backoff; the marker stays while it does
+        metrics.get().observe_reconcile(result.outcome, result.seconds, result.rows_inserted, result.rows_deleted)
+        if result.outcome == "busy":
+            # a live claim elsewhere: look again once its lease could have run out
+            raise dramatiq.Retry(delay=int(self.settings.claim_lease_s * 1000))
+        if result.outcome == "stopped":  # this worker is shutting down: hand the window to another
+            self.actor.send(agent_id, wid)
+            return
+        self.markers.release([(agent_id, wid)])

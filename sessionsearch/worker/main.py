@@ -1,0 +1,119 @@
+"""`sessionsearch worker`: a startup sweep, a metrics endpoint, and the Dramatiq CLI as a child.
+
+The parent process wipes the multiprocess metrics directory, enqueues every window still needing
+reconciliation (deduplicated like any search), serves /metrics (the workers' counters from the
+shared directory plus gauges read at scrape time), then runs `dramatiq --skip-logging` with
+`sessionsearch.worker.entry` and forwards SIGTERM/SIGINT to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import structlog
+
+from ..errors import InvalidRequest
+from ..settings import Settings
+
+log = structlog.get_logger("sessionsearch.worker")
+
+
+def prepare_metrics_dir(path: str | None) -> Path:
+    """The multiprocess directory, emptied; set in the environment before prometheus_client loads."""
+    folder = Path(path or os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+                  or Path(tempfile.gettempdir()) / f"sessionsearch-worker-metrics-{os.getpid()}")
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(folder)
+    os.environ["prometheus_multiproc_dir"] = str(folder)
+    os.environ["dramatiq_prom_db"] = str(folder)
+    return folder
+
+
+def serve_metrics(host: str, port: int, folder: Path, settings: Settings, depth) -> ThreadingHTTPServer:
+    from prometheus_client import CollectorRegistry, multiprocess
+
+    from ..metrics import PipelineCollector, exposition
+
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, path=str(folder))
+    registry.register(PipelineCollector(Path(settings.data_dir), depth))
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            if self.path.split("?")[0] not in ("/metrics", "/"):
+                self.send_error(404)
+                return
+            body, content_type = exposition(registry)
+            self.send_response(200)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    threading.Thread(target=server.serve_forever, name="sessionsearch-metrics", daemon=True).start()
+    return server
+
+
+async def startup_sweep(settings: Settings, reconciler) -> dict[str, int]:
+    """Enqueue every window still needing reconciliation and sweep orphan index rows."""
+    from ..engine import Engine
+
+    async with Engine(settings=settings) as engine:
+        pending = await engine.pending()
+        swept = 0
+        for agent_id in engine.agent_ids_on_disk():
+            swept += await (await engine.store(agent_id)).sweep_orphans()
+    dirty = {agent: set(wids) for agent, wids in pending.items() if wids}
+    sent, dedup = reconciler.enqueue_sync(dirty, force=True) if dirty else (0, 0)
+    reconciler.join_senders()
+    return {"pending": sum(len(w) for w in dirty.values()), "enqueued": sent, "deduplicated": dedup,
+            "swept": swept}
+
+
+def run_worker(settings: Settings, *, processes: int, threads: int, metrics_host: str, metrics_port: int,
+               metrics_dir: str | None = None) -> int:
+    if not settings.redis_url:
+        raise InvalidRequest("sessionsearch worker needs SESSIONSEARCH_REDIS_URL; without Redis, "
+                             "`sessionsearch serve` reconciles in-process", field="SESSIONSEARCH_REDIS_URL")
+    folder = prepare_metrics_dir(metrics_dir)
+    from ..queue import Pipeline
+
+    pipeline = Pipeline(settings)
+    sweep = asyncio.run(startup_sweep(settings, pipeline.reconciler))
+    log.info("worker.sweep", **sweep)
+    server = serve_metrics(metrics_host, metrics_port, folder, settings, pipeline.queue_depth)
+    log.info("worker.metrics", url=f"http://{metrics_host}:{server.server_address[1]}/metrics")
+    env = {**os.environ, "SESSIONSEARCH_DATA_DIR": str(Path(settings.data_dir).resolve()),
+           "SESSIONSEARCH_REDIS_URL": settings.redis_url, "SESSIONSEARCH_LOG_LEVEL": settings.log_level}
+    if settings.config_path:
+        env["SESSIONSEARCH_CONFIG"] = str(Path(settings.config_path).resolve())
+    child = subprocess.Popen([sys.executable, "-m", "dramatiq", "--skip-logging", "--processes", str(processes),
+                              "--threads", str(threads), "sessionsearch.worker.entry"], env=env,
+                             start_new_session=True)  # signals reach it once: forwarded from here
+    log.info("worker.started", pid=child.pid, processes=processes, threads=threads)
+
+    def forward(signum, _frame):
+        log.info("worker.signal", signal=signal.Signals(signum).name)
+        child.send_signal(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, forward)
+    code = child.wait()
+    server.shutdown()
+    pipeline.close()
+    log.info("worker.exited", code=code)
+    return code
