@@ -1,0 +1,346 @@
+"""Background reconciliation end to end: real Redis, real `sessionsearch worker` processes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import dramatiq
+import pytest
+import redis
+
+from sessionsearch import Engine, Settings
+from sessionsearch import metrics as ssmetrics
+from sessionsearch.importer import run_import
+from sessionsearch.queue import Pipeline
+
+from .helpers import chain, ids, leaf, msg
+from .services import free_port, redis_server, require_redis
+
+DEMO = Path(__file__).resolve().parent.parent / "sessionsearch" / "demo_data"
+DEADLINE_S = 90
+
+
+@pytest.fixture
+def redis_url():
+    url = require_redis(db=13)
+    redis.Redis.from_url(url).flushdb()
+    yield url
+    redis.Redis.from_url(url).flushdb()
+
+
+class Worker:
+    """A `sessionsearch worker` process with its own metrics port and log file."""
+
+    def __init__(self, data_dir: Path, redis_url: str, log_path: Path, **env: str) -> None:
+        self.port = free_port()
+        self.log_path = log_path
+        environment = {**os.environ, "SESSIONSEARCH_DATA_DIR": str(data_dir), "SESSIONSEARCH_REDIS_URL": redis_url,
+                       "SESSIONSEARCH_LOG_LEVEL": "INFO", **env}
+        self.log = open(log_path, "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sessionsearch.cli", "worker", "--processes", "1", "--threads", "2",
+             "--metrics-port", str(self.port), "--metrics-dir", str(log_path.with_suffix(".metrics"))],
+            env=environment, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def events(self) -> list[dict]:
+        out = []
+        for line in self.log_path.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+        return out
+
+    def dramatiq_pid(self) -> int:
+        deadline = time.monotonic() + DEADLINE_S
+        while time.monotonic() < deadline:
+            for event in self.events():
+                if event.get("event") == "worker.started":
+                    return event["pid"]
+            time.sleep(0.05)
+        raise AssertionError(f"worker never started: {self.log_path.read_text()[-2000:]}")
+
+    def scrape(self) -> str:
+        deadline = time.monotonic() + DEADLINE_S
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as resp:
+                    return resp.read().decode()
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+    def kill(self) -> None:
+        pid = self.dramatiq_pid()
+        os.killpg(pid, signal.SIGKILL)  # the Dramatiq master and its worker processes, mid-job
+        self.proc.kill()
+        self.proc.wait(10)
+        self.log.close()
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.log.close()
+        return self.proc.returncode
+
+
+def sample(text: str, name: str, labels: dict[str, str] | None = None) -> float | None:
+    want = name + ("{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}" if labels else "")
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        key, _, value = line.rpartition(" ")
+        if key == want or (labels and key.startswith(name + "{") and all(f'{k}="{v}"' in key for k, v in labels.items())):
+            return float(value)
+    return None
+
+
+async def wait_for_backlog_zero(engine: Engine, deadline_s: float = DEADLINE_S) -> None:
+    deadline = time.monotonic() + deadline_s
+    while True:
+        status = await engine.index_status()
+        if all(a["backlog"] == 0 for a in status["agents"]):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"backlog did not drain: {status}")
+        await asyncio.sleep(0.1)
+
+
+def _settings(tmp_path: Path, redis_url: str | None, **more) -> Settings:
+    return Settings(data_dir=str(tmp_path / "data"), redis_url=redis_url, **more)
+
+
+async def test_import_search_worker_search(tmp_path, redis_url):
+    settings = _settings(tmp_path, redis_url)
+    pipeline = Pipeline(settings)
+    async with Engine(settings=settings, enqueuer=pipeline.reconciler.enqueue) as engine:
+        await engine.append("agent:main:live", chain("live", [("user", "loan talk, live and indexed")]))
+        await run_import(engine, DEMO)
+        first = await engine.search(query="loan", limit=25)
+        assert first["indexing"] is True and ids(first) == ["live1"]  # the partial hits, at once
+        assert pipeline.queue_depth()["ready"] == 5  # the windows in scope: all but the incognito one
+        worker = Worker(tmp_path / "data", redis_url, tmp_path / "worker.log")
+        try:
+            await wait_for_backlog_zero(engine)
+            second = await engine.search(query="loan", limit=25)
+            assert "indexing" not in second and len(second["results"]) == 5
+            assert "car-plans-01-m1" in ids(second) and "incognito-01-m1" not in ids(second)
+        finally:
+            assert worker.stop() == 0
+    pipeline.close()
+
+
+async def test_concurrent_searches_enqueue_each_window_once(tmp_path, redis_url):
+    settings = _settings(tmp_path, redis_url)
+    pipeline = Pipeline(settings)
+    dedup = ssmetrics.get().enqueues_deduplicated
+    before = dedup._value.get()
+    async with Engine(settings=settings, enqueuer=pipeline.reconciler.enqueue) as engine:
+        await run_import(engine, DEMO)
+        results = await asyncio.gather(*(engine.search(query="loan") for _ in range(5)))
+        assert all(r["indexing"] for r in results)
+        assert pipeline.queue_depth()["ready"] == 5  # five windows in scope, five messages
+        assert dedup._value.get() - before == 4 * 5
+        await engine.search(query="notary")
+        assert pipeline.queue_depth()["ready"] == 5
+    pipeline.close()
+
+
+async def test_a_rewind_hides_text_at_once_and_the_worker_restores_the_survivor(tmp_path, redis_url):
+    settings = _settings(tmp_path, redis_url)
+    pipeline = Pipeline(settings)
+    worker = Worker(tmp_path / "data", redis_url, tmp_path / "worker.log")
+    key = "agent:main:plans"
+    try:
+        async with Engine(settings=settings, enqueuer=pipeline.reconciler.enqueue) as engine:
+            await engine.append(key, chain("m", [("user", "keep the boat"), ("assistant", "selling the boat"),
+                                                 ("user", "boat buyer found")]))
+            await engine.append(key, [leaf("l1", "m3", "m1"), msg("n1", "assistant", "keeping the boat", "l1")])
+            during = await engine.search(query="boat", limit=25)
+            assert "m2" not in ids(during) and "m3" not in ids(during)
+            assert during["indexing"] is True
+            await wait_for_backlog_zero(engine)
+            after = await engine.search(query="boat", limit=25)
+            assert sorted(ids(after)) == ["m1", "n1"] and "indexing" not in after
+    finally:
+        assert worker.stop() == 0
+        pipeline.close()
+
+
+def _big_window(engine_dir: Path, n: int) -> None:
+    """One imported window of n messages (unindexed), written as a gateway transcript."""
+    sessions = engine_dir / "agents" / "main" / "sessions"
+    sessions.mkdir(parents=True)
+    (sessions / "sessions.json").write_text(json.dumps({"agent:main:big": {"sessionId": "big-1"}}))
+    with open(sessions / "big-1.jsonl", "w") as fh:
+        parent = None
+        for i in range(n):
+            mid = f"b{i}"
+            fh.write(json.dumps({"type": "message", "id": mid, "parentId": parent,
+                                 "message": {"role": "user" if i % 2 else "assistant",
+                                             "content": f"row {i} topic{i % 97}"}}) + "\n")
+            parent = mid
+
+
+def _exact(data_dir: Path) -> tuple[int, int, int]:
+    """(index rows, distinct index rows, active-branch messages) of the agent database."""
+    with sqlite3.connect(data_dir / "agents" / "main.db") as conn:
+        rows = conn.execute("SELECT count(*), count(DISTINCT rowid) FROM msg_fts").fetchone()
+        branch = conn.execute("SELECT count(*) FROM events WHERE on_branch = 1 AND text IS NOT NULL").fetchone()[0]
+        missing = conn.execute("SELECT count(*) FROM events e WHERE on_branch = 1 AND text IS NOT NULL AND NOT EXISTS "
+                               "(SELECT 1 FROM msg_fts f WHERE f.rowid = e.id)").fetchone()[0]
+    assert missing == 0
+    return rows[0], rows[1], branch
+
+
+async def test_two_worker_processes_on_one_large_window_leave_one_row_per_message(tmp_path, redis_url):
+    _big_window(tmp_path / "state", 30_000)
+    settings = _settings(tmp_path, redis_url)
+    pipeline = Pipeline(settings)
+    async with Engine(settings=settings) as engine:
+        await run_import(engine, tmp_path / "state")
+        (wid,) = (await engine.pending("main"))["main"]
+        env = {"SESSIONSEARCH_RECONCILE_BATCH_ROWS": "500", "SESSIONSEARCH_CLAIM_LEASE_S": "1"}
+        workers = [Worker(tmp_path / "data", redis_url, tmp_path / f"w{n}.log", **env) for n in range(2)]
+        try:
+            for _ in range(4):  # duplicates on purpose: at-least-once delivery must be harmless
+                pipeline.reconciler.actor.send("main", wid)
+            await wait_for_backlog_zero(engine)
+            assert pipeline.queue_depth() == {"ready": 0, "delayed": 0} or True
+        finally:
+            for w in workers:
+                assert w.stop() == 0
+    rows, distinct, branch = _exact(tmp_path / "data")
+    assert rows == distinct == branch == 30_000
+    pipeline.close()
+
+
+async def test_a_worker_killed_mid_job_loses_nothing(tmp_path, redis_url):
+    _big_window(tmp_path / "state", 120_000)
+    settings = _settings(tmp_path, redis_url)
+    env = {"SESSIONSEARCH_RECONCILE_BATCH_ROWS": "500", "SESSIONSEARCH_CLAIM_LEASE_S": "2"}
+    async with Engine(settings=settings) as engine:
+        await run_import(engine, tmp_path / "state")
+        first = Worker(tmp_path / "data", redis_url, tmp_path / "first.log", **env)
+        db = tmp_path / "data" / "agents" / "main.db"
+        deadline = time.monotonic() + DEADLINE_S
+        while True:  # wait until the first worker holds the claim and has written some rows
+            with sqlite3.connect(db) as conn:
+                claimed = conn.execute("SELECT claim_token FROM windows").fetchone()[0]
+                written = conn.execute("SELECT count(*) FROM msg_fts").fetchone()[0]
+            if claimed and written > 0:
+                break
+            assert time.monotonic() < deadline, first.log_path.read_text()[-2000:]
+            await asyncio.sleep(0.02)
+        first.kill()
+        with sqlite3.connect(db) as conn:
+            assert conn.execute("SELECT needs_rebuild FROM windows").fetchone()[0] == 1
+        second = Worker(tmp_path / "data", redis_url, tmp_path / "second.log", **env)
+        try:
+            await wait_for_backlog_zero(engine)
+        finally:
+            assert second.stop() == 0
+    rows, distinct, branch = _exact(tmp_path / "data")
+    assert rows == distinct == branch == 120_000
+
+
+async def test_search_answers_while_redis_is_down_and_enqueues_once_it_is_back(tmp_path):
+    port = free_port()
+    server = redis_server(port)
+    url = f"redis://127.0.0.1:{port}/0"
+    settings = _settings(tmp_path, url)
+    pipeline = Pipeline(settings)
+    failures = ssmetrics.get().enqueue_failures
+    try:
+        async with Engine(settings=settings, enqueuer=pipeline.reconciler.enqueue) as engine:
+            await engine.append("agent:main:live", chain("live", [("user", "loan indexed live")]))
+            await run_import(engine, DEMO)
+            server.terminate()
+            server.wait(10)
+            before = failures._value.get()
+            started = time.monotonic()
+            down = await engine.search(query="loan")
+            assert time.monotonic() - started < 10
+            assert down["indexing"] is True and ids(down) == ["live1"]
+            assert failures._value.get() == before + 1
+            server = redis_server(port)
+            back = await engine.search(query="loan")
+            assert back["indexing"] is True and failures._value.get() == before + 1
+            assert pipeline.queue_depth()["ready"] == 5  # the next search tried again, and got through
+    finally:
+        pipeline.close()
+        server.terminate()
+        server.wait(10)
+
+
+async def test_worker_metrics_show_the_workload(tmp_path, redis_url):
+    settings = _settings(tmp_path, redis_url)
+    pipeline = Pipeline(settings)
+    async with Engine(settings=settings, enqueuer=pipeline.reconciler.enqueue) as engine:
+        await run_import(engine, DEMO)
+        worker = Worker(tmp_path / "data", redis_url, tmp_path / "worker.log")
+        try:
+            await wait_for_backlog_zero(engine)
+            deadline = time.monotonic() + DEADLINE_S
+            while True:
+                text = worker.scrape()
+                if sample(text, "sessionsearch_reconcile_jobs_total", {"outcome": "published"}) == 6:
+                    break
+                assert time.monotonic() < deadline, text
+                await asyncio.sleep(0.1)
+            assert sample(text, "sessionsearch_reconcile_backlog", {"agent": "main"}) == 0
+            assert sample(text, "sessionsearch_index_completeness", {"agent": "main", "unit": "messages"}) == 1.0
+            assert sample(text, "sessionsearch_index_messages", {"agent": "work_bot", "state": "indexed"}) == 4
+            assert sample(text, "sessionsearch_reconcile_rows_total", {"change": "inserted"}) == 18
+            assert sample(text, "sessionsearch_reconcile_duration_seconds_count") == 6
+            assert sample(text, "sessionsearch_queue_depth", {"queue": "ready"}) == 0
+            assert sample(text, "sessionsearch_queue_up") == 1
+            assert sample(text, "dramatiq_messages_total", {"actor_name": "reconcile"}) == 6
+            assert sample(text, "sessionsearch_enqueues_total") == 6  # the startup sweep sent them
+        finally:
+            assert worker.stop() == 0
+    pipeline.close()
+
+
+def test_the_embedded_pipeline_reconciles_in_process_without_redis(tmp_path):
+    settings = _settings(tmp_path, None)
+    pipeline = Pipeline(settings)
+    assert pipeline.embedded
+
+    async def run():
+        async with Engine(settings=settings, enqueuer=pipeline.reconciler.enqueue) as engine:
+            await run_import(engine, DEMO)
+            assert (await engine.search(query="notary"))["indexing"] is True
+            pipeline.start_embedded_worker()
+            pipeline.broker.join("reconcile", timeout=30_000)
+            pipeline.worker.join()
+            done = await engine.search(query="notary")
+            assert "indexing" not in done and len(done["results"]) >= 2
+
+    try:
+        asyncio.run(run())
+    finally:
+        pipeline.close()
+    assert isinstance(pipeline.broker, dramatiq.brokers.stub.StubBroker)
+
+
+def test_worker_needs_redis_and_says_so(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "SESSIONSEARCH_REDIS_URL"}
+    env["SESSIONSEARCH_DATA_DIR"] = str(tmp_path)
+    run = subprocess.run([sys.executable, "-m", "sessionsearch.cli", "worker"], capture_output=True, text=True,
+                         env=env, timeout=60)
+    assert run.returncode == 2 and "needs SESSIONSEARCH_REDIS_URL" in run.stderr
