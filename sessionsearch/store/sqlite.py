@@ -240,47 +240,55 @@ class SqliteAgentStore:
         Hits are (id, bm25, message id, ts, text); windows needing reconciliation never match. For
         "relevance" the rows returned hold the exact top `k` by bm25, then newest, then message id
         (more rows may come back; the caller sorts and cuts). For "recent": newest, then message id.
+
+        The ranking statement is a plain FTS5 scan with a bounded sorter, as bare FTS5 would run
+        it (a CTE around it measurably slows the scan); a second statement fetches what the hits
+        show, the meta version and the dirty windows.
         """
         params: dict[str, Any] = {"match": match}
-        cond = " AND ".join(["msg_fts MATCH :match", "(rowid >> 31) NOT IN dirty",
+        cond = " AND ".join(["msg_fts MATCH :match",
+                             "(rowid >> 31) NOT IN (SELECT wid FROM windows WHERE needs_rebuild = 1)",
                              *self._scope_sql(include, exclude, role, params)])
-        head = ("SELECT NULL, (SELECT value FROM meta WHERE key = 'meta_version'), "
-                "(SELECT json_group_array(wid) FROM dirty), NULL, NULL")
-        dirty = "WITH dirty AS (SELECT wid FROM windows WHERE needs_rebuild = 1)"
+        conn = reader.conn
         if order == "recent":
             params["k"] = k
-            rows = await reader.conn.execute_fetchall(
-                f"{dirty}, top AS MATERIALIZED (SELECT rowid AS id, ts, mid FROM msg_fts WHERE {cond} "
-                "ORDER BY ts DESC, mid LIMIT :k) "
-                f"{head} UNION ALL SELECT top.id, NULL, top.mid, top.ts, f.text FROM top "
-                "JOIN msg_fts f ON f.rowid = top.id", params)
-            hits = [tuple(r) for r in rows[1:]]
-            if hits:  # bm25 of these rows only: the doclist is walked, ranked where the id is listed
-                ranks = dict(await reader.conn.execute_fetchall(
-                    "SELECT rowid, bm25(msg_fts) FROM msg_fts WHERE msg_fts MATCH :match AND rowid IN "
-                    "(SELECT value FROM json_each(:ids))", {"match": match, "ids": json.dumps([h[0] for h in hits])}))
-                hits = [(h[0], ranks.get(h[0], 0.0), *h[2:]) for h in hits]
-            return rows[0][1], json.loads(rows[0][2]), hits
-        # relevance: the sorter keeps a margin past k; only when a tie runs through the whole
-        # margin is every match materialized, so the tie rule sees all of the boundary score
-        params["k2"] = k + TIE_MARGIN
-        rows = await reader.conn.execute_fetchall(
-            f"{dirty}, top AS MATERIALIZED (SELECT rowid AS id, bm25(msg_fts) AS rank FROM msg_fts WHERE {cond} "
-            "ORDER BY rank LIMIT :k2) "
-            f"{head} UNION ALL SELECT top.id, top.rank, f.mid, f.ts, f.text FROM top JOIN msg_fts f ON f.rowid = top.id",
-            params)
-        hits = [tuple(r) for r in rows[1:]]
-        if len(hits) == k + TIE_MARGIN:
-            ranks = sorted(h[1] for h in hits)
-            if ranks[k - 1] == ranks[-1]:
+            top = await conn.execute_fetchall(
+                f"SELECT rowid, NULL FROM msg_fts WHERE {cond} ORDER BY ts DESC, mid LIMIT :k", params)
+        else:
+            # relevance: the sorter keeps a margin past k; only when a tie runs through the whole
+            # margin is every match materialized, so the tie rule sees all of the boundary score
+            params["k2"] = k + TIE_MARGIN
+            top = await conn.execute_fetchall(
+                f"SELECT rowid, bm25(msg_fts) FROM msg_fts WHERE {cond} ORDER BY bm25(msg_fts) LIMIT :k2", params)
+            if len(top) == k + TIE_MARGIN and top[k - 1][1] == top[-1][1]:
                 params["k"] = k
-                exact = await reader.conn.execute_fetchall(
-                    f"{dirty}, m AS MATERIALIZED (SELECT rowid AS id, bm25(msg_fts) AS rank, ts, mid FROM msg_fts "
-                    f"WHERE {cond}), top AS MATERIALIZED (SELECT id, rank, mid, ts FROM m WHERE rank <= "
-                    "(SELECT rank FROM m ORDER BY rank LIMIT 1 OFFSET :k - 1) ORDER BY rank, ts DESC, mid LIMIT :k) "
-                    f"{head} UNION ALL SELECT top.id, top.rank, top.mid, top.ts, f.text FROM top "
-                    "JOIN msg_fts f ON f.rowid = top.id", params)
-                hits = [tuple(r) for r in exact[1:]] + [(0, math.inf, "", 0, "")]  # a sentinel: more matched
+                top = await conn.execute_fetchall(
+                    f"WITH m AS MATERIALIZED (SELECT rowid AS id, bm25(msg_fts) AS rank, ts, mid FROM msg_fts "
+                    f"WHERE {cond}) SELECT id, rank FROM m WHERE rank <= "
+                    "(SELECT rank FROM m ORDER BY rank LIMIT 1 OFFSET :k - 1) ORDER BY rank, ts DESC, mid LIMIT :k",
+                    params)
+                top = list(top) + [(0, math.inf)]  # more matched than the top k
+        more = len(top) > k  # rows past the k-th only tell that more matched, unless they tie with it
+        if more and order != "recent":
+            boundary = sorted(r[1] for r in top)[k - 1]
+            top = [r for r in top if r[1] <= boundary] + [(0, math.inf)]
+        elif more:
+            top = list(top[:k]) + [(0, math.inf)]
+        ids = json.dumps([r[0] for r in top if r[0]])
+        rows = await conn.execute_fetchall(
+            "SELECT NULL, (SELECT value FROM meta WHERE key = 'meta_version'), "
+            "(SELECT json_group_array(wid) FROM windows WHERE needs_rebuild = 1), NULL "
+            "UNION ALL SELECT e.id, e.event_id, e.ts, e.text FROM json_each(:ids) j JOIN events e ON e.id = j.value",
+            {"ids": ids})
+        shown = {r[0]: r for r in rows[1:]}
+        ranks = {r[0]: r[1] for r in top}
+        if order == "recent" and top:  # bm25 of these rows only: the doclist is walked, ranked where listed
+            ranks = dict(await conn.execute_fetchall(
+                "SELECT rowid, bm25(msg_fts) FROM msg_fts WHERE msg_fts MATCH :match AND rowid IN "
+                "(SELECT value FROM json_each(:ids))", {"match": match, "ids": ids}))
+        # a row id of 0 is a sentinel (no window has id 0): it says more matched than the top k
+        hits = [(rid, ranks.get(rid, 0.0), *shown[rid][1:]) if rid in shown else (rid, math.inf, "", 0, "")
+                for rid, _ in top]
         return rows[0][1], json.loads(rows[0][2]), hits
 
     async def scan_substrings(self, reader: _Reader, needles: list[str], match: str | None, *,
