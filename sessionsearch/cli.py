@@ -61,6 +61,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path", help="a state dir, one agent's dir or sessions dir, or one .jsonl file")
     p.add_argument("--agent", dest="agentId", help="only this agent (or: the agent of a lone sessions dir)")
 
+    for name, text in (("serve", "run the HTTP API (embedded reconciliation without Redis)"),
+                       ("demo", "import a sample, serve it embedded, and show a search complete")):
+        p = sub.add_parser(name, help=text)
+        _common(p)
+        p.add_argument("--host", help="address to bind (SESSIONSEARCH_HOST, default 127.0.0.1)")
+        p.add_argument("--port", type=int, help="port to bind (SESSIONSEARCH_PORT, default 8780)")
+        if name == "serve":
+            p.add_argument("--workers", type=int, default=1, help="web processes (default 1)")
+
     p = sub.add_parser("worker", help="run Dramatiq reconcile workers against Redis")
     _common(p)
     p.add_argument("--processes", type=int, default=1, help="worker processes (default 1)")
@@ -214,6 +223,13 @@ def _emit(args: argparse.Namespace, result: dict[str, Any], human) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.command in ("serve", "demo"):
+            settings = Settings.load(config=args.config, data_dir=args.data_dir, host=args.host, port=args.port)
+            sslogging.configure(settings.log_level if args.command == "serve" else "WARNING")
+            from .api.server import run_demo, run_server
+            if args.command == "serve":
+                return run_server(settings, workers=args.workers)
+            return asyncio.run(run_demo(settings))
         if args.command == "worker":
             settings = _settings(args)
             sslogging.configure(settings.log_level)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any, Awaitable, Callable
 
 import structlog
 
-from .errors import InvalidRequest, NotFound
+from .errors import InvalidRequest, NotFound, Unavailable
 from .indexer.events import parse_event
 from .indexer.reconcile import ReconcileResult, reconcile_window
 from .keys import AGENT_ID_RE, agent_of, check_agent_id, check_session_key
@@ -320,6 +321,19 @@ class Engine:
                         "messages": total, "indexedMessages": counts["indexedMessages"],
                         "completeness": completeness})
         return {"agents": out}
+
+    async def check_ready(self) -> None:
+        """Raise Unavailable unless the data dir is usable and every agent database answers."""
+        folder = self.data_dir / "agents"
+        if not folder.is_dir() or not os.access(folder, os.W_OK):
+            raise Unavailable(f"data dir {self.data_dir} is not writable")
+        for agent_id in self.agent_ids_on_disk():
+            store = await self.store(agent_id)
+            try:
+                async with store.reader(time.monotonic() + 5) as reader:
+                    await reader.conn.execute_fetchall("SELECT 1 FROM windows LIMIT 1")
+            except Exception as exc:
+                raise Unavailable(f"agent {agent_id} database is not answering: {exc}") from exc
 
     # -- reconciliation ------------------------------------------------------------------------
 

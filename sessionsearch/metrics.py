@@ -129,6 +129,20 @@ class PipelineCollector:
             yield up
 
 
+def process_registry():
+    """This process's counters: the default registry, or every process's in multiprocess mode."""
+    import os
+
+    from prometheus_client import REGISTRY, CollectorRegistry, multiprocess
+
+    folder = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if not folder:
+        return REGISTRY
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, path=folder)
+    return registry
+
+
 def exposition(registry) -> tuple[bytes, str]:
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 

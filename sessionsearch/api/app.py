@@ -1,0 +1,207 @@
+"""The HTTP API: `POST /v1/<method>` onto the engine, the agent tools, metrics, health, OpenAPI.
+
+Errors are mapped from the error tree to status codes here and nowhere else. A token, when
+configured, is required on every route but the health probes.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import os
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import structlog
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from .. import metrics
+from ..engine import Engine
+from ..errors import Forbidden, InvalidRequest, NotFound, SearchTimeout, SessionSearchError, Unavailable
+from ..settings import Settings
+from .openapi import METHODS, openapi_document
+
+log = structlog.get_logger("sessionsearch.api")
+
+STATUS = {InvalidRequest: 400, Forbidden: 403, NotFound: 404, SearchTimeout: 504, Unavailable: 503}
+DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+
+
+class CompactJSON(JSONResponse):
+    """UTF-8 JSON as the budgets count it: non-ASCII text is not escaped."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def error_response(exc: SessionSearchError) -> CompactJSON:
+    status = next((code for cls, code in STATUS.items() if isinstance(exc, cls)), 500)
+    code = exc.code if status != 500 else "INTERNAL"
+    return CompactJSON({"error": {"code": code, "message": exc.message}}, status_code=status)
+
+
+def _error(status: int, code: str, message: str) -> CompactJSON:
+    return CompactJSON({"error": {"code": code, "message": message}}, status_code=status)
+
+
+def create_app(settings: Settings | None = None, *, max_body_bytes: int | None = None,
+               sweep: bool = True) -> Starlette:
+    """The ASGI app; the engine, queue and in-process worker live for the app's lifespan.
+
+    `sweep` enqueues, once started, every window still needing reconciliation (the demo turns it
+    off so that its first search is the one that meets the imported sessions).
+    """
+    settings = settings or Settings.load()
+    limit = max_body_bytes or int(os.environ.get("SESSIONSEARCH_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES))
+    state: dict[str, Any] = {}
+    token = settings.api_token.encode() if settings.api_token else None
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette):
+        from prometheus_client import CollectorRegistry
+
+        from ..queue import Pipeline
+
+        pipeline = Pipeline(settings)
+        engine = Engine(settings=settings, enqueuer=pipeline.reconciler.enqueue)
+        await engine.open()
+        engine.search_observer = metrics.get().observe_search
+        if pipeline.embedded:
+            pipeline.start_embedded_worker()
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(metrics.PipelineCollector(Path(settings.data_dir), pipeline.queue_depth))
+        state.update(engine=engine, pipeline=pipeline, registry=registry)
+        if sweep:
+            pending = {agent: set(wids) for agent, wids in (await engine.pending()).items() if wids}
+            if pending and await engine.enqueue_reconcile(pending):
+                log.info("api.sweep", windows=sum(len(w) for w in pending.values()))
+        log.info("api.started", mode="embedded" if pipeline.embedded else "redis", data_dir=settings.data_dir)
+        try:
+            yield
+        finally:
+            pipeline.close()
+            await engine.close()
+            log.info("api.stopped")
+
+    def authorized(request: Request) -> bool:
+        if token is None:
+            return True
+        header = request.headers.get("authorization", "")
+        scheme, _, given = header.partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token)
+
+    async def read_body(request: Request) -> dict[str, Any] | CompactJSON:
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            return _error(413, "INVALID_REQUEST", f"request body exceeds {limit} bytes")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                return _error(413, "INVALID_REQUEST", f"request body exceeds {limit} bytes")
+            chunks.append(chunk)
+        raw = b"".join(chunks)
+        if not raw.strip():
+            return {}
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            return _error(400, "INVALID_REQUEST", f"request body is not valid JSON: {exc}")
+        if not isinstance(body, dict):
+            return _error(400, "INVALID_REQUEST", "request body must be a JSON object")
+        return body
+
+    async def method(request: Request) -> Response:
+        if not authorized(request):
+            return _error(401, "UNAUTHORIZED", "a valid bearer token is required")
+        name = request.path_params["method"]
+        if name not in METHODS:
+            return _error(404, "NOT_FOUND", f"unknown method {name!r}")
+        body = await read_body(request)
+        if isinstance(body, Response):
+            return body
+        try:
+            return CompactJSON(await state["engine"].call(name, body))
+        except SessionSearchError as exc:
+            return error_response(exc)
+        except Exception:
+            log.exception("api.failed", method=name)
+            return _error(500, "INTERNAL", "internal error; the server log has the details")
+
+    async def tool(request: Request) -> Response:
+        """The agent-facing tools: denials and errors in the body, never as HTTP errors."""
+        if not authorized(request):
+            return _error(401, "UNAUTHORIZED", "a valid bearer token is required")
+        name = request.path_params["tool"]
+        if name not in ("sessions_search", "sessions_history"):
+            return _error(404, "NOT_FOUND", f"unknown tool {name!r}")
+        body = await read_body(request)
+        if isinstance(body, Response):
+            return body
+        engine: Engine = state["engine"]
+        try:
+            if name == "sessions_search":
+                return CompactJSON(await engine.search(body, agent_facing=True))
+            return CompactJSON(await engine.history(body))
+        except Forbidden as exc:
+            return CompactJSON({"status": "forbidden", "error": exc.message})
+        except SessionSearchError as exc:
+            return CompactJSON({"status": "error", "error": exc.message})
+        except Exception:
+            log.exception("api.tool_failed", tool=name)
+            return CompactJSON({"status": "error", "error": "internal error"})
+
+    async def healthz(request: Request) -> Response:
+        return CompactJSON({"status": "ok"})
+
+    async def readyz(request: Request) -> Response:
+        engine: Engine | None = state.get("engine")
+        if engine is None:
+            return CompactJSON({"status": "unavailable", "reason": "starting"}, status_code=503)
+        try:
+            await engine.check_ready()
+        except SessionSearchError as exc:
+            return CompactJSON({"status": "unavailable", "reason": exc.message}, status_code=503)
+        pipeline = state["pipeline"]
+        if not pipeline.embedded:
+            try:
+                pipeline.broker.client.ping()
+            except Exception as exc:  # any connection failure means not ready
+                return CompactJSON({"status": "unavailable", "reason": f"redis unreachable: {exc}"}, status_code=503)
+        return CompactJSON({"status": "ready", "mode": "embedded" if pipeline.embedded else "redis"})
+
+    async def metrics_endpoint(request: Request) -> Response:
+        if not authorized(request):
+            return _error(401, "UNAUTHORIZED", "a valid bearer token is required")
+        own, content_type = metrics.exposition(metrics.process_registry())
+        pipeline_gauges, _ = metrics.exposition(state["registry"])
+        return Response(own + pipeline_gauges, media_type=content_type)
+
+    async def openapi(request: Request) -> Response:
+        return CompactJSON(openapi_document())
+
+    routes = [
+        Route("/v1/tools/{tool}", tool, methods=["POST"]),
+        Route("/v1/{method}", method, methods=["POST"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", metrics_endpoint, methods=["GET"]),
+        Route("/openapi.json", openapi, methods=["GET"]),
+    ]
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return _error(404, "NOT_FOUND", f"no route {request.method} {request.url.path}")
+
+    async def not_allowed(request: Request, exc: Exception) -> Response:
+        return _error(405, "INVALID_REQUEST", f"{request.method} is not allowed on {request.url.path}")
+
+    async def crashed(request: Request, exc: Exception) -> Response:
+        log.exception("api.crashed", path=request.url.path)
+        return _error(500, "INTERNAL", "internal error; the server log has the details")
+
+    return Starlette(routes=routes, lifespan=lifespan,
+                     exception_handlers={404: not_found, 405: not_allowed, 500: crashed})

@@ -1,0 +1,132 @@
+"""`sessionsearch serve` and `sessionsearch demo`: uvicorn around the app, the loopback rule."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from ..errors import InvalidRequest
+from ..settings import Settings
+from .app import create_app
+
+DEMO_DATA = Path(__file__).resolve().parent.parent / "demo_data"
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(settings: Settings) -> None:
+    """Without a token the server listens on loopback only, and says so."""
+    if not settings.api_token and not is_loopback(settings.host):
+        raise InvalidRequest(
+            f"refusing to listen on {settings.host} without SESSIONSEARCH_API_TOKEN: set a token, "
+            "or bind 127.0.0.1 (the default)", field="host")
+
+
+def run_server(settings: Settings, *, workers: int = 1) -> int:
+    check_bind(settings)
+    common = dict(host=settings.host, port=settings.port, log_config=None, proxy_headers=False,
+                  timeout_graceful_shutdown=30, server_header=False)
+    if workers <= 1:
+        uvicorn.run(create_app(settings), **common)
+        return 0
+    # several processes: each builds its app from the environment; counters go to a shared directory
+    folder = Path(os.environ.get("PROMETHEUS_MULTIPROC_DIR") or tempfile.mkdtemp(prefix="sessionsearch-web-"))
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    os.environ.update(PROMETHEUS_MULTIPROC_DIR=str(folder), SESSIONSEARCH_DATA_DIR=str(Path(settings.data_dir).resolve()))
+    for name, env in (("redis_url", "SESSIONSEARCH_REDIS_URL"), ("api_token", "SESSIONSEARCH_API_TOKEN"),
+                      ("config_path", "SESSIONSEARCH_CONFIG")):
+        if getattr(settings, name):
+            os.environ[env] = str(getattr(settings, name))
+    uvicorn.run("sessionsearch.api.app:create_app", factory=True, workers=workers, **common)
+    return 0
+
+
+def _post(url: str, method: str, body: dict[str, Any], token: str | None) -> dict[str, Any]:
+    request = urllib.request.Request(f"{url}/v1/{method}", data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json",
+                                              **({"Authorization": f"Bearer {token}"} if token else {})})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
+def _show(result: dict[str, Any]) -> None:
+    for hit in result["results"]:
+        print(f"    {hit['role']:<9} {hit['sessionKey']:<36} {hit['snippet'][:90]}")
+    flags = [f for f in ("indexing", "truncated") if result.get(f)]
+    print(f"    -> {len(result['results'])} hit(s)" + (f", {', '.join(flags)}: true" if flags else ", complete"))
+
+
+async def run_demo(settings: Settings, *, query: str = "loan") -> int:
+    """Import the sample on an empty data dir, serve it embedded, and show indexing finish."""
+    from ..engine import Engine
+    from ..importer import run_import
+
+    check_bind(settings)
+    data_dir = Path(settings.data_dir)
+    fresh = not any((data_dir / "agents").glob("*.db")) if (data_dir / "agents").is_dir() else True
+    if fresh:
+        async with Engine(settings=settings) as engine:
+            report = await run_import(engine, DEMO_DATA)
+            await engine.append("agent:main:demo-live", [
+                {"type": "message", "id": "live-1", "parentId": None,
+                 "message": {"role": "user", "content": "Streamed live just now: the loan paperwork is signed."}}])
+        print(f"imported the sample state dir: {report.sessions} sessions, {report.events} events "
+              f"(indexed later, in the background), plus one live message (indexed as it was stored)")
+    else:
+        print(f"using the existing data in {data_dir} (remove it to start the demo afresh)")
+    server = uvicorn.Server(uvicorn.Config(create_app(settings, sweep=False), host=settings.host, port=settings.port,
+                                           log_config=None, timeout_graceful_shutdown=10))
+    serving = asyncio.create_task(server.serve())
+    while not server.started:
+        if serving.done():
+            return 1
+        await asyncio.sleep(0.05)
+    url = f"http://{settings.host}:{settings.port}"
+    token = settings.api_token
+    print(f"\nsessionsearch is serving {url} (embedded: SQLite in {data_dir}, reconciliation in-process)\n")
+    print(f'1. search "{query}" as the gateway would (POST /v1/sessions.search):')
+    first = await asyncio.to_thread(_post, url, "sessions.search", {"query": query}, token)
+    _show(first)
+    if first.get("indexing"):
+        print("   indexing: true - the search met imported sessions, queued their reconciliation and answered at once")
+    started = time.monotonic()
+    result = first
+    while result.get("indexing") and time.monotonic() - started < 120:
+        status = await asyncio.to_thread(_post, url, "index.status", {}, token)
+        done = sum(a["indexedWindows"] for a in status["agents"])
+        total = sum(a["windows"] for a in status["agents"])
+        sys.stdout.write(f"\r   waiting for the in-process worker: {done}/{total} windows indexed ")
+        sys.stdout.flush()
+        await asyncio.sleep(0.2)
+        result = await asyncio.to_thread(_post, url, "sessions.search", {"query": query}, token)
+    print(f'\n\n2. the same search, complete:')
+    _show(result)
+    print("\nsearch complete." if not result.get("indexing") else "\nstill indexing; try again shortly.")
+    auth = f' -H "Authorization: Bearer $SESSIONSEARCH_API_TOKEN"' if token else ""
+    print(f"\nThe server keeps running (Ctrl-C stops it). Try:\n"
+          f"  curl -s {url}/v1/sessions.search{auth} -H 'Content-Type: application/json' "
+          f"-d '{{\"query\": \"notary\"}}'\n"
+          f"  curl -s {url}/v1/sessions.history{auth} -H 'Content-Type: application/json' "
+          f"-d '{{\"sessionKey\": \"agent:main:main\"}}'\n"
+          f"  curl -s {url}/metrics | grep sessionsearch_\n", flush=True)
+    await serving
+    return 0
