@@ -416,7 +416,7 @@ def _check_meta(fields: dict[str, Any]) -> None:
     for name in ("spawnedBy", "parentSessionKey"):
         if fields.get(name) is not None:
             check_session_key(fields[name], field=name)
-    if fields.get("kind") is not None and fields["kind"] not in KINDS:
+    if fields.get("kind") is not None and (not isinstance(fields["kind"], str) or fields["kind"] not in KINDS):
         raise InvalidRequest(f"kind must be one of {', '.join(sorted(KINDS))}", field="kind")
     if "incognito" in fields and not isinstance(fields["incognito"], bool):
         raise InvalidRequest("incognito must be a boolean", field="incognito")

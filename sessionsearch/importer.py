@@ -167,9 +167,9 @@ def _meta(entry: dict[str, Any], where: str, problems: list[Problem]) -> dict[st
         if value is None:
             continue
         if name == "incognito" and not isinstance(value, bool):
-            problems.append(Problem(where, None, f"incognito must be a boolean; ignored"))
+            problems.append(Problem(where, None, "incognito must be a boolean; ignored"))
             continue
-        if name == "kind" and value not in ("direct", "group", "subagent", "cron", "system"):
+        if name == "kind" and (not isinstance(value, str) or value not in ("direct", "group", "subagent", "cron", "system")):
             problems.append(Problem(where, None, f"unknown kind {value!r}; ignored"))
             continue
         if name in ("spawnedBy", "parentSessionKey"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import json
 import os
@@ -21,6 +22,20 @@ from ..settings import Settings
 from .app import create_app
 
 DEMO_DATA = Path(__file__).resolve().parent.parent / "demo_data"
+
+
+class GracefulServer(uvicorn.Server):
+    """uvicorn, but a SIGTERM that ended in a graceful shutdown exits 0 instead of re-raising."""
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        inner = super().capture_signals()
+        inner.__enter__()
+        try:
+            yield
+        finally:
+            self._captured_signals.clear()
+            inner.__exit__(None, None, None)
 
 
 def is_loopback(host: str) -> bool:
@@ -45,7 +60,7 @@ def run_server(settings: Settings, *, workers: int = 1) -> int:
     common = dict(host=settings.host, port=settings.port, log_config=None, proxy_headers=False,
                   timeout_graceful_shutdown=30, server_header=False)
     if workers <= 1:
-        uvicorn.run(create_app(settings), **common)
+        GracefulServer(uvicorn.Config(create_app(settings), **common)).run()
         return 0
     # several processes: each builds its app from the environment; counters go to a shared directory
     folder = Path(os.environ.get("PROMETHEUS_MULTIPROC_DIR") or tempfile.mkdtemp(prefix="sessionsearch-web-"))
@@ -93,7 +108,7 @@ async def run_demo(settings: Settings, *, query: str = "loan") -> int:
               f"(indexed later, in the background), plus one live message (indexed as it was stored)")
     else:
         print(f"using the existing data in {data_dir} (remove it to start the demo afresh)")
-    server = uvicorn.Server(uvicorn.Config(create_app(settings, sweep=False), host=settings.host, port=settings.port,
+    server = GracefulServer(uvicorn.Config(create_app(settings, sweep=False), host=settings.host, port=settings.port,
                                            log_config=None, timeout_graceful_shutdown=10))
     serving = asyncio.create_task(server.serve())
     while not server.started:

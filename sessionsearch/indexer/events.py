@@ -64,7 +64,7 @@ def parse_event(raw: object, where: str, *, now_ms: int | None = None) -> Event:
         if not isinstance(msg, dict):
             raise InvalidRequest(f"{where}.message: must be an object", field=f"{where}.message")
         role = msg.get("role")
-        if role not in ROLES:
+        if not isinstance(role, str) or role not in ROLES:
             raise InvalidRequest(f"{where}.message.role: must be one of user, assistant, toolResult, system",
                                  field=f"{where}.message.role")
         text = message_text(msg, f"{where}.message")
@@ -87,7 +87,7 @@ def parse_event(raw: object, where: str, *, now_ms: int | None = None) -> Event:
         if kept is not None and not isinstance(kept, str):
             raise InvalidRequest(f"{where}.firstKeptEntryId: must be a string", field=f"{where}.firstKeptEntryId")
         reason = raw.get("reason")
-        if reason is not None and reason not in RESET_REASONS:
+        if reason is not None and (not isinstance(reason, str) or reason not in RESET_REASONS):
             raise InvalidRequest(f"{where}.reason: must be one of {', '.join(sorted(RESET_REASONS))}",
                                  field=f"{where}.reason")
     if ts is None:

@@ -110,9 +110,9 @@ def check_unknown(body: dict[str, Any], allowed: set[str]) -> None:
 
 
 def int_field(body: dict[str, Any], name: str, default: int | None, lo: int, hi: int | None) -> int | None:
-    value = body.get(name, default)
-    if value is None:
-        return None
+    value = body.get(name)
+    if value is None:  # absent or null: the default
+        return default
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidRequest(f"{name} must be an integer", field=name)
     if value < lo or (hi is not None and value > hi):

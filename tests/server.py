@@ -1,0 +1,67 @@
+"""A real `sessionsearch serve` process on loopback, and a small HTTP client for the tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from .services import free_port
+
+
+class Server:
+    def __init__(self, data_dir: Path, log_path: Path, *args: str, **env: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self.log = open(log_path, "w")
+        environment = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONSEARCH_")}
+        environment.update(SESSIONSEARCH_DATA_DIR=str(data_dir), SESSIONSEARCH_PORT=str(self.port), **env)
+        self.proc = subprocess.Popen([sys.executable, "-m", "sessionsearch.cli", "serve", *args], env=environment,
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if self.get("/healthz")[0] == 200:
+                    break
+            except OSError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"server did not start: {log_path.read_text()[-3000:]}")
+            time.sleep(0.05)
+
+    def request(self, method: str, path: str, body: Any = None, *, raw: bytes | None = None,
+                headers: dict[str, str] | None = None) -> tuple[int, Any]:
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        req = urllib.request.Request(self.url + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json", **(headers or {})})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                status, payload, ctype = resp.status, resp.read(), resp.headers.get("content-type", "")
+        except urllib.error.HTTPError as err:
+            status, payload, ctype = err.code, err.read(), err.headers.get("content-type", "")
+        return status, (json.loads(payload) if "json" in ctype else payload.decode())
+
+    def post(self, method: str, body: Any = None, **kw: Any) -> tuple[int, Any]:
+        return self.request("POST", f"/v1/{method}", body if body is not None else {}, **kw)
+
+    def get(self, path: str, **kw: Any) -> tuple[int, Any]:
+        return self.request("GET", path, **kw)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        return self.proc.returncode

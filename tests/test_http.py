@@ -1,0 +1,193 @@
+"""The HTTP contract (SPEC §7) through a real uvicorn server on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sessionsearch.api.server import is_loopback
+from sessionsearch.search.runner import INDEXING_WARNING
+
+from .helpers import chain, leaf, msg
+from .server import Server
+from .services import free_port
+
+KEY = "agent:main:main"
+
+
+@pytest.fixture
+def server(tmp_path):
+    srv = Server(tmp_path / "data", tmp_path / "server.log")
+    yield srv
+    assert srv.stop() == 0
+
+
+def test_every_method_answers_in_its_documented_shape(server):
+    assert server.post("sessions.upsert", {"sessionKey": KEY, "label": "Main chat", "kind": "direct"}) == (
+        200, {"sessionKey": KEY, "created": True})
+    status, appended = server.post("transcript.append", {"sessionKey": KEY, "sessionId": "s1", "events": chain(
+        "m", [("user", "the loan is approved"), ("assistant", "congratulations on the loan")])})
+    assert status == 200 and appended == {"appended": 2, "indexed": 2, "needsReconcile": False, "sessionId": "s1",
+                                          "duplicates": 0}
+    status, found = server.post("sessions.search", {"query": "loan"})
+    assert status == 200 and {h["messageId"] for h in found["results"]} == {"m1", "m2"}
+    assert set(found["results"][0]) == {"sessionKey", "sessionId", "messageId", "role", "timestamp", "snippet", "score"}
+    status, batch = server.post("sessions.search", {"queries": ["loan", "absent"]})
+    assert status == 200 and [len(s["results"]) for s in batch["states"]] == [2, 0]
+    status, history = server.post("sessions.history", {"sessionKey": KEY})
+    assert status == 200 and [m["messageId"] for m in history["messages"]] == ["m1", "m2"]
+    assert history["messages"][0]["content"] == "the loan is approved" and history["totalMessages"] == 2
+    status, listed = server.post("sessions.list", {"search": "main ch"})
+    assert status == 200 and listed["sessions"][0]["sessionKey"] == KEY and listed["sessions"][0]["label"] == "Main chat"
+    assert server.post("sessions.rotate", {"sessionKey": KEY, "sessionId": "s2", "reason": "daily"}) == (
+        200, {"sessionKey": KEY, "sessionId": "s2", "previousSessionId": "s1"})
+    assert server.post("sessions.archive", {"sessionKey": KEY}) == (200, {"sessionKey": KEY, "archivedWindows": 2})
+    status, archived = server.post("sessions.search", {"query": "loan"})
+    assert archived == {"results": [], "archivedTranscriptsExcluded": 2}
+    assert server.post("sessions.restore", {"sessionKey": KEY}) == (200, {"sessionKey": KEY, "restoredWindows": 2})
+    status, index = server.post("index.status", {})
+    assert status == 200 and index["agents"][0]["agentId"] == "main" and index["agents"][0]["windows"] == 2
+    assert server.post("sessions.delete", {"sessionKey": KEY}) == (200, {"sessionKey": KEY, "deleted": True})
+
+
+def test_errors_have_one_body_and_the_right_status(server):
+    server.post("transcript.append", {"sessionKey": KEY, "events": chain("m", [("user", "x")])})
+    server.post("sessions.upsert", {"sessionKey": "agent:main:secret", "incognito": True})
+    cases = [
+        (("sessions.search", {"query": "x", "limit": 99}), 400, "INVALID_REQUEST"),
+        (("sessions.search", {"query": "  "}), 400, "INVALID_REQUEST"),
+        (("sessions.search", {"query": "x", "colour": 1}), 400, "INVALID_REQUEST"),
+        (("sessions.history", {"sessionKey": KEY, "sessionId": "s"}), 400, "INVALID_REQUEST"),
+        (("transcript.append", {"sessionKey": KEY, "events": [{"type": "message"}]}), 400, "INVALID_REQUEST"),
+        (("sessions.search", {"query": "x", "sessionKeys": ["agent:main:secret"]}), 403, "FORBIDDEN"),
+        (("sessions.history", {"sessionKey": "agent:main:nope"}), 404, "NOT_FOUND"),
+        (("sessions.nope", {}), 404, "NOT_FOUND"),
+    ]
+    for (method, body), status, code in cases:
+        got_status, got = server.post(method, body)
+        assert (got_status, got["error"]["code"]) == (status, code), (method, body, got)
+        assert got["error"]["message"]
+    assert server.post("sessions.search", {"query": "  "})[1]["error"]["message"] == "query must not be empty"
+    status, bad = server.post("sessions.search", raw=b"{not json")
+    assert status == 400 and "not valid JSON" in bad["error"]["message"]
+    status, bad = server.post("sessions.search", raw=b"[1, 2]")
+    assert status == 400 and bad["error"]["message"] == "request body must be a JSON object"
+    status, bad = server.request("GET", "/v1/sessions.search")
+    assert status == 405 and bad["error"]["code"] == "INVALID_REQUEST"
+
+
+def test_a_search_past_its_budget_is_504_timeout(tmp_path):
+    srv = Server(tmp_path / "data", tmp_path / "server.log", SESSIONSEARCH_SEARCH_TIME_LIMIT_MS="0")
+    try:
+        assert srv.post("transcript.append", {"sessionKey": KEY, "events": chain("m", [("user", "anything")])})[0] == 200
+        status, body = srv.post("sessions.search", {"query": "anything"})
+        assert status == 504 and body == {"error": {"code": "TIMEOUT", "message":
+                                                    "search timed out; retry with a sessionKey or more specific keywords"}}
+    finally:
+        assert srv.stop() == 0
+
+
+def test_an_oversized_body_is_413(tmp_path):
+    srv = Server(tmp_path / "data", tmp_path / "server.log", SESSIONSEARCH_MAX_BODY_BYTES="2000")
+    try:
+        status, body = srv.post("transcript.append", {"sessionKey": KEY, "events": chain("m", [("user", "x" * 3000)])})
+        assert status == 413 and "exceeds 2000 bytes" in body["error"]["message"]
+        assert srv.post("sessions.search", {"query": "fine"})[0] == 200
+    finally:
+        assert srv.stop() == 0
+
+
+def test_bearer_token_guards_everything_but_health(tmp_path):
+    srv = Server(tmp_path / "data", tmp_path / "server.log", SESSIONSEARCH_API_TOKEN="s3cret")
+    try:
+        assert srv.post("sessions.search", {"query": "x"})[0] == 401
+        assert srv.post("sessions.search", {"query": "x"}, headers={"Authorization": "Bearer wrong"})[0] == 401
+        assert srv.post("sessions.search", {"query": "x"}, headers={"Authorization": "Bearer s3cret"})[0] == 200
+        assert srv.get("/metrics")[0] == 401 and srv.get("/metrics", headers={"Authorization": "Bearer s3cret"})[0] == 200
+        assert srv.get("/healthz") == (200, {"status": "ok"}) and srv.get("/readyz")[0] == 200
+    finally:
+        assert srv.stop() == 0
+
+
+def test_without_a_token_the_server_binds_loopback_only(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONSEARCH_")}
+    env["SESSIONSEARCH_DATA_DIR"] = str(tmp_path)
+    run = subprocess.run([sys.executable, "-m", "sessionsearch.cli", "serve", "--host", "0.0.0.0",
+                          "--port", str(free_port())], capture_output=True, text=True, env=env, timeout=60)
+    assert run.returncode == 2
+    assert "refusing to listen on 0.0.0.0 without SESSIONSEARCH_API_TOKEN" in run.stderr
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("10.0.0.1")
+
+
+def test_agent_tools_answer_in_the_agent_facing_shape(server):
+    server.post("transcript.append", {"sessionKey": KEY, "events": chain("m", [("user", "keep"), ("user", "gone")])})
+    server.post("transcript.append", {"sessionKey": KEY, "events": [leaf("l1", "m2", "m1"), msg("n1", "user", "new", "l1")]})
+    server.post("sessions.upsert", {"sessionKey": "agent:main:secret", "incognito": True})
+    status, body = server.post("tools/sessions_search", {"query": "keep", "requester": {"sessionKey": KEY}})
+    assert status == 200 and body["indexing"] is True and body["warning"] == INDEXING_WARNING
+    status, body = server.post("tools/sessions_search", {"query": "x", "sessionKeys": ["agent:main:secret"]})
+    assert status == 200 and body["status"] == "forbidden" and body["error"]
+    status, body = server.post("tools/sessions_history", {"sessionKey": KEY, "offset": 1, "messageId": "m1"})
+    assert status == 200 and body == {"status": "error", "error": "offset and messageId cannot be used together"}
+    status, body = server.post("tools/sessions_history", {"sessionKey": KEY})
+    assert status == 200 and [m["messageId"] for m in body["messages"]][:1] == ["m1"]
+
+
+def test_readyz_reports_an_unreachable_broker(tmp_path):
+    srv = Server(tmp_path / "data", tmp_path / "server.log", SESSIONSEARCH_REDIS_URL=f"redis://127.0.0.1:{free_port()}/0")
+    try:
+        status, body = srv.get("/readyz")
+        assert status == 503 and body["status"] == "unavailable" and "redis" in body["reason"]
+        assert srv.get("/healthz")[0] == 200
+        assert srv.post("sessions.search", {"query": "x"})[0] == 200  # search still answers
+    finally:
+        assert srv.stop() == 0
+
+
+def test_metrics_endpoint_counts_searches(server):
+    for _ in range(3):
+        server.post("sessions.search", {"query": "x"})
+    status, text = server.get("/metrics")
+    assert status == 200
+    assert 'sessionsearch_searches_total{indexing="false"} 3.0' in text
+    assert "sessionsearch_search_duration_seconds_count 3.0" in text
+    assert "sessionsearch_queue_up 1.0" in text
+
+
+def test_sigterm_finishes_cleanly_and_leaves_the_database_closed(tmp_path):
+    srv = Server(tmp_path / "data", tmp_path / "server.log")
+    srv.post("transcript.append", {"sessionKey": KEY, "events": chain("m", [("user", "x")])})
+    assert srv.stop() == 0
+    assert not list((tmp_path / "data" / "agents").glob("*.db-wal")) or \
+        (tmp_path / "data" / "agents" / "main.db-wal").stat().st_size == 0
+    assert '"event": "api.stopped"' in srv.log_path.read_text()
+
+
+def test_the_demo_reaches_its_complete_state(tmp_path):
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONSEARCH_")}
+    env["SESSIONSEARCH_DATA_DIR"] = str(tmp_path / "data")
+    proc = subprocess.Popen([sys.executable, "-m", "sessionsearch.cli", "demo", "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    lines = []
+    deadline = time.monotonic() + 90
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if "search complete." in line or time.monotonic() > deadline:
+                break
+        text = "".join(lines)
+        assert "search complete." in text, text
+        assert "indexing: true" in text and "-> 5 hit(s), complete" in text
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+    assert proc.returncode == 0
