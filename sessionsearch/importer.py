@@ -8,6 +8,7 @@ that grew since adds only its tail.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import dataclass, field
@@ -203,6 +204,7 @@ async def run_import(engine, path: Path, *, agent_id: str | None = None,
         file_report = FileReport(str(job.path), job.session_key, job.session_id)
         report.files.append(file_report)
         consumed = await store.source_lines(job.session_id)
+        in_flight: asyncio.Future | None = None
         batch: list = []
         now_ms = int(time.time() * 1000)
         line_no = 0
@@ -215,7 +217,8 @@ async def run_import(engine, path: Path, *, agent_id: str | None = None,
                 if not raw.strip():
                     continue
                 try:
-                    event = parse_event(json.loads(raw), "event", now_ms=now_ms)
+                    text = raw.decode("utf-8").strip()
+                    event = parse_event(json.loads(text), "event", now_ms=now_ms, source=text)
                 except (ValueError, UnicodeDecodeError) as exc:
                     file_report.bad += 1
                     report.problems.append(Problem(str(job.path), line_no, f"not JSON: {exc}"))
@@ -227,10 +230,14 @@ async def run_import(engine, path: Path, *, agent_id: str | None = None,
                     continue
                 batch.append(event)
                 if len(batch) >= BATCH_EVENTS:
-                    await _flush(store, job, batch, line_no, file_report)
+                    # the writer stores this batch while the next one is parsed
+                    await _wait(in_flight)
+                    in_flight = asyncio.ensure_future(_flush(store, job, batch, line_no, file_report))
                     batch = []
                     if progress:
                         progress(done_bytes, total_bytes)
+        await _wait(in_flight)
+        in_flight = None
         file_report.lines = line_no
         if batch or line_no > consumed:
             await _flush(store, job, batch, line_no, file_report)
@@ -241,6 +248,11 @@ async def run_import(engine, path: Path, *, agent_id: str | None = None,
     log.info("import.done", sessions=report.sessions, events=report.events, problems=len(report.problems),
              seconds=round(report.seconds, 3))
     return report
+
+
+async def _wait(flush: "asyncio.Future | None") -> None:
+    if flush is not None:
+        await flush
 
 
 async def _flush(store, job: _Job, batch: list, line_no: int, file_report: FileReport) -> None:

@@ -35,10 +35,14 @@ class Event:
     target_id: str | None  # leaf controls
     first_kept_id: str | None  # resets
     body: dict[str, Any]
+    raw: str | None = None  # the row's JSON text as received, stored as is when given
 
 
-def parse_event(raw: object, where: str, *, now_ms: int | None = None) -> Event:
-    """Validate one event; raise InvalidRequest naming `where` and the field at fault."""
+def parse_event(raw: object, where: str, *, now_ms: int | None = None, source: str | None = None) -> Event:
+    """Validate one event; raise InvalidRequest naming `where` and the field at fault.
+
+    `source` is the event's JSON as read (an import line); it is kept as the stored body.
+    """
     if not isinstance(raw, dict):
         raise InvalidRequest(f"{where}: must be a JSON object", field=where)
     etype = raw.get("type")
@@ -58,7 +62,7 @@ def parse_event(raw: object, where: str, *, now_ms: int | None = None) -> Event:
     if mode not in (None, "side"):
         raise InvalidRequest(f"{where}.appendMode: must be \"side\" when given", field=f"{where}.appendMode")
     ts = _event_ts(raw.get("timestamp"), f"{where}.timestamp")
-    role = text = target = kept = None
+    role = indexable = target = kept = None
     if etype == "message":
         msg = raw.get("message")
         if not isinstance(msg, dict):
@@ -67,7 +71,7 @@ def parse_event(raw: object, where: str, *, now_ms: int | None = None) -> Event:
         if not isinstance(role, str) or role not in ROLES:
             raise InvalidRequest(f"{where}.message.role: must be one of user, assistant, toolResult, system",
                                  field=f"{where}.message.role")
-        text = message_text(msg, f"{where}.message")
+        indexable = message_text(msg, f"{where}.message")
         mts = msg.get("timestamp")
         if mts is not None:
             if isinstance(mts, bool) or not isinstance(mts, (int, float)):
@@ -76,8 +80,8 @@ def parse_event(raw: object, where: str, *, now_ms: int | None = None) -> Event:
                                          field=f"{where}.message.timestamp")
             else:
                 ts = int(mts)
-        if role not in INDEXED_ROLES or not event_id or not text:
-            text = None
+        if role not in INDEXED_ROLES or not event_id or not indexable:
+            indexable = None
     elif etype == "leaf":
         target = raw.get("targetId")
         if not isinstance(target, str) or not target:
@@ -92,7 +96,8 @@ def parse_event(raw: object, where: str, *, now_ms: int | None = None) -> Event:
                                  field=f"{where}.reason")
     if ts is None:
         ts = now_ms if now_ms is not None else int(time.time() * 1000)
-    return Event(etype, event_id, parent, has_parent, mode == "side", role, text, ts, target, kept or None, raw)
+    return Event(etype, event_id, parent, has_parent, mode == "side", role, indexable, ts, target, kept or None,
+                 raw, source)
 
 
 def message_text(msg: dict[str, Any], where: str = "message") -> str:

@@ -27,6 +27,7 @@ from .broker import NAMESPACE, QUEUE
 log = structlog.get_logger("sessionsearch.queue")
 
 MARKER_TTL_S = 900  # a marker outlives any retry chain; a lost one only delays a re-enqueue
+RECENT_S = 5.0  # windows this process queued this recently are not even asked about again
 SEND_INLINE = 200  # more than this many new jobs are sent by a background thread
 MAX_RETRIES = 8
 
@@ -88,6 +89,8 @@ class Reconciler:
         self._engine: Engine | None = None
         self._engine_lock: asyncio.Lock | None = None
         self._senders: list[threading.Thread] = []
+        self._recent: dict[tuple[str, int], float] = {}
+        self._recent_lock = threading.Lock()
         self.actor = dramatiq.actor(
             self._reconcile, broker=broker, actor_name="reconcile", queue_name=QUEUE,
             max_retries=MAX_RETRIES, min_backoff=1_000, max_backoff=60_000,
@@ -105,9 +108,19 @@ class Reconciler:
         Raises redis errors when the broker cannot be reached; the caller decides what that means.
         """
         items = [(agent_id, wid) for agent_id, wids in sorted(dirty.items()) for wid in sorted(wids)]
+        everything = len(items)
+        now = time.monotonic()
+        if not force:  # while a backlog drains, every search meets it: skip what was just queued here
+            with self._recent_lock:
+                items = [item for item in items if self._recent.get(item, 0.0) < now]
         fresh = self.markers.acquire(items, force=force)
+        with self._recent_lock:
+            if len(self._recent) > 100_000:
+                self._recent = {k: t for k, t in self._recent.items() if t >= now}
+            for item in items:  # queued by us or by another process: either way, queued
+                self._recent[item] = now + RECENT_S
         m = metrics.get()
-        m.enqueues_deduplicated.inc(len(items) - len(fresh))
+        m.enqueues_deduplicated.inc(everything - len(fresh))
         if len(fresh) <= SEND_INLINE:
             self._send(fresh)
         else:  # the markers are set: the search can answer while the jobs go out
@@ -115,8 +128,8 @@ class Reconciler:
             self._senders = [t for t in self._senders if t.is_alive()] + [sender]
             sender.start()
         if fresh:
-            log.info("search.enqueued", windows=len(fresh), deduplicated=len(items) - len(fresh))
-        return len(fresh), len(items) - len(fresh)
+            log.info("search.enqueued", windows=len(fresh), deduplicated=everything - len(fresh))
+        return len(fresh), everything - len(fresh)
 
     def _send(self, items: list[tuple[str, int]]) -> None:
         m = metrics.get()
@@ -126,6 +139,9 @@ class Reconciler:
             except Exception:
                 log.warning("queue.send_failed", agent=agent_id, wid=wid, unsent=len(items) - n, exc_info=True)
                 self.markers.release(items[n:])  # so the next search tries these again
+                with self._recent_lock:
+                    for item in items[n:]:
+                        self._recent.pop(item, None)
                 return
             m.enqueues.inc()
 

@@ -252,7 +252,7 @@ class SqliteWriter:
         if plan.rows:
             c.executemany(INSERT_EVENT, [
                 (row_id(wid, r.seq, r.event.role), wid, r.event.event_id, r.parent_seq, r.node_seq, r.event.type,
-                 r.event.role, r.event.ts, int(r.on_branch), r.event.text, _COMPACT.encode(r.event.body))
+                 r.event.role, r.event.ts, int(r.on_branch), r.event.text, r.event.raw or _COMPACT.encode(r.event.body))
                 for r in plan.rows])
         if to_index:
             c.executemany("INSERT INTO msg_fts (rowid, text, ts, mid) VALUES (?, ?, ?, ?)",
