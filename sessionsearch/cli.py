@@ -126,11 +126,27 @@ def _print_history(result: dict[str, Any]) -> None:
         print(f"(older messages: --offset {result['nextOffset']})")
 
 
+def _queue_depth(settings: Settings) -> dict[str, Any]:
+    from .queue import Pipeline
+
+    pipeline = Pipeline(settings)
+    try:
+        return pipeline.queue_depth()
+    except Exception as exc:  # the status is still worth printing without the queue
+        return {"error": f"queue unreachable: {exc}"}
+    finally:
+        pipeline.close()
+
+
 def _print_status(result: dict[str, Any]) -> None:
     print(f"{'agent':<20} {'windows':>8} {'backlog':>8} {'messages':>10} {'indexed':>10} {'complete':>9}")
     for a in result["agents"]:
         print(f"{a['agentId']:<20} {a['windows']:>8} {a['backlog']:>8} {a['messages']:>10} "
               f"{a['indexedMessages']:>10} {a['completeness'] * 100:>8.2f}%")
+    queue = result.get("queue")
+    if queue:
+        print("queue: " + (queue["error"] if "error" in queue else
+                           f"{queue['ready']} ready, {queue['delayed']} delayed (retries)"))
 
 
 def _print_import(result: dict[str, Any]) -> None:
@@ -197,7 +213,10 @@ async def _run(args: argparse.Namespace) -> int:
                 body["requester"] = {"sessionKey": args.requester}
             _emit(args, await engine.history(body), _print_history)
         elif args.command == "status":
-            _emit(args, await engine.index_status(args.agentId), _print_status)
+            status = await engine.index_status(args.agentId)
+            if settings.redis_url:
+                status["queue"] = _queue_depth(settings)
+            _emit(args, status, _print_status)
         elif args.command == "import":
             from .importer import run_import
             report = await run_import(engine, Path(args.path), agent_id=args.agentId,

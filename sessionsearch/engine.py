@@ -102,6 +102,7 @@ class Engine:
         (self.data_dir / "agents").mkdir(parents=True, exist_ok=True)
         for agent_id in self.agent_ids_on_disk():
             await self.store(agent_id)
+        await self.catalog_view()  # warm: the first search should not pay for reading the catalog
         return self
 
     async def close(self) -> None:

@@ -188,23 +188,33 @@ def _meta(entry: dict[str, Any], where: str, problems: list[Problem]) -> dict[st
 
 async def run_import(engine, path: Path, *, agent_id: str | None = None,
                      progress: Callable[[int, int], None] | None = None) -> ImportReport:
-    """Import `path` into `engine`; returns what was imported and every problem met."""
+    """Import `path` into `engine`; returns what was imported and every problem met.
+
+    A file's rows go to the writer in chunks while the next chunk is parsed; the last chunk of
+    each file waits in a group with other files' until the group is worth a transaction.
+    """
     started = time.monotonic()
     jobs, problems = plan_import(Path(path), agent_id)
     report = ImportReport(problems=problems)
     total_bytes = sum(j.path.stat().st_size for j in jobs if j.path is not None) or 1
     done_bytes = 0
+    consumed_by_agent: dict[str, dict[str, int]] = {}
+    group = _Group(report)
     for job in jobs:
         store = await engine.store(job.agent_id, create=True)
-        meta = _meta(job.entry, str(job.path or job.session_key), report.problems)
-        await store.upsert_session(job.session_key, {**meta, "sessionId": job.session_id})
+        if group.store is not store:
+            await group.flush()
+            group.store = store
+        if job.agent_id not in consumed_by_agent:
+            consumed_by_agent[job.agent_id] = await store.all_source_lines()
+        meta: dict | None = _meta(job.entry, str(job.path or job.session_key), report.problems)
         report.sessions += 1
         if job.path is None:
+            await store.upsert_session(job.session_key, {**meta, "sessionId": job.session_id})
             continue
         file_report = FileReport(str(job.path), job.session_key, job.session_id)
         report.files.append(file_report)
-        consumed = await store.source_lines(job.session_id)
-        in_flight: asyncio.Future | None = None
+        consumed = consumed_by_agent[job.agent_id].get(job.session_id, 0)
         batch: list = []
         now_ms = int(time.time() * 1000)
         line_no = 0
@@ -230,19 +240,18 @@ async def run_import(engine, path: Path, *, agent_id: str | None = None,
                     continue
                 batch.append(event)
                 if len(batch) >= BATCH_EVENTS:
-                    # the writer stores this batch while the next one is parsed
-                    await _wait(in_flight)
-                    in_flight = asyncio.ensure_future(_flush(store, job, batch, line_no, file_report))
-                    batch = []
+                    await group.send([(job, meta, batch, line_no, file_report)])  # a chunk of a big file
+                    meta, batch = None, []
                     if progress:
                         progress(done_bytes, total_bytes)
-        await _wait(in_flight)
-        in_flight = None
         file_report.lines = line_no
-        if batch or line_no > consumed:
-            await _flush(store, job, batch, line_no, file_report)
+        if batch or meta is not None or line_no > consumed:
+            group.add((job, meta, batch, line_no, file_report))
+            if group.events >= BATCH_EVENTS:
+                await group.send(group.take())
         if progress:
             progress(done_bytes, total_bytes)
+    await group.flush()
     engine._meta_changed()
     report.seconds = time.monotonic() - started
     log.info("import.done", sessions=report.sessions, events=report.events, problems=len(report.problems),
@@ -250,13 +259,46 @@ async def run_import(engine, path: Path, *, agent_id: str | None = None,
     return report
 
 
-async def _wait(flush: "asyncio.Future | None") -> None:
-    if flush is not None:
-        await flush
+class _Group:
+    """Import steps waiting for the writer, and the one transaction of them in flight."""
 
+    def __init__(self, report: ImportReport) -> None:
+        self.report = report
+        self.store = None
+        self.items: list[tuple] = []
+        self.events = 0
+        self.in_flight: asyncio.Future | None = None
 
-async def _flush(store, job: _Job, batch: list, line_no: int, file_report: FileReport) -> None:
-    result = await store.append(job.session_key, batch, session_id=job.session_id, index=False,
-                                source_lines=line_no)
-    file_report.imported += result.appended
-    file_report.duplicates += result.duplicates
+    def add(self, item: tuple) -> None:
+        self.items.append(item)
+        self.events += len(item[2]) + 1
+
+    def take(self) -> list[tuple]:
+        items, self.items, self.events = self.items, [], 0
+        return items
+
+    async def send(self, items: list[tuple]) -> None:
+        """Hand `items` to the writer once the previous transaction is done; do not wait for them."""
+        if self.in_flight is not None:
+            await self.in_flight
+        if self.items and items is not self.items:  # keep the order: what waits goes first
+            items = self.take() + items
+        self.in_flight = asyncio.ensure_future(self._write(self.store, items))
+
+    async def flush(self) -> None:
+        if self.items:
+            await self.send(self.take())
+        if self.in_flight is not None:
+            await self.in_flight
+            self.in_flight = None
+
+    async def _write(self, store, items: list[tuple]) -> None:
+        results = await store.import_many([(job.session_key, meta, batch, job.session_id, line_no)
+                                           for job, meta, batch, line_no, _ in items])
+        for (job, _meta, _batch, _line, file_report), result in zip(items, results):
+            if isinstance(result, Exception):
+                message = getattr(result, "message", None) or str(result)
+                self.report.problems.append(Problem(file_report.file, None, f"not imported: {message}"))
+                continue
+            file_report.imported += result.appended
+            file_report.duplicates += result.duplicates

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -13,7 +12,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from .services import free_port
+from .services import free_port, terminate
 
 
 class Server:
@@ -56,12 +55,4 @@ class Server:
         return self.request("GET", path, **kw)
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-        return self.proc.returncode
+        return terminate(self.proc, self.log)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -46,3 +47,16 @@ def redis_server(port: int) -> subprocess.Popen:
                 proc.kill()
                 pytest.fail(f"redis-server did not start on port {port}")
             time.sleep(0.05)
+
+
+def terminate(proc: subprocess.Popen, log, *, on_timeout=None) -> int:
+    """SIGTERM, wait up to 30 s (then `on_timeout`, or SIGKILL), close the log; the exit code."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            (on_timeout or proc.kill)()
+            proc.wait(30)
+    log.close()
+    return proc.returncode

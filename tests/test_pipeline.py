@@ -23,7 +23,7 @@ from sessionsearch.importer import run_import
 from sessionsearch.queue import Pipeline
 
 from .helpers import chain, ids, leaf, msg
-from .services import free_port, redis_server, require_redis
+from .services import free_port, redis_server, require_redis, terminate
 
 DEMO = Path(__file__).resolve().parent.parent / "sessionsearch" / "demo_data"
 DEADLINE_S = 90
@@ -89,13 +89,8 @@ class Worker:
 
     def stop(self) -> int:
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        self.log.close()
-        return self.proc.returncode
+            self.dramatiq_pid()  # an operator stops a started worker; before that SIGTERM just kills
+        return terminate(self.proc, self.log, on_timeout=self.kill)
 
 
 def sample(text: str, name: str, labels: dict[str, str] | None = None) -> float | None:
@@ -344,3 +339,35 @@ def test_worker_needs_redis_and_says_so(tmp_path):
     run = subprocess.run([sys.executable, "-m", "sessionsearch.cli", "worker"], capture_output=True, text=True,
                          env=env, timeout=60)
     assert run.returncode == 2 and "needs SESSIONSEARCH_REDIS_URL" in run.stderr
+
+
+async def test_sigterm_mid_job_releases_the_claim_and_another_worker_finishes(tmp_path, redis_url):
+    _big_window(tmp_path / "state", 120_000)
+    settings = _settings(tmp_path, redis_url)
+    env = {"SESSIONSEARCH_RECONCILE_BATCH_ROWS": "500"}
+    async with Engine(settings=settings) as engine:
+        await run_import(engine, tmp_path / "state")
+        first = Worker(tmp_path / "data", redis_url, tmp_path / "first.log", **env)
+        db = tmp_path / "data" / "agents" / "main.db"
+        deadline = time.monotonic() + DEADLINE_S
+        while True:
+            with sqlite3.connect(db) as conn:
+                claimed = conn.execute("SELECT claim_token FROM windows").fetchone()[0]
+                written = conn.execute("SELECT count(*) FROM msg_fts").fetchone()[0]
+            if claimed and written > 0:
+                break
+            assert time.monotonic() < deadline, first.log_path.read_text()[-2000:]
+            await asyncio.sleep(0.02)
+        assert first.stop() == 0  # SIGTERM: the job stops between batches and hands the window on
+        stopped = [e for e in first.events() if e.get("event") == "reconcile.skipped"]
+        with sqlite3.connect(db) as conn:
+            claim, dirty = conn.execute("SELECT claim_token, needs_rebuild FROM windows").fetchone()
+        if stopped and stopped[-1].get("outcome") == "stopped":
+            assert claim is None and dirty == 1  # released, still marked: nothing half-published
+        second = Worker(tmp_path / "data", redis_url, tmp_path / "second.log", **env)
+        try:
+            await wait_for_backlog_zero(engine)
+        finally:
+            assert second.stop() == 0
+    rows, distinct, branch = _exact(tmp_path / "data")
+    assert rows == distinct == branch == 120_000

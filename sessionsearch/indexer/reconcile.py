@@ -41,16 +41,14 @@ async def reconcile_window(store: SqliteAgentStore, wid: int, *, batch_rows: int
     started = time.monotonic()
     token = token or uuid.uuid4().hex
     result = ReconcileResult("clean")
-    claim = await store.claim(wid, token, lease_s)
-    if claim is None:
-        result.outcome = "busy" if await store.window_exists(wid) else "missing"
+    # a window of up to one batch is claimed, rebuilt and published in a single transaction
+    outcome, claim, deleted, inserted = await store.claim_and_reconcile_small(wid, token, lease_s, batch_rows)
+    if outcome != "claimed":
+        result.outcome, result.rows_deleted, result.rows_inserted = outcome, deleted, inserted
+        result.batches = 1 if outcome == "published" else 0
         return _done(store, wid, result, started)
-    log.info("reconcile.claimed", agent=store.agent_id, wid=wid)
+    log.info("reconcile.claimed", agent=store.agent_id, wid=wid, rows=claim.last_seq)
     try:
-        if claim.cold or not claim.needs_rebuild:
-            result.outcome = "cold" if claim.cold else "clean"
-            await store.release(wid, token)
-            return _done(store, wid, result, started)
         gen, last_seq = claim.rebuild_gen, claim.last_seq
         for _round in range(MAX_ROUNDS):
             first = 0

@@ -26,7 +26,8 @@ class _Lifecycle(dramatiq.Middleware):
         self.reconciler.stopping.set()
 
     def after_worker_shutdown(self, broker, worker):
-        loop_thread = get_event_loop_thread()  # still running: this middleware sits before AsyncIO
+        # still running: "after" hooks run in reverse order, and this middleware sits after AsyncIO
+        loop_thread = get_event_loop_thread()
         if loop_thread is not None:
             loop_thread.run_coroutine(self.reconciler.close_engine())
 
@@ -43,7 +44,7 @@ class Pipeline:
         self.settings = settings
         self.broker = build_broker(settings.redis_url, worker_metrics=worker_metrics)
         self.reconciler = Reconciler(self.broker, settings)
-        self.broker.add_middleware(_Lifecycle(self.reconciler), before=AsyncIO)
+        self.broker.add_middleware(_Lifecycle(self.reconciler), after=AsyncIO)
         self.worker: dramatiq.Worker | None = None
 
     @property

@@ -32,11 +32,28 @@ SEND_INLINE = 200  # more than this many new jobs are sent by a background threa
 MAX_RETRIES = 8
 
 
+# One round trip for any number of windows: SET NX EX each key, answer which ones were set.
+_ACQUIRE = """
+local fresh = {}
+for i, key in ipairs(KEYS) do
+  local set
+  if ARGV[2] == '1' then
+    set = redis.call('SET', key, '1', 'EX', ARGV[1])
+  else
+    set = redis.call('SET', key, '1', 'NX', 'EX', ARGV[1])
+  end
+  if set then fresh[#fresh + 1] = i end
+end
+return fresh
+"""
+
+
 class Markers:
     """Which windows are queued or being reconciled: `SET NX EX` in Redis, else a local dict."""
 
     def __init__(self, client: "redis.Redis | None") -> None:
         self.client = client
+        self._acquire = client.register_script(_ACQUIRE) if client is not None else None
         self._local: dict[str, float] = {}
         self._lock = threading.Lock()
 
@@ -50,11 +67,13 @@ class Markers:
         `force` marks and returns them all (a worker's startup sweep: a marker may outlive a
         worker killed mid-job, and a duplicate job is harmless under the claim).
         """
-        if self.client is not None:
-            pipe = self.client.pipeline(transaction=False)
-            for agent_id, wid in items:
-                pipe.set(self.key(agent_id, wid), "1", nx=not force, ex=MARKER_TTL_S)
-            return [item for item, fresh in zip(items, pipe.execute()) if fresh]
+        if self._acquire is not None:
+            fresh: list[tuple[str, int]] = []
+            for start in range(0, len(items), 5000):  # bounded script calls; still few round trips
+                chunk = items[start:start + 5000]
+                keys = [self.key(agent_id, wid) for agent_id, wid in chunk]
+                fresh += [chunk[i - 1] for i in self._acquire(keys=keys, args=[MARKER_TTL_S, int(force)])]
+            return fresh
         now = time.monotonic()
         fresh = []
         with self._lock:

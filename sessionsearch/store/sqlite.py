@@ -158,9 +158,27 @@ class SqliteAgentStore:
     async def source_lines(self, session_id: str) -> int:
         return await self._run(lambda: self._writer.source_lines(session_id))
 
+    async def all_source_lines(self) -> dict[str, int]:
+        """Lines of each window's import file consumed so far, by session id."""
+        return await self._run(lambda: self._writer.all_source_lines())
+
+    async def import_many(self, items: list[tuple]) -> list:
+        """Small import steps (key, fields, events, session_id, lines) in one transaction."""
+        return await self._run(lambda: self._writer.import_many(items))
+
+    async def import_rows(self, key: str, fields: dict[str, Any] | None, events: list[Event], *,
+                          session_id: str, source_lines: int) -> AppendResult:
+        """Metadata (when given) and a batch of rows, unindexed, in one transaction (import)."""
+        return await self._run(lambda: self._writer.import_rows(key, fields, events, session_id, source_lines))
+
     async def claim(self, wid: int, token: str, lease_s: float) -> ClaimInfo | None:
         """Take the window's claim if free or expired; None when another holder's lease is live."""
         return await self._run(lambda: self._writer.claim(wid, token, lease_s))
+
+    async def claim_and_reconcile_small(self, wid: int, token: str, lease_s: float,
+                                        max_rows: int) -> tuple[str, ClaimInfo | None, int, int]:
+        """Claim the window, and rebuild and publish it in the same transaction when it is small."""
+        return await self._run(lambda: self._writer.claim_and_reconcile_small(wid, token, lease_s, max_rows))
 
     async def window_exists(self, wid: int) -> bool:
         return await self._run(lambda: self._writer.window_exists(wid))

@@ -99,21 +99,63 @@ class SqliteWriter:
 
     def upsert_session(self, key: str, fields: dict[str, Any]) -> bool:
         """Create or update a session's metadata; returns True when the session is new."""
+        with self.tx():
+            return self._upsert_tx(key, fields)
+
+    def _upsert_tx(self, key: str, fields: dict[str, Any]) -> bool:
         cols = {SESSION_COLUMNS[k]: (int(bool(v)) if k == "incognito" else v)
                 for k, v in fields.items() if k in SESSION_COLUMNS}
         extra = {k: v for k, v in fields.items() if k not in SESSION_COLUMNS and k != "sessionId"}
         if extra:
             cols["extra"] = json.dumps(extra, ensure_ascii=False)
         cols.setdefault("updated_at", now_ms())
-        with self.tx() as c:
-            created = self._ensure_session(key)
-            sets = ", ".join(f"{col} = ?" for col in cols)
-            c.execute(f"UPDATE sessions SET {sets} WHERE session_key = ?", (*cols.values(), key))
-            session_id = fields.get("sessionId")
-            if isinstance(session_id, str) and session_id:
-                self._window_for_write(key, session_id)
-            self._bump_meta()
+        created = self._ensure_session(key)
+        sets = ", ".join(f"{col} = ?" for col in cols)
+        self.c.execute(f"UPDATE sessions SET {sets} WHERE session_key = ?", (*cols.values(), key))
+        session_id = fields.get("sessionId")
+        if isinstance(session_id, str) and session_id:
+            self._window_for_write(key, session_id)
+        self._bump_meta()
         return created
+
+    def import_rows(self, key: str, fields: dict[str, Any], events: list[Event], session_id: str,
+                    source_lines: int) -> AppendResult:
+        """An import step in one transaction: the session's metadata, then its rows, unindexed."""
+        try:
+            with self.tx():
+                if fields is not None:
+                    self._upsert_tx(key, {**fields, "sessionId": session_id})
+                return self._append_tx(key, events, session_id, False, source_lines)
+        except BaseException:
+            self._forget()
+            raise
+
+    def import_many(self, items: list[tuple]) -> list:
+        """Several small import steps in one transaction: (key, fields, events, session_id, lines).
+
+        Returns an AppendResult per item; if the shared transaction fails, the items are retried
+        one by one so that one bad session costs only itself (its slot then holds the error).
+        """
+        try:
+            with self.tx():
+                out = []
+                for key, fields, events, session_id, lines in items:
+                    if fields is not None:
+                        self._upsert_tx(key, {**fields, "sessionId": session_id})
+                    out.append(self._append_tx(key, events, session_id, False, lines))
+                return out
+        except Exception:
+            self._forget()
+        results: list = []
+        for key, fields, events, session_id, lines in items:
+            try:
+                results.append(self.import_rows(key, fields, events, session_id, lines))
+            except Exception as exc:  # reported by the importer against that file
+                results.append(exc)
+        return results
+
+    def all_source_lines(self) -> dict[str, int]:
+        return dict(self.c.execute("SELECT session_id, source_lines FROM windows"))
 
     def _ensure_session(self, key: str) -> bool:
         cur = self.c.execute("INSERT INTO sessions (session_key, updated_at) VALUES (?, ?) ON CONFLICT DO NOTHING",
@@ -309,24 +351,55 @@ class SqliteWriter:
                 "RETURNING needs_rebuild, rebuild_gen, last_seq, cold", (token, now + lease_s, wid, now)).fetchone()
         return None if row is None else ClaimInfo(bool(row[0]), row[1], row[2], bool(row[3]))
 
+    def claim_and_reconcile_small(self, wid: int, token: str, lease_s: float,
+                                  max_rows: int) -> tuple[str, ClaimInfo | None, int, int]:
+        """Claim; and if the window has at most `max_rows` rows, rebuild and publish it in the same
+        transaction. Returns (outcome, claim, deleted, inserted); outcome "claimed" means the window
+        is larger and the claim is held for the batched path.
+        """
+        now = time.time()
+        with self.tx() as c:
+            row = c.execute(
+                "UPDATE windows SET claim_token = ?, claim_expires_at = ? "
+                "WHERE wid = ? AND (claim_token IS NULL OR claim_expires_at < ?) "
+                "RETURNING needs_rebuild, rebuild_gen, last_seq, cold", (token, now + lease_s, wid, now)).fetchone()
+            if row is None:
+                exists = c.execute("SELECT 1 FROM windows WHERE wid = ?", (wid,)).fetchone()
+                return ("busy" if exists else "missing"), None, 0, 0
+            claim = ClaimInfo(bool(row[0]), row[1], row[2], bool(row[3]))
+            if claim.cold or not claim.needs_rebuild or claim.last_seq <= max_rows:
+                deleted = inserted = 0
+                if claim.needs_rebuild and not claim.cold:
+                    deleted, inserted = self._diff(wid, 0, (1 << 30) - 1)
+                    c.execute("UPDATE windows SET needs_rebuild = 0, indexed_seq = last_seq, indexed_leaf = leaf_seq "
+                              "WHERE wid = ?", (wid,))
+                c.execute("UPDATE windows SET claim_token = NULL, claim_expires_at = NULL WHERE wid = ?", (wid,))
+                outcome = "cold" if claim.cold else ("published" if claim.needs_rebuild else "clean")
+                return outcome, claim, deleted, inserted
+        return "claimed", claim, 0, 0
+
+    def _diff(self, wid: int, first_seq: int, last_seq: int) -> tuple[int, int]:
+        """Make the index rows of seqs first..last match the active branch (inside a transaction)."""
+        lo, hi = seq_range(wid, first_seq, last_seq)
+        deleted = self.c.execute(
+            "DELETE FROM msg_fts WHERE rowid BETWEEN :lo AND :hi AND rowid NOT IN "
+            f"(SELECT id FROM events WHERE id BETWEEN :lo AND :hi AND {INDEXABLE})", {"lo": lo, "hi": hi}).rowcount
+        inserted = self.c.execute(
+            "INSERT INTO msg_fts (rowid, text, ts, mid) SELECT id, text, ts, event_id FROM events "
+            f"WHERE id BETWEEN :lo AND :hi AND {INDEXABLE} AND id NOT IN "
+            "(SELECT rowid FROM msg_fts WHERE rowid BETWEEN :lo AND :hi)", {"lo": lo, "hi": hi}).rowcount
+        return deleted, inserted
+
     def window_exists(self, wid: int) -> bool:
         return self.c.execute("SELECT 1 FROM windows WHERE wid = ?", (wid,)).fetchone() is not None
 
     def reconcile_batch(self, wid: int, token: str, first_seq: int, last_seq: int,
                         lease_s: float) -> tuple[int, int] | None:
-        lo, hi = seq_range(wid, first_seq, last_seq)
         with self.tx() as c:
             if c.execute("UPDATE windows SET claim_expires_at = ? WHERE wid = ? AND claim_token = ? RETURNING 1",
                          (time.time() + lease_s, wid, token)).fetchone() is None:
                 return None
-            deleted = c.execute(
-                "DELETE FROM msg_fts WHERE rowid BETWEEN :lo AND :hi AND rowid NOT IN "
-                f"(SELECT id FROM events WHERE id BETWEEN :lo AND :hi AND {INDEXABLE})", {"lo": lo, "hi": hi}).rowcount
-            inserted = c.execute(
-                "INSERT INTO msg_fts (rowid, text, ts, mid) SELECT id, text, ts, event_id FROM events "
-                f"WHERE id BETWEEN :lo AND :hi AND {INDEXABLE} AND id NOT IN "
-                "(SELECT rowid FROM msg_fts WHERE rowid BETWEEN :lo AND :hi)", {"lo": lo, "hi": hi}).rowcount
-        return deleted, inserted
+            return self._diff(wid, first_seq, last_seq)
 
     def publish(self, wid: int, token: str, rebuild_gen: int) -> str:
         with self.tx() as c:

@@ -89,6 +89,17 @@ def run_worker(settings: Settings, *, processes: int, threads: int, metrics_host
     if not settings.redis_url:
         raise InvalidRequest("sessionsearch worker needs SESSIONSEARCH_REDIS_URL; without Redis, "
                              "`sessionsearch serve` reconciles in-process", field="SESSIONSEARCH_REDIS_URL")
+    stop_requested: list[int] = []
+    child: subprocess.Popen | None = None
+
+    def on_signal(signum, _frame):
+        log.info("worker.signal", signal=signal.Signals(signum).name)
+        stop_requested.append(signum)
+        if child is not None:
+            child.send_signal(signum)  # forwarded once: the child runs in its own session
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, on_signal)
     folder = prepare_metrics_dir(metrics_dir)
     from ..queue import Pipeline
 
@@ -101,18 +112,20 @@ def run_worker(settings: Settings, *, processes: int, threads: int, metrics_host
            "SESSIONSEARCH_REDIS_URL": settings.redis_url, "SESSIONSEARCH_LOG_LEVEL": settings.log_level}
     if settings.config_path:
         env["SESSIONSEARCH_CONFIG"] = str(Path(settings.config_path).resolve())
+    if stop_requested:  # asked to stop while starting up: nothing is running yet
+        server.shutdown()
+        pipeline.close()
+        log.info("worker.exited", code=0)
+        return 0
     child = subprocess.Popen([sys.executable, "-m", "dramatiq", "--skip-logging", "--processes", str(processes),
                               "--threads", str(threads), "sessionsearch.worker.entry"], env=env,
                              start_new_session=True)  # signals reach it once: forwarded from here
     log.info("worker.started", pid=child.pid, processes=processes, threads=threads)
-
-    def forward(signum, _frame):
-        log.info("worker.signal", signal=signal.Signals(signum).name)
-        child.send_signal(signum)
-
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, forward)
+    if stop_requested:
+        child.send_signal(stop_requested[-1])
     code = child.wait()
+    if code < 0 and -code in stop_requested:
+        code = 0  # it died of the signal we forwarded (before it could handle it): a requested stop
     server.shutdown()
     pipeline.close()
     log.info("worker.exited", code=code)
