@@ -381,6 +381,11 @@ class SqliteWriter:
     def _diff(self, wid: int, first_seq: int, last_seq: int) -> tuple[int, int]:
         """Make the index rows of seqs first..last match the active branch (inside a transaction)."""
         lo, hi = seq_range(wid, first_seq, last_seq)
+        if self.c.execute("SELECT 1 FROM msg_fts WHERE rowid BETWEEN ? AND ? LIMIT 1", (lo, hi)).fetchone() is None:
+            # nothing indexed here yet (an import): a plain insert, no diff to compute
+            return 0, self.c.execute(
+                "INSERT INTO msg_fts (rowid, text, ts, mid) SELECT id, text, ts, event_id FROM events "
+                f"WHERE id BETWEEN ? AND ? AND {INDEXABLE}", (lo, hi)).rowcount
         deleted = self.c.execute(
             "DELETE FROM msg_fts WHERE rowid BETWEEN :lo AND :hi AND rowid NOT IN "
             f"(SELECT id FROM events WHERE id BETWEEN :lo AND :hi AND {INDEXABLE})", {"lo": lo, "hi": hi}).rowcount
