@@ -107,16 +107,16 @@ def serve(data: Path, port: int, log: Path) -> subprocess.Popen:
     raise RuntimeError(log.read_text())
 
 
-async def make_busy(data: Path, work: Path, messages: int) -> subprocess.Popen:
-    """Import `messages` more (unindexed) and start a worker that reconciles them."""
+async def make_busy(data: Path, work: Path, messages: int, tag: str) -> subprocess.Popen:
+    """Import `messages` more (unindexed) under new keys and start a worker that reconciles them."""
     root = work / "busy-state"
     shutil.rmtree(root, ignore_errors=True)
     write_state_dir(CorpusSpec(messages=messages, sessions=max(1, messages // 100), seed=99), root)
     for path in (root / "agents" / "main" / "sessions").glob("*.jsonl"):
-        path.rename(path.with_name("busy-" + path.name))
+        path.rename(path.with_name(f"{tag}-" + path.name))
     index = root / "agents" / "main" / "sessions" / "sessions.json"
     entries = json.loads(index.read_text())
-    index.write_text(json.dumps({k.replace(":bench:", ":busy:"): {**v, "sessionId": "busy-" + v["sessionId"]}
+    index.write_text(json.dumps({k.replace(":bench:", f":{tag}:"): {**v, "sessionId": f"{tag}-" + v["sessionId"]}
                                  for k, v in entries.items()}))
     async with Engine(data, settings=Settings(data_dir=str(data))) as engine:
         await run_import(engine, root)
@@ -132,7 +132,8 @@ async def main() -> None:
     parser.add_argument("--seconds", type=int, default=30)
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--source", default=str(HERE / "work" / "search-1000000"))
-    parser.add_argument("--busy-messages", type=int, default=300_000)
+    parser.add_argument("--busy-messages", type=int, default=800_000)
+    parser.add_argument("--low-clients", type=int, default=8)
     parser.add_argument("--out", default=str(HERE / "results" / "http.json"))
     args = parser.parse_args()
     sslogging.configure("WARNING")
@@ -148,17 +149,24 @@ async def main() -> None:
     redis.Redis.from_url(REDIS_URL).flushdb()
     port = 8799
     report: dict = {"clients": args.clients, "seconds": args.seconds, "words": words}
-    for phase in ("idle", "busy"):
-        worker = await make_busy(data, work, args.busy_messages) if phase == "busy" else None
+    phases = [("idle", args.clients, False), (f"idle_{args.low_clients}_clients", args.low_clients, False),
+              ("busy", args.clients, True)]
+    for phase, clients, busy in phases:
+        # busy: a worker reconciles freshly imported sessions during each of the two measurements
+        worker = await make_busy(data, work, args.busy_messages, f"{phase}-http") if busy else None
         server = serve(data, port, work / f"server-{phase}.log")
         try:
-            http = wrk(f"http://127.0.0.1:{port}", words, args.seconds, args.clients, work)
+            http = wrk(f"http://127.0.0.1:{port}", words, args.seconds, clients, work)
         finally:
             stop(server)
-        api = await python_api(data, words, args.seconds, args.clients, REDIS_URL)
         if worker is not None:
             stop(worker)
-        report[phase] = {"http": http, "python_api": api, "overhead_ratio_p50": http["p50_ms"] / api["p50_ms"]}
+            worker = await make_busy(data, work, args.busy_messages, f"{phase}-api")
+        api = await python_api(data, words, args.seconds, clients, REDIS_URL)
+        if worker is not None:
+            stop(worker)
+        report[phase] = {"clients": clients, "http": http, "python_api": api,
+                         "overhead_ratio_p50": http["p50_ms"] / api["p50_ms"]}
         print(f"{phase}: HTTP {http['requests_per_s']:.0f} req/s p50 {http['p50_ms']:.1f} ms p99 {http['p99_ms']:.1f} ms "
               f"(errors {http['errors']}) | Python API {api['requests_per_s']:.0f} req/s p50 {api['p50_ms']:.1f} ms "
               f"p99 {api['p99_ms']:.1f} ms | overhead x{report[phase]['overhead_ratio_p50']:.2f}", file=sys.stderr)

@@ -109,6 +109,7 @@ class Reconciler:
         self._engine_lock: asyncio.Lock | None = None
         self._senders: list[threading.Thread] = []
         self._recent: dict[tuple[str, int], float] = {}
+        self._last: tuple[dict[str, frozenset[int]], float] = ({}, 0.0)  # the last enqueue's windows, until
         self._recent_lock = threading.Lock()
         self.actor = dramatiq.actor(
             self._reconcile, broker=broker, actor_name="reconcile", queue_name=QUEUE,
@@ -165,9 +166,19 @@ class Reconciler:
             m.enqueues.inc()
 
     async def enqueue(self, dirty: dict[str, set[int]]) -> bool:
-        """The engine's enqueuer: False (logged and counted) when the queue cannot be reached."""
+        """The engine's enqueuer: False (logged and counted) when the queue cannot be reached.
+
+        While a backlog drains every search meets the same dirty windows: when all of them were
+        queued from here within the last few seconds, this answers without leaving the event loop.
+        """
+        now = time.monotonic()
+        last_sets, last_until = self._last
+        if now < last_until and all(wids <= last_sets.get(agent, frozenset()) for agent, wids in dirty.items()):
+            metrics.get().enqueues_deduplicated.inc(sum(len(w) for w in dirty.values()))
+            return True
         try:
             await asyncio.to_thread(self.enqueue_sync, dirty)
+            self._last = ({agent: frozenset(wids) for agent, wids in dirty.items()}, now + RECENT_S)
             return True
         except (redis.RedisError, OSError):
             metrics.get().enqueue_failures.inc()

@@ -68,4 +68,9 @@ CREATE INDEX events_by_event_id ON events (wid, event_id) WHERE event_id IS NOT 
 CREATE VIRTUAL TABLE msg_fts USING fts5 (
     text, ts UNINDEXED, mid UNINDEXED, tokenize = 'unicode61 remove_diacritics 2');
 """),
+    (2, "dirty_version", """
+-- Bumped whenever the set of windows needing reconciliation changes, so a search can tell
+-- whether the list it holds is still current without reading it again.
+INSERT INTO meta VALUES ('dirty_version', 1);
+"""),
 )

@@ -58,6 +58,7 @@ class SqliteAgentStore:
         self._writer: SqliteWriter | None = None
         self._readers: asyncio.Queue[_Reader] = asyncio.Queue()
         self._all_readers: list[_Reader] = []
+        self._dirty_seen: tuple[int | None, frozenset[int]] = (None, frozenset())  # (dirty_version, windows)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -252,7 +253,7 @@ class SqliteAgentStore:
 
     async def search_top(self, reader: _Reader, match: str, *, k: int, order: str,
                          include: list[int] | None, exclude: list[int] | None,
-                         role: str | None) -> tuple[int, list[int], list[tuple]]:
+                         role: str | None) -> tuple[int, frozenset[int], list[tuple]]:
         """The meta version, the dirty windows and at least the top `k` hits, exactly ordered.
 
         Hits are (id, bm25, message id, ts, text); windows needing reconciliation never match. For
@@ -293,11 +294,18 @@ class SqliteAgentStore:
         elif more:
             top = list(top[:k]) + [(0, math.inf)]
         ids = json.dumps([r[0] for r in top if r[0]])
+        seen_version, seen_dirty = self._dirty_seen
         rows = await conn.execute_fetchall(
             "SELECT NULL, (SELECT value FROM meta WHERE key = 'meta_version'), "
-            "(SELECT json_group_array(wid) FROM windows WHERE needs_rebuild = 1), NULL "
+            "(SELECT value FROM meta WHERE key = 'dirty_version'), "
+            "CASE WHEN (SELECT value FROM meta WHERE key = 'dirty_version') IS :seen THEN NULL "
+            "ELSE (SELECT json_group_array(wid) FROM windows WHERE needs_rebuild = 1) END "
             "UNION ALL SELECT e.id, e.event_id, e.ts, e.text FROM json_each(:ids) j JOIN events e ON e.id = j.value",
-            {"ids": ids})
+            {"ids": ids, "seen": seen_version})
+        dirty_version, dirty_json = rows[0][2], rows[0][3]
+        if dirty_json is not None:  # the list changed since this store last read it
+            seen_dirty = frozenset(json.loads(dirty_json))
+            self._dirty_seen = (dirty_version, seen_dirty)
         shown = {r[0]: r for r in rows[1:]}
         ranks = {r[0]: r[1] for r in top}
         if order == "recent" and top:  # bm25 of these rows only: the doclist is walked, ranked where listed
@@ -307,7 +315,7 @@ class SqliteAgentStore:
         # a row id of 0 is a sentinel (no window has id 0): it says more matched than the top k
         hits = [(rid, ranks.get(rid, 0.0), *shown[rid][1:]) if rid in shown else (rid, math.inf, "", 0, "")
                 for rid, _ in top]
-        return rows[0][1], json.loads(rows[0][2]), hits
+        return rows[0][1], seen_dirty, hits
 
     async def scan_substrings(self, reader: _Reader, needles: list[str], match: str | None, *,
                               include: list[int] | None, exclude: list[int] | None, role: str | None,

@@ -165,6 +165,9 @@ class SqliteWriter:
     def _bump_meta(self) -> None:
         self.c.execute("UPDATE meta SET value = value + 1 WHERE key = 'meta_version'")
 
+    def _bump_dirty(self) -> None:
+        self.c.execute("UPDATE meta SET value = value + 1 WHERE key = 'dirty_version'")
+
     def _window_for_write(self, key: str, session_id: str | None) -> int:
         """The window a write to `key` goes to, creating session and window as needed (in a tx)."""
         wid = self._current.get(key)
@@ -241,6 +244,7 @@ class SqliteWriter:
                 c.execute("DELETE FROM windows WHERE session_key = ?", (key,))
                 existed = c.execute("DELETE FROM sessions WHERE session_key = ?", (key,)).rowcount > 0
                 self._bump_meta()
+                self._bump_dirty()
         finally:
             self._forget()
         for wid in wids:
@@ -291,6 +295,8 @@ class SqliteWriter:
             if c.execute("SELECT 1 FROM windows WHERE wid = ? AND cold = 1", (wid,)).fetchone():
                 raise InvalidRequest(f"session {key!r} is archived; restore it before appending", field="sessionKey")
             raise _StaleState()
+        if dirty:
+            self._bump_dirty()
         if plan.rows:
             c.executemany(INSERT_EVENT, [
                 (row_id(wid, r.seq, r.event.role), wid, r.event.event_id, r.parent_seq, r.node_seq, r.event.type,
@@ -373,6 +379,7 @@ class SqliteWriter:
                     deleted, inserted = self._diff(wid, 0, (1 << 30) - 1)
                     c.execute("UPDATE windows SET needs_rebuild = 0, indexed_seq = last_seq, indexed_leaf = leaf_seq "
                               "WHERE wid = ?", (wid,))
+                    self._bump_dirty()
                 c.execute("UPDATE windows SET claim_token = NULL, claim_expires_at = NULL WHERE wid = ?", (wid,))
                 outcome = "cold" if claim.cold else ("published" if claim.needs_rebuild else "clean")
                 return outcome, claim, deleted, inserted
@@ -413,6 +420,7 @@ class SqliteWriter:
                     "claim_token = NULL, claim_expires_at = NULL "
                     "WHERE wid = ? AND claim_token = ? AND rebuild_gen = ? RETURNING 1",
                     (wid, token, rebuild_gen)).fetchone():
+                self._bump_dirty()
                 return "published"
             held = c.execute("SELECT 1 FROM windows WHERE wid = ? AND claim_token = ?", (wid, token)).fetchone()
         return "changed" if held else "lost"
@@ -491,6 +499,7 @@ class SqliteWriter:
                               "WHERE wid = ?", (wid,))
                 c.execute("UPDATE sessions SET archived_at = NULL WHERE session_key = ?", (key,))
                 self._bump_meta()
+                self._bump_dirty()
         finally:
             self._forget()
         for wid in wids:
