@@ -127,6 +127,19 @@ class Reconciler:
 
         Raises redis errors when the broker cannot be reached; the caller decides what that means.
         """
+        sent, deduplicated, rest = self._mark(dirty, force=force)
+        if rest:
+            self._start_sender(rest)
+        return sent, deduplicated
+
+    def _start_sender(self, items: list[tuple[str, int]]) -> None:
+        """Send many jobs from a thread: the markers are set, so nothing waits on these."""
+        sender = threading.Thread(target=self._send, args=(items,), name="sessionsearch-enqueue", daemon=True)
+        self._senders = [t for t in self._senders if t.is_alive()] + [sender]
+        sender.start()
+
+    def _mark(self, dirty: dict[str, set[int]], *, force: bool) -> tuple[int, int, list[tuple[str, int]]]:
+        """Set the markers and send up to SEND_INLINE jobs; the rest are returned, still to send."""
         items = [(agent_id, wid) for agent_id, wids in sorted(dirty.items()) for wid in sorted(wids)]
         everything = len(items)
         now = time.monotonic()
@@ -141,15 +154,12 @@ class Reconciler:
                 self._recent[item] = now + RECENT_S
         m = metrics.get()
         m.enqueues_deduplicated.inc(everything - len(fresh))
-        if len(fresh) <= SEND_INLINE:
-            self._send(fresh)
-        else:  # the markers are set: the search can answer while the jobs go out
-            sender = threading.Thread(target=self._send, args=(fresh,), name="sessionsearch-enqueue", daemon=True)
-            self._senders = [t for t in self._senders if t.is_alive()] + [sender]
-            sender.start()
         if fresh:
             log.info("search.enqueued", windows=len(fresh), deduplicated=everything - len(fresh))
-        return len(fresh), everything - len(fresh)
+        if len(fresh) <= SEND_INLINE:
+            self._send(fresh)
+            return len(fresh), everything - len(fresh), []
+        return len(fresh), everything - len(fresh), fresh
 
     def _send(self, items: list[tuple[str, int]]) -> None:
         m = metrics.get()
@@ -177,8 +187,10 @@ class Reconciler:
             metrics.get().enqueues_deduplicated.inc(sum(len(w) for w in dirty.values()))
             return True
         try:
-            await asyncio.to_thread(self.enqueue_sync, dirty)
+            _sent, _dedup, rest = await asyncio.to_thread(self._mark, dirty, force=False)
             self._last = ({agent: frozenset(wids) for agent, wids in dirty.items()}, now + RECENT_S)
+            if rest:  # the sender starts once the search has given its answer back to the loop
+                asyncio.get_running_loop().call_soon(self._start_sender, rest)
             return True
         except (redis.RedisError, OSError):
             metrics.get().enqueue_failures.inc()
