@@ -142,6 +142,7 @@ async def reconcile_run(base: Path, work: Path, processes: int, words: list[str]
         t = time.perf_counter()
         first = await engine.search(query=words[0])
         out["first_search_ms"] = (time.perf_counter() - t) * 1000
+        await asyncio.sleep(0)  # the jobs go out once the search has answered
         pipeline.reconciler.join_senders(600)
         out["windows_enqueued"] = pipeline.queue_depth()["ready"]
         t = time.perf_counter()

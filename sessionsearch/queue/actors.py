@@ -32,34 +32,49 @@ SEND_INLINE = 200  # more than this many new jobs are sent by a background threa
 MAX_RETRIES = 8
 
 
-# One round trip for any number of windows: SET NX EX each key, answer which ones were set.
+# Markers live in one sorted set: member "agent:window", score = when it expires (epoch s).
+# One call reads every score (ZMSCORE) and one adds the fresh ones, whatever the number of windows.
 _ACQUIRE = """
-local fresh = {}
-for i, key in ipairs(KEYS) do
-  local set
-  if ARGV[2] == '1' then
-    set = redis.call('SET', key, '1', 'EX', ARGV[1])
-  else
-    set = redis.call('SET', key, '1', 'NX', 'EX', ARGV[1])
+local now = tonumber(ARGV[1])
+local expires = now + tonumber(ARGV[2])
+local force = ARGV[3] == '1'
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local members = {}
+for member in string.gmatch(ARGV[4], '[^,]+') do members[#members + 1] = member end
+local flags = {}
+for first = 1, #members, 4000 do
+  local last = math.min(first + 3999, #members)
+  local scores = redis.call('ZMSCORE', KEYS[1], unpack(members, first, last))
+  local add = {}
+  for i, score in ipairs(scores) do
+    local fresh = force or not score
+    flags[#flags + 1] = fresh and '1' or '0'
+    if fresh then
+      add[#add + 1] = expires
+      add[#add + 1] = members[first + i - 1]
+    end
   end
-  if set then fresh[#fresh + 1] = i end
+  for a = 1, #add, 4000 do
+    redis.call('ZADD', KEYS[1], unpack(add, a, math.min(a + 3999, #add)))
+  end
 end
-return fresh
+return table.concat(flags)
 """
 
 
 class Markers:
-    """Which windows are queued or being reconciled: `SET NX EX` in Redis, else a local dict."""
+    """Which windows are queued or being reconciled: a Redis sorted set with expiries, else a dict."""
 
     def __init__(self, client: "redis.Redis | None") -> None:
         self.client = client
+        self.zset = f"{NAMESPACE}:queued"
         self._acquire = client.register_script(_ACQUIRE) if client is not None else None
         self._local: dict[str, float] = {}
         self._lock = threading.Lock()
 
     @staticmethod
     def key(agent_id: str, wid: int) -> str:
-        return f"{NAMESPACE}:queued:{agent_id}:{wid}"
+        return f"{agent_id}:{wid}"
 
     def acquire(self, items: list[tuple[str, int]], *, force: bool = False) -> list[tuple[str, int]]:
         """Mark each window; return those that were not marked already (one round trip).
@@ -68,12 +83,11 @@ class Markers:
         worker killed mid-job, and a duplicate job is harmless under the claim).
         """
         if self._acquire is not None:
-            fresh: list[tuple[str, int]] = []
-            for start in range(0, len(items), 5000):  # bounded script calls; still few round trips
-                chunk = items[start:start + 5000]
-                keys = [self.key(agent_id, wid) for agent_id, wid in chunk]
-                fresh += [chunk[i - 1] for i in self._acquire(keys=keys, args=[MARKER_TTL_S, int(force)])]
-            return fresh
+            if not items:
+                return []
+            members = ",".join(self.key(agent_id, wid) for agent_id, wid in items)
+            flags = self._acquire(keys=[self.zset], args=[time.time(), MARKER_TTL_S, int(force), members])
+            return [item for item, flag in zip(items, flags) if flag == 49]  # b"1"
         now = time.monotonic()
         fresh = []
         with self._lock:
@@ -85,15 +99,15 @@ class Markers:
         return fresh
 
     def release(self, items: Iterable[tuple[str, int]]) -> None:
-        keys = [self.key(a, w) for a, w in items]
-        if not keys:
+        members = [self.key(a, w) for a, w in items]
+        if not members:
             return
         if self.client is not None:
-            self.client.delete(*keys)
+            self.client.zrem(self.zset, *members)
         else:
             with self._lock:
-                for key in keys:
-                    self._local.pop(key, None)
+                for member in members:
+                    self._local.pop(member, None)
 
 
 class Reconciler:
