@@ -90,7 +90,7 @@ def start_workers(data_dir: Path, processes: int, log: Path, **env: str) -> subp
     environment = {**os.environ, "SESSIONSEARCH_DATA_DIR": str(data_dir), "SESSIONSEARCH_REDIS_URL": REDIS_URL,
                    "SESSIONSEARCH_LOG_LEVEL": "WARNING", **env}
     return subprocess.Popen([sys.executable, "-m", "sessionsearch.cli", "worker", "--processes", str(processes),
-                             "--threads", "2", "--metrics-port", "0", "--metrics-dir", str(log.with_suffix(".metrics"))],
+                             "--threads", "8", "--metrics-port", "0", "--metrics-dir", str(log.with_suffix(".metrics"))],
                             env=environment, stdout=open(log, "w"), stderr=subprocess.STDOUT)
 
 

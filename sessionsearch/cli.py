@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("worker", help="run Dramatiq reconcile workers against Redis")
     _common(p)
     p.add_argument("--processes", type=int, default=1, help="worker processes (default 1)")
-    p.add_argument("--threads", type=int, default=2, help="threads per process (default 2)")
+    p.add_argument("--threads", type=int, default=8, help="threads per process (default 8: jobs overlap their queue round trips)")
     p.add_argument("--metrics-host", default="127.0.0.1", help="address of the metrics endpoint")
     p.add_argument("--metrics-port", type=int, default=9191, help="port of the metrics endpoint (0: any)")
     p.add_argument("--metrics-dir", help="multiprocess metrics directory (wiped at start)")

@@ -115,6 +115,19 @@ async def wait_for_backlog_zero(engine: Engine, deadline_s: float = DEADLINE_S) 
         await asyncio.sleep(0.1)
 
 
+async def wait_until_mid_job(db: Path, worker: "Worker") -> None:
+    """Until the worker holds the window's claim and has written some of its index rows."""
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        with sqlite3.connect(db) as conn:
+            claimed = conn.execute("SELECT claim_token FROM windows").fetchone()[0]
+            written = conn.execute("SELECT count(*) FROM msg_fts").fetchone()[0]
+        if claimed and written > 0:
+            return
+        assert time.monotonic() < deadline, worker.log_path.read_text()[-2000:]
+        await asyncio.sleep(0.02)
+
+
 def _settings(tmp_path: Path, redis_url: str | None, **more) -> Settings:
     return Settings(data_dir=str(tmp_path / "data"), redis_url=redis_url, **more)
 
@@ -232,15 +245,7 @@ async def test_a_worker_killed_mid_job_loses_nothing(tmp_path, redis_url):
         await run_import(engine, tmp_path / "state")
         first = Worker(tmp_path / "data", redis_url, tmp_path / "first.log", **env)
         db = tmp_path / "data" / "agents" / "main.db"
-        deadline = time.monotonic() + DEADLINE_S
-        while True:  # wait until the first worker holds the claim and has written some rows
-            with sqlite3.connect(db) as conn:
-                claimed = conn.execute("SELECT claim_token FROM windows").fetchone()[0]
-                written = conn.execute("SELECT count(*) FROM msg_fts").fetchone()[0]
-            if claimed and written > 0:
-                break
-            assert time.monotonic() < deadline, first.log_path.read_text()[-2000:]
-            await asyncio.sleep(0.02)
+        await wait_until_mid_job(db, first)
         first.kill()
         with sqlite3.connect(db) as conn:
             assert conn.execute("SELECT needs_rebuild FROM windows").fetchone()[0] == 1
@@ -349,15 +354,7 @@ async def test_sigterm_mid_job_releases_the_claim_and_another_worker_finishes(tm
         await run_import(engine, tmp_path / "state")
         first = Worker(tmp_path / "data", redis_url, tmp_path / "first.log", **env)
         db = tmp_path / "data" / "agents" / "main.db"
-        deadline = time.monotonic() + DEADLINE_S
-        while True:
-            with sqlite3.connect(db) as conn:
-                claimed = conn.execute("SELECT claim_token FROM windows").fetchone()[0]
-                written = conn.execute("SELECT count(*) FROM msg_fts").fetchone()[0]
-            if claimed and written > 0:
-                break
-            assert time.monotonic() < deadline, first.log_path.read_text()[-2000:]
-            await asyncio.sleep(0.02)
+        await wait_until_mid_job(db, first)
         assert first.stop() == 0  # SIGTERM: the job stops between batches and hands the window on
         stopped = [e for e in first.events() if e.get("event") == "reconcile.skipped"]
         with sqlite3.connect(db) as conn:
