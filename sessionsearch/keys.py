@@ -42,8 +42,3 @@ def agent_of(key: str, *, field: str = "sessionKey") -> str:
 def main_key(agent_id: str) -> str:
     """The main session key of an agent (`agent:<id>:main`)."""
     return f"agent:{agent_id}:main"
-
-
-def like_escape(text: str) -> str:
-    """Escape `text` for a LIKE pattern with ESCAPE '\\' so `_` and `%` stay literal."""
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")

@@ -128,6 +128,14 @@ async def wait_until_mid_job(db: Path, worker: "Worker") -> None:
         await asyncio.sleep(0.02)
 
 
+async def finish_with_another_worker(engine: Engine, tmp_path: Path, redis_url: str, env: dict) -> None:
+    second = Worker(tmp_path / "data", redis_url, tmp_path / "second.log", **env)
+    try:
+        await wait_for_backlog_zero(engine)
+    finally:
+        assert second.stop() == 0
+
+
 def _settings(tmp_path: Path, redis_url: str | None, **more) -> Settings:
     return Settings(data_dir=str(tmp_path / "data"), redis_url=redis_url, **more)
 
@@ -249,11 +257,7 @@ async def test_a_worker_killed_mid_job_loses_nothing(tmp_path, redis_url):
         first.kill()
         with sqlite3.connect(db) as conn:
             assert conn.execute("SELECT needs_rebuild FROM windows").fetchone()[0] == 1
-        second = Worker(tmp_path / "data", redis_url, tmp_path / "second.log", **env)
-        try:
-            await wait_for_backlog_zero(engine)
-        finally:
-            assert second.stop() == 0
+        await finish_with_another_worker(engine, tmp_path, redis_url, env)
     rows, distinct, branch = _exact(tmp_path / "data")
     assert rows == distinct == branch == 120_000
 
@@ -361,10 +365,6 @@ async def test_sigterm_mid_job_releases_the_claim_and_another_worker_finishes(tm
             claim, dirty = conn.execute("SELECT claim_token, needs_rebuild FROM windows").fetchone()
         if stopped and stopped[-1].get("outcome") == "stopped":
             assert claim is None and dirty == 1  # released, still marked: nothing half-published
-        second = Worker(tmp_path / "data", redis_url, tmp_path / "second.log", **env)
-        try:
-            await wait_for_backlog_zero(engine)
-        finally:
-            assert second.stop() == 0
+        await finish_with_another_worker(engine, tmp_path, redis_url, env)
     rows, distinct, branch = _exact(tmp_path / "data")
     assert rows == distinct == branch == 120_000

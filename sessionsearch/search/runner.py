@@ -121,8 +121,11 @@ def plan_scopes(req: SearchRequest, viewer: Viewer, view: "CatalogView", agents:
 
 
 async def run_query(engine: "Engine", query: ParsedQuery, req: SearchRequest, scopes: dict[str, Scope],
-                    versions: dict[str, int], deadline: float) -> Outcome:
-    """Top hits of one query over the scopes; raises MetaChanged when scoping went stale."""
+                    versions: dict[str, int] | None, deadline: float) -> Outcome:
+    """Top hits of one query over the scopes; raises MetaChanged when scoping went stale.
+
+    `versions` None answers from the given scopes whatever the metadata now says.
+    """
     out = Outcome()
     if query.match is None:
         return out
@@ -145,12 +148,12 @@ async def run_query(engine: "Engine", query: ParsedQuery, req: SearchRequest, sc
 
 
 async def _agent_top(engine: "Engine", scope: Scope, match: str, req: SearchRequest, k: int,
-                     versions: dict[str, int], deadline: float) -> tuple[str, list[Hit], bool, set[int]]:
+                     versions: dict[str, int] | None, deadline: float) -> tuple[str, list[Hit], bool, set[int]]:
     store = await engine.store(scope.agent_id)
     async with store.reader(deadline) as reader:
         version, dirty, rows = await store.search_top(
             reader, match, k=k, order=req.order, include=scope.include, exclude=scope.exclude, role=req.role)
-    if version != versions.get(scope.agent_id):
+    if versions is not None and version != versions.get(scope.agent_id):
         raise MetaChanged(scope.agent_id)
     # a row of a window no longer in the catalog (an orphan awaiting the sweep) is never a hit
     hits = [Hit(scope.agent_id, r[0], r[1], r[2], r[3], r[4]) for r in rows if wid_of(r[0]) in scope.wids]
@@ -234,8 +237,7 @@ async def search(engine: "Engine", req: SearchRequest, *, agent_facing: bool = F
         except MetaChanged:
             continue
     else:  # metadata kept changing: answer from the last scope rather than spin
-        outcomes = [await run_query(engine, q, req, scopes, {a: v for a, v in view.versions.items()}, deadline)
-                    for q in req.queries]
+        outcomes = [await run_query(engine, q, req, scopes, None, deadline) for q in req.queries]
     archived = sum(s.archived for s in scopes.values())
     dirty: dict[str, set[int]] = {}
     for outcome in outcomes:

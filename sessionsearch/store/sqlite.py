@@ -156,9 +156,6 @@ class SqliteAgentStore:
     async def restore(self, key: str) -> list[int]:
         return await self._run(lambda: self._writer.restore(key))
 
-    async def source_lines(self, session_id: str) -> int:
-        return await self._run(lambda: self._writer.source_lines(session_id))
-
     async def all_source_lines(self) -> dict[str, int]:
         """Lines of each window's import file consumed so far, by session id."""
         return await self._run(lambda: self._writer.all_source_lines())
@@ -166,11 +163,6 @@ class SqliteAgentStore:
     async def import_many(self, items: list[tuple]) -> list:
         """Small import steps (key, fields, events, session_id, lines) in one transaction."""
         return await self._run(lambda: self._writer.import_many(items))
-
-    async def import_rows(self, key: str, fields: dict[str, Any] | None, events: list[Event], *,
-                          session_id: str, source_lines: int) -> AppendResult:
-        """Metadata (when given) and a batch of rows, unindexed, in one transaction (import)."""
-        return await self._run(lambda: self._writer.import_rows(key, fields, events, session_id, source_lines))
 
     async def claim(self, wid: int, token: str, lease_s: float) -> ClaimInfo | None:
         """Take the window's claim if free or expired; None when another holder's lease is live."""

@@ -247,8 +247,7 @@ class SqliteWriter:
                 self._bump_dirty()
         finally:
             self._forget()
-        for wid in wids:
-            self._cold_path(wid).unlink(missing_ok=True)
+        self._drop_cold_files(wids)
         return existed, wids
 
     # -- appends -----------------------------------------------------------------------------
@@ -341,10 +340,6 @@ class SqliteWriter:
                 {"leaf": leaf_seq, "base": lo})
         c.execute(f"UPDATE windows SET messages = (SELECT count(*) FROM events WHERE id BETWEEN ? AND ? "
                   f"AND {INDEXABLE}) WHERE wid = ?", (lo, hi, wid))
-
-    def source_lines(self, session_id: str) -> int:
-        row = self.c.execute("SELECT source_lines FROM windows WHERE session_id = ?", (session_id,)).fetchone()
-        return row[0] if row else 0
 
     # -- reconciliation primitives -----------------------------------------------------------
 
@@ -452,6 +447,11 @@ class SqliteWriter:
     def _cold_path(self, wid: int) -> Path:
         return self.cold_dir / f"{wid}.jsonl.gz"
 
+    def _drop_cold_files(self, wids: list[int]) -> None:
+        """After the commit: the transcripts are back in (or gone from) the database."""
+        for wid in wids:
+            self._cold_path(wid).unlink(missing_ok=True)
+
     def archive(self, key: str) -> int:
         """Move a session's transcripts to cold files and out of the index; returns windows moved."""
         c = self.c
@@ -502,8 +502,7 @@ class SqliteWriter:
                 self._bump_dirty()
         finally:
             self._forget()
-        for wid in wids:
-            self._cold_path(wid).unlink(missing_ok=True)
+        self._drop_cold_files(wids)
         return wids
 
 
