@@ -361,12 +361,15 @@ class Engine:
 
     async def reconcile_pending(self, agent_id: str | None = None,
                                 progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
-        """Drain every window needing reconciliation now, in this process. Returns outcome counts."""
+        """Drain every window needing reconciliation now, in this process. Returns windows by outcome."""
         work = [(a, w) for a, wids in (await self.pending(agent_id)).items() for w in wids]
         outcomes: dict[str, int] = {}
+        published_beside: set[tuple[str, int]] = set()
         for done, (agent, wid) in enumerate(work, 1):
-            result = await self.reconcile(agent, wid)
-            outcomes[result.outcome] = outcomes.get(result.outcome, 0) + 1
+            if (agent, wid) not in published_beside:  # else it was rebuilt with an earlier window
+                result = await self.reconcile(agent, wid)
+                outcomes[result.outcome] = outcomes.get(result.outcome, 0) + 1 + len(result.beside)
+                published_beside.update((agent, w) for w in result.beside)
             if progress:
                 progress(done, len(work))
         for agent in ([agent_id] if agent_id else self.agent_ids_on_disk()):

@@ -30,6 +30,9 @@ class Metrics:
                                             "Time one reconcile job took.", buckets=DURATION_BUCKETS)
         self.reconcile_rows = Counter("sessionsearch_reconcile_rows_total",
                                       "Index rows reconciliation inserted or deleted.", ["change"])
+        self.reconciled_windows = Counter(
+            "sessionsearch_reconciled_windows_total",
+            "Windows reconciliation published (a job may publish small windows waiting beside its own).")
         self.enqueues = Counter("sessionsearch_enqueues_total", "Reconcile jobs sent to the queue.")
         self.enqueues_deduplicated = Counter(
             "sessionsearch_enqueues_deduplicated_total",
@@ -45,8 +48,11 @@ class Metrics:
         self.searches.labels(indexing="true" if indexing else "false").inc()
         self.search_duration.observe(seconds)
 
-    def observe_reconcile(self, outcome: str, seconds: float, inserted: int, deleted: int) -> None:
+    def observe_reconcile(self, outcome: str, seconds: float, inserted: int, deleted: int,
+                          windows: int = 0) -> None:
         self.reconcile_jobs.labels(outcome=outcome).inc()
+        if windows:
+            self.reconciled_windows.inc(windows)
         self.reconcile_duration.observe(seconds)
         if inserted:
             self.reconcile_rows.labels(change="inserted").inc(inserted)

@@ -302,7 +302,7 @@ async def test_worker_metrics_show_the_workload(tmp_path, redis_url):
             deadline = time.monotonic() + DEADLINE_S
             while True:
                 text = worker.scrape()
-                if sample(text, "sessionsearch_reconcile_jobs_total", {"outcome": "published"}) == 6:
+                if sample(text, "sessionsearch_reconciled_windows_total") == 6:
                     break
                 assert time.monotonic() < deadline, text
                 await asyncio.sleep(0.1)
@@ -310,6 +310,9 @@ async def test_worker_metrics_show_the_workload(tmp_path, redis_url):
             assert sample(text, "sessionsearch_index_completeness", {"agent": "main", "unit": "messages"}) == 1.0
             assert sample(text, "sessionsearch_index_messages", {"agent": "work_bot", "state": "indexed"}) == 4
             assert sample(text, "sessionsearch_reconcile_rows_total", {"change": "inserted"}) == 18
+            jobs = [sample(text, "sessionsearch_reconcile_jobs_total", {"outcome": o}) or 0
+                    for o in ("published", "clean")]
+            assert jobs[0] >= 2 and sum(jobs) == 6  # one job per window; one per agent at least publishes
             assert sample(text, "sessionsearch_reconcile_duration_seconds_count") == 6
             assert sample(text, "sessionsearch_queue_depth", {"queue": "ready"}) == 0
             assert sample(text, "sessionsearch_queue_up") == 1

@@ -71,6 +71,33 @@ async def test_concurrent_reconciliation_of_one_window_gives_exactly_192_rows(tm
             assert len(await _index_rows(first, wid)) == 192
 
 
+async def test_small_windows_waiting_beside_a_job_are_published_in_its_transaction(tmp_path):
+    async with engine_at(tmp_path, reconcile_batch_rows=100) as engine:
+        for n, size in enumerate([10, 10, 10, 10, 95, 10]):
+            texts = [("user", f"window{n} row {i} shared") for i in range(size)]
+            await engine.append(f"agent:main:s{n}", chain(f"w{n}-", texts), index=False)
+        wids = (await engine.pending("main"))["main"]
+        store = await engine.store("main")
+        assert await store.claim(wids[2], "other-worker", 60.0) is not None  # a live claim is left alone
+        first = await engine.reconcile("main", wids[0])
+        # 10 + 10 + 10 + 10 rows fit the 100-row budget; the claimed window and the 95-row one do not
+        assert first.outcome == "published" and first.beside == [wids[1], wids[3], wids[5]]
+        assert first.rows_inserted == 40
+        assert (await engine.pending("main"))["main"] == [wids[2], wids[4]]
+        for wid in (wids[0], wids[1], wids[3], wids[5]):
+            assert await _index_rows(engine, wid) == await _branch_ids(engine, wid)
+        later = await engine.reconcile("main", wids[1])  # its own job: nothing left to do, nothing written
+        assert later.outcome == "clean" and later.rows_inserted == 0
+        result = await engine.search(query="window5 shared", limit=25)
+        assert result["indexing"] is True and len(result["results"]) == 10
+        await store.release(wids[2], "other-worker")
+        assert await engine.reconcile_pending() == {"published": 2}
+        complete = await engine.search(query="window4 shared", limit=25)
+        assert "indexing" not in complete and complete["truncated"] and len(complete["results"]) == 25
+        for wid in wids:
+            assert await _index_rows(engine, wid) == await _branch_ids(engine, wid)
+
+
 async def test_a_live_claim_is_respected_and_an_expired_one_taken_over(tmp_path):
     async with engine_at(tmp_path) as engine:
         wid = await _unindexed_window(engine, 30)

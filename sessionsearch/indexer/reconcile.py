@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import structlog
 
@@ -28,6 +28,7 @@ class ReconcileResult:
     rows_inserted: int = 0
     batches: int = 0
     seconds: float = 0.0
+    beside: list[int] = field(default_factory=list)  # small windows published in the same transaction
 
 
 async def reconcile_window(store: SqliteAgentStore, wid: int, *, batch_rows: int = 5000,
@@ -41,10 +42,13 @@ async def reconcile_window(store: SqliteAgentStore, wid: int, *, batch_rows: int
     started = time.monotonic()
     token = token or uuid.uuid4().hex
     result = ReconcileResult("clean")
+    if await store.is_clean(wid):
+        return _done(store, wid, result, started)
     # a window of up to one batch is claimed, rebuilt and published in a single transaction
-    outcome, claim, deleted, inserted = await store.claim_and_reconcile_small(wid, token, lease_s, batch_rows)
+    outcome, claim, deleted, inserted, beside = await store.claim_and_reconcile_small(wid, token, lease_s, batch_rows)
     if outcome != "claimed":
         result.outcome, result.rows_deleted, result.rows_inserted = outcome, deleted, inserted
+        result.beside = beside
         result.batches = 1 if outcome == "published" else 0
         return _done(store, wid, result, started)
     log.info("reconcile.claimed", agent=store.agent_id, wid=wid, rows=claim.last_seq)
@@ -99,5 +103,5 @@ def _done(store: SqliteAgentStore, wid: int, result: ReconcileResult, started: f
     result.seconds = time.monotonic() - started
     event = "reconcile.published" if result.outcome == "published" else "reconcile.skipped"
     log.info(event, agent=store.agent_id, wid=wid, outcome=result.outcome, rows_inserted=result.rows_inserted,
-             rows_deleted=result.rows_deleted, batches=result.batches, seconds=round(result.seconds, 4))
+             rows_deleted=result.rows_deleted, batches=result.batches, beside=len(result.beside), seconds=round(result.seconds, 4))
     return result

@@ -169,8 +169,9 @@ class SqliteAgentStore:
         return await self._run(lambda: self._writer.claim(wid, token, lease_s))
 
     async def claim_and_reconcile_small(self, wid: int, token: str, lease_s: float,
-                                        max_rows: int) -> tuple[str, ClaimInfo | None, int, int]:
-        """Claim the window, and rebuild and publish it in the same transaction when it is small."""
+                                        max_rows: int) -> tuple[str, ClaimInfo | None, int, int, list[int]]:
+        """Claim the window, and rebuild and publish it in the same transaction when it is small,
+        with small windows waiting beside it; see SqliteWriter.claim_and_reconcile_small."""
         return await self._run(lambda: self._writer.claim_and_reconcile_small(wid, token, lease_s, max_rows))
 
     async def window_exists(self, wid: int) -> bool:
@@ -226,15 +227,21 @@ class SqliteAgentStore:
         return version, sessions, windows
 
     def _scope_sql(self, include: list[int] | None, exclude: list[int] | None, role: str | None,
-                   params: dict[str, Any]) -> list[str]:
-        """Conditions on rowid for a scope: windows in or out (as JSON lists), and the role bit."""
+                   params: dict[str, Any], *, dirty: bool = True) -> list[str]:
+        """Conditions on rowid for a scope: windows in or out (as JSON lists), and the role bit.
+
+        `dirty` adds the exclusion of windows needing reconciliation (their rows may be stale).
+        """
         where = []
+        if dirty:
+            where.append("(rowid >> 31) NOT IN (SELECT wid FROM windows WHERE needs_rebuild = 1)")
         if include is not None:
-            where.append("(rowid >> 31) IN (SELECT value FROM json_each(:incl))")
-            params["incl"] = json.dumps(include)
             if include:  # a range FTS5 can push down: the scoped windows' ids
                 params["lo"], params["hi"] = window_range(min(include))[0], window_range(max(include))[1]
                 where.append("rowid BETWEEN :lo AND :hi")
+            if not include or max(include) - min(include) + 1 != len(include):  # else the range says it all
+                where.append("(rowid >> 31) IN (SELECT value FROM json_each(:incl))")
+                params["incl"] = json.dumps(include)
         if exclude:
             where.append("(rowid >> 31) NOT IN (SELECT value FROM json_each(:excl))")
             params["excl"] = json.dumps(exclude)
@@ -249,45 +256,21 @@ class SqliteAgentStore:
         """The meta version, the dirty windows and at least the top `k` hits, exactly ordered.
 
         Hits are (id, bm25, message id, ts, text); windows needing reconciliation never match. For
-        "relevance" the rows returned hold the exact top `k` by bm25, then newest, then message id
-        (more rows may come back; the caller sorts and cuts). For "recent": newest, then message id.
+        "relevance" the rows returned hold the exact top `k` by bm25, then newest, then message id;
+        for "recent" by newest, then message id (more rows may come back; the caller sorts and cuts).
 
         The ranking statement is a plain FTS5 scan with a bounded sorter, as bare FTS5 would run
         it (a CTE around it measurably slows the scan); a second statement fetches what the hits
-        show, the meta version and the dirty windows.
+        show, the meta version and the dirty windows. While this store last saw no window needing
+        reconciliation the first statement does not look for any, and the second confirms it.
         """
-        params: dict[str, Any] = {"match": match}
-        cond = " AND ".join(["msg_fts MATCH :match",
-                             "(rowid >> 31) NOT IN (SELECT wid FROM windows WHERE needs_rebuild = 1)",
-                             *self._scope_sql(include, exclude, role, params)])
-        conn = reader.conn
-        if order == "recent":
-            params["k"] = k
-            top = await conn.execute_fetchall(
-                f"SELECT rowid, NULL FROM msg_fts WHERE {cond} ORDER BY ts DESC, mid LIMIT :k", params)
-        else:
-            # relevance: the sorter keeps a margin past k; only when a tie runs through the whole
-            # margin is every match materialized, so the tie rule sees all of the boundary score
-            params["k2"] = k + TIE_MARGIN
-            top = await conn.execute_fetchall(
-                f"SELECT rowid, bm25(msg_fts) FROM msg_fts WHERE {cond} ORDER BY bm25(msg_fts) LIMIT :k2", params)
-            if len(top) == k + TIE_MARGIN and top[k - 1][1] == top[-1][1]:
-                params["k"] = k
-                top = await conn.execute_fetchall(
-                    f"WITH m AS MATERIALIZED (SELECT rowid AS id, bm25(msg_fts) AS rank, ts, mid FROM msg_fts "
-                    f"WHERE {cond}) SELECT id, rank FROM m WHERE rank <= "
-                    "(SELECT rank FROM m ORDER BY rank LIMIT 1 OFFSET :k - 1) ORDER BY rank, ts DESC, mid LIMIT :k",
-                    params)
-                top = list(top) + [(0, math.inf)]  # more matched than the top k
-        more = len(top) > k  # rows past the k-th only tell that more matched, unless they tie with it
-        if more and order != "recent":
-            boundary = sorted(r[1] for r in top)[k - 1]
-            top = [r for r in top if r[1] <= boundary] + [(0, math.inf)]
-        elif more:
-            top = list(top[:k]) + [(0, math.inf)]
-        ids = json.dumps([r[0] for r in top if r[0]])
         seen_version, seen_dirty = self._dirty_seen
-        rows = await conn.execute_fetchall(
+        filtered = seen_version is None or bool(seen_dirty)
+        params: dict[str, Any] = {"match": match}
+        where = self._scope_sql(include, exclude, role, params, dirty=filtered)
+        top = await self._ranked(reader, match, k, order, where, params)
+        ids = json.dumps([r[0] for r in top if r[0]])
+        rows = await reader.conn.execute_fetchall(
             "SELECT NULL, (SELECT value FROM meta WHERE key = 'meta_version'), "
             "(SELECT value FROM meta WHERE key = 'dirty_version'), "
             "CASE WHEN (SELECT value FROM meta WHERE key = 'dirty_version') IS :seen THEN NULL "
@@ -298,16 +281,50 @@ class SqliteAgentStore:
         if dirty_json is not None:  # the list changed since this store last read it
             seen_dirty = frozenset(json.loads(dirty_json))
             self._dirty_seen = (dirty_version, seen_dirty)
+            if not filtered and seen_dirty:  # a window turned dirty meanwhile: rank again, excluding it
+                return await self.search_top(reader, match, k=k, order=order, include=include, exclude=exclude,
+                                             role=role)
         shown = {r[0]: r for r in rows[1:]}
         ranks = {r[0]: r[1] for r in top}
-        if order == "recent" and top:  # bm25 of these rows only: the doclist is walked, ranked where listed
-            ranks = dict(await conn.execute_fetchall(
-                "SELECT rowid, bm25(msg_fts) FROM msg_fts WHERE msg_fts MATCH :match AND rowid IN "
-                "(SELECT value FROM json_each(:ids))", {"match": match, "ids": ids}))
+        if order == "recent" and top:
+            # bm25 of the shown rows only. FTS5 counts the phrase's documents for it (a walk of the
+            # doclist without positions) and finds the rows; their id range bounds that search.
+            shown_ids = [r[0] for r in top if r[0]]
+            ranks = dict(await reader.conn.execute_fetchall(
+                "SELECT rowid, bm25(msg_fts) FROM msg_fts WHERE msg_fts MATCH :match AND rowid BETWEEN :lo AND :hi "
+                "AND rowid IN (SELECT value FROM json_each(:ids))",
+                {"match": match, "ids": ids, "lo": min(shown_ids), "hi": max(shown_ids)}))
         # a row id of 0 is a sentinel (no window has id 0): it says more matched than the top k
         hits = [(rid, ranks.get(rid, 0.0), *shown[rid][1:]) if rid in shown else (rid, math.inf, "", 0, "")
                 for rid, _ in top]
         return rows[0][1], seen_dirty, hits
+
+    async def _ranked(self, reader: _Reader, match: str, k: int, order: str, where: list[str],
+                      params: dict[str, Any]) -> list[tuple]:
+        """(id, sort value) of at least the top `k` matches in order, plus (0, inf) when more matched.
+
+        The sorter keeps a margin past k; only when a tie runs through the whole margin is every
+        match materialized, so that the tie rule (newer, then message id) sees all of the boundary.
+        """
+        cond = " AND ".join(["msg_fts MATCH :match", *where])
+        key, direction = ("bm25(msg_fts)", "") if order != "recent" else ("ts", " DESC")
+        params["k2"] = k + TIE_MARGIN
+        top = await reader.conn.execute_fetchall(
+            f"SELECT rowid, {key} FROM msg_fts WHERE {cond} ORDER BY {key}{direction} LIMIT :k2", params)
+        if len(top) == k + TIE_MARGIN and top[k - 1][1] == top[-1][1]:
+            params["k"] = k
+            if order == "recent":
+                sql = (f"WITH m AS MATERIALIZED (SELECT rowid AS id, ts, mid FROM msg_fts WHERE {cond}) "
+                       "SELECT id, ts FROM m ORDER BY ts DESC, mid LIMIT :k")
+            else:
+                sql = (f"WITH m AS MATERIALIZED (SELECT rowid AS id, bm25(msg_fts) AS rank, ts, mid FROM msg_fts "
+                       f"WHERE {cond}) SELECT id, rank FROM m WHERE rank <= "
+                       "(SELECT rank FROM m ORDER BY rank LIMIT 1 OFFSET :k - 1) ORDER BY rank, ts DESC, mid LIMIT :k")
+            return list(await reader.conn.execute_fetchall(sql, params)) + [(0, math.inf)]
+        if len(top) <= k:
+            return list(top)
+        # rows past the k-th only tell that more matched, unless they tie with it
+        return list(top[:k]) + [r for r in top[k:] if r[1] == top[k - 1][1]] + [(0, math.inf)]
 
     async def scan_substrings(self, reader: _Reader, needles: list[str], match: str | None, *,
                               include: list[int] | None, exclude: list[int] | None, role: str | None,
@@ -393,6 +410,15 @@ class SqliteAgentStore:
         rows = await reader.conn.execute_fetchall(
             "SELECT rowid FROM msg_fts WHERE rowid BETWEEN ? AND ? ORDER BY rowid", (lo, hi))
         return [r[0] for r in rows]
+
+    async def is_clean(self, wid: int) -> bool:
+        """Whether the window is indexed and unclaimed as last committed: read without the writer, so a
+        job whose window was rebuilt beside another's finishes while the writer is busy."""
+        async with self.reader() as reader:
+            rows = await reader.conn.execute_fetchall(
+                "SELECT 1 FROM windows WHERE wid = ? AND needs_rebuild = 0 AND (claim_token IS NULL "
+                "OR claim_expires_at < ?)", (wid, time.time()))
+        return bool(rows)
 
     async def window_by_session_id(self, reader: _Reader, session_id: str) -> tuple | None:
         rows = await reader.conn.execute_fetchall(
