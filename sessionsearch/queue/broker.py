@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import dramatiq
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.brokers.stub import StubBroker
@@ -52,3 +54,25 @@ def queue_depth(broker: dramatiq.Broker) -> dict[str, int]:
         return {"ready": broker.queues[QUEUE].qsize() if QUEUE in broker.queues else 0,
                 "delayed": broker.queues[f"{QUEUE}.DQ"].qsize() if f"{QUEUE}.DQ" in broker.queues else 0}
     return {}
+
+
+def pending_jobs(broker: dramatiq.Broker) -> set[tuple[str, int]]:
+    """(agent, window) of every reconcile job waiting in the queue or its delay queue.
+
+    Jobs a worker has taken are not counted: that worker may be dead (its messages come back only
+    after Dramatiq's heartbeat timeout), so the caller sends those windows again.
+    """
+    if not isinstance(broker, RedisBroker):
+        return set()
+    out: set[tuple[str, int]] = set()
+    client = broker.client
+    for queue in (f"{NAMESPACE}:{QUEUE}", f"{NAMESPACE}:{QUEUE}.DQ"):
+        ids = client.lrange(queue, 0, -1)
+        for start in range(0, len(ids), 1000):
+            for data in client.hmget(f"{queue}.msgs", ids[start:start + 1000]):
+                try:
+                    agent_id, wid = json.loads(data)["args"]
+                    out.add((str(agent_id), int(wid)))
+                except (ValueError, KeyError, TypeError):
+                    continue  # gone meanwhile, or not one of ours
+    return out

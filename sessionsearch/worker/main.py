@@ -69,19 +69,25 @@ def serve_metrics(host: str, port: int, folder: Path, settings: Settings, depth)
 
 
 async def startup_sweep(settings: Settings, reconciler) -> dict[str, int]:
-    """Enqueue every window still needing reconciliation and sweep orphan index rows."""
+    """Enqueue every window still needing reconciliation that has no job waiting; sweep orphan index rows."""
     from ..engine import Engine
+    from ..queue.broker import pending_jobs
 
     async with Engine(settings=settings) as engine:
         pending = await engine.pending()
         swept = 0
         for agent_id in engine.agent_ids_on_disk():
             swept += await (await engine.store(agent_id)).sweep_orphans()
-    dirty = {agent: set(wids) for agent, wids in pending.items() if wids}
-    sent, dedup = reconciler.enqueue_sync(dirty, force=True) if dirty else (0, 0)
+    # A window whose job still waits in the queue needs nothing more; any other is sent again even
+    # if its marker says queued: a job taken by a worker killed mid-job would otherwise come back
+    # only after Dramatiq's heartbeat timeout, and a duplicate is harmless under the claim.
+    queued = pending_jobs(reconciler.broker)
+    dirty = {agent: {w for w in wids if (agent, w) not in queued} for agent, wids in pending.items()}
+    dirty = {agent: wids for agent, wids in dirty.items() if wids}
+    sent, _ = reconciler.enqueue_sync(dirty, force=True) if dirty else (0, 0)
     reconciler.join_senders()
-    return {"pending": sum(len(w) for w in dirty.values()), "enqueued": sent, "deduplicated": dedup,
-            "swept": swept}
+    return {"pending": sum(len(w) for w in pending.values()), "enqueued": sent,
+            "alreadyQueued": sum(len(w) for w in pending.values()) - sent, "swept": swept}
 
 
 def run_worker(settings: Settings, *, processes: int, threads: int, metrics_host: str, metrics_port: int,
