@@ -28,8 +28,9 @@ log = structlog.get_logger("sessionsearch.queue")
 
 MARKER_TTL_S = 900  # a marker outlives any retry chain; a lost one only delays a re-enqueue
 RECENT_S = 5.0  # windows this process queued this recently are not even asked about again
-SEND_INLINE = 200  # more than this many new jobs are sent by a background thread
+SEND_INLINE = 20  # more than this many new jobs are sent by a background thread, after the search
 MAX_RETRIES = 8
+RELEASE_EVERY_S = 0.02  # finished jobs' markers are cleared together, this often
 
 
 # Markers live in one sorted set: member "agent:window", score = when it expires (epoch s).
@@ -71,6 +72,8 @@ class Markers:
         self._acquire = client.register_script(_ACQUIRE) if client is not None else None
         self._local: dict[str, float] = {}
         self._lock = threading.Lock()
+        self._releasing: list[str] = []
+        self._flusher: threading.Thread | None = None
 
     @staticmethod
     def key(agent_id: str, wid: int) -> str:
@@ -108,6 +111,43 @@ class Markers:
             with self._lock:
                 for member in members:
                     self._local.pop(member, None)
+
+    def release_soon(self, item: tuple[str, int]) -> None:
+        """Clear a finished job's marker within RELEASE_EVERY_S, together with others finishing then.
+
+        One ZREM for many jobs instead of a round trip on the event loop per job. A marker left
+        behind by a killed worker only delays that window's next enqueue until the marker expires
+        or a worker's startup sweep sends it again.
+        """
+        if self.client is None:
+            self.release([item])
+            return
+        with self._lock:
+            self._releasing.append(self.key(*item))
+            if self._flusher is None or not self._flusher.is_alive():
+                self._flusher = threading.Thread(target=self._flush_loop, name="sessionsearch-markers", daemon=True)
+                self._flusher.start()
+
+    def _flush_loop(self) -> None:
+        while True:
+            time.sleep(RELEASE_EVERY_S)
+            if not self.flush():
+                return
+
+    def flush(self) -> bool:
+        """Clear the markers waiting in release_soon now; False when none were waiting."""
+        if self.client is None:
+            return False
+        with self._lock:
+            members, self._releasing = self._releasing, []
+            if not members:
+                self._flusher = None
+                return False
+        try:
+            self.client.zrem(self.zset, *members)
+        except (redis.RedisError, OSError):
+            log.warning("queue.marker_release_failed", markers=len(members))  # they expire on their own
+        return True
 
 
 class Reconciler:
@@ -226,6 +266,7 @@ class Reconciler:
             return self._engine
 
     async def close_engine(self) -> None:
+        self.markers.flush()  # markers of jobs that just finished, before the process goes
         if self._engine is not None:
             engine, self._engine = self._engine, None
             await engine.close()
@@ -244,11 +285,13 @@ class Reconciler:
             metrics.get().observe_reconcile("failed", time.monotonic() - started, 0, 0)
             log.warning("reconcile.failed", agent=agent_id, wid=wid, error=type(exc).__name__)
             raise  # Dramatiq retries with backoff; the marker stays while it does
-        metrics.get().observe_reconcile(result.outcome, result.seconds, result.rows_inserted, result.rows_deleted)
+        published = 1 + len(result.beside) if result.outcome == "published" else 0
+        metrics.get().observe_reconcile(result.outcome, result.seconds, result.rows_inserted, result.rows_deleted,
+                                        published)
         if result.outcome == "busy":
             # a live claim elsewhere: look again once its lease could have run out
             raise dramatiq.Retry(delay=int(self.settings.claim_lease_s * 1000))
         if result.outcome == "stopped":  # this worker is shutting down: hand the window to another
             self.actor.send(agent_id, wid)
             return
-        self.markers.release([(agent_id, wid)])
+        self.markers.release_soon((agent_id, wid))
