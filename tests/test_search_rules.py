@@ -9,7 +9,7 @@ import pytest
 from sessionsearch import InvalidRequest, SearchTimeout
 from sessionsearch.search.text import utf16_len
 
-from .helpers import BASE_TS, chain, engine_at, ids, msg
+from .helpers import BASE_TS, chain, engine_at, ids, leaf, msg
 
 KEY = "agent:main:main"
 
@@ -175,6 +175,35 @@ async def test_recent_order_is_newest_first(tmp_path):
                                   msg("new", "user", "loan " + "x " * 50, "old", ts=BASE_TS + 1000)])
         assert ids(await engine.search(query="loan")) == ["old", "new"]
         assert ids(await engine.search(query="loan", order="recent")) == ["new", "old"]
+
+
+async def test_recent_ties_on_the_timestamp_go_by_message_id_beyond_the_sorter_margin(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        events, parent = [], None
+        for i in range(200):  # 200 hits on one millisecond, written in a scrambled id order
+            mid = f"m{(i * 7919) % 200:03d}"
+            events.append(msg(mid, "user", "same words " + "x " * (i % 3), parent, ts=BASE_TS))
+            parent = mid
+        events.append(msg("newest", "user", "same words", parent, ts=BASE_TS + 1))
+        await engine.append(KEY, events)
+        recent = await engine.search(query="same", order="recent", limit=10)
+        assert ids(recent) == ["newest"] + [f"m{i:03d}" for i in range(9)] and recent["truncated"]
+        relevance = {h["messageId"]: h["score"] for h in (await engine.search(query="same words", limit=25))["results"]}
+        for hit in (await engine.search(query="same words", order="recent", limit=25))["results"]:
+            if hit["messageId"] in relevance:  # recent order reports the same BM25 score
+                assert hit["score"] == relevance[hit["messageId"]]
+
+
+async def test_a_window_turning_dirty_between_searches_is_left_out_at_once(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        await engine.append(KEY, chain("m", [("user", "alpha plan"), ("assistant", "beta plan")]))
+        assert sorted(ids(await engine.search(query="plan"))) == ["m1", "m2"]  # nothing needs reconciling
+        # a rewind: the window needs reconciliation, and its index rows (beta's too) are left out
+        await engine.append(KEY, [leaf("l1", "m2", "m1"), msg("n1", "assistant", "gamma plan", "l1")])
+        result = await engine.search(query="plan")
+        assert ids(result) == [] and result["indexing"] is True
+        await engine.reconcile_pending()
+        assert sorted(ids(await engine.search(query="plan"))) == ["m1", "n1"]
 
 
 async def test_scoped_search_reports_the_same_score_as_unscoped(tmp_path):
