@@ -176,6 +176,27 @@ async def test_concurrent_searches_enqueue_each_window_once(tmp_path, redis_url)
     pipeline.close()
 
 
+async def test_many_windows_are_marked_after_the_answer_and_queued_once_across_processes(tmp_path, redis_url):
+    settings = _settings(tmp_path, redis_url)
+    async with Engine(settings=settings) as engine:
+        for n in range(60):  # more than a search marks inline: marking and sending go to a thread
+            await engine.append(f"agent:main:s{n}", chain(f"s{n}-", [("user", f"ledger entry {n}")]), index=False)
+    pipelines = [Pipeline(settings), Pipeline(settings)]  # two web processes, each its own dedup cache
+    engines = [Engine(settings=settings, enqueuer=p.reconciler.enqueue) for p in pipelines]
+    try:
+        for engine in engines:
+            await engine.open()
+        results = await asyncio.gather(*(e.search(query="ledger") for e in engines for _ in range(3)))
+        assert all(r["indexing"] is True and r["results"] == [] for r in results)
+        for pipeline in pipelines:
+            pipeline.reconciler.join_senders()
+        assert pipelines[0].queue_depth()["ready"] == 60  # each window once, whichever process marked it
+    finally:
+        for engine, pipeline in zip(engines, pipelines):
+            await engine.close()
+            pipeline.close()
+
+
 async def test_a_rewind_hides_text_at_once_and_the_worker_restores_the_survivor(tmp_path, redis_url):
     settings = _settings(tmp_path, redis_url)
     pipeline = Pipeline(settings)

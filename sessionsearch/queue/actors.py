@@ -186,11 +186,21 @@ class Reconciler:
             self._start_sender(rest)
         return sent, deduplicated
 
-    def _start_sender(self, items: list[tuple[str, int]]) -> None:
-        """Send many jobs from a thread: the markers are set, so nothing waits on these."""
-        sender = threading.Thread(target=self._send, args=(items,), name="sessionsearch-enqueue", daemon=True)
+    def _start_sender(self, work: "list[tuple[str, int]] | dict[str, set[int]]") -> None:
+        """Send many jobs from a thread (markers already set), or mark and send a search's windows."""
+        if isinstance(work, dict):
+            target, args = self._mark_and_send_quietly, (work,)
+        else:
+            target, args = self._send, (work,)
+        sender = threading.Thread(target=target, args=args, name="sessionsearch-enqueue", daemon=True)
         self._senders = [t for t in self._senders if t.is_alive()] + [sender]
         sender.start()
+
+    def _mark_and_send_quietly(self, dirty: dict[str, set[int]]) -> None:
+        try:
+            self._mark_and_send(dirty)
+        except (redis.RedisError, OSError):
+            pass  # counted and logged; the next search tries again
 
     def _mark(self, dirty: dict[str, set[int]], *, force: bool) -> tuple[int, int, list[tuple[str, int]]]:
         """Set the markers and send up to SEND_INLINE jobs; the rest are returned, still to send."""
@@ -234,22 +244,35 @@ class Reconciler:
 
         While a backlog drains every search meets the same dirty windows: when all of them were
         queued from here within the last few seconds, this answers without leaving the event loop.
+        More than SEND_INLINE windows (an import's worth) are marked and sent by a thread that
+        starts once the search has answered: marking ten thousand windows takes Redis ~20 ms, and
+        the markers' script is atomic, so concurrent searches still queue each window once.
         """
         now = time.monotonic()
         last_sets, last_until = self._last
         if now < last_until and all(wids <= last_sets.get(agent, frozenset()) for agent, wids in dirty.items()):
             metrics.get().enqueues_deduplicated.inc(sum(len(w) for w in dirty.values()))
             return True
+        self._last = ({agent: frozenset(wids) for agent, wids in dirty.items()}, now + RECENT_S)
+        if sum(len(w) for w in dirty.values()) > SEND_INLINE:
+            asyncio.get_running_loop().call_soon(self._start_sender, dirty)
+            return True
         try:
-            _sent, _dedup, rest = await asyncio.to_thread(self._mark, dirty, force=False)
-            self._last = ({agent: frozenset(wids) for agent, wids in dirty.items()}, now + RECENT_S)
-            if rest:  # the sender starts once the search has given its answer back to the loop
-                asyncio.get_running_loop().call_soon(self._start_sender, rest)
+            await asyncio.to_thread(self._mark_and_send, dirty)
             return True
         except (redis.RedisError, OSError):
+            return False
+
+    def _mark_and_send(self, dirty: dict[str, set[int]]) -> None:
+        """Mark the windows and send the jobs of those not queued already; count and log a failure."""
+        try:
+            _sent, _dedup, rest = self._mark(dirty, force=False)
+        except (redis.RedisError, OSError):
+            self._last = ({}, 0.0)  # the next search tries again
             metrics.get().enqueue_failures.inc()
             log.warning("search.enqueue_failed", agents=len(dirty), windows=sum(len(w) for w in dirty.values()))
-            return False
+            raise
+        self._send(rest)
 
     def join_senders(self, timeout: float = 30.0) -> None:
         for sender in self._senders:
