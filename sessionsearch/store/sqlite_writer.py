@@ -271,7 +271,8 @@ class SqliteWriter:
         c = self.c
         wid = self._window_for_write(key, session_id)
         st = self._win.get(wid) or self._load_state(wid)
-        wanted = ids_to_resolve(events, st.leaf_event_id)
+        # an empty window (a fresh session, or an import's first chunk) has no ids to look up
+        wanted = ids_to_resolve(events, st.leaf_event_id) if st.last_seq else None
         known = self._resolve_ids(wid, wanted) if wanted else {}
         plan = plan_append(events, last_seq=st.last_seq, leaf_seq=st.leaf_seq, leaf_event_id=st.leaf_event_id,
                            has_header=st.has_header, known=known)
