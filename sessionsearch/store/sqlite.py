@@ -287,13 +287,12 @@ class SqliteAgentStore:
         shown = {r[0]: r for r in rows[1:]}
         ranks = {r[0]: r[1] for r in top}
         if order == "recent" and top:
-            # bm25 of the shown rows only. FTS5 counts the phrase's documents for it (a walk of the
-            # doclist without positions) and finds the rows; their id range bounds that search.
-            shown_ids = [r[0] for r in top if r[0]]
+            # bm25 of the shown rows only: a walk of the doclist that reads no row, bm25 evaluated
+            # where the id is listed. `+rowid` keeps the list from being handed to FTS5 as rowid
+            # lookups, each of which would recount the phrase's documents (10x slower, measured).
             ranks = dict(await reader.conn.execute_fetchall(
-                "SELECT rowid, bm25(msg_fts) FROM msg_fts WHERE msg_fts MATCH :match AND rowid BETWEEN :lo AND :hi "
-                "AND rowid IN (SELECT value FROM json_each(:ids))",
-                {"match": match, "ids": ids, "lo": min(shown_ids), "hi": max(shown_ids)}))
+                "SELECT rowid, bm25(msg_fts) FROM msg_fts WHERE msg_fts MATCH :match "
+                "AND +rowid IN (SELECT value FROM json_each(:ids))", {"match": match, "ids": ids}))
         # a row id of 0 is a sentinel (no window has id 0): it says more matched than the top k
         hits = [(rid, ranks.get(rid, 0.0), *shown[rid][1:]) if rid in shown else (rid, math.inf, "", 0, "")
                 for rid, _ in top]
