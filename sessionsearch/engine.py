@@ -57,6 +57,42 @@ class AgentView:
 
 
 @dataclass
+class _AgentRows:
+    """One agent's sessions and windows as last read, kept up to date from the changes since."""
+
+    version: int
+    sessions: dict[str, SessionMeta]
+    windows: dict[int, WindowMeta]
+
+    def apply(self, version: int, sessions: list[SessionMeta], windows: list[WindowMeta],
+              gone_keys: list[str], gone_wids: list[int]) -> None:
+        for key in gone_keys:  # deletions first: a row that exists now (re-created) is authoritative
+            self.sessions.pop(key, None)
+        for wid in gone_wids:
+            self.windows.pop(wid, None)
+        self.sessions.update((m.session_key, m) for m in sessions)
+        self.windows.update((w.wid, w) for w in windows)
+        self.version = version
+
+    def view(self) -> AgentView:
+        secret = {k for k, m in self.sessions.items() if m.incognito}
+        by_key: dict[str, list[WindowMeta]] = {}
+        hot, hidden, visible, cold = [], [], set(), 0
+        for wid in sorted(self.windows):
+            win = self.windows[wid]
+            by_key.setdefault(win.session_key, []).append(win)
+            if win.cold:
+                cold += win.session_key not in secret
+            elif win.session_key in secret:
+                hot.append(wid)
+                hidden.append(wid)
+            else:
+                hot.append(wid)
+                visible.add(wid)
+        return AgentView(self.version, list(self.sessions), dict(self.windows), by_key, hot, hidden, visible, cold)
+
+
+@dataclass
 class CatalogView:
     """Session metadata of every agent at known meta versions, and what scoping derives from it."""
 
@@ -94,6 +130,7 @@ class Engine:
         self._open_lock = asyncio.Lock()
         self._view: CatalogView | None = None
         self._view_lock = asyncio.Lock()
+        self._raw: dict[str, _AgentRows] = {}  # per agent: the catalog rows as last read
         self.search_observer: Callable[[float, bool], None] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -110,6 +147,7 @@ class Engine:
         for store in stores:
             await store.close()
         self._view = None
+        self._raw = {}
 
     async def __aenter__(self) -> "Engine":
         return await self.open()
@@ -142,6 +180,12 @@ class Engine:
     # -- the catalog search scopes with ----------------------------------------------------
 
     async def catalog_view(self, deadline: float = math.inf, *, refresh: bool = False) -> CatalogView:
+        """The session catalog as of the agents' current meta versions.
+
+        Each agent's sessions and windows are read whole once; after that a refresh reads only the
+        rows stamped after the version this process last read (and the deletions), then derives
+        the scoping structures again in memory.
+        """
         async with self._view_lock:
             if self._view is not None and not refresh:
                 return self._view
@@ -150,20 +194,17 @@ class Engine:
             view = CatalogView()
             sessions: dict[str, SessionMeta] = {}
             for agent_id, store in sorted(self._stores.items()):
+                raw = self._raw.get(agent_id)
                 async with store.reader(deadline) as reader:
-                    version, metas, windows = await store.meta_snapshot(reader)
-                by_key: dict[str, list[WindowMeta]] = {}
-                for win in windows:
-                    by_key.setdefault(win.session_key, []).append(win)
-                for meta in metas:
-                    sessions[meta.session_key] = meta
-                secret = {m.session_key for m in metas if m.incognito}
-                view.agents[agent_id] = AgentView(
-                    version, [m.session_key for m in metas], {w.wid: w for w in windows}, by_key,
-                    sorted(w.wid for w in windows if not w.cold),
-                    sorted(w.wid for w in windows if not w.cold and w.session_key in secret),
-                    {w.wid for w in windows if not w.cold and w.session_key not in secret},
-                    sum(1 for w in windows if w.cold and w.session_key not in secret))
+                    version, metas, windows, gone_keys, gone_wids = await store.meta_snapshot(
+                        reader, None if raw is None else raw.version)
+                if raw is None:
+                    raw = self._raw[agent_id] = _AgentRows(version, {m.session_key: m for m in metas},
+                                                           {w.wid: w for w in windows})
+                else:
+                    raw.apply(version, metas, windows, gone_keys, gone_wids)
+                sessions.update(raw.sessions)
+                view.agents[agent_id] = raw.view()
             view.catalog = Catalog(sessions)
             self._view = view
             return view

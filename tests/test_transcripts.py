@@ -206,11 +206,12 @@ async def test_migrations_are_recorded_and_the_database_uses_wal(tmp_path):
     async with engine_at(tmp_path) as engine:
         await engine.append(KEY, chain("m", [("user", "x")]))
         store = await engine.store("main")
-        assert await store.applied_migrations() == [(1, "transcripts_and_index"), (2, "dirty_version")]
+        assert await store.applied_migrations() == [(1, "transcripts_and_index"), (2, "dirty_version"),
+                                                    (3, "catalog_changes")]
     with sqlite3.connect(tmp_path / "agents" / "main.db") as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     async with engine_at(tmp_path) as engine:  # reopening applies nothing twice
-        assert [v for v, _ in await (await engine.store("main")).applied_migrations()] == [1, 2]
+        assert [v for v, _ in await (await engine.store("main")).applied_migrations()] == [1, 2, 3]
         assert ids(await engine.search(query="x")) == ["m1"]
 
 
@@ -221,3 +222,39 @@ async def test_each_agent_has_its_own_database(tmp_path):
         assert sorted(p.name for p in (tmp_path / "agents").glob("*.db")) == ["main.db", "work_bot.db"]
         assert ids(await engine.search(query="agent", agentId="work_bot")) == ["w1"]
         assert ids(await engine.search(query="agent", agentId="main")) == ["g1"]
+
+
+def _catalog(view) -> tuple:
+    """Everything scoping reads from a catalog view, in comparable form."""
+    agents = {a: (v.version, sorted(v.keys), sorted(v.windows.items()),
+                  {k: [w.wid for w in ws] for k, ws in v.windows_by_key.items()},
+                  v.hot_wids, v.incognito_hot, sorted(v.visible_hot), v.visible_cold)
+              for a, v in view.agents.items()}
+    return agents, sorted(view.catalog.sessions.items()), {k: sorted(c) for k, c in view.catalog.children.items()}
+
+
+async def test_catalog_refresh_reads_only_changes_and_matches_a_full_read(tmp_path):
+    async with engine_at(tmp_path) as reader_engine, engine_at(tmp_path) as writer:
+        await writer.append("agent:main:a", chain("a", [("user", "alpha note")]))
+        await writer.append("agent:main:b", chain("b", [("user", "beta note")]))
+        await reader_engine.catalog_view(refresh=True)
+        steps = [
+            lambda: writer.append("agent:main:c", chain("c", [("user", "gamma note")])),  # a new session
+            lambda: writer.upsert_session("agent:main:a", label="renamed", incognito=True),
+            lambda: writer.upsert_session("agent:main:c", spawnedBy="agent:main:b"),
+            lambda: writer.rotate("agent:main:b", sessionId="b-second"),
+            lambda: writer.archive("agent:main:c"),
+            lambda: writer.restore("agent:main:c"),
+            lambda: writer.upsert_session("agent:main:a", incognito=False),
+            lambda: writer.delete("agent:main:b"),
+            lambda: writer.append("agent:main:b", chain("n", [("user", "beta again")])),  # re-created
+        ]
+        for step in steps:
+            await step()
+            incremental = await reader_engine.catalog_view(refresh=True)
+            async with engine_at(tmp_path) as fresh:  # reads everything
+                assert _catalog(incremental) == _catalog(await fresh.catalog_view())
+        result = await reader_engine.search(query="note")
+        assert ids(result) == ["a1"] and result["indexing"] is True  # c's restored window needs reconciling
+        await writer.reconcile_pending()
+        assert sorted(ids(await reader_engine.search(query="note"))) == ["a1", "c1"]

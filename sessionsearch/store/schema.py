@@ -73,4 +73,38 @@ CREATE VIRTUAL TABLE msg_fts USING fts5 (
 -- whether the list it holds is still current without reading it again.
 INSERT INTO meta VALUES ('dirty_version', 1);
 """),
+    (3, "catalog_changes", """
+-- What changed in the session catalog since a meta version: rows are stamped (by triggers, so no
+-- write path can forget) with a number above the meta version their transaction started from,
+-- and deletions leave a tombstone, so a search process reads only what changed since its view.
+ALTER TABLE sessions ADD COLUMN meta_seq INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE windows ADD COLUMN meta_seq INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX sessions_by_meta_seq ON sessions (meta_seq);
+CREATE INDEX windows_by_meta_seq ON windows (meta_seq);
+CREATE TABLE catalog_deleted (kind TEXT NOT NULL, name TEXT NOT NULL, meta_seq INTEGER NOT NULL,
+                              PRIMARY KEY (kind, name));
+CREATE TRIGGER sessions_stamp_insert AFTER INSERT ON sessions BEGIN
+    UPDATE sessions SET meta_seq = (SELECT value FROM meta WHERE key = 'meta_version') + 1
+    WHERE session_key = NEW.session_key;
+END;
+CREATE TRIGGER sessions_stamp_update AFTER UPDATE OF current_wid, label, display_name, spawned_by,
+    parent_session_key, kind, grp, incognito, archived_at, updated_at ON sessions BEGIN
+    UPDATE sessions SET meta_seq = (SELECT value FROM meta WHERE key = 'meta_version') + 1
+    WHERE session_key = NEW.session_key;
+END;
+CREATE TRIGGER sessions_stamp_delete AFTER DELETE ON sessions BEGIN
+    INSERT OR REPLACE INTO catalog_deleted VALUES ('session', OLD.session_key,
+        (SELECT value FROM meta WHERE key = 'meta_version') + 1);
+END;
+CREATE TRIGGER windows_stamp_insert AFTER INSERT ON windows BEGIN
+    UPDATE windows SET meta_seq = (SELECT value FROM meta WHERE key = 'meta_version') + 1 WHERE wid = NEW.wid;
+END;
+CREATE TRIGGER windows_stamp_update AFTER UPDATE OF session_key, session_id, cold ON windows BEGIN
+    UPDATE windows SET meta_seq = (SELECT value FROM meta WHERE key = 'meta_version') + 1 WHERE wid = NEW.wid;
+END;
+CREATE TRIGGER windows_stamp_delete AFTER DELETE ON windows BEGIN
+    INSERT OR REPLACE INTO catalog_deleted VALUES ('window', CAST(OLD.wid AS TEXT),
+        (SELECT value FROM meta WHERE key = 'meta_version') + 1);
+END;
+"""),
 )

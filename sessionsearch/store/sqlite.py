@@ -214,17 +214,32 @@ class SqliteAgentStore:
 
     # -- reads -------------------------------------------------------------------------------
 
-    async def meta_snapshot(self, reader: _Reader) -> tuple[int, list[SessionMeta], list[WindowMeta]]:
-        """Everything search scoping needs: the meta version, sessions and windows."""
+    _SESSION_COLUMNS = (
+        "SELECT s.session_key, w.session_id, s.label, s.display_name, s.spawned_by, s.parent_session_key, "
+        "s.kind, s.grp, s.incognito, s.archived_at, max(s.updated_at, coalesce(w.updated_at, 0)) "
+        "FROM sessions s LEFT JOIN windows w ON w.wid = s.current_wid")
+
+    async def meta_snapshot(self, reader: _Reader, since: int | None = None) -> tuple[
+            int, list[SessionMeta], list[WindowMeta], list[str], list[int]]:
+        """What search scoping needs: the meta version, then the sessions and windows, and the
+        session keys and window ids deleted. `since` (a meta version read earlier): only what
+        changed after it, else everything.
+
+        The version is read first, so rows may be newer than it but never older: applying them
+        again on the next call is harmless.
+        """
         conn = reader.conn
         version = (await conn.execute_fetchall("SELECT value FROM meta WHERE key = 'meta_version'"))[0][0]
-        sessions = [SessionMeta(*r) for r in await conn.execute_fetchall(
-            "SELECT s.session_key, w.session_id, s.label, s.display_name, s.spawned_by, s.parent_session_key, "
-            "s.kind, s.grp, s.incognito, s.archived_at, max(s.updated_at, coalesce(w.updated_at, 0)) "
-            "FROM sessions s LEFT JOIN windows w ON w.wid = s.current_wid")]
-        windows = [WindowMeta(*r) for r in await conn.execute_fetchall(
-            "SELECT wid, session_key, session_id, cold FROM windows")]
-        return version, sessions, windows
+        if since is None:
+            sessions = await conn.execute_fetchall(self._SESSION_COLUMNS)
+            windows = await conn.execute_fetchall("SELECT wid, session_key, session_id, cold FROM windows")
+            return version, [SessionMeta(*r) for r in sessions], [WindowMeta(*r) for r in windows], [], []
+        sessions = await conn.execute_fetchall(f"{self._SESSION_COLUMNS} WHERE s.meta_seq > ?", (since,))
+        windows = await conn.execute_fetchall(
+            "SELECT wid, session_key, session_id, cold FROM windows WHERE meta_seq > ?", (since,))
+        gone = await conn.execute_fetchall("SELECT kind, name FROM catalog_deleted WHERE meta_seq > ?", (since,))
+        return (version, [SessionMeta(*r) for r in sessions], [WindowMeta(*r) for r in windows],
+                [name for kind, name in gone if kind == "session"], [int(name) for kind, name in gone if kind == "window"])
 
     def _scope_sql(self, include: list[int] | None, exclude: list[int] | None, role: str | None,
                    params: dict[str, Any], *, dirty: bool = True) -> list[str]:
