@@ -6,7 +6,7 @@ Uses the 1,000,000-message data dir that bench_search.py builds (run it first), 
 Drives `POST /v1/sessions.search` on a real `sessionsearch serve` over loopback with wrk
 (`apt-get install wrk`) and 32 connections for 30 s, then the same searches through
 `Engine.search` with 32 concurrent tasks for 30 s, with reconciliation idle and then busy (a
-worker process reconciling 300,000 freshly imported messages meanwhile). Figures go to
+worker process reconciling 800,000 freshly imported messages meanwhile). Figures go to
 bench/results/http.json.
 """
 
