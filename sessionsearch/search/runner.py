@@ -196,14 +196,14 @@ def render(engine: "Engine", outcome: Outcome, query: ParsedQuery, req: SearchRe
         flags["warning"] = INDEXING_WARNING
     # reserve room for every flag that may still be set, so appending a hit never breaks the budget
     envelope = len(json.dumps({**response, **flags, "truncated": True}, ensure_ascii=False).encode())
-    used = envelope
     terms = [fold(t) for t in query.terms]
+    items = []
     for hit in outcome.hits:
         win = view.agents[hit.agent_id].windows.get(wid_of(hit.rid))
         if win is None:
             continue
         text = redact(hit.text) if settings.redact_snippets else hit.text
-        item = {
+        items.append({
             "sessionKey": win.session_key,
             "sessionId": win.session_id,
             "messageId": hit.message_id,
@@ -211,13 +211,19 @@ def render(engine: "Engine", outcome: Outcome, query: ParsedQuery, req: SearchRe
             "timestamp": hit.ts,
             "snippet": snippet(text, terms, max_units=settings.snippet_max_units, prefix_last=query.prefix),
             "score": round(-hit.rank, 6),
-        }
-        size = len(json.dumps(item, ensure_ascii=False).encode()) + (1 if response["results"] else 0)
-        if used + size > settings.search_response_max_bytes:
-            truncated = True
-            continue
-        used += size
-        response["results"].append(item)
+        })
+    budget = settings.search_response_max_bytes
+    if envelope + len(json.dumps(items, ensure_ascii=False).encode()) <= budget:
+        response["results"] = items  # the usual case: all of it fits, measured once
+    else:  # hit by hit, skipping any that would break the budget
+        used = envelope
+        for item in items:
+            size = len(json.dumps(item, ensure_ascii=False).encode()) + (1 if response["results"] else 0)
+            if used + size > budget:
+                truncated = True
+                continue
+            used += size
+            response["results"].append(item)
     if truncated:
         flags["truncated"] = True
     response.update(flags)
