@@ -328,9 +328,20 @@ class Engine:
         view = await self.catalog_view()
         if agent_id is not None and agent_id not in view.agents:
             raise NotFound(f"agent {agent_id!r} not found")
+        active: dict[str, int] = {}
+        stale = False
+        for agent in ([agent_id] if agent_id is not None else view.agent_ids):
+            store = await self.store(agent)
+            async with store.reader() as reader:
+                version, times = await store.activity(reader)
+            stale |= version != view.versions.get(agent)
+            active.update(times)
+        if stale:  # another process changed metadata since this view was read
+            view = await self.catalog_view(refresh=True)
         viewer = Viewer(self.settings, parse_requester(body.get("requester")), view.catalog)
         out = []
-        for meta in sorted(view.catalog.sessions.values(), key=lambda m: (-m.updated_at, m.session_key)):
+        sessions = [m for m in view.catalog.sessions.values() if m.session_key in active]
+        for meta in sorted(sessions, key=lambda m: (-active[m.session_key], m.session_key)):
             if agent_id is not None and agent_of(meta.session_key) != agent_id:
                 continue
             if not viewer.can_see(meta.session_key):
@@ -342,7 +353,7 @@ class Engine:
                 continue
             out.append({"sessionKey": meta.session_key, "sessionId": meta.session_id, "label": meta.label,
                         "displayName": meta.display_name, "kind": meta.kind, "group": meta.group,
-                        "spawnedBy": meta.spawned_by, "updatedAt": meta.updated_at,
+                        "spawnedBy": meta.spawned_by, "updatedAt": active[meta.session_key],
                         "archived": meta.archived_at is not None})
             if len(out) >= limit:
                 break

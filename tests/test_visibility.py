@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from sessionsearch import Forbidden
 from sessionsearch.search.visibility import agent_allowed
 
-from .helpers import chain, engine_at
+from .helpers import chain, engine_at, msg
 
 MAIN = "agent:main:main"
 DM = "agent:main:whatsapp:dm:+15550001"
@@ -157,3 +159,19 @@ async def test_palette_leaves_out_ungrouped_spawned_incognito_and_archived(tmp_p
         assert keys == sorted([MAIN, DM, GRANDCHILD])
         listed = sorted(s["sessionKey"] for s in (await engine.list_sessions(palette=True))["sessions"])
         assert listed == sorted([MAIN, DM, GRANDCHILD])
+
+
+async def test_sessions_list_orders_by_latest_activity_including_appends(tmp_path):
+    async with engine_at(tmp_path) as engine, engine_at(tmp_path) as other_process:
+        for key in ("agent:main:a", "agent:main:b"):
+            await engine.append(key, chain(key[-1], [("user", "first words")]))
+            await asyncio.sleep(0.01)
+        assert [s["sessionKey"] for s in (await engine.list_sessions())["sessions"]] == ["agent:main:b",
+                                                                                          "agent:main:a"]
+        await asyncio.sleep(0.01)
+        await engine.append("agent:main:a", [msg("a9", "user", "later words", "a1")])  # no metadata change
+        listed = (await engine.list_sessions())["sessions"]
+        assert [s["sessionKey"] for s in listed] == ["agent:main:a", "agent:main:b"]
+        assert listed[0]["updatedAt"] > listed[1]["updatedAt"]
+        await other_process.upsert_session("agent:main:c", label="made elsewhere")
+        assert "agent:main:c" in [s["sessionKey"] for s in (await engine.list_sessions())["sessions"]]

@@ -410,6 +410,15 @@ class SqliteAgentStore:
                 f"SELECT (id >> 1) & {MAX_SEQ}, event_id, role, ts, body FROM events WHERE id IN ({marks})", ids)
         return sorted((tuple(r) for r in out), key=lambda r: r[0])
 
+    async def activity(self, reader: _Reader) -> tuple[int, dict[str, int]]:
+        """The meta version, and each session's latest activity (epoch ms): its metadata or its
+        current window's last append, read now (appends do not move the meta version)."""
+        rows = await reader.conn.execute_fetchall(
+            "SELECT NULL, value FROM meta WHERE key = 'meta_version' UNION ALL "
+            "SELECT s.session_key, max(s.updated_at, coalesce(w.updated_at, 0)) FROM sessions s "
+            "LEFT JOIN windows w ON w.wid = s.current_wid")
+        return rows[0][1], dict(rows[1:])
+
     async def status(self, reader: _Reader) -> dict[str, int]:
         rows = await reader.conn.execute_fetchall(
             "SELECT count(*), sum(needs_rebuild = 0), sum(needs_rebuild), coalesce(sum(messages), 0), "
