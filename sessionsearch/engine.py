@@ -131,6 +131,7 @@ class Engine:
         self._view: CatalogView | None = None
         self._view_lock = asyncio.Lock()
         self._raw: dict[str, _AgentRows] = {}  # per agent: the catalog rows as last read
+        self._listing_seen = 0
         self.search_observer: Callable[[float, bool], None] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -187,8 +188,10 @@ class Engine:
         the scoping structures again in memory.
         """
         async with self._view_lock:
-            if self._view is not None and not refresh:
+            listing = self._agents_listing()  # another process may have created an agent's database
+            if self._view is not None and not refresh and listing == self._listing_seen:
                 return self._view
+            self._listing_seen = listing
             for agent_id in self.agent_ids_on_disk():
                 await self.store(agent_id)
             view = CatalogView()
@@ -208,6 +211,13 @@ class Engine:
             view.catalog = Catalog(sessions)
             self._view = view
             return view
+
+    def _agents_listing(self) -> int:
+        """A cheap token that changes when files appear in or leave the agents folder."""
+        try:
+            return os.stat(self.data_dir / "agents").st_mtime_ns
+        except OSError:
+            return 0
 
     def _meta_changed(self) -> None:
         self._view = None

@@ -258,3 +258,18 @@ async def test_catalog_refresh_reads_only_changes_and_matches_a_full_read(tmp_pa
         assert ids(result) == ["a1"] and result["indexing"] is True  # c's restored window needs reconciling
         await writer.reconcile_pending()
         assert sorted(ids(await reader_engine.search(query="note"))) == ["a1", "c1"]
+
+
+async def test_a_search_finds_sessions_and_agents_another_process_created(tmp_path):
+    async with engine_at(tmp_path) as serving, engine_at(tmp_path) as importer:
+        assert (await serving.search(query="alpha"))["results"] == []  # nothing anywhere yet
+        # a new agent's database appears, then a session in an agent the serving view holds empty
+        await importer.append("agent:ops:a", chain("o", [("user", "alpha from ops")]))
+        assert ids(await serving.search(query="alpha")) == ["o1"]
+        await importer.append("agent:main:b", chain("b", [("user", "alpha beta")]))
+        await importer.delete("agent:main:b")
+        assert ids(await serving.search(query="beta")) == []
+        await importer.append("agent:main:b", chain("n", [("user", "beta again")]), sessionId="b-new")
+        assert ids(await serving.search(query="beta")) == ["n1"]  # re-created after its deletion
+        await importer.append("agent:main:c", chain("c", [("user", "gamma")]))
+        assert ids(await serving.search(query="gamma", sessionKeys=["agent:main:c"])) == ["c1"]

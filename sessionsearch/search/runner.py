@@ -115,8 +115,7 @@ def plan_scopes(req: SearchRequest, viewer: Viewer, view: "CatalogView", agents:
         else:
             chosen = set(included)
             scope = Scope(agent_id, None, sorted(w for w in hot if w not in chosen), chosen, archived)
-        if scope.wids or scope.archived:
-            scopes[agent_id] = scope
+        scopes[agent_id] = scope  # kept when empty: the catalog may not know the target's windows yet
     return scopes
 
 
@@ -130,6 +129,10 @@ async def run_query(engine: "Engine", query: ParsedQuery, req: SearchRequest, sc
     if query.match is None:
         return out
     k = req.limit + 1
+    if versions is not None:  # a scope this view holds empty is checked before it answers nothing
+        for scope in scopes.values():
+            if not scope.wids and await _meta_version(engine, scope.agent_id, deadline) != versions.get(scope.agent_id):
+                raise MetaChanged(scope.agent_id)
     tasks = [_agent_top(engine, scope, query.match, req, k, versions, deadline)
              for scope in scopes.values() if scope.wids]
     per_agent = [await tasks[0]] if len(tasks) == 1 else await asyncio.gather(*tasks)
@@ -145,6 +148,12 @@ async def run_query(engine: "Engine", query: ParsedQuery, req: SearchRequest, sc
         out.more = True
         out.hits = out.hits[:req.limit]
     return out
+
+
+async def _meta_version(engine: "Engine", agent_id: str, deadline: float) -> int:
+    store = await engine.store(agent_id)
+    async with store.reader(deadline) as reader:
+        return await store.meta_version(reader)
 
 
 async def _agent_top(engine: "Engine", scope: Scope, match: str, req: SearchRequest, k: int,

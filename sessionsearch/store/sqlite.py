@@ -214,6 +214,9 @@ class SqliteAgentStore:
 
     # -- reads -------------------------------------------------------------------------------
 
+    async def meta_version(self, reader: _Reader) -> int:
+        return (await reader.conn.execute_fetchall("SELECT value FROM meta WHERE key = 'meta_version'"))[0][0]
+
     _SESSION_COLUMNS = (
         "SELECT s.session_key, w.session_id, s.label, s.display_name, s.spawned_by, s.parent_session_key, "
         "s.kind, s.grp, s.incognito, s.archived_at, max(s.updated_at, coalesce(w.updated_at, 0)) "
