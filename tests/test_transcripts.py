@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from sessionsearch import InvalidRequest, NotFound
+from sessionsearch import Forbidden, InvalidRequest, NotFound
 
 from .helpers import chain, engine_at, header, ids, leaf, msg, reset
 
@@ -273,3 +273,14 @@ async def test_a_search_finds_sessions_and_agents_another_process_created(tmp_pa
         assert ids(await serving.search(query="beta")) == ["n1"]  # re-created after its deletion
         await importer.append("agent:main:c", chain("c", [("user", "gamma")]))
         assert ids(await serving.search(query="gamma", sessionKeys=["agent:main:c"])) == ["c1"]
+
+
+async def test_history_decides_on_metadata_another_process_just_wrote(tmp_path):
+    async with engine_at(tmp_path) as serving, engine_at(tmp_path) as other:
+        await serving.append("agent:main:x", chain("x", [("user", "private words")]))
+        assert [m["messageId"] for m in (await serving.history(sessionKey="agent:main:x"))["messages"]] == ["x1"]
+        await other.upsert_session("agent:main:x", incognito=True)
+        with pytest.raises(Forbidden):
+            await serving.history(sessionKey="agent:main:x")
+        await other.append("agent:main:y", chain("y", [("user", "new elsewhere")]))
+        assert [m["messageId"] for m in (await serving.history(sessionKey="agent:main:y"))["messages"]] == ["y1"]
