@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from corpus import CorpusSpec, generate  # noqa: E402
+from stats import pct  # noqa: E402
 
 from sessionsearch import Engine, Settings  # noqa: E402
 from sessionsearch import logging as sslogging  # noqa: E402
@@ -40,11 +41,6 @@ from sessionsearch.queue import Pipeline  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 REDIS_URL = "redis://127.0.0.1:6379/10"
-
-
-def pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))] if values else float("nan")
 
 
 def write_state_dir(spec: CorpusSpec, root: Path) -> tuple[int, list[str]]:

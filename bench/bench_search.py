@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from corpus import CorpusSpec, generate  # noqa: E402
+from stats import pct  # noqa: E402
 
 from sessionsearch import Engine, Settings  # noqa: E402
 from sessionsearch import logging as sslogging  # noqa: E402
@@ -38,11 +39,6 @@ from sessionsearch.search.query import quote  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 BARE_SQL = "SELECT rowid, bm25(f) FROM f WHERE f MATCH ? ORDER BY bm25(f) LIMIT 26"
-
-
-def pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
 
 
 def events_for(session: int, texts: list[tuple[str, str]], start: int = 0) -> list[dict]:
