@@ -212,6 +212,12 @@ class Engine:
             self._view = view
             return view
 
+    async def meta_version(self, agent_id: str, deadline: float = math.inf) -> int:
+        """The agent's meta version as committed now (a view holding another one is stale)."""
+        store = await self.store(agent_id)
+        async with store.reader(deadline) as reader:
+            return await store.meta_version(reader)
+
     def _agents_listing(self) -> int:
         """A cheap token that changes when files appear in or leave the agents folder."""
         try:

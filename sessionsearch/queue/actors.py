@@ -183,24 +183,14 @@ class Reconciler:
         """
         sent, deduplicated, rest = self._mark(dirty, force=force)
         if rest:
-            self._start_sender(rest)
+            self._in_thread(self._send, rest)
         return sent, deduplicated
 
-    def _start_sender(self, work: "list[tuple[str, int]] | dict[str, set[int]]") -> None:
-        """Send many jobs from a thread (markers already set), or mark and send a search's windows."""
-        if isinstance(work, dict):
-            target, args = self._mark_and_send_quietly, (work,)
-        else:
-            target, args = self._send, (work,)
-        sender = threading.Thread(target=target, args=args, name="sessionsearch-enqueue", daemon=True)
+    def _in_thread(self, target, work) -> None:
+        """Run an enqueue step (`_send`, `_mark_and_send`) on a thread `join_senders` waits for."""
+        sender = threading.Thread(target=target, args=(work,), name="sessionsearch-enqueue", daemon=True)
         self._senders = [t for t in self._senders if t.is_alive()] + [sender]
         sender.start()
-
-    def _mark_and_send_quietly(self, dirty: dict[str, set[int]]) -> None:
-        try:
-            self._mark_and_send(dirty)
-        except (redis.RedisError, OSError):
-            pass  # counted and logged; the next search tries again
 
     def _mark(self, dirty: dict[str, set[int]], *, force: bool) -> tuple[int, int, list[tuple[str, int]]]:
         """Set the markers and send up to SEND_INLINE jobs; the rest are returned, still to send."""
@@ -255,24 +245,22 @@ class Reconciler:
             return True
         self._last = ({agent: frozenset(wids) for agent, wids in dirty.items()}, now + RECENT_S)
         if sum(len(w) for w in dirty.values()) > SEND_INLINE:
-            asyncio.get_running_loop().call_soon(self._start_sender, dirty)
+            asyncio.get_running_loop().call_soon(self._in_thread, self._mark_and_send, dirty)
             return True
-        try:
-            await asyncio.to_thread(self._mark_and_send, dirty)
-            return True
-        except (redis.RedisError, OSError):
-            return False
+        return await asyncio.to_thread(self._mark_and_send, dirty)
 
-    def _mark_and_send(self, dirty: dict[str, set[int]]) -> None:
-        """Mark the windows and send the jobs of those not queued already; count and log a failure."""
+    def _mark_and_send(self, dirty: dict[str, set[int]]) -> bool:
+        """Mark the windows and send the jobs of those not queued already; False (counted, logged,
+        and retried by the next search) when the queue cannot be reached."""
         try:
             _sent, _dedup, rest = self._mark(dirty, force=False)
         except (redis.RedisError, OSError):
-            self._last = ({}, 0.0)  # the next search tries again
+            self._last = ({}, 0.0)
             metrics.get().enqueue_failures.inc()
             log.warning("search.enqueue_failed", agents=len(dirty), windows=sum(len(w) for w in dirty.values()))
-            raise
+            return False
         self._send(rest)
+        return True
 
     def join_senders(self, timeout: float = 30.0) -> None:
         for sender in self._senders:

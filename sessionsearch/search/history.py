@@ -136,11 +136,9 @@ class _Shaper:
 async def history(engine: "Engine", req: HistoryRequest) -> dict[str, Any]:
     agent_id = agent_of(req.session_key)
     view = await engine.catalog_view(math.inf)
-    if agent_id in view.agents:  # visibility is decided on metadata as of now, not as last searched
-        store = await engine.store(agent_id)
-        async with store.reader() as reader:
-            if await store.meta_version(reader) != view.versions.get(agent_id):
-                view = await engine.catalog_view(math.inf, refresh=True)
+    # visibility is decided on metadata as of now, not as of the last search
+    if agent_id in view.agents and await engine.meta_version(agent_id) != view.versions.get(agent_id):
+        view = await engine.catalog_view(math.inf, refresh=True)
     viewer = Viewer(engine.settings, req.requester, view.catalog)
     if view.catalog.incognito(req.session_key) or not viewer.can_see(req.session_key):
         raise Forbidden(f"session {req.session_key!r} is not visible to this requester")

@@ -131,7 +131,7 @@ async def run_query(engine: "Engine", query: ParsedQuery, req: SearchRequest, sc
     k = req.limit + 1
     if versions is not None:  # a scope this view holds empty is checked before it answers nothing
         for scope in scopes.values():
-            if not scope.wids and await _meta_version(engine, scope.agent_id, deadline) != versions.get(scope.agent_id):
+            if not scope.wids and await engine.meta_version(scope.agent_id, deadline) != versions.get(scope.agent_id):
                 raise MetaChanged(scope.agent_id)
     tasks = [_agent_top(engine, scope, query.match, req, k, versions, deadline)
              for scope in scopes.values() if scope.wids]
@@ -148,12 +148,6 @@ async def run_query(engine: "Engine", query: ParsedQuery, req: SearchRequest, sc
         out.more = True
         out.hits = out.hits[:req.limit]
     return out
-
-
-async def _meta_version(engine: "Engine", agent_id: str, deadline: float) -> int:
-    store = await engine.store(agent_id)
-    async with store.reader(deadline) as reader:
-        return await store.meta_version(reader)
 
 
 async def _agent_top(engine: "Engine", scope: Scope, match: str, req: SearchRequest, k: int,

@@ -217,10 +217,11 @@ class SqliteAgentStore:
     async def meta_version(self, reader: _Reader) -> int:
         return (await reader.conn.execute_fetchall("SELECT value FROM meta WHERE key = 'meta_version'"))[0][0]
 
-    _SESSION_COLUMNS = (
-        "SELECT s.session_key, w.session_id, s.label, s.display_name, s.spawned_by, s.parent_session_key, "
-        "s.kind, s.grp, s.incognito, s.archived_at, max(s.updated_at, coalesce(w.updated_at, 0)) "
-        "FROM sessions s LEFT JOIN windows w ON w.wid = s.current_wid")
+    # a session's latest activity: its metadata or its current window's last append
+    _ACTIVITY = ("max(s.updated_at, coalesce(w.updated_at, 0)) "
+                 "FROM sessions s LEFT JOIN windows w ON w.wid = s.current_wid")
+    _SESSION_COLUMNS = ("SELECT s.session_key, w.session_id, s.label, s.display_name, s.spawned_by, "
+                        f"s.parent_session_key, s.kind, s.grp, s.incognito, s.archived_at, {_ACTIVITY}")
 
     async def meta_snapshot(self, reader: _Reader, since: int | None = None) -> tuple[
             int, list[SessionMeta], list[WindowMeta], list[str], list[int]]:
@@ -232,7 +233,7 @@ class SqliteAgentStore:
         again on the next call is harmless.
         """
         conn = reader.conn
-        version = (await conn.execute_fetchall("SELECT value FROM meta WHERE key = 'meta_version'"))[0][0]
+        version = await self.meta_version(reader)
         if since is None:
             sessions = await conn.execute_fetchall(self._SESSION_COLUMNS)
             windows = await conn.execute_fetchall("SELECT wid, session_key, session_id, cold FROM windows")
@@ -414,12 +415,10 @@ class SqliteAgentStore:
         return sorted((tuple(r) for r in out), key=lambda r: r[0])
 
     async def activity(self, reader: _Reader) -> tuple[int, dict[str, int]]:
-        """The meta version, and each session's latest activity (epoch ms): its metadata or its
-        current window's last append, read now (appends do not move the meta version)."""
+        """The meta version, and each session's latest activity (epoch ms), read now: appends do
+        not move the meta version, so the catalog's copy lags."""
         rows = await reader.conn.execute_fetchall(
-            "SELECT NULL, value FROM meta WHERE key = 'meta_version' UNION ALL "
-            "SELECT s.session_key, max(s.updated_at, coalesce(w.updated_at, 0)) FROM sessions s "
-            "LEFT JOIN windows w ON w.wid = s.current_wid")
+            f"SELECT NULL, value FROM meta WHERE key = 'meta_version' UNION ALL SELECT s.session_key, {self._ACTIVITY}")
         return rows[0][1], dict(rows[1:])
 
     async def status(self, reader: _Reader) -> dict[str, int]:
