@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
 
 import pytest
 
 from sessionsearch import Forbidden, InvalidRequest, NotFound
+from sessionsearch.store import checkpoint
 
 from .helpers import chain, engine_at, header, ids, leaf, msg, reset
 
@@ -213,6 +215,29 @@ async def test_migrations_are_recorded_and_the_database_uses_wal(tmp_path):
     async with engine_at(tmp_path) as engine:  # reopening applies nothing twice
         assert [v for v, _ in await (await engine.store("main")).applied_migrations()] == [1, 2, 3]
         assert ids(await engine.search(query="x")) == ["m1"]
+
+
+async def test_checkpoints_beside_the_writer_keep_the_wal_bounded(tmp_path, monkeypatch):
+    """The writer's own automatic checkpoint is off; the thread beside it copies the WAL back and
+    the writer rewinds it when it outgrows the limit, under a stream of commits with no pause."""
+    monkeypatch.setattr(checkpoint, "INLINE_PAGES", 100)  # 400 KiB instead of 32 MiB
+    text = " ".join(f"word{i}" for i in range(60))
+    async with engine_at(tmp_path) as engine:
+        store = await engine.store("main", create=True)
+        for batch in range(150):  # ~45 MB of WAL frames written in all
+            await engine.append(KEY, chain(f"b{batch}-", [("user", f"{text} batch{batch}")] * 100,
+                                           parent=f"b{batch - 1}-100" if batch else None))
+        wal = tmp_path / "agents" / "main.db-wal"
+        assert wal.stat().st_size < 8 << 20
+        with sqlite3.connect(tmp_path / "agents" / "main.db") as conn:
+            assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 1000  # other connections: default
+        found = await engine.search(query="batch149")
+        assert len(ids(found)) == 10 and found["truncated"] is True
+        assert any(t.name.startswith("sessionsearch-checkpoint") for t in threading.enumerate())
+        assert store.path.stat().st_size > 20 << 20  # the frames were copied into the database file
+    assert not any(t.name.startswith("sessionsearch-checkpoint") for t in threading.enumerate())
+    async with engine_at(tmp_path) as engine:
+        assert (await engine.index_status())["agents"][0]["messages"] == 15_000
 
 
 async def test_each_agent_has_its_own_database(tmp_path):

@@ -22,6 +22,7 @@ from ..errors import InvalidRequest, NotFound, Unavailable
 from ..indexer.events import Event
 from ..indexer.live import ids_to_resolve, plan_append
 from .base import AppendResult, ClaimInfo
+from .checkpoint import WalCheckpointer
 from .rowids import MAX_SEQ, row_id, seq_range, window_range
 from .schema import MIGRATIONS
 
@@ -33,6 +34,7 @@ SESSION_COLUMNS = {  # wire name -> column
 EVENT_COLUMNS = "id, wid, event_id, parent_seq, node_seq, type, role, ts, on_branch, text, body"
 INSERT_EVENT = f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 INDEXABLE = "on_branch = 1 AND text IS NOT NULL"
+WAL_SIZE_LIMIT = 64 << 20  # bytes the WAL file is cut back to once rewound
 COALESCE_WINDOWS = 64  # most windows one reconciliation transaction rebuilds
 _COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # one encoder, not one per row
 
@@ -58,17 +60,23 @@ class _StaleState(Exception):
 class SqliteWriter:
     """The one writer of an agent database. Every public method is one transaction."""
 
-    def __init__(self, path: Path, cold_dir: Path, *, busy_timeout_ms: int) -> None:
+    def __init__(self, path: Path, cold_dir: Path, *, busy_timeout_ms: int, checkpoint_beside: bool = True) -> None:
         self.cold_dir = cold_dir
         self.c = sqlite3.connect(path, isolation_level=None)
         self.c.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
         self.c.execute("PRAGMA journal_mode = WAL")
         self.c.execute("PRAGMA synchronous = NORMAL")
+        self._checkpoints = WalCheckpointer(path) if checkpoint_beside else None
+        if self._checkpoints is not None:  # checkpoints run beside the writer, not inside its commits
+            self.c.execute("PRAGMA wal_autocheckpoint = 0")
+            self.c.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
         self._win: dict[int, _WinState] = {}
         self._current: dict[str, int] = {}
         self.migrate()
 
     def close(self) -> None:
+        if self._checkpoints is not None:
+            self._checkpoints.close()
         self.c.close()
 
     @contextmanager
@@ -81,6 +89,10 @@ class SqliteWriter:
             raise
         else:
             self.c.execute("COMMIT")
+            if self._checkpoints is not None:
+                self._checkpoints.committed()
+                if self._checkpoints.due():
+                    self.c.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
     def migrate(self) -> None:
         self.c.execute("CREATE TABLE IF NOT EXISTS schema_migrations ("
