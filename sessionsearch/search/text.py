@@ -6,9 +6,6 @@ import re
 import unicodedata
 from functools import lru_cache
 
-WS_RE = re.compile(r"\s+")
-
-
 def utf16_len(text: str) -> int:
     return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
@@ -138,18 +135,21 @@ def snippet(text: str, terms: list[str], *, max_units: int = 300, prefix_last: b
     When the text is longer than `max_units` UTF-16 code units the result still fits: the markers
     are counted in, so a cut snippet is at most `max_units` units and ends (or starts) with "…".
     """
-    text = WS_RE.sub(" ", text).strip()
-    if utf16_len(text) <= max_units:
+    text = " ".join(text.split())  # whitespace runs to one space (str.split and re agree on what is one)
+    units = utf16_len(text)
+    if units <= max_units:
         return text
     pos = match_position(text, terms, prefix_last)
     lead_marker, tail_marker = "… ", " …"
     budget = max_units - len(lead_marker) - len(tail_marker)
     before_units = budget // 3
-    start = pos
-    used = 0
-    while start > 0 and used < before_units:
-        start -= 1
-        used += 2 if ord(text[start]) > 0xFFFF else 1
+    if units == len(text):  # no astral characters: one unit each
+        start = max(0, pos - before_units)
+    else:
+        start, used = pos, 0
+        while start > 0 and used < before_units:
+            start -= 1
+            used += 2 if ord(text[start]) > 0xFFFF else 1
     if start > 0:  # prefer to start at a word boundary if one is near
         space = text.find(" ", start, pos)
         if 0 <= space - start < 20:
