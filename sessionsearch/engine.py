@@ -416,11 +416,12 @@ class Engine:
             log.warning("search.enqueue_failed", agents=len(dirty), exc_info=True)
             return False
 
-    async def reconcile(self, agent_id: str, wid: int, *, should_stop=None) -> ReconcileResult:
-        """Rebuild one window's index rows from its active branch (what a worker job runs)."""
+    async def reconcile(self, agent_id: str, wid: int, *, should_stop=None, more_s: float = 0.0) -> ReconcileResult:
+        """Rebuild one window's index rows from its active branch (what a worker job runs); with
+        `more_s`, go on with the small windows waiting next to it for that long."""
         store = await self.store(agent_id)
         return await reconcile_window(store, wid, batch_rows=self.settings.reconcile_batch_rows,
-                                      lease_s=self.settings.claim_lease_s, should_stop=should_stop)
+                                      lease_s=self.settings.claim_lease_s, should_stop=should_stop, more_s=more_s)
 
     async def pending(self, agent_id: str | None = None) -> dict[str, list[int]]:
         """Windows needing reconciliation, by agent."""

@@ -98,6 +98,38 @@ async def test_small_windows_waiting_beside_a_job_are_published_in_its_transacti
             assert await _index_rows(engine, wid) == await _branch_ids(engine, wid)
 
 
+async def test_a_job_with_time_left_goes_on_with_the_windows_waiting_after_its_own(tmp_path):
+    async with engine_at(tmp_path, reconcile_batch_rows=25) as engine:
+        for n in range(12):  # 10 rows each: a transaction holds two windows and a half
+            texts = [("user", f"window{n} row {i} shared") for i in range(10)]
+            await engine.append(f"agent:main:s{n}", chain(f"w{n}-", texts), index=False)
+        wids = (await engine.pending("main"))["main"]
+        store = await engine.store("main")
+        assert await store.claim(wids[7], "other-worker", 60.0) is not None  # left to its holder
+        alone = await engine.reconcile("main", wids[0])  # no time to spare: its own transaction only
+        assert alone.beside == [wids[1]] and alone.batches == 1
+        more = await engine.reconcile("main", wids[2], more_s=30.0)
+        assert more.outcome == "published" and more.batches == 5
+        assert more.beside == [wids[3], wids[4], wids[5], wids[6], wids[8], wids[9], wids[10], wids[11]]
+        assert more.rows_inserted == 90
+        assert (await engine.pending("main"))["main"] == [wids[7]]
+        for wid in wids[:7] + wids[8:]:
+            assert await _index_rows(engine, wid) == await _branch_ids(engine, wid)
+            assert (await engine.reconcile("main", wid)).outcome == "clean"  # their own jobs: nothing to do
+
+
+async def test_a_job_whose_window_is_being_rebuilt_beside_another_ends_at_once(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        wid = await _unindexed_window(engine, 30)
+        store = await engine.store("main")
+        store._writer.rebuilding = frozenset({wid})  # as inside another job's running transaction
+        result = await engine.reconcile("main", wid)
+        assert result.outcome == "beside" and result.rows_inserted == 0
+        assert (await engine.pending("main"))["main"] == [wid]  # that transaction publishes it, not this job
+        store._writer.rebuilding = frozenset()
+        assert (await engine.reconcile("main", wid)).outcome == "published"
+
+
 async def test_a_live_claim_is_respected_and_an_expired_one_taken_over(tmp_path):
     async with engine_at(tmp_path) as engine:
         wid = await _unindexed_window(engine, 30)

@@ -31,6 +31,7 @@ RECENT_S = 5.0  # windows this process queued this recently are not even asked a
 SEND_INLINE = 20  # more than this many new jobs are sent by a background thread, after the search
 MAX_RETRIES = 8
 RELEASE_EVERY_S = 0.02  # finished jobs' markers are cleared together, this often
+MORE_S = 1.0  # a job that published its window goes on with the windows waiting next to it this long
 
 
 # Markers live in one sorted set: member "agent:window", score = when it expires (epoch s).
@@ -287,7 +288,7 @@ class Reconciler:
         started = time.monotonic()
         try:
             result = await asyncio.wait_for(
-                engine.reconcile(agent_id, wid, should_stop=self.stopping.is_set), self.time_limit_s)
+                engine.reconcile(agent_id, wid, should_stop=self.stopping.is_set, more_s=MORE_S), self.time_limit_s)
         except NotFound:
             self.markers.release([(agent_id, wid)])
             metrics.get().observe_reconcile("missing", time.monotonic() - started, 0, 0)

@@ -174,6 +174,10 @@ class SqliteAgentStore:
         with small windows waiting beside it; see SqliteWriter.claim_and_reconcile_small."""
         return await self._run(lambda: self._writer.claim_and_reconcile_small(wid, token, lease_s, max_rows))
 
+    async def reconcile_next(self, after: int, max_rows: int) -> tuple[list[int], int, int]:
+        """Rebuild the small windows waiting next after `after`; see SqliteWriter.reconcile_next."""
+        return await self._run(lambda: self._writer.reconcile_next(after, max_rows))
+
     async def window_exists(self, wid: int) -> bool:
         return await self._run(lambda: self._writer.window_exists(wid))
 
@@ -435,6 +439,10 @@ class SqliteAgentStore:
         rows = await reader.conn.execute_fetchall(
             "SELECT rowid FROM msg_fts WHERE rowid BETWEEN ? AND ? ORDER BY rowid", (lo, hi))
         return [r[0] for r in rows]
+
+    def rebuilding_beside(self, wid: int) -> bool:
+        """Whether this process's writer is rebuilding the window beside another one right now."""
+        return self._writer is not None and wid in self._writer.rebuilding
 
     async def is_clean(self, wid: int) -> bool:
         """Whether the window is indexed and unclaimed as last committed: read without the writer, so a

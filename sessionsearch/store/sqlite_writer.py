@@ -72,6 +72,9 @@ class SqliteWriter:
             self.c.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
         self._win: dict[int, _WinState] = {}
         self._current: dict[str, int] = {}
+        # windows being rebuilt beside another one in the transaction now running (see
+        # claim_and_reconcile_small); read from other threads, replaced whole, never mutated
+        self.rebuilding: frozenset[int] = frozenset()
         self.migrate()
 
     def close(self) -> None:
@@ -375,6 +378,13 @@ class SqliteWriter:
         "claimed" means the window is larger and the claim is held for the batched path. A window
         already clean and unclaimed is answered "clean" without writing anything.
         """
+        try:
+            return self._claim_and_reconcile_small(wid, token, lease_s, max_rows)
+        finally:
+            self.rebuilding = frozenset()  # committed or rolled back: their own jobs look for themselves
+
+    def _claim_and_reconcile_small(self, wid: int, token: str, lease_s: float,
+                                   max_rows: int) -> tuple[str, ClaimInfo | None, int, int, list[int]]:
         now = time.time()
         with self.tx() as c:
             state = c.execute("SELECT needs_rebuild, claim_token IS NULL OR claim_expires_at < ? FROM windows "
@@ -399,13 +409,33 @@ class SqliteWriter:
                 # Each job pays a queue round trip and a commit: small windows waiting beside this
                 # one are rebuilt in the same transaction, and their own jobs then find them clean.
                 beside = self._waiting_beside(wid, max_rows - claim.last_seq)
+                self.rebuilding = frozenset(beside)
                 for other in beside:
                     d, i = self._rebuild_whole(other)
                     deleted, inserted = deleted + d, inserted + i
                 self._bump_dirty()
             c.execute("UPDATE windows SET claim_token = NULL, claim_expires_at = NULL WHERE wid = ?", (wid,))
             outcome = "cold" if claim.cold else ("published" if claim.needs_rebuild else "clean")
-            return outcome, claim, deleted, inserted, beside
+        return outcome, claim, deleted, inserted, beside
+
+    def reconcile_next(self, after: int, max_rows: int) -> tuple[list[int], int, int]:
+        """Rebuild and publish, in one transaction, small unclaimed windows needing it that come
+        next after window `after` (else before it), up to `max_rows` rows. Returns (windows,
+        deleted, inserted); no windows when none is waiting. What a job that has published its own
+        window does while it has time left, so that the writer is never idle between jobs."""
+        try:
+            with self.tx():
+                picked = self._waiting_beside(after, max_rows)
+                self.rebuilding = frozenset(picked)
+                deleted = inserted = 0
+                for wid in picked:
+                    d, i = self._rebuild_whole(wid)
+                    deleted, inserted = deleted + d, inserted + i
+                if picked:
+                    self._bump_dirty()
+            return picked, deleted, inserted
+        finally:
+            self.rebuilding = frozenset()
 
     def _waiting_beside(self, wid: int, budget: int) -> list[int]:
         """Small unclaimed windows needing reconciliation next to `wid` (after it first, the order jobs
