@@ -173,6 +173,7 @@ class Engine:
             if not create and not path.exists():
                 raise NotFound(f"agent {agent_id!r} not found")
             store = await SqliteAgentStore(path, agent_id, readers=self.settings.readers_per_agent,
+                                           mmap_bytes=self.settings.reader_mmap_mb << 20,
                                            cold_dir=self.data_dir / "cold" / agent_id).open()
             self._stores[agent_id] = store
             self._view = None

@@ -80,6 +80,8 @@ SETTINGS: tuple[Setting, ...] = (
             toml="search.snippetMaxUnits", parse=int),
     Setting("readers_per_agent", 4, "Reader connections per agent database.",
             env="SESSIONSEARCH_READERS_PER_AGENT", toml="search.readersPerAgent", parse=int),
+    Setting("reader_mmap_mb", 0, "MiB of each agent database a reader maps into memory (0: read() calls).",
+            env="SESSIONSEARCH_READER_MMAP_MB", toml="search.readerMmapMb", parse=int),
     # history (SPEC §5)
     Setting("history_max_bytes", 80 * 1024, "JSON size budget of one history response.",
             toml="history.maxBytes", parse=int),
@@ -119,6 +121,7 @@ class Settings:
     search_response_max_bytes: int = 32 * 1024
     snippet_max_units: int = 300
     readers_per_agent: int = 4
+    reader_mmap_mb: int = 0
     history_max_bytes: int = 80 * 1024
     history_text_max_chars: int = 4000
     history_row_max_bytes: int = 24 * 1024

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from sessionsearch import Forbidden, InvalidRequest, NotFound
+from sessionsearch import Forbidden, InvalidRequest, NotFound, Settings
 from sessionsearch.store import checkpoint
 
 from .helpers import chain, engine_at, header, ids, leaf, msg, reset
@@ -238,6 +238,17 @@ async def test_checkpoints_beside_the_writer_keep_the_wal_bounded(tmp_path, monk
     assert not any(t.name.startswith("sessionsearch-checkpoint") for t in threading.enumerate())
     async with engine_at(tmp_path) as engine:
         assert (await engine.index_status())["agents"][0]["messages"] == 15_000
+
+
+async def test_readers_map_the_database_as_configured(tmp_path):
+    for mib, expected in ((8, 8 << 20), (0, 0)):
+        async with engine_at(tmp_path / str(mib), reader_mmap_mb=mib) as engine:
+            await engine.append(KEY, chain("m", [("user", "mapped words")]))
+            store = await engine.store("main")
+            async with store.reader() as reader:
+                assert (await reader.conn.execute_fetchall("PRAGMA mmap_size"))[0][0] == expected
+            assert ids(await engine.search(query="mapped")) == ["m1"]
+    assert Settings.load(env={"SESSIONSEARCH_READER_MMAP_MB": "0"}).reader_mmap_mb == 0
 
 
 async def test_each_agent_has_its_own_database(tmp_path):
