@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+import threading
 
 from sessionsearch.indexer.events import parse_event
 from sessionsearch.indexer.reconcile import reconcile_window
+from sessionsearch.store import sqlite_writer
 from sessionsearch.store.rowids import row_id
 
 from .helpers import chain, engine_at, ids, leaf, msg
@@ -116,6 +119,27 @@ async def test_a_job_with_time_left_goes_on_with_the_windows_waiting_after_its_o
         for wid in wids[:7] + wids[8:]:
             assert await _index_rows(engine, wid) == await _branch_ids(engine, wid)
             assert (await engine.reconcile("main", wid)).outcome == "clean"  # their own jobs: nothing to do
+
+
+async def test_a_job_stops_going_on_once_another_process_holds_the_write_lock_first(tmp_path, monkeypatch):
+    async with engine_at(tmp_path, reconcile_batch_rows=25) as engine:
+        for n in range(12):
+            await engine.append(f"agent:main:s{n}", chain(f"w{n}-", [("user", f"w{n} r{i}") for i in range(10)]),
+                                index=False)
+        wids = (await engine.pending("main"))["main"]
+        store = await engine.store("main")
+        other = sqlite3.connect(store.path, isolation_level=None, check_same_thread=False)  # another writer
+        other.execute("BEGIN IMMEDIATE")
+        releaser = threading.Timer(0.2, other.execute, ("COMMIT",))
+        releaser.start()
+        await store.execute_write("UPDATE meta SET value = value WHERE key = 'meta_version'")
+        releaser.join()
+        assert store._writer.lock_wait_s > 0.1  # the BEGIN waited for the other writer's lock
+        other.close()
+        monkeypatch.setattr(sqlite_writer, "CONTENDED_S", -1.0)  # every transaction now counts as contended
+        result = await engine.reconcile("main", wids[0], more_s=30.0)
+        assert result.batches == 2 and result.beside == [wids[1], wids[2], wids[3]]  # own transaction, then one more
+        assert len((await engine.pending("main"))["main"]) == 8  # the rest is left to the jobs of those windows
 
 
 async def test_a_job_whose_window_is_being_rebuilt_beside_another_ends_at_once(tmp_path):

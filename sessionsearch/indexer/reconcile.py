@@ -115,10 +115,13 @@ async def _reconcile_more(store: SqliteAgentStore, wid: int, result: ReconcileRe
     queue (finding them clean) before the next window needing work comes up; measured, that was
     half of the writer's time. Going on from here keeps the writer busy while other threads
     clear those jobs; the windows this publishes are then found clean (or being rebuilt) by theirs.
+    It stops early when its transaction had to wait for another process's writer: two processes
+    taking turns at one database's lock lose time to the lock's waits (measured, two worker
+    processes on one agent were slower than one); their queued jobs still cover every window.
     """
     last = max([wid, *result.beside])
     while time.monotonic() < until and not (should_stop is not None and should_stop()):
-        picked, deleted, inserted = await store.reconcile_next(last, batch_rows)
+        picked, deleted, inserted, contended = await store.reconcile_next(last, batch_rows)
         if not picked:
             return
         result.beside += picked
@@ -126,6 +129,8 @@ async def _reconcile_more(store: SqliteAgentStore, wid: int, result: ReconcileRe
         result.rows_inserted += inserted
         result.batches += 1
         last = max(picked)
+        if contended:
+            return
 
 
 async def _release_quietly(store: SqliteAgentStore, wid: int, token: str) -> None:

@@ -180,7 +180,7 @@ class SqliteAgentStore:
         with small windows waiting beside it; see SqliteWriter.claim_and_reconcile_small."""
         return await self._run(lambda: self._writer.claim_and_reconcile_small(wid, token, lease_s, max_rows))
 
-    async def reconcile_next(self, after: int, max_rows: int) -> tuple[list[int], int, int]:
+    async def reconcile_next(self, after: int, max_rows: int) -> tuple[list[int], int, int, bool]:
         """Rebuild the small windows waiting next after `after`; see SqliteWriter.reconcile_next."""
         return await self._run(lambda: self._writer.reconcile_next(after, max_rows))
 

@@ -36,6 +36,7 @@ INSERT_EVENT = f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, 
 INDEXABLE = "on_branch = 1 AND text IS NOT NULL"
 WAL_SIZE_LIMIT = 64 << 20  # bytes the WAL file is cut back to once rewound
 COALESCE_WINDOWS = 64  # most windows one reconciliation transaction rebuilds
+CONTENDED_S = 0.002  # a BEGIN that waited this long met another process's writer
 _COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # one encoder, not one per row
 
 
@@ -75,6 +76,7 @@ class SqliteWriter:
         # windows being rebuilt beside another one in the transaction now running (see
         # claim_and_reconcile_small); read from other threads, replaced whole, never mutated
         self.rebuilding: frozenset[int] = frozenset()
+        self.lock_wait_s = 0.0
         self.migrate()
 
     def close(self) -> None:
@@ -84,7 +86,9 @@ class SqliteWriter:
 
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
+        started = time.monotonic()
         self.c.execute("BEGIN IMMEDIATE")
+        self.lock_wait_s = time.monotonic() - started  # another process held the write lock this long
         try:
             yield self.c
         except BaseException:
@@ -418,11 +422,12 @@ class SqliteWriter:
             outcome = "cold" if claim.cold else ("published" if claim.needs_rebuild else "clean")
         return outcome, claim, deleted, inserted, beside
 
-    def reconcile_next(self, after: int, max_rows: int) -> tuple[list[int], int, int]:
+    def reconcile_next(self, after: int, max_rows: int) -> tuple[list[int], int, int, bool]:
         """Rebuild and publish, in one transaction, small unclaimed windows needing it that come
         next after window `after` (else before it), up to `max_rows` rows. Returns (windows,
-        deleted, inserted); no windows when none is waiting. What a job that has published its own
-        window does while it has time left, so that the writer is never idle between jobs."""
+        deleted, inserted, contended); no windows when none is waiting; contended when another
+        process held the write lock first. What a job that has published its own window does while
+        it has time left, so that the writer is never idle between jobs."""
         try:
             with self.tx():
                 picked = self._waiting_beside(after, max_rows)
@@ -433,7 +438,7 @@ class SqliteWriter:
                     deleted, inserted = deleted + d, inserted + i
                 if picked:
                     self._bump_dirty()
-            return picked, deleted, inserted
+            return picked, deleted, inserted, self.lock_wait_s > CONTENDED_S
         finally:
             self.rebuilding = frozenset()
 
