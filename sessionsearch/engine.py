@@ -200,9 +200,9 @@ class Engine:
             for agent_id, store in sorted(self._stores.items()):
                 raw = self._raw.get(agent_id)
                 async with store.reader(deadline) as reader:
-                    version, metas, windows, gone_keys, gone_wids = await store.meta_snapshot(
+                    version, whole, metas, windows, gone_keys, gone_wids = await store.meta_snapshot(
                         reader, None if raw is None else raw.version)
-                if raw is None:
+                if raw is None or whole:
                     raw = self._raw[agent_id] = _AgentRows(version, {m.session_key: m for m in metas},
                                                            {w.wid: w for w in windows})
                 else:

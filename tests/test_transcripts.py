@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from sessionsearch import Forbidden, InvalidRequest, NotFound, Settings
-from sessionsearch.store import checkpoint
+from sessionsearch.store import checkpoint, sqlite_writer
 
 from .helpers import chain, engine_at, header, ids, leaf, msg, reset
 
@@ -209,11 +209,11 @@ async def test_migrations_are_recorded_and_the_database_uses_wal(tmp_path):
         await engine.append(KEY, chain("m", [("user", "x")]))
         store = await engine.store("main")
         assert await store.applied_migrations() == [(1, "transcripts_and_index"), (2, "dirty_version"),
-                                                    (3, "catalog_changes")]
+                                                    (3, "catalog_changes"), (4, "tombstone_horizon")]
     with sqlite3.connect(tmp_path / "agents" / "main.db") as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     async with engine_at(tmp_path) as engine:  # reopening applies nothing twice
-        assert [v for v, _ in await (await engine.store("main")).applied_migrations()] == [1, 2, 3]
+        assert [v for v, _ in await (await engine.store("main")).applied_migrations()] == [1, 2, 3, 4]
         assert ids(await engine.search(query="x")) == ["m1"]
 
 
@@ -294,6 +294,27 @@ async def test_catalog_refresh_reads_only_changes_and_matches_a_full_read(tmp_pa
         assert ids(result) == ["a1"] and result["indexing"] is True  # c's restored window needs reconciling
         await writer.reconcile_pending()
         assert sorted(ids(await reader_engine.search(query="note"))) == ["a1", "c1"]
+
+
+async def test_deletion_tombstones_are_pruned_and_an_older_view_reads_whole(tmp_path, monkeypatch):
+    monkeypatch.setattr(sqlite_writer, "TOMBSTONES_KEPT", 8)
+    async with engine_at(tmp_path) as reader_engine, engine_at(tmp_path) as writer:
+        await writer.append("agent:main:keep", chain("k", [("user", "kept note")]))
+        await writer.append("agent:main:gone0", chain("g", [("user", "gone note")]))
+        before = await reader_engine.catalog_view(refresh=True)  # holds gone0, at an old version
+        assert "agent:main:gone0" in before.catalog.sessions
+        for n in range(12):  # each deletion leaves a session and a window tombstone
+            await writer.append(f"agent:main:gone{n}", chain(f"g{n}-", [("user", "gone note")]))
+            await writer.delete(f"agent:main:gone{n}")
+        with sqlite3.connect(tmp_path / "agents" / "main.db") as conn:
+            kept = conn.execute("SELECT count(*) FROM catalog_deleted").fetchone()[0]
+            horizon = conn.execute("SELECT value FROM meta WHERE key = 'deleted_from'").fetchone()[0]
+        assert kept <= 8 and horizon > before.agents["main"].version  # gone0's tombstones were pruned
+        after = await reader_engine.catalog_view(refresh=True)  # by changes it would miss gone0's deletion
+        async with engine_at(tmp_path) as fresh:
+            assert _catalog(after) == _catalog(await fresh.catalog_view())
+        assert list(after.catalog.sessions) == ["agent:main:keep"]
+        assert ids(await reader_engine.search(query="note")) == ["k1"]
 
 
 async def test_a_search_finds_sessions_and_agents_another_process_created(tmp_path):

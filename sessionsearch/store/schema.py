@@ -107,4 +107,10 @@ CREATE TRIGGER windows_stamp_delete AFTER DELETE ON windows BEGIN
         (SELECT value FROM meta WHERE key = 'meta_version') + 1);
 END;
 """),
+    (4, "tombstone_horizon", """
+-- Tombstones are pruned to the newest few thousand; a view read before the oldest kept one
+-- (meta version below deleted_from) reads the catalog whole instead of by changes.
+INSERT INTO meta VALUES ('deleted_from', 0);
+CREATE INDEX catalog_deleted_by_seq ON catalog_deleted (meta_seq);
+"""),
 )

@@ -234,26 +234,31 @@ class SqliteAgentStore:
                         f"s.parent_session_key, s.kind, s.grp, s.incognito, s.archived_at, {_ACTIVITY}")
 
     async def meta_snapshot(self, reader: _Reader, since: int | None = None) -> tuple[
-            int, list[SessionMeta], list[WindowMeta], list[str], list[int]]:
-        """What search scoping needs: the meta version, then the sessions and windows, and the
-        session keys and window ids deleted. `since` (a meta version read earlier): only what
-        changed after it, else everything.
+            int, bool, list[SessionMeta], list[WindowMeta], list[str], list[int]]:
+        """What search scoping needs: the meta version, whether this is the whole catalog, then the
+        sessions and windows, and the session keys and window ids deleted. `since` (a meta version
+        read earlier): only what changed after it, unless the tombstones of deletions after it were
+        pruned meanwhile (then everything, as with no `since`).
 
         The version is read first, so rows may be newer than it but never older: applying them
-        again on the next call is harmless.
+        again on the next call is harmless. The horizon is read last, so a prune that ran while the
+        changes were read is seen.
         """
         conn = reader.conn
         version = await self.meta_version(reader)
-        if since is None:
-            sessions = await conn.execute_fetchall(self._SESSION_COLUMNS)
-            windows = await conn.execute_fetchall("SELECT wid, session_key, session_id, cold FROM windows")
-            return version, [SessionMeta(*r) for r in sessions], [WindowMeta(*r) for r in windows], [], []
-        sessions = await conn.execute_fetchall(f"{self._SESSION_COLUMNS} WHERE s.meta_seq > ?", (since,))
-        windows = await conn.execute_fetchall(
-            "SELECT wid, session_key, session_id, cold FROM windows WHERE meta_seq > ?", (since,))
-        gone = await conn.execute_fetchall("SELECT kind, name FROM catalog_deleted WHERE meta_seq > ?", (since,))
-        return (version, [SessionMeta(*r) for r in sessions], [WindowMeta(*r) for r in windows],
-                [name for kind, name in gone if kind == "session"], [int(name) for kind, name in gone if kind == "window"])
+        if since is not None:
+            sessions = await conn.execute_fetchall(f"{self._SESSION_COLUMNS} WHERE s.meta_seq > ?", (since,))
+            windows = await conn.execute_fetchall(
+                "SELECT wid, session_key, session_id, cold FROM windows WHERE meta_seq > ?", (since,))
+            gone = await conn.execute_fetchall("SELECT kind, name FROM catalog_deleted WHERE meta_seq > ?", (since,))
+            (horizon,), = await conn.execute_fetchall("SELECT value FROM meta WHERE key = 'deleted_from'")
+            if since >= horizon:
+                return (version, False, [SessionMeta(*r) for r in sessions], [WindowMeta(*r) for r in windows],
+                        [name for kind, name in gone if kind == "session"],
+                        [int(name) for kind, name in gone if kind == "window"])
+        sessions = await conn.execute_fetchall(self._SESSION_COLUMNS)
+        windows = await conn.execute_fetchall("SELECT wid, session_key, session_id, cold FROM windows")
+        return version, True, [SessionMeta(*r) for r in sessions], [WindowMeta(*r) for r in windows], [], []
 
     def _scope_sql(self, include: list[int] | None, exclude: list[int] | None, role: str | None,
                    params: dict[str, Any], *, dirty: bool = True) -> list[str]:

@@ -36,6 +36,7 @@ INSERT_EVENT = f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, 
 INDEXABLE = "on_branch = 1 AND text IS NOT NULL"
 WAL_SIZE_LIMIT = 64 << 20  # bytes the WAL file is cut back to once rewound
 COALESCE_WINDOWS = 64  # most windows one reconciliation transaction rebuilds
+TOMBSTONES_KEPT = 20_000  # deletion tombstones kept for views that refresh by changes
 CONTENDED_S = 0.002  # a BEGIN that waited this long met another process's writer
 _COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # one encoder, not one per row
 
@@ -263,12 +264,24 @@ class SqliteWriter:
                     c.execute("DELETE FROM events WHERE id BETWEEN ? AND ?", (lo, hi))
                 c.execute("DELETE FROM windows WHERE session_key = ?", (key,))
                 existed = c.execute("DELETE FROM sessions WHERE session_key = ?", (key,)).rowcount > 0
+                self._prune_tombstones()
                 self._bump_meta()
                 self._bump_dirty()
         finally:
             self._forget()
         self._drop_cold_files(wids)
         return existed, wids
+
+    def _prune_tombstones(self) -> None:
+        """Past TOMBSTONES_KEPT deletion tombstones, drop the older half and raise `deleted_from`,
+        the meta version below which a view must read the catalog whole (inside a transaction)."""
+        if self.c.execute("SELECT 1 FROM catalog_deleted ORDER BY meta_seq DESC LIMIT 1 OFFSET ?",
+                          (TOMBSTONES_KEPT,)).fetchone() is None:
+            return
+        (cut,), = self.c.execute("SELECT meta_seq FROM catalog_deleted ORDER BY meta_seq DESC LIMIT 1 OFFSET ?",
+                                 (TOMBSTONES_KEPT // 2,)).fetchall()
+        self.c.execute("DELETE FROM catalog_deleted WHERE meta_seq <= ?", (cut,))
+        self.c.execute("UPDATE meta SET value = max(value, ?) WHERE key = 'deleted_from'", (cut,))
 
     # -- appends -----------------------------------------------------------------------------
 
