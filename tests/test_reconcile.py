@@ -130,11 +130,11 @@ async def test_a_job_stops_going_on_once_another_process_holds_the_write_lock_fi
         store = await engine.store("main")
         other = sqlite3.connect(store.path, isolation_level=None, check_same_thread=False)  # another writer
         other.execute("BEGIN IMMEDIATE")
-        releaser = threading.Timer(0.2, other.execute, ("COMMIT",))
+        releaser = threading.Timer(0.4, other.execute, ("COMMIT",))
         releaser.start()
         await store.execute_write("UPDATE meta SET value = value WHERE key = 'meta_version'")
         releaser.join()
-        assert store._writer.lock_wait_s > 0.1  # the BEGIN waited for the other writer's lock
+        assert store._writer.lock_wait_s > 0.05  # the BEGIN waited for the other writer's lock
         other.close()
         monkeypatch.setattr(sqlite_writer, "CONTENDED_S", -1.0)  # every transaction now counts as contended
         result = await engine.reconcile("main", wids[0], more_s=30.0)
