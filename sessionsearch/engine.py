@@ -122,8 +122,11 @@ class Engine:
     """Sessions, transcripts, search and history over one data dir."""
 
     def __init__(self, data_dir: str | Path | None = None, *, settings: Settings | None = None,
-                 enqueuer: Enqueuer | None = None) -> None:
+                 enqueuer: Enqueuer | None = None, reconcile_rows_in_sql: bool = False) -> None:
+        """`reconcile_rows_in_sql`: reconciliation inserts index rows with one INSERT … SELECT
+        (what a worker process's engine uses; see SqliteWriter._diff)."""
         self.settings = settings or Settings()
+        self.reconcile_rows_in_sql = reconcile_rows_in_sql
         self.data_dir = Path(data_dir if data_dir is not None else self.settings.data_dir)
         self.enqueuer = enqueuer
         self._stores: dict[str, SqliteAgentStore] = {}
@@ -174,6 +177,7 @@ class Engine:
                 raise NotFound(f"agent {agent_id!r} not found")
             store = await SqliteAgentStore(path, agent_id, readers=self.settings.readers_per_agent,
                                            mmap_bytes=self.settings.reader_mmap_mb << 20,
+                                           rows_in_sql=self.reconcile_rows_in_sql,
                                            cold_dir=self.data_dir / "cold" / agent_id).open()
             self._stores[agent_id] = store
             self._view = None

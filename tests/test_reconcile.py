@@ -6,6 +6,9 @@ import asyncio
 import sqlite3
 import threading
 
+import pytest
+
+from sessionsearch import Engine, Settings
 from sessionsearch.indexer.events import parse_event
 from sessionsearch.indexer.reconcile import reconcile_window
 from sessionsearch.store import sqlite_writer
@@ -165,6 +168,24 @@ async def test_a_live_claim_is_respected_and_an_expired_one_taken_over(tmp_path)
         assert (await engine.reconcile("main", wid)).outcome == "published"
         assert await store.reconcile_batch(wid, "dead-worker", 0, 10, 60.0) is None  # the old holder lost it
         assert await _index_rows(engine, wid) == await _branch_ids(engine, wid)
+
+
+@pytest.mark.parametrize("rows_in_sql", [False, True], ids=["executemany", "insert-select"])
+async def test_both_ways_of_inserting_rows_leave_the_index_equal_to_the_branch(tmp_path, rows_in_sql):
+    engine = await Engine(tmp_path, settings=Settings(data_dir=str(tmp_path), reconcile_batch_rows=7),
+                          reconcile_rows_in_sql=rows_in_sql).open()
+    try:
+        imported = await _unindexed_window(engine, 30)  # batches of 7 rows: the claimed path
+        result = await engine.reconcile("main", imported)
+        assert (result.outcome, result.rows_inserted, result.rows_deleted) == ("published", 30, 0)
+        await engine.append(KEY, [leaf("l1", "m30", "m12"), msg("x1", "user", "new branch words", "l1")])
+        result = await engine.reconcile("main", imported)  # a rewind: the diff deletes and inserts
+        assert (result.outcome, result.rows_inserted, result.rows_deleted) == ("published", 1, 18)
+        assert await _index_rows(engine, imported) == await _branch_ids(engine, imported)
+        assert ids(await engine.search(query="branch words")) == ["x1"]
+        assert ids(await engine.search(query="number 20")) == []
+    finally:
+        await engine.close()
 
 
 async def test_publish_waits_for_a_rewind_that_arrived_meanwhile(tmp_path):

@@ -274,7 +274,8 @@ class Reconciler:
             self._engine_lock = asyncio.Lock()
         async with self._engine_lock:
             if self._engine is None:
-                self._engine = await Engine(settings=self.settings).open()
+                # the job's engine shares the process with Dramatiq's threads: rows go in by SQL
+                self._engine = await Engine(settings=self.settings, reconcile_rows_in_sql=True).open()
             return self._engine
 
     async def close_engine(self) -> None:

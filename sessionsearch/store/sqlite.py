@@ -48,13 +48,14 @@ class SqliteAgentStore:
     """The transcripts, index and index state of one agent, in `<data_dir>/agents/<agentId>.db`."""
 
     def __init__(self, path: Path, agent_id: str, *, readers: int = 4, cold_dir: Path | None = None,
-                 busy_timeout_ms: int = 30_000, mmap_bytes: int = 0) -> None:
+                 busy_timeout_ms: int = 30_000, mmap_bytes: int = 0, rows_in_sql: bool = False) -> None:
         self.path = Path(path)
         self.agent_id = agent_id
         self.cold_dir = Path(cold_dir) if cold_dir else self.path.parent / "cold" / agent_id
         self._max_readers = max(1, readers)
         self._busy_timeout_ms = busy_timeout_ms
         self._mmap_bytes = max(0, mmap_bytes)
+        self._rows_in_sql = rows_in_sql
         self._executor: ThreadPoolExecutor | None = None
         self._writer: SqliteWriter | None = None
         self._readers: asyncio.Queue[_Reader] = asyncio.Queue()
@@ -69,7 +70,8 @@ class SqliteAgentStore:
         loop = asyncio.get_running_loop()
         try:
             self._writer = await loop.run_in_executor(
-                self._executor, partial(SqliteWriter, self.path, self.cold_dir, busy_timeout_ms=self._busy_timeout_ms))
+                self._executor, partial(SqliteWriter, self.path, self.cold_dir, busy_timeout_ms=self._busy_timeout_ms,
+                                        rows_in_sql=self._rows_in_sql))
         except sqlite3.Error as exc:
             self._executor.shutdown(wait=True)
             self._executor = None
