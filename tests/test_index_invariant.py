@@ -68,8 +68,10 @@ class IndexMachine(RuleBasedStateMachine):
         self.engine = Engine(self.dir, settings=Settings(data_dir=self.dir, reconcile_batch_rows=3))
         self.run(self.engine.open())
         # another process on the same data dir: it follows the catalog and the dirty windows by
-        # their versions, and reconciles with a budget that rebuilds several windows per transaction
-        self.other = Engine(self.dir, settings=Settings(data_dir=self.dir, reconcile_batch_rows=1000))
+        # their versions, and reconciles with a budget that rebuilds several windows per transaction,
+        # inserting rows the way worker processes do (INSERT ... SELECT)
+        self.other = Engine(self.dir, settings=Settings(data_dir=self.dir, reconcile_batch_rows=1000),
+                            reconcile_rows_in_sql=True)
         self.run(self.other.open())
         self.sessions: dict[str, list[Window]] = {}  # key -> windows, current last
         self.counter = itertools.count(1)
@@ -161,6 +163,15 @@ class IndexMachine(RuleBasedStateMachine):
         key = data.draw(st.sampled_from(sorted(self.sessions)))
         self.run(self.engine.delete(key))
         del self.sessions[key]
+
+    @rule(data=st.data(), coalescing=st.booleans())
+    def job(self, data, coalescing):
+        """One worker job: its window, those beside it, and the ones after it while time lasts."""
+        engine = self.other if coalescing else self.engine
+        pending = self.run(engine.pending()).get("main", [])
+        if pending:
+            wid = data.draw(st.sampled_from(pending))
+            self.run(engine.reconcile("main", wid, more_s=data.draw(st.sampled_from([0.0, 5.0]))))
 
     @rule(coalescing=st.booleans())
     def reconcile(self, coalescing):
