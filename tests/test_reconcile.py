@@ -11,7 +11,7 @@ import pytest
 from sessionsearch import Engine, Settings
 from sessionsearch.indexer.events import parse_event
 from sessionsearch.indexer.reconcile import reconcile_window
-from sessionsearch.store import sqlite_writer
+from sessionsearch.store import sqlite_reconcile
 from sessionsearch.store.rowids import row_id
 
 from .helpers import chain, engine_at, ids, leaf, msg
@@ -139,7 +139,7 @@ async def test_a_job_stops_going_on_once_another_process_holds_the_write_lock_fi
         releaser.join()
         assert store._writer.lock_wait_s > 0.05  # the BEGIN waited for the other writer's lock
         other.close()
-        monkeypatch.setattr(sqlite_writer, "CONTENDED_S", -1.0)  # every transaction now counts as contended
+        monkeypatch.setattr(sqlite_reconcile, "CONTENDED_S", -1.0)  # every transaction now counts as contended
         result = await engine.reconcile("main", wids[0], more_s=30.0)
         assert result.batches == 2 and result.beside == [wids[1], wids[2], wids[3]]  # own transaction, then one more
         assert len((await engine.pending("main"))["main"]) == 8  # the rest is left to the jobs of those windows
