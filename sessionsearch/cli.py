@@ -77,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-host", default="127.0.0.1", help="address of the metrics endpoint")
     p.add_argument("--metrics-port", type=int, default=9191, help="port of the metrics endpoint (0: any)")
     p.add_argument("--metrics-dir", help="multiprocess metrics directory (wiped at start)")
+    p.add_argument("--cpu-priority", choices=("idle", "normal"),
+                   help="CPU scheduling of the worker processes (SESSIONSEARCH_WORKER_CPU_PRIORITY, default "
+                        "idle: reconcile on CPU time that searches and appends leave)")
     return parser
 
 
@@ -250,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
                 return run_server(settings, workers=args.workers)
             return asyncio.run(run_demo(settings))
         if args.command == "worker":
-            settings = _settings(args)
+            settings = Settings.load(config=args.config, data_dir=args.data_dir, worker_cpu_priority=args.cpu_priority)
             sslogging.configure(settings.log_level)
             from .worker.main import run_worker
             return run_worker(settings, processes=args.processes, threads=args.threads,

@@ -97,6 +97,10 @@ SETTINGS: tuple[Setting, ...] = (
             env="SESSIONSEARCH_RECONCILE_BATCH_ROWS", toml="reconcile.batchRows", parse=int),
     Setting("claim_lease_s", 60.0, "Seconds a reconciliation claim holds before another worker may take it.",
             env="SESSIONSEARCH_CLAIM_LEASE_S", toml="reconcile.claimLeaseS", parse=float),
+    Setting("worker_cpu_priority", "idle",
+            "CPU scheduling of worker processes: idle (reconcile on CPU time that searches and appends "
+            "leave) or normal.", env="SESSIONSEARCH_WORKER_CPU_PRIORITY", toml="reconcile.cpuPriority",
+            parse=_choice("idle", "normal")),
 )
 
 _BY_NAME = {s.name: s for s in SETTINGS}
@@ -128,6 +132,7 @@ class Settings:
     history_default_limit: int = 50
     reconcile_batch_rows: int = 5000
     claim_lease_s: float = 60.0
+    worker_cpu_priority: str = "idle"
     config_path: str | None = field(default=None)
 
     def replace(self, **changes: Any) -> "Settings":

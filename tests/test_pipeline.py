@@ -40,7 +40,7 @@ def redis_url():
 class Worker:
     """A `sessionsearch worker` process with its own metrics port and log file."""
 
-    def __init__(self, data_dir: Path, redis_url: str, log_path: Path, **env: str) -> None:
+    def __init__(self, data_dir: Path, redis_url: str, log_path: Path, *args: str, **env: str) -> None:
         self.port = free_port()
         self.log_path = log_path
         environment = {**os.environ, "SESSIONSEARCH_DATA_DIR": str(data_dir), "SESSIONSEARCH_REDIS_URL": redis_url,
@@ -48,7 +48,7 @@ class Worker:
         self.log = open(log_path, "w")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "sessionsearch.cli", "worker", "--processes", "1", "--threads", "2",
-             "--metrics-port", str(self.port), "--metrics-dir", str(log_path.with_suffix(".metrics"))],
+             "--metrics-port", str(self.port), "--metrics-dir", str(log_path.with_suffix(".metrics")), *args],
             env=environment, stdout=self.log, stderr=subprocess.STDOUT)
 
     def events(self) -> list[dict]:
@@ -68,6 +68,16 @@ class Worker:
                     return event["pid"]
             time.sleep(0.05)
         raise AssertionError(f"worker never started: {self.log_path.read_text()[-2000:]}")
+
+    def job_processes(self) -> list[int]:
+        """The pids of the processes that run jobs, once each has set its CPU priority."""
+        deadline = time.monotonic() + DEADLINE_S
+        while time.monotonic() < deadline:
+            pids = [e["pid"] for e in self.events() if e.get("event") == "worker.cpu_priority"]
+            if pids:
+                return pids
+            time.sleep(0.05)
+        raise AssertionError(f"no worker process started: {self.log_path.read_text()[-2000:]}")
 
     def scrape(self) -> str:
         deadline = time.monotonic() + DEADLINE_S
@@ -257,7 +267,6 @@ async def test_two_worker_processes_on_one_large_window_leave_one_row_per_messag
             for _ in range(4):  # duplicates on purpose: at-least-once delivery must be harmless
                 pipeline.reconciler.actor.send("main", wid)
             await wait_for_backlog_zero(engine)
-            assert pipeline.queue_depth() == {"ready": 0, "delayed": 0} or True
         finally:
             for w in workers:
                 assert w.stop() == 0
@@ -364,6 +373,29 @@ def test_the_embedded_pipeline_reconciles_in_process_without_redis(tmp_path):
     finally:
         pipeline.close()
     assert isinstance(pipeline.broker, dramatiq.brokers.stub.StubBroker)
+
+
+def test_worker_processes_reconcile_at_idle_cpu_priority_unless_told_otherwise(tmp_path, redis_url):
+    def policies(pid: int) -> set[tuple[int, int]]:  # (policy, nice) of every thread of the process
+        out = set()
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            out.add((os.sched_getscheduler(int(task.name)), int(fields[16])))
+        return out
+
+    background = Worker(tmp_path / "data", redis_url, tmp_path / "idle.log")
+    foreground = Worker(tmp_path / "data", redis_url, tmp_path / "normal.log", "--cpu-priority", "normal")
+    try:
+        (idle,) = background.job_processes()
+        (normal,) = foreground.job_processes()
+        time.sleep(0.5)  # Dramatiq's threads are up by now: they inherit the policy
+        assert len(list(Path(f"/proc/{idle}/task").iterdir())) > 2
+        assert {policy for policy, _ in policies(idle)} == {os.SCHED_IDLE}
+        assert policies(normal) == {(os.SCHED_OTHER, os.nice(0))}
+        assert [e["applied"] for e in background.events() if e.get("event") == "worker.cpu_priority"] == ["idle"]
+        assert os.sched_getscheduler(os.getpid()) == os.SCHED_OTHER  # nothing leaks to whoever started it
+    finally:
+        assert background.stop() == 0 and foreground.stop() == 0
 
 
 def test_worker_needs_redis_and_says_so(tmp_path):

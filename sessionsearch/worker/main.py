@@ -115,7 +115,8 @@ def run_worker(settings: Settings, *, processes: int, threads: int, metrics_host
     server = serve_metrics(metrics_host, metrics_port, folder, settings, pipeline.queue_depth)
     log.info("worker.metrics", url=f"http://{metrics_host}:{server.server_address[1]}/metrics")
     env = {**os.environ, "SESSIONSEARCH_DATA_DIR": str(Path(settings.data_dir).resolve()),
-           "SESSIONSEARCH_REDIS_URL": settings.redis_url, "SESSIONSEARCH_LOG_LEVEL": settings.log_level}
+           "SESSIONSEARCH_REDIS_URL": settings.redis_url, "SESSIONSEARCH_LOG_LEVEL": settings.log_level,
+           "SESSIONSEARCH_WORKER_CPU_PRIORITY": settings.worker_cpu_priority}
     if settings.config_path:
         env["SESSIONSEARCH_CONFIG"] = str(Path(settings.config_path).resolve())
     if stop_requested:  # asked to stop while starting up: nothing is running yet
