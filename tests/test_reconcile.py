@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -237,3 +239,45 @@ async def test_stopping_between_batches_releases_the_claim(tmp_path):
 def test_event_parsing_is_pure():
     event = parse_event({"type": "message", "id": "a", "message": {"role": "user", "content": " hi "}}, "e", now_ms=5)
     assert (event.text, event.ts, event.has_parent) == ("hi", 5, False)
+
+
+HAMMER = """
+import sys, time
+from pathlib import Path
+from sessionsearch.store.sqlite_writer import SqliteWriter
+db, stop, started = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+writer = SqliteWriter(db, db.parent, busy_timeout_ms=30_000, checkpoint_beside=False)
+count, deadline = 0, time.monotonic() + 20
+while not stop.exists() and time.monotonic() < deadline:
+    with writer.tx() as c:  # ~10 ms holding the write lock, then at once the next one
+        c.execute("WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r LIMIT 100000) "
+                  "SELECT count(*) FROM r").fetchone()
+    count += 1
+    started.touch()
+print(count, stop.exists())
+"""
+
+
+async def test_an_append_takes_its_turn_between_another_process_s_back_to_back_transactions(tmp_path):
+    """SQLite's lock is no queue: without turns, a process that commits and begins again at once
+    keeps it from another that sleeps between tries (a worker draining a backlog starved gateway
+    appends for seconds)."""
+    async with engine_at(tmp_path) as engine:
+        await engine.append("agent:main:live", chain("a", [("user", "first")]))
+        store = await engine.store("main")
+        stop, started = tmp_path / "stop", tmp_path / "started"
+        hammer = subprocess.Popen([sys.executable, "-c", HAMMER, str(store.path), str(stop), str(started)],
+                                  stdout=subprocess.PIPE, text=True)
+        try:
+            while not started.exists():
+                assert hammer.poll() is None, "the other writer died"
+                await asyncio.sleep(0.01)
+            for n in range(10):
+                await engine.append("agent:main:live", [msg(f"b{n}", "user", f"turn {n}", parent=f"b{n - 1}" if n else "a1")])
+            stop.touch()
+            count, stopped = hammer.communicate(timeout=60)[0].split()
+        finally:
+            hammer.kill()
+        assert stopped == "True"  # the appends were done before the other writer's 20 s ran out
+        assert int(count) >= 10  # and it was writing all along
+        assert sorted(ids(await engine.search(query="turn", limit=25))) == [f"b{n}" for n in range(10)]

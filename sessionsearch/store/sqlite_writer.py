@@ -26,6 +26,7 @@ from .checkpoint import WalCheckpointer
 from .rowids import MAX_SEQ, row_id, window_range
 from .schema import MIGRATIONS
 from .sqlite_reconcile import INDEXABLE, ReconcileWrites
+from .turnstile import Turnstile
 
 SESSION_COLUMNS = {  # wire name -> column
     "label": "label", "displayName": "display_name", "spawnedBy": "spawned_by",
@@ -65,7 +66,9 @@ class SqliteWriter(ReconcileWrites):
                  rows_in_sql: bool = False) -> None:
         self.cold_dir = cold_dir
         self.rows_in_sql = rows_in_sql  # see ReconcileWrites._diff
+        self.busy_timeout_ms = busy_timeout_ms
         self.c = sqlite3.connect(path, isolation_level=None)
+        self._turnstile = Turnstile(path)
         self.c.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
         self.c.execute("PRAGMA journal_mode = WAL")
         self.c.execute("PRAGMA synchronous = NORMAL")
@@ -82,12 +85,12 @@ class SqliteWriter(ReconcileWrites):
         if self._checkpoints is not None:
             self._checkpoints.close()
         self.c.close()
+        self._turnstile.close()
 
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
-        started = time.monotonic()
-        self.c.execute("BEGIN IMMEDIATE")
-        self.lock_wait_s = time.monotonic() - started  # another process held the write lock this long
+        # how long another process held the write lock (or its turn) before this one began
+        self.lock_wait_s = self._turnstile.begin(self.c, self.busy_timeout_ms)
         try:
             yield self.c
         except BaseException:
