@@ -8,8 +8,8 @@ and of a second one (which must enqueue nothing); the time until `indexing` is f
 with 2 worker processes (at idle CPU priority, the default, and 1 at normal priority), as reconciliation throughput next to a bare FTS5 bulk insert of the same
 rows (run before and after the workers, the mean taken: the machine's speed drifts), and next to
 the same reconciliation run in-process, without the queue; search p95 while
-reconciliation runs next to idle; and worker peak RSS while reconciling one 200,000-message
-session. Figures go to bench/results/pipeline.json.
+reconciliation runs next to idle, and the latency of appends to a live session meanwhile; and
+worker peak RSS while reconciling one 200,000-message session. Figures go to bench/results/pipeline.json.
 """
 
 from __future__ import annotations
@@ -127,6 +127,11 @@ def peak_rss_mb(pid: int) -> float:
     return 0.0
 
 
+def live_message(n: int) -> dict:
+    return {"type": "message", "id": f"live{n}", "parentId": f"live{n - 1}" if n > 1 else None,
+            "timestamp": "2026-11-30T10:00:00Z", "message": {"role": "user", "content": f"live message {n}"}}
+
+
 async def reconcile_run(base: Path, work: Path, processes: int, words: list[str], priority: str = "idle") -> dict:
     """Copy the imported data, start workers, search until complete; latency while busy and idle."""
     data = work / f"data-{processes}-{priority}"
@@ -158,12 +163,16 @@ async def reconcile_run(base: Path, work: Path, processes: int, words: list[str]
                                 SESSIONSEARCH_WORKER_CPU_PRIORITY=priority)
         started = time.monotonic()
         busy: list[float] = []
+        appends: list[float] = []  # a gateway streaming a live session meanwhile, a message at a time
         n = 0
         while True:
             t = time.perf_counter()
             result = await engine.search(query=words[n % len(words)])
             busy.append(time.perf_counter() - t)
             n += 1
+            t = time.perf_counter()
+            await engine.append("agent:main:bench-live", [live_message(n)])
+            appends.append(time.perf_counter() - t)
             if not result.get("indexing") and all(
                     a["backlog"] == 0 for a in (await engine.index_status())["agents"]):
                 break
@@ -179,7 +188,8 @@ async def reconcile_run(base: Path, work: Path, processes: int, words: list[str]
             idle.append(time.perf_counter() - t)
         out.update(search_busy_p95_ms=pct(busy, 0.95) * 1000, search_idle_p95_ms=pct(idle, 0.95) * 1000,
                    search_busy_p50_ms=statistics.median(busy) * 1000, search_idle_p50_ms=statistics.median(idle) * 1000,
-                   searches_while_busy=len(busy))
+                   searches_while_busy=len(busy), append_busy_p50_ms=statistics.median(appends) * 1000,
+                   append_busy_p95_ms=pct(appends, 0.95) * 1000, append_busy_max_ms=max(appends) * 1000)
         out["p95_ratio_busy_vs_idle"] = out["search_busy_p95_ms"] / out["search_idle_p95_ms"]
     pipeline.close()
     shutil.rmtree(data, ignore_errors=True)
@@ -281,7 +291,9 @@ async def main() -> None:
         run["ratio_vs_bare_insert"] = run["reconcile_msgs_per_s"] / bare
         print(f"{run['processes']} worker process(es) at {run['cpu_priority']} CPU priority: "
               f"{run['reconcile_msgs_per_s']:,.0f} msg/s, {run['ratio_vs_bare_insert']:.2f}x of bare; "
-              f"search p95 busy/idle {run['p95_ratio_busy_vs_idle']:.2f}x", file=sys.stderr)
+              f"search p95 busy/idle {run['p95_ratio_busy_vs_idle']:.2f}x; appends meanwhile p50 "
+              f"{run['append_busy_p50_ms']:.1f} ms, p95 {run['append_busy_p95_ms']:.1f} ms, max "
+              f"{run['append_busy_max_ms']:.0f} ms", file=sys.stderr)
     report["reconcile"] = runs
     shutil.rmtree(base, ignore_errors=True)
     report["big_session"] = await big_session_rss(work, args.big_session)
