@@ -6,7 +6,9 @@ Builds (or reuses) a sessionsearch data dir and a bare FTS5 database holding the
 measures, interleaved query by query: search latency p50/p95 per query class through the Python
 API next to `MATCH … ORDER BY bm25 LIMIT 26` on the plain FTS5 table (through aiosqlite, as ours,
 and through the sqlite3 module for reference); append+index throughput one message per
-transaction and in batches of 100 next to bare inserts; peak RSS. Figures go to
+transaction and in batches of 100 next to bare inserts; then, on copies, the common words again
+after `optimize` gave them postings, and appends with the index log that keeps those exact;
+peak RSS. Figures go to
 bench/results/search.json.
 """
 
@@ -190,6 +192,91 @@ async def measure(work: Path, reps: int, total: int) -> dict:
     return results
 
 
+async def postings_phase(work: Path, words: dict[str, list[str]], reps: int, appends: int = 20_000) -> dict:
+    """On copies of both stores: `optimize`, then the 1% and 10% word classes again next to FTS5
+    alone and bare FTS5 (each answer checked equal to FTS5 alone's), and appends in batches of
+    100 with the index log on, off, and bare, interleaved."""
+    copy, bare_copy = work / "optimized", work / "optimized-bare.db"
+    shutil.rmtree(copy, ignore_errors=True)
+    with sqlite3.connect(work / "data" / "agents" / "main.db") as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    shutil.copytree(work / "data", copy)
+    shutil.copy(work / "bare.db", bare_copy)
+    out: dict = {}
+    db = copy / "agents" / "main.db"
+    async with Engine(copy, settings=Settings(data_dir=str(copy))) as engine:
+        size = db.stat().st_size
+        t = time.perf_counter()
+        built = (await engine.optimize())["agents"]["main"]["words"]
+        out["optimize_seconds"] = time.perf_counter() - t
+        out["words_with_postings"] = len(built)
+        out["postings_rows"] = sum(w["rows"] for w in built.values())
+        with sqlite3.connect(db) as conn:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        out["database_growth_mb"] = (db.stat().st_size - size) / 2**20
+        store = await engine.store("main")
+        bare = await aiosqlite.connect(bare_copy)
+        for name in ("common_1pct", "common_10pct"):
+            times: dict[str, list[float]] = {"postings": [], "fts5_alone": [], "bare": []}
+            exact = 0
+            for w in words[name]:
+                await engine.search({"query": w, "limit": 25})  # the store learns which words have postings
+                hot = await engine.search({"query": w, "limit": 25})
+                store._hot_words = frozenset()
+                exact += hot == await engine.search({"query": w, "limit": 25})
+            for _ in range(reps):
+                for w in words[name]:
+                    t = time.perf_counter()
+                    await engine.search({"query": w, "limit": 25})
+                    times["postings"].append(time.perf_counter() - t)
+                    store._hot_words = frozenset()  # this search: FTS5 alone (the next one learns again)
+                    t = time.perf_counter()
+                    await engine.search({"query": w, "limit": 25})
+                    times["fts5_alone"].append(time.perf_counter() - t)
+                    t = time.perf_counter()
+                    await bare.execute_fetchall(BARE_SQL, (quote(w),))
+                    times["bare"].append(time.perf_counter() - t)
+            row = {"words": words[name], "with_postings": sum(w in built for w in words[name]),
+                   "answers_equal_to_fts5_alone": f"{exact}/{len(words[name])}"}
+            for kind, values in times.items():
+                row[f"{kind}_p50_ms"] = statistics.median(values) * 1000
+                row[f"{kind}_p95_ms"] = pct(values, 0.95) * 1000
+            out[name] = row
+            print(f"{name:>15} after optimize: postings p50 {row['postings_p50_ms']:.2f} p95 "
+                  f"{row['postings_p95_ms']:.2f} ms | FTS5 alone p50 {row['fts5_alone_p50_ms']:.2f} | bare p50 "
+                  f"{row['bare_p50_ms']:.2f} p95 {row['bare_p95_ms']:.2f} | equal {row['answers_equal_to_fts5_alone']}",
+                  file=sys.stderr)
+        await bare.close()
+        # appends: the index log lists every row indexed while words have postings
+        texts = next(generate(CorpusSpec(messages=appends, sessions=1, seed=11)))[1]
+        bare_w = sqlite3.connect(bare_copy, isolation_level=None)
+        spent = {"log_on": 0.0, "log_off": 0.0, "bare": 0.0}
+        for n, start in enumerate(range(0, len(texts), 100)):
+            chunk = texts[start:start + 100]
+            mode = "log_on" if n % 2 == 0 else "log_off"
+            await store.execute_write("UPDATE meta SET value = ? WHERE key = 'index_log'", (int(mode == "log_on"),))
+            events = events_for(900_000 + n, chunk)
+            t = time.perf_counter()
+            await engine.append(f"agent:main:appends:{n}", events, sessionId=f"a{n}")
+            spent[mode] += time.perf_counter() - t
+            t = time.perf_counter()
+            bare_w.execute("BEGIN")
+            bare_w.executemany("INSERT INTO f (text, ts) VALUES (?, ?)",
+                               [(e["message"]["content"], e["message"]["timestamp"]) for e in events])
+            bare_w.execute("COMMIT")
+            spent["bare"] += time.perf_counter() - t
+        bare_w.close()
+        half = len(texts) / 2
+        out["append_batch100_msgs_per_s"] = {"log_on": half / spent["log_on"], "log_off": half / spent["log_off"],
+                                             "bare": len(texts) / spent["bare"]}
+        rates = out["append_batch100_msgs_per_s"]
+        print(f"appends after optimize, batches of 100: index log on {rates['log_on']:,.0f} msg/s, off "
+              f"{rates['log_off']:,.0f}, bare {rates['bare']:,.0f}", file=sys.stderr)
+    shutil.rmtree(copy, ignore_errors=True)
+    bare_copy.unlink()
+    return out
+
+
 async def _bare_range(bare_path: Path, key: str, data_dir: Path) -> tuple[int, int]:
     """The bare table's rowids of that session: the same messages, inserted in the same order."""
     session = int(key.rsplit(":", 1)[1])
@@ -241,11 +328,12 @@ async def main() -> None:
     print(f"one message per transaction: ours {single['ours_single_tx_msgs_per_s']:,.0f} msg/s, bare "
           f"{single['bare_single_tx_msgs_per_s']:,.0f} msg/s", file=sys.stderr)
     queries = await measure(work, args.reps, built["messages"])
+    postings = await postings_phase(work, pick_words(work / "bare.db", built["messages"]), args.reps)
     report = {
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {"python": platform.python_version(), "sqlite": sqlite3.sqlite_version, "cpus": os.cpu_count()},
         "corpus": {"messages": built["messages"], "sessions": args.sessions},
-        "build": built, "single_tx": single, "queries": queries,
+        "build": built, "single_tx": single, "queries": queries, "postings": postings,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         **rss_parts(),
     }

@@ -56,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--agent", dest="agentId")
 
+    p = sub.add_parser("optimize", help="build postings that answer one-word searches for common words fast")
+    _common(p)
+    p.add_argument("--agent", dest="agentId")
+    p.add_argument("--min-docs", dest="min_docs", type=int,
+                   help="a word needs at least this many messages (default 10000) and 1%% of them")
+
     p = sub.add_parser("import", help="import the gateway's JSONL transcripts and sessions.json")
     _common(p)
     p.add_argument("path", help="a state dir, one agent's dir or sessions dir, or one .jsonl file")
@@ -225,6 +231,9 @@ async def _run(args: argparse.Namespace) -> int:
             report = await run_import(engine, Path(args.path), agent_id=args.agentId,
                                       progress=Progress("importing", unit="bytes"))
             _emit(args, report.to_dict(), _print_import)
+        elif args.command == "optimize":
+            limits = {"min_docs": args.min_docs} if args.min_docs is not None else {}
+            _emit(args, await engine.optimize(args.agentId, **limits), _print_optimize)
         elif args.command == "reconcile":
             outcomes = await engine.reconcile_pending(args.agentId, progress=Progress("reconciling"))
             status = await engine.index_status(args.agentId)
@@ -232,6 +241,14 @@ async def _run(args: argparse.Namespace) -> int:
                 "reconciled: " + (", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())) or "nothing to do")),
                 _print_status(r)))
     return 0
+
+
+def _print_optimize(result: dict[str, Any]) -> None:
+    for agent, done in result["agents"].items():
+        words = done["words"]
+        print(f"{agent}: postings for {len(words)} common word(s)"
+              + (": " + ", ".join(f"{w} ({v['rows']:,} rows)" for w, v in words.items()) if words else "")
+              + (f"; dropped {', '.join(done['dropped'])}" if done["dropped"] else ""))
 
 
 def _emit(args: argparse.Namespace, result: dict[str, Any], human) -> None:

@@ -452,6 +452,12 @@ class Engine:
                 outcomes["swept"] = outcomes.get("swept", 0) + swept
         return outcomes
 
+    async def optimize(self, agent_id: str | None = None, **limits: Any) -> dict[str, Any]:
+        """Build the postings that answer one-word searches for common words (store/sqlite_hot.py),
+        per agent; `limits`: min_docs, min_share, max_words."""
+        agents = [check_agent_id(agent_id)] if agent_id else self.agent_ids_on_disk()
+        return {"agents": {a: await (await self.store(a)).optimize(**limits) for a in agents}}
+
     def observe_search(self, seconds: float, indexing: bool) -> None:
         if self.search_observer is not None:
             self.search_observer(seconds, indexing)

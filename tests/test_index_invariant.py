@@ -3,6 +3,8 @@
 After any sequence of appends, rewinds, side appends, resets, rotations, deletes and
 reconciliations, searching a word returns exactly the active-branch user/assistant messages that
 contain it; while some window awaits reconciliation the answer is a subset flagged `indexing`.
+Once common words have postings (`optimize`, at any point of the sequence), a search answered from
+them is the answer FTS5 alone gives: the same hits, scores, order and flags.
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ class IndexMachine(RuleBasedStateMachine):
         self.run(self.other.open())
         self.sessions: dict[str, list[Window]] = {}  # key -> windows, current last
         self.counter = itertools.count(1)
+        self.optimized = False
 
     def run(self, coro):
         return self.loop.run_until_complete(coro)
@@ -173,6 +176,12 @@ class IndexMachine(RuleBasedStateMachine):
             wid = data.draw(st.sampled_from(pending))
             self.run(engine.reconcile("main", wid, more_s=data.draw(st.sampled_from([0.0, 5.0]))))
 
+    @rule(other=st.booleans())
+    def optimize(self, other):
+        """Postings for every word (in a tiny store each one is "common")."""
+        self.run((self.other if other else self.engine).optimize(min_docs=1, min_share=0.0))
+        self.optimized = True
+
     @rule(coalescing=st.booleans())
     def reconcile(self, coalescing):
         self.run((self.other if coalescing else self.engine).reconcile_pending())
@@ -207,6 +216,20 @@ class IndexMachine(RuleBasedStateMachine):
                 assert found <= expected
                 if not result.get("indexing") and not result.get("truncated"):
                     assert found == expected
+
+    @invariant()
+    def postings_answer_as_fts5_alone_does(self):
+        if not self.optimized:
+            return
+        for engine in (self.engine, self.other):
+            stores = [self.run(engine.store(a)) for a in engine.agent_ids_on_disk()]
+            for word in WORDS:
+                for limit in (2, 25):
+                    self.run(engine.search(query=word, limit=limit))  # learns which words have postings
+                    hot = self.run(engine.search(query=word, limit=limit))
+                    for store in stores:
+                        store._hot_words = frozenset()  # this search: FTS5 alone
+                    assert self.run(engine.search(query=word, limit=limit)) == hot
 
     @invariant()
     def history_tail_is_the_active_branch(self):

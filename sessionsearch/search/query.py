@@ -36,6 +36,15 @@ class ParsedQuery:
     terms: list[str] = field(default_factory=list)  # folded tokens, for snippets
 
     @property
+    def hot_token(self) -> str | None:
+        """The FTS5 token of a one-word query that a common word's postings can answer (ASCII
+        letters and digits only, which unicode61 keeps as one token, lowercased); else None."""
+        if len(self.words) != 1 or self.prefix:
+            return None
+        word = self.words[0]
+        return word.lower() if word.isascii() and word.isalnum() else None
+
+    @property
     def cjk_words(self) -> list[str]:
         return [w for w in self.words if has_cjk(w)]
 

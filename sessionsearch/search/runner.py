@@ -133,7 +133,7 @@ async def run_query(engine: "Engine", query: ParsedQuery, req: SearchRequest, sc
         for scope in scopes.values():
             if not scope.wids and await engine.meta_version(scope.agent_id, deadline) != versions.get(scope.agent_id):
                 raise MetaChanged(scope.agent_id)
-    tasks = [_agent_top(engine, scope, query.match, req, k, versions, deadline)
+    tasks = [_agent_top(engine, scope, query, req, k, versions, deadline)
              for scope in scopes.values() if scope.wids]
     per_agent = [await tasks[0]] if len(tasks) == 1 else await asyncio.gather(*tasks)
     for agent_id, hits, more, dirty in per_agent:
@@ -150,12 +150,13 @@ async def run_query(engine: "Engine", query: ParsedQuery, req: SearchRequest, sc
     return out
 
 
-async def _agent_top(engine: "Engine", scope: Scope, match: str, req: SearchRequest, k: int,
+async def _agent_top(engine: "Engine", scope: Scope, query: ParsedQuery, req: SearchRequest, k: int,
                      versions: dict[str, int] | None, deadline: float) -> tuple[str, list[Hit], bool, set[int]]:
     store = await engine.store(scope.agent_id)
     async with store.reader(deadline) as reader:
         version, dirty, rows = await store.search_top(
-            reader, match, k=k, order=req.order, include=scope.include, exclude=scope.exclude, role=req.role)
+            reader, query.match, k=k, order=req.order, include=scope.include, exclude=scope.exclude, role=req.role,
+            hot=query.hot_token)
     if versions is not None and version != versions.get(scope.agent_id):
         raise MetaChanged(scope.agent_id)
     # a row of a window no longer in the catalog (an orphan awaiting the sweep) is never a hit

@@ -113,4 +113,24 @@ END;
 INSERT INTO meta VALUES ('deleted_from', 0);
 CREATE INDEX catalog_deleted_by_seq ON catalog_deleted (meta_seq);
 """),
+    (5, "hot_words", """
+-- Postings of common words in the order their one-word searches rank (store/sqlite_hot.py): by
+-- term frequency, then row length. Built from the FTS index by `optimize`; rows indexed after a
+-- word's build are listed in index_log (written only while meta index_log is 1) and scored by
+-- FTS5 beside the postings.
+CREATE TABLE hot_words (
+    word TEXT PRIMARY KEY,
+    wno INTEGER NOT NULL UNIQUE,
+    log_seq INTEGER NOT NULL,      -- index_log rows up to this one are in the postings
+    tfs TEXT NOT NULL,             -- JSON list of the term frequencies present
+    docs INTEGER NOT NULL,
+    built_at INTEGER NOT NULL
+);
+CREATE TABLE hot_postings (
+    wno INTEGER NOT NULL, tf INTEGER NOT NULL, dl INTEGER NOT NULL, rid INTEGER NOT NULL,
+    PRIMARY KEY (wno, tf, dl, rid)
+) WITHOUT ROWID;
+CREATE TABLE index_log (seq INTEGER PRIMARY KEY AUTOINCREMENT, rid INTEGER NOT NULL);
+INSERT INTO meta VALUES ('index_log', 0);
+"""),
 )

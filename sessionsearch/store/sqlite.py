@@ -24,6 +24,7 @@ from ..errors import SearchTimeout, Unavailable
 from ..indexer.events import Event
 from .base import AppendResult, ClaimInfo, SessionMeta, WindowMeta
 from .rowids import MAX_SEQ, window_range
+from .sqlite_hot import MAX_WORDS, MIN_DOCS, MIN_SHARE, common_words, hot_top, read_postings
 from .sqlite_writer import SqliteWriter
 
 T = TypeVar("T")
@@ -61,6 +62,7 @@ class SqliteAgentStore:
         self._readers: asyncio.Queue[_Reader] = asyncio.Queue()
         self._all_readers: list[_Reader] = []
         self._dirty_seen: tuple[int | None, frozenset[int]] = (None, frozenset())  # (dirty_version, windows)
+        self._hot_words: frozenset[str] = frozenset()  # words with postings, as the last search saw them
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -214,6 +216,23 @@ class SqliteAgentStore:
     async def sweep_orphans(self) -> int:
         return await self._run(lambda: self._writer.sweep_orphans())
 
+    async def optimize(self, *, min_docs: int = MIN_DOCS, min_share: float = MIN_SHARE,
+                       max_words: int = MAX_WORDS) -> dict[str, Any]:
+        """Build postings for the words common enough (sqlite_hot.py), from scratch, and drop those
+        of words no longer among them. Reads run on a connection of their own, on a thread."""
+        words = await asyncio.to_thread(common_words, self.path, min_docs=min_docs, min_share=min_share,
+                                        max_words=max_words)
+        dropped = await self._run(lambda: self._writer.drop_hot_words({w for w, _ in words}))
+        if words:
+            await self._run(lambda: self._writer.start_index_log())
+        built = {}
+        for word, _docs in words:
+            started = time.monotonic()
+            log_seq, postings = await asyncio.to_thread(read_postings, self.path, word)
+            await self._run(lambda: self._writer.store_hot_word(word, log_seq, postings))
+            built[word] = {"rows": len(postings), "seconds": round(time.monotonic() - started, 3)}
+        return {"words": built, "dropped": dropped}
+
     async def dirty_windows(self) -> list[int]:
         return await self._run(lambda: self._writer.dirty_windows())
 
@@ -288,7 +307,7 @@ class SqliteAgentStore:
 
     async def search_top(self, reader: _Reader, match: str, *, k: int, order: str,
                          include: list[int] | None, exclude: list[int] | None,
-                         role: str | None) -> tuple[int, frozenset[int], list[tuple]]:
+                         role: str | None, hot: str | None = None) -> tuple[int, frozenset[int], list[tuple]]:
         """The meta version, the dirty windows and at least the top `k` hits, exactly ordered.
 
         Hits are (id, bm25, message id, ts, text); windows needing reconciliation never match. For
@@ -299,28 +318,42 @@ class SqliteAgentStore:
         it (a CTE around it measurably slows the scan); a second statement fetches what the hits
         show, the meta version and the dirty windows. While this store last saw no window needing
         reconciliation the first statement does not look for any, and the second confirms it.
+
+        `hot` is the FTS5 token of a one-word query: when the word has postings (sqlite_hot.py) a
+        relevance search ranks from them instead of scoring every row that holds the word.
         """
         seen_version, seen_dirty = self._dirty_seen
         filtered = seen_version is None or bool(seen_dirty)
         params: dict[str, Any] = {"match": match}
         where = self._scope_sql(include, exclude, role, params, dirty=filtered)
-        top = await self._ranked(reader, match, k, order, where, params)
+        top = None
+        if hot is not None and order != "recent" and hot in self._hot_words:
+            await reader.conn.execute("BEGIN")  # one snapshot for the postings, the log and FTS5
+            try:
+                top = await hot_top(reader.conn, hot, match, k, where, params)
+            finally:
+                if reader.conn.in_transaction:
+                    await reader.conn.execute("COMMIT")
+        if top is None:
+            top = await self._ranked(reader, match, k, order, where, params)
         ids = json.dumps([r[0] for r in top if r[0]])
         rows = await reader.conn.execute_fetchall(
             "SELECT NULL, (SELECT value FROM meta WHERE key = 'meta_version'), "
             "(SELECT value FROM meta WHERE key = 'dirty_version'), "
             "CASE WHEN (SELECT value FROM meta WHERE key = 'dirty_version') IS :seen THEN NULL "
-            "ELSE (SELECT json_group_array(wid) FROM windows WHERE needs_rebuild = 1) END "
-            "UNION ALL SELECT e.id, e.event_id, e.ts, e.text FROM json_each(:ids) j JOIN events e ON e.id = j.value",
+            "ELSE (SELECT json_group_array(wid) FROM windows WHERE needs_rebuild = 1) END, "
+            "(SELECT json_group_array(word) FROM hot_words) "
+            "UNION ALL SELECT e.id, e.event_id, e.ts, e.text, NULL FROM json_each(:ids) j JOIN events e ON e.id = j.value",
             {"ids": ids, "seen": seen_version})
+        self._hot_words = frozenset(json.loads(rows[0][4]))  # for the next search
         dirty_version, dirty_json = rows[0][2], rows[0][3]
         if dirty_json is not None:  # the list changed since this store last read it
             seen_dirty = frozenset(json.loads(dirty_json))
             self._dirty_seen = (dirty_version, seen_dirty)
             if not filtered and seen_dirty:  # a window turned dirty meanwhile: rank again, excluding it
                 return await self.search_top(reader, match, k=k, order=order, include=include, exclude=exclude,
-                                             role=role)
-        shown = {r[0]: r for r in rows[1:]}
+                                             role=role, hot=hot)
+        shown = {r[0]: r[:4] for r in rows[1:]}
         ranks = {r[0]: r[1] for r in top}
         if order == "recent" and top:
             # bm25 of the shown rows only: a walk of the doclist that reads no row, bm25 evaluated

@@ -28,8 +28,8 @@ def _claim(c: sqlite3.Connection, wid: int, token: str, lease_s: float, now: flo
 
 
 class ReconcileWrites:
-    """Needs from the writer: `c`, `tx()`, `_bump_dirty()`, `lock_wait_s` (how long the last BEGIN
-    waited) and `rows_in_sql`."""
+    """Needs from the writer: `c`, `tx()`, `_bump_dirty()`, `_log_indexed()` and `_log_indexed_sql()`
+    (sqlite_hot.py), `lock_wait_s` (how long the last BEGIN waited) and `rows_in_sql`."""
 
     c: sqlite3.Connection
     rows_in_sql: bool
@@ -156,10 +156,12 @@ class ReconcileWrites:
                 {"lo": lo, "hi": hi}).rowcount
             select += " AND id NOT IN (SELECT rowid FROM msg_fts WHERE rowid BETWEEN :lo AND :hi)"
         if self.rows_in_sql:
+            self._log_indexed_sql(select, {"lo": lo, "hi": hi})  # before: the select skips indexed rows
             return deleted, self.c.execute(f"INSERT INTO msg_fts (rowid, text, ts, mid) {select}",
                                            {"lo": lo, "hi": hi}).rowcount
         rows = self.c.execute(select, {"lo": lo, "hi": hi}).fetchall()
         self.c.executemany("INSERT INTO msg_fts (rowid, text, ts, mid) VALUES (?, ?, ?, ?)", rows)
+        self._log_indexed([r[0] for r in rows])
         return deleted, len(rows)
 
     def window_exists(self, wid: int) -> bool:

@@ -25,6 +25,7 @@ from .base import AppendResult
 from .checkpoint import WalCheckpointer
 from .rowids import MAX_SEQ, row_id, window_range
 from .schema import MIGRATIONS
+from .sqlite_hot import HotWrites
 from .sqlite_reconcile import INDEXABLE, ReconcileWrites
 from .turnstile import Turnstile
 
@@ -58,9 +59,9 @@ class _StaleState(Exception):
     """The cached window state no longer matched the database; reload and retry."""
 
 
-class SqliteWriter(ReconcileWrites):
+class SqliteWriter(ReconcileWrites, HotWrites):
     """The one writer of an agent database. Every public method is one transaction (the
-    reconciliation ones are in sqlite_reconcile.py)."""
+    reconciliation ones are in sqlite_reconcile.py, the common words' postings in sqlite_hot.py)."""
 
     def __init__(self, path: Path, cold_dir: Path, *, busy_timeout_ms: int, checkpoint_beside: bool = True,
                  rows_in_sql: bool = False) -> None:
@@ -337,9 +338,9 @@ class SqliteWriter(ReconcileWrites):
                  r.event.role, r.event.ts, int(r.on_branch), r.event.text, r.event.raw or _COMPACT.encode(r.event.body))
                 for r in plan.rows])
         if to_index:
-            c.executemany("INSERT INTO msg_fts (rowid, text, ts, mid) VALUES (?, ?, ?, ?)",
-                          [(row_id(wid, r.seq, r.event.role), r.event.text, r.event.ts, r.event.event_id)
-                           for r in to_index])
+            indexed = [(row_id(wid, r.seq, r.event.role), r.event.text, r.event.ts, r.event.event_id) for r in to_index]
+            c.executemany("INSERT INTO msg_fts (rowid, text, ts, mid) VALUES (?, ?, ?, ?)", indexed)
+            self._log_indexed([r[0] for r in indexed])
         if not plan.linear:
             self._reproject(wid, plan.leaf_seq)
         self._win[wid] = _WinState(key, st.session_id, plan.last_seq, plan.leaf_seq, plan.leaf_event_id, has_header)
