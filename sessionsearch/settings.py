@@ -97,6 +97,9 @@ SETTINGS: tuple[Setting, ...] = (
             env="SESSIONSEARCH_RECONCILE_BATCH_ROWS", toml="reconcile.batchRows", parse=int),
     Setting("claim_lease_s", 60.0, "Seconds a reconciliation claim holds before another worker may take it.",
             env="SESSIONSEARCH_CLAIM_LEASE_S", toml="reconcile.claimLeaseS", parse=float),
+    Setting("optimize_every_s", 3600.0,
+            "Seconds between rebuilds of the common words' postings by `worker` and embedded `serve` (0: never).",
+            env="SESSIONSEARCH_OPTIMIZE_EVERY_S", toml="search.optimizeEveryS", parse=float),
     Setting("worker_cpu_priority", "idle",
             "CPU scheduling of worker processes: idle (reconcile on CPU time that searches and appends "
             "leave) or normal.", env="SESSIONSEARCH_WORKER_CPU_PRIORITY", toml="reconcile.cpuPriority",
@@ -132,6 +135,7 @@ class Settings:
     history_default_limit: int = 50
     reconcile_batch_rows: int = 5000
     claim_lease_s: float = 60.0
+    optimize_every_s: float = 3600.0
     worker_cpu_priority: str = "idle"
     config_path: str | None = field(default=None)
 

@@ -154,3 +154,27 @@ def test_optimize_from_the_command_line(tmp_path):
     human = subprocess.run([sys.executable, "-m", "sessionsearch.cli", "optimize", "--data-dir", str(tmp_path),
                             "--min-docs", "20"], capture_output=True, text=True, timeout=120)
     assert human.returncode == 0 and "main: postings for 10 common word(s)" in human.stdout
+
+
+async def test_the_log_stays_bounded_when_optimize_is_not_run_again(tmp_path, hot_calls, monkeypatch):
+    monkeypatch.setattr(sqlite_hot, "FRESH_LIMIT", 40)
+    async with engine_at(tmp_path) as engine:
+        await _corpus(engine, sessions=8)
+        await engine.optimize(min_docs=20, min_share=0.0)
+        db = sqlite3.connect((await engine.store("main")).path)
+        await _corpus(engine, sessions=1, seed=9, name="more")  # 30 rows: within the limit
+        assert db.execute("SELECT count(*) FROM index_log").fetchone()[0] == 30
+        await _same_both_ways(engine, {"query": "loan"})
+        assert hot_calls == {"answered": 1, "fell_back": 0}
+        await _corpus(engine, sessions=1, seed=10, name="later")  # 60: past it, the builds are given up
+        assert db.execute("SELECT count(*) FROM index_log").fetchone()[0] == 0
+        assert db.execute("SELECT count(*) FROM hot_words WHERE log_seq >= 0").fetchone()[0] == 0
+        assert db.execute("SELECT value FROM meta WHERE key = 'index_log'").fetchone()[0] == 0
+        await _corpus(engine, sessions=2, seed=11, name="after")
+        assert db.execute("SELECT count(*) FROM index_log").fetchone()[0] == 0  # nothing listed any more
+        await _same_both_ways(engine, {"query": "loan"})  # FTS5 alone, and right
+        assert hot_calls["answered"] == 1
+        await engine.optimize(min_docs=20, min_share=0.0)  # built again
+        await _same_both_ways(engine, {"query": "loan"})
+        assert hot_calls["answered"] == 2
+        db.close()

@@ -424,3 +424,27 @@ async def test_sigterm_mid_job_releases_the_claim_and_another_worker_finishes(tm
         await finish_with_another_worker(engine, tmp_path, redis_url, env)
     rows, distinct, branch = _exact(tmp_path / "data")
     assert rows == distinct == branch == 120_000
+
+
+async def test_the_worker_rebuilds_common_words_postings_on_its_schedule(tmp_path, redis_url):
+    settings = _settings(tmp_path, redis_url)
+    async with Engine(settings=settings) as engine:
+        for s in range(120):  # 12,000 messages, "loan talk" in 87 of every 100, "rare" in 120
+            texts = [("user", "loan talk" if i % 8 else f"other words {s} {i}") for i in range(100)]
+            texts[0] = ("user", "rare mention")
+            await engine.append(f"agent:main:s{s}", chain(f"s{s}m", texts))
+        worker = Worker(tmp_path / "data", redis_url, tmp_path / "worker.log", SESSIONSEARCH_OPTIMIZE_EVERY_S="0.5")
+        try:
+            deadline = time.monotonic() + DEADLINE_S
+            while not [e for e in worker.events() if e.get("event") == "optimize.done"]:
+                assert time.monotonic() < deadline, worker.log_path.read_text()[-2000:]
+                await asyncio.sleep(0.1)
+        finally:
+            assert worker.stop() == 0
+        done = next(e for e in worker.events() if e.get("event") == "optimize.done")
+        assert done["agent"] == "main" and done["words"] == 2 and done["rows"] == 2 * 87 * 120
+        with sqlite3.connect(tmp_path / "data" / "agents" / "main.db") as db:
+            words = {w for (w,) in db.execute("SELECT word FROM hot_words")}
+        assert words == {"loan", "talk"}
+        first = await engine.search(query="loan", limit=5)
+        assert first == await engine.search(query="loan", limit=5)  # the second from the postings

@@ -6,6 +6,8 @@ configured, is required on every route but the health probes.
 
 from __future__ import annotations
 
+import asyncio
+
 import hmac
 import json
 import os
@@ -70,8 +72,13 @@ def create_app(settings: Settings | None = None, *, max_body_bytes: int | None =
         engine = Engine(settings=settings, enqueuer=pipeline.reconciler.enqueue)
         await engine.open()
         engine.search_observer = metrics.get().observe_search
+        optimizer = None
         if pipeline.embedded:
             pipeline.start_embedded_worker()
+            from ..worker.optimize import PeriodicOptimize
+
+            optimizer = PeriodicOptimize(settings)
+            optimizer.start()
         registry = CollectorRegistry(auto_describe=False)
         registry.register(metrics.PipelineCollector(Path(settings.data_dir), pipeline.queue_depth))
         state.update(engine=engine, pipeline=pipeline, registry=registry)
@@ -83,6 +90,8 @@ def create_app(settings: Settings | None = None, *, max_body_bytes: int | None =
         try:
             yield
         finally:
+            if optimizer is not None:
+                await asyncio.to_thread(optimizer.stop)
             pipeline.close()
             await engine.close()
             log.info("api.stopped")

@@ -116,7 +116,7 @@ CREATE INDEX catalog_deleted_by_seq ON catalog_deleted (meta_seq);
     (5, "hot_words", """
 -- Postings of common words in the order their one-word searches rank (store/sqlite_hot.py): by
 -- term frequency, then row length. Built from the FTS index by `optimize`; rows indexed after a
--- word's build are listed in index_log (written only while meta index_log is 1) and scored by
+-- word's build are listed in index_log (only while meta index_log is not 0) and scored by
 -- FTS5 beside the postings.
 CREATE TABLE hot_words (
     word TEXT PRIMARY KEY,

@@ -230,7 +230,7 @@ class SqliteAgentStore:
             started = time.monotonic()
             log_seq, postings = await asyncio.to_thread(read_postings, self.path, word)
             await self._run(lambda: self._writer.store_hot_word(word, log_seq, postings))
-            built[word] = {"rows": len(postings), "seconds": round(time.monotonic() - started, 3)}
+            built[word] = {"rows": len(postings) // 3, "seconds": round(time.monotonic() - started, 3)}
         return {"words": built, "dropped": dropped}
 
     async def dirty_windows(self) -> list[int]:
@@ -342,7 +342,7 @@ class SqliteAgentStore:
             "(SELECT value FROM meta WHERE key = 'dirty_version'), "
             "CASE WHEN (SELECT value FROM meta WHERE key = 'dirty_version') IS :seen THEN NULL "
             "ELSE (SELECT json_group_array(wid) FROM windows WHERE needs_rebuild = 1) END, "
-            "(SELECT json_group_array(word) FROM hot_words) "
+            "(SELECT json_group_array(word) FROM hot_words WHERE log_seq >= 0) "
             "UNION ALL SELECT e.id, e.event_id, e.ts, e.text, NULL FROM json_each(:ids) j JOIN events e ON e.id = j.value",
             {"ids": ids, "seen": seen_version})
         self._hot_words = frozenset(json.loads(rows[0][4]))  # for the next search

@@ -24,6 +24,7 @@ import heapq
 import json
 import sqlite3
 import time
+from array import array
 from pathlib import Path
 from typing import Any
 
@@ -79,8 +80,9 @@ def common_words(path: Path, *, min_docs: int, min_share: float, max_words: int)
         conn.close()
 
 
-def read_postings(path: Path, word: str) -> tuple[int, list[tuple[int, int, int]]]:
-    """(log position, [(tf, dl, rid)]) of `word`, read in one snapshot of the index."""
+def read_postings(path: Path, word: str) -> tuple[int, array]:
+    """(log position, postings) of `word`, read in one snapshot of the index; the postings flat,
+    tf, dl, rid after one another (a word in half of 1,000,000 rows: 12 MB, not 100 of tuples)."""
     conn = sqlite3.connect(path, isolation_level=None)
     try:
         conn.execute("CREATE VIRTUAL TABLE temp.hot_vi USING fts5vocab(main, msg_fts, 'instance')")
@@ -88,45 +90,84 @@ def read_postings(path: Path, word: str) -> tuple[int, list[tuple[int, int, int]
         # the highest position ever given out: every row listed up to it is in this snapshot
         (log_seq,) = conn.execute(
             "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'index_log'), 0)").fetchone()
-        rows = conn.execute(
+        cursor = conn.execute(
             "SELECT v.doc, count(*), d.sz FROM temp.hot_vi v JOIN msg_fts_docsize d ON d.id = v.doc "
-            "WHERE v.term = ? GROUP BY v.doc", (word,)).fetchall()
+            "WHERE v.term = ? GROUP BY v.doc", (word,))
+        postings = array("q")
+        while rows := cursor.fetchmany(10_000):
+            for rid, tf, sz in rows:
+                postings.extend((tf, varint_sum(sz), rid))
         conn.execute("COMMIT")
-        return log_seq, [(tf, varint_sum(sz), rid) for rid, tf, sz in rows]
+        return log_seq, postings
     finally:
         conn.close()
 
 
 class HotWrites:
-    """The writer's part: the index log and the postings. Needs `c` and `tx()` from the writer."""
+    """The writer's part: the index log and the postings. Needs `c` and `tx()` from the writer.
+
+    meta `index_log` is 0 while no word has postings (nothing is listed), else the log position
+    past which the oldest build is given up: its searches would go to FTS5 alone anyway, so the
+    words built before that point are marked stale (log_seq -1) and the log cut, which keeps it
+    at most FRESH_LIMIT rows long however long `optimize` is not run again.
+    """
 
     c: sqlite3.Connection
 
+    def _log_limit(self) -> int:
+        return self.c.execute("SELECT value FROM meta WHERE key = 'index_log'").fetchone()[0]
+
     def _log_indexed(self, rids: list[int]) -> None:
         """Inside an indexing transaction: list the rows just indexed, while any word has postings."""
-        if rids and self.c.execute("SELECT value FROM meta WHERE key = 'index_log'").fetchone()[0]:
+        if rids and (limit := self._log_limit()):
             self.c.executemany("INSERT INTO index_log (rid) VALUES (?)", ((r,) for r in rids))
+            self._expire_past(limit)
 
     def _log_indexed_sql(self, select: str, params: dict[str, Any]) -> None:
         """As `_log_indexed`, for the rows (id first) a statement selects."""
-        if self.c.execute("SELECT value FROM meta WHERE key = 'index_log'").fetchone()[0]:
+        if limit := self._log_limit():
             self.c.execute(f"INSERT INTO index_log (rid) SELECT id FROM ({select})", params)
+            self._expire_past(limit)
+
+    def _expire_past(self, limit: int) -> None:
+        (last,) = self.c.execute("SELECT seq FROM sqlite_sequence WHERE name = 'index_log'").fetchone()
+        if last > limit:
+            self.c.execute("UPDATE hot_words SET log_seq = -1 WHERE log_seq >= 0 AND log_seq < ?", (last - FRESH_LIMIT,))
+            self._cut_log()
+
+    def _cut_log(self) -> None:
+        """Drop the log rows every usable build holds; with none usable, stop listing."""
+        (oldest,) = self.c.execute("SELECT min(log_seq) FROM hot_words WHERE log_seq >= 0").fetchone()
+        if oldest is None:
+            self.c.execute("UPDATE meta SET value = 0 WHERE key = 'index_log'")
+            self.c.execute("DELETE FROM index_log")
+        else:
+            self.c.execute("UPDATE meta SET value = ? WHERE key = 'index_log'", (oldest + FRESH_LIMIT,))
+            self.c.execute("DELETE FROM index_log WHERE seq <= ?", (oldest,))
 
     def start_index_log(self) -> None:
         """From the next indexing transaction on, rows indexed are listed (before a build reads)."""
         with self.tx() as c:  # type: ignore[attr-defined]
-            c.execute("UPDATE meta SET value = 1 WHERE key = 'index_log'")
+            if not self._log_limit():
+                (last,) = c.execute(
+                    "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'index_log'), 0)").fetchone()
+                c.execute("UPDATE meta SET value = ? WHERE key = 'index_log'", (last + FRESH_LIMIT,))
 
-    def store_hot_word(self, word: str, log_seq: int, postings: list[tuple[int, int, int]]) -> None:
+    def store_hot_word(self, word: str, log_seq: int, postings: array) -> None:
+        """Replace `word`'s postings with those read (flat: tf, dl, rid) as of log position `log_seq`."""
         with self.tx() as c:  # type: ignore[attr-defined]
             row = c.execute("SELECT wno FROM hot_words WHERE word = ?", (word,)).fetchone()
             wno = row[0] if row else c.execute("SELECT coalesce(max(wno), 0) + 1 FROM hot_words").fetchone()[0]
             c.execute("DELETE FROM hot_postings WHERE wno = ?", (wno,))
-            c.executemany("INSERT INTO hot_postings VALUES (?, ?, ?, ?)", ((wno, *p) for p in postings))
-            tfs = sorted({p[0] for p in postings})
+            c.executemany("INSERT INTO hot_postings VALUES (?, ?, ?, ?)",
+                          ((wno, postings[i], postings[i + 1], postings[i + 2]) for i in range(0, len(postings), 3)))
+            tfs = sorted(set(postings[0::3]))
             c.execute("INSERT OR REPLACE INTO hot_words VALUES (?, ?, ?, ?, ?, ?)",
-                      (word, wno, log_seq, json.dumps(tfs), len(postings), int(time.time() * 1000)))
-            c.execute("DELETE FROM index_log WHERE seq <= (SELECT min(log_seq) FROM hot_words)")
+                      (word, wno, log_seq, json.dumps(tfs), len(postings) // 3, int(time.time() * 1000)))
+            if self._log_limit():  # else the log was given up while this build read: it holds no rows
+                self._cut_log()
+            else:
+                c.execute("UPDATE hot_words SET log_seq = -1 WHERE word = ?", (word,))
 
     def drop_hot_words(self, keep: set[str]) -> list[str]:
         """Drop the postings of words not in `keep`; with none left, stop the log. Returns those dropped."""
@@ -135,11 +176,7 @@ class HotWrites:
             for word, wno in gone:
                 c.execute("DELETE FROM hot_postings WHERE wno = ?", (wno,))
                 c.execute("DELETE FROM hot_words WHERE word = ?", (word,))
-            if c.execute("SELECT 1 FROM hot_words LIMIT 1").fetchone() is None:
-                c.execute("UPDATE meta SET value = 0 WHERE key = 'index_log'")
-                c.execute("DELETE FROM index_log")
-            else:
-                c.execute("DELETE FROM index_log WHERE seq <= (SELECT min(log_seq) FROM hot_words)")
+            self._cut_log()
             return [w for w, _ in gone]
 
 
@@ -154,7 +191,7 @@ async def hot_top(conn, token: str, match: str, k: int, where: list[str], params
     if not head:
         return None
     wno, log_seq, tfs, last_seq, averages = head[0]
-    if (last_seq or 0) - log_seq > FRESH_LIMIT:
+    if log_seq < 0 or (last_seq or 0) - log_seq > FRESH_LIMIT:  # stale: too much was indexed since
         return None
     avgdl = average_length(averages)
     tfs = json.loads(tfs)
@@ -168,15 +205,16 @@ async def hot_top(conn, token: str, match: str, k: int, where: list[str], params
     heap: list[tuple[float, int, int, int]] = []  # (-score, dl, rid, tf): the head of each run
 
     async def fetch(wanted: list[int]) -> None:
-        parts, args = [], []
-        for tf in wanted:
-            dl, rid = after.get(tf, (-1, -1))
-            parts.append("SELECT * FROM (SELECT tf, dl, rid FROM hot_postings WHERE wno = ? AND tf = ? "
-                         "AND (dl, rid) > (?, ?) ORDER BY dl, rid LIMIT ?)")
-            args += [wno, tf, dl, rid, PAGE]
         got: dict[int, list[tuple[int, int]]] = {tf: [] for tf in wanted}
-        for tf, dl, rid in await conn.execute_fetchall(" UNION ALL ".join(parts), args):
-            got[tf].append((dl, rid))
+        for start in range(0, len(wanted), 100):  # SQLite allows 500 terms in a compound SELECT
+            parts, args = [], []
+            for tf in wanted[start:start + 100]:
+                dl, rid = after.get(tf, (-1, -1))
+                parts.append("SELECT * FROM (SELECT tf, dl, rid FROM hot_postings WHERE wno = ? AND tf = ? "
+                             "AND (dl, rid) > (?, ?) ORDER BY dl, rid LIMIT ?)")
+                args += [wno, tf, dl, rid, PAGE]
+            for tf, dl, rid in await conn.execute_fetchall(" UNION ALL ".join(parts), args):
+                got[tf].append((dl, rid))
         for tf in wanted:
             if len(got[tf]) < PAGE:
                 done.add(tf)

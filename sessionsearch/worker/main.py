@@ -1,4 +1,4 @@
-"""`sessionsearch worker`: a startup sweep, a metrics endpoint, and the Dramatiq CLI as a child.
+"""`sessionsearch worker`: a startup sweep, a metrics endpoint, scheduled `optimize`, and the Dramatiq CLI as a child.
 
 The parent process wipes the multiprocess metrics directory, enqueues every window still needing
 reconciliation (deduplicated like any search), serves /metrics (the workers' counters from the
@@ -113,6 +113,9 @@ def run_worker(settings: Settings, *, processes: int, threads: int, metrics_host
     sweep = asyncio.run(startup_sweep(settings, pipeline.reconciler))
     log.info("worker.sweep", **sweep)
     server = serve_metrics(metrics_host, metrics_port, folder, settings, pipeline.queue_depth)
+    from .optimize import PeriodicOptimize
+
+    optimizer = PeriodicOptimize(settings, cpu_priority=settings.worker_cpu_priority)
     log.info("worker.metrics", url=f"http://{metrics_host}:{server.server_address[1]}/metrics")
     env = {**os.environ, "SESSIONSEARCH_DATA_DIR": str(Path(settings.data_dir).resolve()),
            "SESSIONSEARCH_REDIS_URL": settings.redis_url, "SESSIONSEARCH_LOG_LEVEL": settings.log_level,
@@ -128,11 +131,13 @@ def run_worker(settings: Settings, *, processes: int, threads: int, metrics_host
                               "--threads", str(threads), "sessionsearch.worker.entry"], env=env,
                              start_new_session=True)  # signals reach it once: forwarded from here
     log.info("worker.started", pid=child.pid, processes=processes, threads=threads)
+    optimizer.start()
     if stop_requested:
         child.send_signal(stop_requested[-1])
     code = child.wait()
     if code < 0 and -code in stop_requested:
         code = 0  # it died of the signal we forwarded (before it could handle it): a requested stop
+    optimizer.stop()
     server.shutdown()
     pipeline.close()
     log.info("worker.exited", code=code)
