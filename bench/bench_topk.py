@@ -1,4 +1,8 @@
-"""Exact BM25 top hits for common words from impact-ordered postings: a prototype next to FTS5.
+"""Exact BM25 top hits for common words from impact-ordered postings: the prototype, next to FTS5.
+
+The design as first measured, before it went into the search path (store/sqlite_hot.py, measured
+there by bench_search.py after `optimize`); kept for what that benchmark does not vary: words in
+30% of rows, and 1,000 or 10,000 rows indexed since the postings were built.
 
     .venv/bin/python bench/bench_topk.py [--data bench/work/search-1000000/data/agents/main.db]
 
@@ -36,48 +40,26 @@ sys.path.insert(0, str(HERE))
 
 from stats import pct  # noqa: E402
 
+sys.path.insert(0, str(HERE.parent))
+from sessionsearch.store.sqlite_hot import average_length, varint_sum  # noqa: E402
+
 K1, B = 1.2, 0.75  # FTS5's bm25() defaults
 EPS = 1e-9  # relative: far above the rounding difference between this score and FTS5's
 K = 26  # a search's limit of 25, plus one that says more matched
 
 
-def varint(buf: bytes, i: int) -> tuple[int, int]:
-    """SQLite's varint (big-endian groups of 7 bits; a 9th byte gives 8) at buf[i]: (value, next i)."""
-    value = 0
-    for _ in range(8):
-        byte = buf[i]
-        i += 1
-        value = (value << 7) | (byte & 0x7F)
-        if byte < 0x80:
-            return value, i
-    return (value << 8) | buf[i], i + 1
-
-
 def averages(conn: sqlite3.Connection) -> float:
     """FTS5's average row length (all columns), from its averages record."""
     (blob,) = conn.execute("SELECT block FROM msg_fts_data WHERE id = 1").fetchone()
-    rows, i = varint(blob, 0)
-    tokens = 0
-    while i < len(blob):
-        n, i = varint(blob, i)
-        tokens += n
-    return tokens / rows
-
-
-def row_length(blob: bytes) -> int:
-    i, total = 0, 0
-    while i < len(blob):
-        n, i = varint(blob, i)
-        total += n
-    return total
+    return average_length(blob)
 
 
 def build(conn: sqlite3.Connection, terms: list[str]) -> dict[str, float]:
     """Postings of `terms` from the FTS5 index; seconds per term."""
     conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.vi USING fts5vocab(main, msg_fts, 'instance')")
     conn.executescript("""
-        CREATE TABLE IF NOT EXISTS hot_terms (term TEXT PRIMARY KEY, tfs TEXT NOT NULL);
-        CREATE TABLE IF NOT EXISTS hot_postings (
+        CREATE TABLE IF NOT EXISTS proto_terms (term TEXT PRIMARY KEY, tfs TEXT NOT NULL);
+        CREATE TABLE IF NOT EXISTS proto_postings (
             term TEXT, tf INTEGER, dl INTEGER, neg_ts INTEGER, mid TEXT, rid INTEGER,
             PRIMARY KEY (term, tf, dl, neg_ts, mid, rid)) WITHOUT ROWID;
     """)
@@ -88,11 +70,11 @@ def build(conn: sqlite3.Connection, terms: list[str]) -> dict[str, float]:
             "SELECT v.doc, count(*), d.sz, c.c1, c.c2 FROM temp.vi v JOIN msg_fts_docsize d ON d.id = v.doc "
             "JOIN msg_fts_content c ON c.id = v.doc WHERE v.term = ? GROUP BY v.doc", (term,)).fetchall()
         with conn:
-            conn.execute("DELETE FROM hot_postings WHERE term = ?", (term,))
-            conn.executemany("INSERT INTO hot_postings VALUES (?, ?, ?, ?, ?, ?)",
-                             ((term, tf, row_length(sz), -ts, mid, rid) for rid, tf, sz, ts, mid in rows))
+            conn.execute("DELETE FROM proto_postings WHERE term = ?", (term,))
+            conn.executemany("INSERT INTO proto_postings VALUES (?, ?, ?, ?, ?, ?)",
+                             ((term, tf, varint_sum(sz), -ts, mid, rid) for rid, tf, sz, ts, mid in rows))
             tfs = sorted({r[1] for r in rows})
-            conn.execute("INSERT OR REPLACE INTO hot_terms VALUES (?, ?)", (term, json.dumps(tfs)))
+            conn.execute("INSERT OR REPLACE INTO proto_terms VALUES (?, ?)", (term, json.dumps(tfs)))
         seconds[term] = time.perf_counter() - t
     return seconds
 
@@ -100,7 +82,7 @@ def build(conn: sqlite3.Connection, terms: list[str]) -> dict[str, float]:
 def top_k(conn: sqlite3.Connection, term: str, k: int, fresh: list[int], accept=lambda rid: True) -> list[tuple]:
     """The exact top `k` rows (rid, bm25, ts, mid) for one word, best first, within `accept`."""
     avgdl = averages(conn)
-    (tfs,) = conn.execute("SELECT tfs FROM hot_terms WHERE term = ?", (term,)).fetchone()
+    (tfs,) = conn.execute("SELECT tfs FROM proto_terms WHERE term = ?", (term,)).fetchone()
     match = '"' + term + '"'
 
     def score(tf: int, dl: int) -> float:
@@ -109,7 +91,7 @@ def top_k(conn: sqlite3.Connection, term: str, k: int, fresh: list[int], accept=
     runs = []
     heap: list[tuple] = []
     for n, tf in enumerate(json.loads(tfs)):
-        cursor = conn.execute("SELECT dl, neg_ts, mid, rid FROM hot_postings WHERE term = ? AND tf = ? "
+        cursor = conn.execute("SELECT dl, neg_ts, mid, rid FROM proto_postings WHERE term = ? AND tf = ? "
                               "ORDER BY dl, neg_ts, mid, rid", (term, tf))
         runs.append((tf, cursor))
         row = cursor.fetchone()
@@ -188,7 +170,7 @@ def main() -> None:
         classes[name] = [t for t, _ in ranked[:3]]
     terms = [t for ts in classes.values() for t in ts]
     build_s = build(conn, terms)
-    postings_mb = conn.execute("SELECT sum(pgsize) FROM dbstat WHERE name LIKE 'hot_%'").fetchone()[0] / 2**20 \
+    postings_mb = conn.execute("SELECT sum(pgsize) FROM dbstat WHERE name LIKE 'proto_%'").fetchone()[0] / 2**20 \
         if conn.execute("SELECT 1 FROM pragma_module_list WHERE name = 'dbstat'").fetchone() else None
     rids = [r[0] for r in conn.execute("SELECT id FROM msg_fts_docsize")]
     rng = random.Random(5)
@@ -208,10 +190,10 @@ def main() -> None:
                         conn.execute("CREATE TEMP TABLE IF NOT EXISTS gone (rid INTEGER PRIMARY KEY)")
                         conn.execute("DELETE FROM gone")
                         conn.executemany("INSERT INTO gone VALUES (?)", ((r,) for r in fresh))
-                        conn.execute("CREATE TABLE IF NOT EXISTS held AS SELECT * FROM hot_postings WHERE 0")
-                        conn.execute("INSERT INTO held SELECT * FROM hot_postings WHERE term = ? "
+                        conn.execute("CREATE TABLE IF NOT EXISTS held AS SELECT * FROM proto_postings WHERE 0")
+                        conn.execute("INSERT INTO held SELECT * FROM proto_postings WHERE term = ? "
                                      "AND rid IN (SELECT rid FROM gone)", (word,))
-                        conn.execute("DELETE FROM hot_postings WHERE term = ? AND rid IN (SELECT rid FROM gone)",
+                        conn.execute("DELETE FROM proto_postings WHERE term = ? AND rid IN (SELECT rid FROM gone)",
                                      (word,))
                 got = [h[0] for h in top_k(conn, word, K, fresh)]
                 checked += 1
@@ -220,7 +202,7 @@ def main() -> None:
                 entry[f"fresh_{n_fresh}"] = {"p50_ms": p50, "p95_ms": p95, "exact": got == truth}
                 if n_fresh:
                     with conn:
-                        conn.execute("INSERT INTO hot_postings SELECT * FROM held")
+                        conn.execute("INSERT INTO proto_postings SELECT * FROM held")
                         conn.execute("DELETE FROM held")
             # a scope that leaves out every other window: half the rows to skip in the merge
             scoped_truth = [r[0] for r in conn.execute(
