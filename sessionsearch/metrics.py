@@ -79,15 +79,21 @@ def agent_status(data_dir: Path) -> Iterable[tuple[str, dict[str, int]]]:
                 row = conn.execute(
                     "SELECT count(*), coalesce(sum(needs_rebuild), 0), coalesce(sum(messages), 0), "
                     "coalesce(sum(CASE WHEN needs_rebuild = 0 THEN messages ELSE 0 END), 0) FROM windows").fetchone()
+                try:  # a database this version has not opened yet has no postings tables
+                    hot = conn.execute("SELECT coalesce(sum(log_seq >= 0), 0), coalesce(sum(log_seq < 0), 0), "
+                                       "(SELECT count(*) FROM index_log) FROM hot_words").fetchone()
+                except sqlite3.Error:
+                    hot = (0, 0, 0)
             finally:
                 conn.close()
         except sqlite3.Error:
             continue
-        yield path.stem, {"windows": row[0], "pending": row[1], "messages": row[2], "indexed_messages": row[3]}
+        yield path.stem, {"windows": row[0], "pending": row[1], "messages": row[2], "indexed_messages": row[3],
+                          "postings_usable": hot[0], "postings_stale": hot[1], "index_log_rows": hot[2]}
 
 
 class PipelineCollector:
-    """Gauges computed at scrape time: backlog, completeness, queue depth."""
+    """Gauges computed at scrape time: backlog, completeness, postings, queue depth."""
 
     def __init__(self, data_dir: Path, queue_depth: Callable[[], dict[str, int]] | None = None) -> None:
         self.data_dir = Path(data_dir)
@@ -107,7 +113,15 @@ class PipelineCollector:
                                      "Active-branch user/assistant messages, by index state.", labels=["agent", "state"])
         completeness = GaugeMetricFamily("sessionsearch_index_completeness",
                                          "Indexed share (0..1) of windows and of messages.", labels=["agent", "unit"])
+        postings = GaugeMetricFamily("sessionsearch_postings_words",
+                                     "Common words with postings (`optimize`): usable, or stale (searched with FTS5 "
+                                     "alone until the next optimize).", labels=["agent", "state"])
+        log_rows = GaugeMetricFamily("sessionsearch_postings_log_rows",
+                                     "Rows indexed since the oldest usable postings were built.", labels=["agent"])
         for agent, s in agent_status(self.data_dir):
+            postings.add_metric([agent, "usable"], s["postings_usable"])
+            postings.add_metric([agent, "stale"], s["postings_stale"])
+            log_rows.add_metric([agent], s["index_log_rows"])
             backlog.add_metric([agent], s["pending"])
             windows.add_metric([agent, "indexed"], s["windows"] - s["pending"])
             windows.add_metric([agent, "pending"], s["pending"])
@@ -117,7 +131,7 @@ class PipelineCollector:
                                     (s["windows"] - s["pending"]) / s["windows"])
             completeness.add_metric([agent, "messages"], 1.0 if not s["messages"] else
                                     s["indexed_messages"] / s["messages"])
-        yield from (backlog, windows, messages, completeness)
+        yield from (backlog, windows, messages, completeness, postings, log_rows)
         if self.queue_depth is not None:
             depth = GaugeMetricFamily("sessionsearch_queue_depth",
                                       "Reconcile messages waiting in the queue, ready or delayed (retries).",

@@ -178,3 +178,28 @@ async def test_the_log_stays_bounded_when_optimize_is_not_run_again(tmp_path, ho
         await _same_both_ways(engine, {"query": "loan"})
         assert hot_calls["answered"] == 2
         db.close()
+
+
+async def test_metrics_show_usable_and_stale_postings_and_the_log(tmp_path, monkeypatch):
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from sessionsearch.metrics import PipelineCollector
+
+    def scrape() -> str:
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(PipelineCollector(tmp_path))
+        return generate_latest(registry).decode()
+
+    monkeypatch.setattr(sqlite_hot, "FRESH_LIMIT", 40)
+    async with engine_at(tmp_path) as engine:
+        await _corpus(engine, sessions=8)
+        assert 'sessionsearch_postings_words{agent="main",state="usable"} 0.0' in scrape()
+        await engine.optimize(min_docs=20, min_share=0.0)
+        await _corpus(engine, sessions=1, seed=9, name="more")
+        text = scrape()
+        assert 'sessionsearch_postings_words{agent="main",state="usable"} 10.0' in text
+        assert 'sessionsearch_postings_log_rows{agent="main"} 30.0' in text
+        await _corpus(engine, sessions=1, seed=10, name="later")  # past the limit
+        text = scrape()
+        assert 'sessionsearch_postings_words{agent="main",state="stale"} 10.0' in text
+        assert 'sessionsearch_postings_log_rows{agent="main"} 0.0' in text
