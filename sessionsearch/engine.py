@@ -454,7 +454,8 @@ class Engine:
 
     async def optimize(self, agent_id: str | None = None, **limits: Any) -> dict[str, Any]:
         """Build the postings that answer one-word searches for common words (store/sqlite_hot.py),
-        per agent; `limits`: min_docs, min_share, max_words."""
+        per agent; `limits`: min_docs (default: the setting postings_min_docs), min_share, max_words."""
+        limits.setdefault("min_docs", self.settings.postings_min_docs)
         agents = [check_agent_id(agent_id)] if agent_id else self.agent_ids_on_disk()
         return {"agents": {a: await (await self.store(a)).optimize(**limits) for a in agents}}
 

@@ -97,6 +97,9 @@ SETTINGS: tuple[Setting, ...] = (
             env="SESSIONSEARCH_RECONCILE_BATCH_ROWS", toml="reconcile.batchRows", parse=int),
     Setting("claim_lease_s", 60.0, "Seconds a reconciliation claim holds before another worker may take it.",
             env="SESSIONSEARCH_CLAIM_LEASE_S", toml="reconcile.claimLeaseS", parse=float),
+    Setting("postings_min_docs", 5000,
+            "`optimize` gives postings to words in at least this many messages (and 0.5% of them).",
+            env="SESSIONSEARCH_POSTINGS_MIN_DOCS", toml="search.postingsMinDocs", parse=int),
     Setting("optimize_every_s", 3600.0,
             "Seconds between rebuilds of the common words' postings by `worker` and embedded `serve` (0: never).",
             env="SESSIONSEARCH_OPTIMIZE_EVERY_S", toml="search.optimizeEveryS", parse=float),
@@ -135,6 +138,7 @@ class Settings:
     history_default_limit: int = 50
     reconcile_batch_rows: int = 5000
     claim_lease_s: float = 60.0
+    postings_min_docs: int = 5000
     optimize_every_s: float = 3600.0
     worker_cpu_priority: str = "idle"
     config_path: str | None = field(default=None)
