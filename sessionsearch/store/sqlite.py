@@ -320,14 +320,17 @@ class SqliteAgentStore:
         reconciliation the first statement does not look for any, and the second confirms it.
 
         `hot` is the FTS5 token of a one-word query: when the word has postings (sqlite_hot.py) a
-        relevance search ranks from them instead of scoring every row that holds the word.
+        relevance search over the whole agent (`include` None) ranks from them instead of scoring
+        every row that holds the word.
         """
         seen_version, seen_dirty = self._dirty_seen
         filtered = seen_version is None or bool(seen_dirty)
         params: dict[str, Any] = {"match": match}
         where = self._scope_sql(include, exclude, role, params, dirty=filtered)
         top = None
-        if hot is not None and order != "recent" and hot in self._hot_words:
+        # from postings only over the whole agent (less excluded windows): they are merged in the
+        # agent's score order, and a narrow scope would pass over most of what they hold
+        if hot is not None and order != "recent" and include is None and hot in self._hot_words:
             await reader.conn.execute("BEGIN")  # one snapshot for the postings, the log and FTS5
             try:
                 top = await hot_top(reader.conn, hot, match, k, where, params)
