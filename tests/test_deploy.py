@@ -46,7 +46,7 @@ def test_promtool_accepts_the_scrape_config_and_the_rules():
 def test_the_alert_rules_cover_what_operators_need():
     text = (DEPLOY / "prometheus" / "alerts.yml").read_text()
     for alert in ("SessionsearchBacklogNotDraining", "SessionsearchIndexIncomplete", "SessionsearchWorkersDown",
-                  "SessionsearchReconcileFailuresRising", "SessionsearchSearchLatencyHigh"):
+                  "SessionsearchReconcileFailuresRising", "SessionsearchSearchLatencyHigh", "SessionsearchPostingsStale"):
         assert f"alert: {alert}" in text
     assert "for: 15m" in text and "for: 30m" in text and "< 0.99" in text
 
