@@ -41,9 +41,8 @@ sys.path.insert(0, str(HERE))
 from stats import pct  # noqa: E402
 
 sys.path.insert(0, str(HERE.parent))
-from sessionsearch.store.sqlite_hot import average_length, varint_sum  # noqa: E402
+from sessionsearch.store.sqlite_hot import B, K1, average_length, varint_sum  # noqa: E402
 
-K1, B = 1.2, 0.75  # FTS5's bm25() defaults
 EPS = 1e-9  # relative: far above the rounding difference between this score and FTS5's
 K = 26  # a search's limit of 25, plus one that says more matched
 

@@ -45,7 +45,7 @@ async def _corpus(engine, sessions: int = 24, seed: int = 3, name: str = "s") ->
 
 async def _without_postings(engine, body: dict) -> dict:
     store = await engine.store("main")
-    store._hot_words = frozenset()  # this one search ranks with FTS5 alone
+    store._hot_seen = (None, frozenset())  # this one search ranks with FTS5 alone
     return await engine.search(body)
 
 

@@ -228,7 +228,7 @@ class IndexMachine(RuleBasedStateMachine):
                     self.run(engine.search(query=word, limit=limit))  # learns which words have postings
                     hot = self.run(engine.search(query=word, limit=limit))
                     for store in stores:
-                        store._hot_words = frozenset()  # this search: FTS5 alone
+                        store._hot_seen = (None, frozenset())  # this search: FTS5 alone
                     assert self.run(engine.search(query=word, limit=limit)) == hot
 
     @invariant()

@@ -7,7 +7,6 @@ configured, is required on every route but the health probes.
 from __future__ import annotations
 
 import asyncio
-
 import hmac
 import json
 import os
@@ -25,6 +24,7 @@ from .. import metrics
 from ..engine import Engine
 from ..errors import Forbidden, InvalidRequest, NotFound, SearchTimeout, SessionSearchError, Unavailable
 from ..settings import Settings
+from ..worker.optimize import PeriodicOptimize
 from .openapi import METHODS, openapi_document
 
 log = structlog.get_logger("sessionsearch.api")
@@ -75,8 +75,6 @@ def create_app(settings: Settings | None = None, *, max_body_bytes: int | None =
         optimizer = None
         if pipeline.embedded:
             pipeline.start_embedded_worker()
-            from ..worker.optimize import PeriodicOptimize
-
             optimizer = PeriodicOptimize(settings)
             optimizer.start()
         registry = CollectorRegistry(auto_describe=False)

@@ -132,5 +132,17 @@ CREATE TABLE hot_postings (
 ) WITHOUT ROWID;
 CREATE TABLE index_log (seq INTEGER PRIMARY KEY AUTOINCREMENT, rid INTEGER NOT NULL);
 INSERT INTO meta VALUES ('index_log', 0);
+-- Bumped on any change to hot_words, so a search process can tell whether the list of usable
+-- words it holds is current without reading it again (triggers: no write path can forget).
+INSERT INTO meta VALUES ('hot_version', 0);
+CREATE TRIGGER hot_words_insert AFTER INSERT ON hot_words BEGIN
+    UPDATE meta SET value = value + 1 WHERE key = 'hot_version';
+END;
+CREATE TRIGGER hot_words_update AFTER UPDATE ON hot_words BEGIN
+    UPDATE meta SET value = value + 1 WHERE key = 'hot_version';
+END;
+CREATE TRIGGER hot_words_delete AFTER DELETE ON hot_words BEGIN
+    UPDATE meta SET value = value + 1 WHERE key = 'hot_version';
+END;
 """),
 )

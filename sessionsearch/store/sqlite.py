@@ -62,7 +62,8 @@ class SqliteAgentStore:
         self._readers: asyncio.Queue[_Reader] = asyncio.Queue()
         self._all_readers: list[_Reader] = []
         self._dirty_seen: tuple[int | None, frozenset[int]] = (None, frozenset())  # (dirty_version, windows)
-        self._hot_words: frozenset[str] = frozenset()  # words with postings, as the last search saw them
+        # (hot_version, usable words with postings) as the last search saw them
+        self._hot_seen: tuple[int | None, frozenset[str]] = (None, frozenset())
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -330,7 +331,7 @@ class SqliteAgentStore:
         top = None
         # from postings only over the whole agent (less excluded windows): they are merged in the
         # agent's score order, and a narrow scope would pass over most of what they hold
-        if hot is not None and order != "recent" and include is None and hot in self._hot_words:
+        if hot is not None and order != "recent" and include is None and hot in self._hot_seen[1]:
             await reader.conn.execute("BEGIN")  # one snapshot for the postings, the log and FTS5
             try:
                 top = await hot_top(reader.conn, hot, match, k, where, params)
@@ -345,10 +346,14 @@ class SqliteAgentStore:
             "(SELECT value FROM meta WHERE key = 'dirty_version'), "
             "CASE WHEN (SELECT value FROM meta WHERE key = 'dirty_version') IS :seen THEN NULL "
             "ELSE (SELECT json_group_array(wid) FROM windows WHERE needs_rebuild = 1) END, "
-            "(SELECT json_group_array(word) FROM hot_words WHERE log_seq >= 0) "
-            "UNION ALL SELECT e.id, e.event_id, e.ts, e.text, NULL FROM json_each(:ids) j JOIN events e ON e.id = j.value",
-            {"ids": ids, "seen": seen_version})
-        self._hot_words = frozenset(json.loads(rows[0][4]))  # for the next search
+            "(SELECT value FROM meta WHERE key = 'hot_version'), "
+            "CASE WHEN (SELECT value FROM meta WHERE key = 'hot_version') IS :hot_seen THEN NULL "
+            "ELSE (SELECT json_group_array(word) FROM hot_words WHERE log_seq >= 0) END "
+            "UNION ALL SELECT e.id, e.event_id, e.ts, e.text, NULL, NULL "
+            "FROM json_each(:ids) j JOIN events e ON e.id = j.value",
+            {"ids": ids, "seen": seen_version, "hot_seen": self._hot_seen[0]})
+        if rows[0][5] is not None:  # the usable words changed: the next search knows them
+            self._hot_seen = (rows[0][4], frozenset(json.loads(rows[0][5])))
         dirty_version, dirty_json = rows[0][2], rows[0][3]
         if dirty_json is not None:  # the list changed since this store last read it
             seen_dirty = frozenset(json.loads(dirty_json))

@@ -23,6 +23,7 @@ import structlog
 
 from ..errors import InvalidRequest
 from ..settings import Settings
+from .optimize import PeriodicOptimize
 
 log = structlog.get_logger("sessionsearch.worker")
 
@@ -113,8 +114,6 @@ def run_worker(settings: Settings, *, processes: int, threads: int, metrics_host
     sweep = asyncio.run(startup_sweep(settings, pipeline.reconciler))
     log.info("worker.sweep", **sweep)
     server = serve_metrics(metrics_host, metrics_port, folder, settings, pipeline.queue_depth)
-    from .optimize import PeriodicOptimize
-
     optimizer = PeriodicOptimize(settings, cpu_priority=settings.worker_cpu_priority)
     log.info("worker.metrics", url=f"http://{metrics_host}:{server.server_address[1]}/metrics")
     env = {**os.environ, "SESSIONSEARCH_DATA_DIR": str(Path(settings.data_dir).resolve()),
