@@ -177,6 +177,7 @@ class Engine:
                 raise NotFound(f"agent {agent_id!r} not found")
             store = await SqliteAgentStore(path, agent_id, readers=self.settings.readers_per_agent,
                                            mmap_bytes=self.settings.reader_mmap_mb << 20,
+                                           quiet_mmap_bytes=self.settings.reader_quiet_mmap_mb << 20,
                                            rows_in_sql=self.reconcile_rows_in_sql,
                                            cold_dir=self.data_dir / "cold" / agent_id).open()
             self._stores[agent_id] = store

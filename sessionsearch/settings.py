@@ -82,6 +82,9 @@ SETTINGS: tuple[Setting, ...] = (
             env="SESSIONSEARCH_READERS_PER_AGENT", toml="search.readersPerAgent", parse=int),
     Setting("reader_mmap_mb", 0, "MiB of each agent database a reader maps into memory (0: read() calls).",
             env="SESSIONSEARCH_READER_MMAP_MB", toml="search.readerMmapMb", parse=int),
+    Setting("reader_quiet_mmap_mb", 2048,
+            "MiB of the database a reader maps while it goes unchanged (0: never; SQLite caps it at ~2 GiB).",
+            env="SESSIONSEARCH_READER_QUIET_MMAP_MB", toml="search.readerQuietMmapMb", parse=int),
     # history (SPEC §5)
     Setting("history_max_bytes", 80 * 1024, "JSON size budget of one history response.",
             toml="history.maxBytes", parse=int),
@@ -132,6 +135,7 @@ class Settings:
     snippet_max_units: int = 300
     readers_per_agent: int = 4
     reader_mmap_mb: int = 0
+    reader_quiet_mmap_mb: int = 2048
     history_max_bytes: int = 80 * 1024
     history_text_max_chars: int = 4000
     history_row_max_bytes: int = 24 * 1024

@@ -251,6 +251,35 @@ async def test_readers_map_the_database_as_configured(tmp_path):
     assert Settings.load(env={"SESSIONSEARCH_READER_MMAP_MB": "0"}).reader_mmap_mb == 0
 
 
+async def test_a_reader_maps_the_database_while_nothing_is_written_and_stops_at_a_change(tmp_path):
+    async def mapped(store) -> set[int]:
+        return {(await r.conn.execute_fetchall("PRAGMA mmap_size"))[0][0] for r in store._all_readers}
+
+    async with engine_at(tmp_path, reader_quiet_mmap_mb=16) as engine:
+        await engine.append(KEY, chain("m", [("user", "mapped words")]))
+        store = await engine.store("main")
+        for _ in range(3):  # the first search has no earlier version to compare; then two quiet ones
+            assert ids(await engine.search(query="mapped")) == ["m1"]
+        assert await mapped(store) == {0}
+        assert ids(await engine.search(query="mapped")) == ["m1"]  # the third quiet search in a row
+        assert 16 << 20 in await mapped(store)
+        assert ids(await engine.search(query="mapped", order="recent")) == ["m1"]  # read through the mapping
+        await engine.append(KEY, chain("n", [("assistant", "mapped again")], parent="m1"))
+        assert sorted(ids(await engine.search(query="mapped"))) == ["m1", "n1"]  # sees the commit, unmaps
+        assert await mapped(store) == {0}
+    async with engine_at(tmp_path / "never", reader_quiet_mmap_mb=0) as engine:
+        await engine.append(KEY, chain("m", [("user", "mapped words")]))
+        for _ in range(6):
+            await engine.search(query="mapped")
+        assert await mapped(await engine.store("main")) == {0}
+    async with engine_at(tmp_path / "always", reader_mmap_mb=8, reader_quiet_mmap_mb=0) as engine:
+        await engine.append(KEY, chain("m", [("user", "mapped words")]))
+        for _ in range(6):  # mapped all along: quiet or not, never less than search.readerMmapMb
+            await engine.search(query="mapped")
+        assert await mapped(await engine.store("main")) == {8 << 20}
+    assert Settings.load(env={"SESSIONSEARCH_READER_QUIET_MMAP_MB": "64"}).reader_quiet_mmap_mb == 64
+
+
 async def test_each_agent_has_its_own_database(tmp_path):
     async with engine_at(tmp_path) as engine:
         await engine.append("agent:work_bot:dm", chain("w", [("user", "agent words")]))

@@ -32,6 +32,13 @@ TIE_MARGIN = 64  # rows kept past the cut so that ties at the cut are usually se
 # The deadline is checked every this many VM steps: often enough to stop within a millisecond or
 # so, rarely enough that the Python callback costs nothing measurable (at 2,000 it cost 30%).
 PROGRESS_OPS = 200_000
+# A reader maps the database into memory only after this many searches in a row found it unchanged
+# since its previous one, and stops at the first change. Mapped reads skip copying each page into
+# SQLite's cache: ~25% off a 0.3% word's relevance and `recent` searches on a database nobody
+# writes; but mapped while commits came (a mapping follows the growing file) searches were 30-40%
+# slower. A 32 MiB page cache instead helped relevance as much but made `recent` 15% slower, and
+# any commit empties it (measured side by side: bench/bench_cache.py).
+QUIET_SEARCHES = 3
 
 
 class _Reader:
@@ -40,6 +47,9 @@ class _Reader:
     def __init__(self, conn: aiosqlite.Connection) -> None:
         self.conn = conn
         self.deadline = math.inf
+        self.data_version: int | None = None  # PRAGMA data_version at its last search
+        self.quiet = 0  # searches in a row that found the database unchanged
+        self.mmap_bytes = 0
 
     def expired(self) -> int:
         return 1 if time.monotonic() > self.deadline else 0
@@ -49,13 +59,15 @@ class SqliteAgentStore:
     """The transcripts, index and index state of one agent, in `<data_dir>/agents/<agentId>.db`."""
 
     def __init__(self, path: Path, agent_id: str, *, readers: int = 4, cold_dir: Path | None = None,
-                 busy_timeout_ms: int = 30_000, mmap_bytes: int = 0, rows_in_sql: bool = False) -> None:
+                 busy_timeout_ms: int = 30_000, mmap_bytes: int = 0, quiet_mmap_bytes: int = 0,
+                 rows_in_sql: bool = False) -> None:
         self.path = Path(path)
         self.agent_id = agent_id
         self.cold_dir = Path(cold_dir) if cold_dir else self.path.parent / "cold" / agent_id
         self._max_readers = max(1, readers)
         self._busy_timeout_ms = busy_timeout_ms
         self._mmap_bytes = max(0, mmap_bytes)
+        self._quiet_mmap_bytes = max(self._mmap_bytes, quiet_mmap_bytes)
         self._rows_in_sql = rows_in_sql
         self._executor: ThreadPoolExecutor | None = None
         self._writer: SqliteWriter | None = None
@@ -106,12 +118,12 @@ class SqliteAgentStore:
             conn = await aiosqlite.connect(self.path, isolation_level=None)
             await conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
             await conn.execute("PRAGMA query_only = 1")
-            # Off by default. Mapped reads took 10-30% off a ranking statement on a database nobody
-            # writes, but with appends or reconciliation running searches got slower (p50 11 -> 16
-            # ms with a steady append stream, 8 -> 14 ms during bench_pipeline's reconciliation):
-            # the file grows and the readers' mappings follow it.
+            # Off by default: mapped all the time, searches got slower while appends or
+            # reconciliation ran (p50 8 -> 14 ms during bench_pipeline's reconciliation), the
+            # mapping following the growing file. A quiet reader maps it (_fit_mapping).
             await conn.execute(f"PRAGMA mmap_size = {self._mmap_bytes}")
             reader = _Reader(conn)
+            reader.mmap_bytes = self._mmap_bytes
             await conn.set_progress_handler(reader.expired, PROGRESS_OPS)
             self._all_readers.append(reader)
             self._readers.put_nowait(reader)
@@ -348,10 +360,12 @@ class SqliteAgentStore:
             "ELSE (SELECT json_group_array(wid) FROM windows WHERE needs_rebuild = 1) END, "
             "(SELECT value FROM meta WHERE key = 'hot_version'), "
             "CASE WHEN (SELECT value FROM meta WHERE key = 'hot_version') IS :hot_seen THEN NULL "
-            "ELSE (SELECT json_group_array(word) FROM hot_words WHERE log_seq >= 0) END "
-            "UNION ALL SELECT e.id, e.event_id, e.ts, e.text, NULL, NULL "
+            "ELSE (SELECT json_group_array(word) FROM hot_words WHERE log_seq >= 0) END, "
+            "(SELECT data_version FROM pragma_data_version) "
+            "UNION ALL SELECT e.id, e.event_id, e.ts, e.text, NULL, NULL, NULL "
             "FROM json_each(:ids) j JOIN events e ON e.id = j.value",
             {"ids": ids, "seen": seen_version, "hot_seen": self._hot_seen[0]})
+        await self._fit_mapping(reader, rows[0][6])
         if rows[0][5] is not None:  # the usable words changed: the next search knows them
             self._hot_seen = (rows[0][4], frozenset(json.loads(rows[0][5])))
         dirty_version, dirty_json = rows[0][2], rows[0][3]
@@ -374,6 +388,15 @@ class SqliteAgentStore:
         hits = [(rid, ranks.get(rid, 0.0), *shown[rid][1:]) if rid in shown else (rid, math.inf, "", 0, "")
                 for rid, _ in top]
         return rows[0][1], seen_dirty, hits
+
+    async def _fit_mapping(self, reader: _Reader, data_version: int) -> None:
+        """Map the database into the reader while it stays unchanged; stop at a change."""
+        reader.quiet = reader.quiet + 1 if data_version == reader.data_version else 0
+        reader.data_version = data_version
+        want = self._quiet_mmap_bytes if reader.quiet >= QUIET_SEARCHES else self._mmap_bytes
+        if want != reader.mmap_bytes:
+            await reader.conn.execute(f"PRAGMA mmap_size = {int(want)}")
+            reader.mmap_bytes = want
 
     async def _ranked(self, reader: _Reader, match: str, k: int, order: str, where: list[str],
                       params: dict[str, Any]) -> list[tuple]:
