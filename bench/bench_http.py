@@ -1,6 +1,6 @@
 """HTTP search under concurrent load, next to the same searches through the Python API.
 
-    .venv/bin/python bench/bench_http.py [--seconds 30] [--clients 32]
+    .venv/bin/python bench/bench_http.py [--seconds 30] [--clients 32] [--phases idle,idle_low,busy] [--quiet-mmap-mb N]
 
 Uses the 1,000,000-message data dir that bench_search.py builds (run it first), on a copy.
 Drives `POST /v1/sessions.search` on a real `sessionsearch serve` over loopback with wrk
@@ -67,10 +67,11 @@ def wrk(url: str, words: list[str], seconds: int, clients: int, work: Path) -> d
             "p95_ms": p95 / 1000, "p99_ms": p99 / 1000, "requests": requests}
 
 
-async def python_api(data: Path, words: list[str], seconds: int, clients: int, redis_url: str | None) -> dict:
+async def python_api(data: Path, words: list[str], seconds: int, clients: int, redis_url: str | None,
+                     quiet_mmap_mb: int) -> dict:
     from sessionsearch.queue import Pipeline
 
-    settings = Settings(data_dir=str(data), redis_url=redis_url)
+    settings = Settings(data_dir=str(data), redis_url=redis_url, reader_quiet_mmap_mb=quiet_mmap_mb)
     pipeline = Pipeline(settings)
     latencies: list[float] = []
     async with Engine(settings=settings, enqueuer=pipeline.reconciler.enqueue) as engine:
@@ -93,9 +94,10 @@ async def python_api(data: Path, words: list[str], seconds: int, clients: int, r
             "p95_ms": pct(latencies, 0.95) * 1000, "p99_ms": pct(latencies, 0.99) * 1000, "requests": len(latencies)}
 
 
-def serve(data: Path, port: int, log: Path) -> subprocess.Popen:
+def serve(data: Path, port: int, log: Path, quiet_mmap_mb: int) -> subprocess.Popen:
     env = {**os.environ, "SESSIONSEARCH_DATA_DIR": str(data), "SESSIONSEARCH_PORT": str(port),
-           "SESSIONSEARCH_REDIS_URL": REDIS_URL, "SESSIONSEARCH_LOG_LEVEL": "WARNING"}
+           "SESSIONSEARCH_REDIS_URL": REDIS_URL, "SESSIONSEARCH_LOG_LEVEL": "WARNING",
+           "SESSIONSEARCH_READER_QUIET_MMAP_MB": str(quiet_mmap_mb)}
     proc = subprocess.Popen([sys.executable, "-m", "sessionsearch.cli", "serve"], env=env,
                             stdout=open(log, "w"), stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60
@@ -135,6 +137,9 @@ async def main() -> None:
     parser.add_argument("--source", default=str(HERE / "work" / "search-1000000"))
     parser.add_argument("--busy-messages", type=int, default=800_000)
     parser.add_argument("--low-clients", type=int, default=8)
+    parser.add_argument("--phases", default="idle,idle_low,busy", help="which of idle, idle_low, busy to run")
+    parser.add_argument("--quiet-mmap-mb", type=int, default=Settings().reader_quiet_mmap_mb,
+                        help="search.readerQuietMmapMb for the server and the Python API (0: readers never map)")
     parser.add_argument("--out", default=str(HERE / "results" / "http.json"))
     args = parser.parse_args()
     sslogging.configure("WARNING")
@@ -149,13 +154,16 @@ async def main() -> None:
     shutil.copytree(source / "data", data)
     redis.Redis.from_url(REDIS_URL).flushdb()
     port = 8799
-    report: dict = {"clients": args.clients, "seconds": args.seconds, "words": words}
-    phases = [("idle", args.clients, False), (f"idle_{args.low_clients}_clients", args.low_clients, False),
-              ("busy", args.clients, True)]
+    report: dict = {"clients": args.clients, "seconds": args.seconds, "words": words,
+                    "reader_quiet_mmap_mb": args.quiet_mmap_mb}
+    chosen = args.phases.split(",")
+    phases = [(name, clients, busy) for key, name, clients, busy in (
+        ("idle", "idle", args.clients, False), ("idle_low", f"idle_{args.low_clients}_clients", args.low_clients, False),
+        ("busy", "busy", args.clients, True)) if key in chosen]
     for phase, clients, busy in phases:
         # busy: a worker reconciles freshly imported sessions during each of the two measurements
         worker = await make_busy(data, work, args.busy_messages, f"{phase}-http") if busy else None
-        server = serve(data, port, work / f"server-{phase}.log")
+        server = serve(data, port, work / f"server-{phase}.log", args.quiet_mmap_mb)
         try:
             http = wrk(f"http://127.0.0.1:{port}", words, args.seconds, clients, work)
         finally:
@@ -163,7 +171,7 @@ async def main() -> None:
         if worker is not None:
             stop(worker)
             worker = await make_busy(data, work, args.busy_messages, f"{phase}-api")
-        api = await python_api(data, words, args.seconds, clients, REDIS_URL)
+        api = await python_api(data, words, args.seconds, clients, REDIS_URL, args.quiet_mmap_mb)
         if worker is not None:
             stop(worker)
         report[phase] = {"clients": clients, "http": http, "python_api": api,
