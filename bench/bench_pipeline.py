@@ -8,7 +8,8 @@ and of a second one (which must enqueue nothing); the time until `indexing` is f
 with 2 worker processes (at idle CPU priority, the default, and 1 at normal priority), as reconciliation throughput next to a bare FTS5 bulk insert of the same
 rows (run before and after the workers, the mean taken: the machine's speed drifts), and next to
 the same reconciliation run in-process, without the queue; search p95 while
-reconciliation runs next to idle, and the latency of appends to a live session meanwhile; and
+reconciliation runs next to idle (the same searches beside the same appends to a live session,
+nothing reconciling) and quiet (nothing written either), and the latency of those appends; and
 worker peak RSS while reconciling one 200,000-message session. Figures go to bench/results/pipeline.json.
 """
 
@@ -181,16 +182,27 @@ async def reconcile_run(base: Path, work: Path, processes: int, words: list[str]
         messages = (await engine.index_status())["agents"][0]["messages"]
         out["reconcile_msgs_per_s"] = messages / out["seconds_until_complete"]
         stop(workers)
-        idle = []
+        # idle: the same searches beside the same live appends, nothing reconciling; quiet: nothing
+        # written either, where readers map the database (store/sqlite.py) and search faster
+        idle, quiet = [], []
         for i in range(max(40, len(busy))):
             t = time.perf_counter()
             await engine.search(query=words[i % len(words)])
             idle.append(time.perf_counter() - t)
+            await engine.append("agent:main:bench-live", [live_message(n + 1 + i)])
+            await asyncio.sleep(0.05)
+        for i in range(max(40, len(busy))):
+            t = time.perf_counter()
+            await engine.search(query=words[i % len(words)])
+            quiet.append(time.perf_counter() - t)
         out.update(search_busy_p95_ms=pct(busy, 0.95) * 1000, search_idle_p95_ms=pct(idle, 0.95) * 1000,
+                   search_quiet_p95_ms=pct(quiet, 0.95) * 1000,
                    search_busy_p50_ms=statistics.median(busy) * 1000, search_idle_p50_ms=statistics.median(idle) * 1000,
+                   search_quiet_p50_ms=statistics.median(quiet) * 1000,
                    searches_while_busy=len(busy), append_busy_p50_ms=statistics.median(appends) * 1000,
                    append_busy_p95_ms=pct(appends, 0.95) * 1000, append_busy_max_ms=max(appends) * 1000)
         out["p95_ratio_busy_vs_idle"] = out["search_busy_p95_ms"] / out["search_idle_p95_ms"]
+        out["p95_ratio_busy_vs_quiet"] = out["search_busy_p95_ms"] / out["search_quiet_p95_ms"]
     pipeline.close()
     shutil.rmtree(data, ignore_errors=True)
     return out
@@ -291,7 +303,8 @@ async def main() -> None:
         run["ratio_vs_bare_insert"] = run["reconcile_msgs_per_s"] / bare
         print(f"{run['processes']} worker process(es) at {run['cpu_priority']} CPU priority: "
               f"{run['reconcile_msgs_per_s']:,.0f} msg/s, {run['ratio_vs_bare_insert']:.2f}x of bare; "
-              f"search p95 busy/idle {run['p95_ratio_busy_vs_idle']:.2f}x; appends meanwhile p50 "
+              f"search p95 busy/idle {run['p95_ratio_busy_vs_idle']:.2f}x (busy/quiet "
+              f"{run['p95_ratio_busy_vs_quiet']:.2f}x); appends meanwhile p50 "
               f"{run['append_busy_p50_ms']:.1f} ms, p95 {run['append_busy_p95_ms']:.1f} ms, max "
               f"{run['append_busy_max_ms']:.0f} ms", file=sys.stderr)
     report["reconcile"] = runs

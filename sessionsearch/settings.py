@@ -39,6 +39,13 @@ def _list(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
+def _mib(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError(f"must be 0 or more MiB, not {value}")
+    return value
+
+
 def _choice(*allowed: str) -> Callable[[str], str]:
     def parse(text: str) -> str:
         if text not in allowed:
@@ -81,10 +88,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("readers_per_agent", 4, "Reader connections per agent database.",
             env="SESSIONSEARCH_READERS_PER_AGENT", toml="search.readersPerAgent", parse=int),
     Setting("reader_mmap_mb", 0, "MiB of each agent database a reader maps into memory (0: read() calls).",
-            env="SESSIONSEARCH_READER_MMAP_MB", toml="search.readerMmapMb", parse=int),
+            env="SESSIONSEARCH_READER_MMAP_MB", toml="search.readerMmapMb", parse=_mib),
     Setting("reader_quiet_mmap_mb", 2048,
             "MiB of the database a reader maps while it goes unchanged (0: never; SQLite caps it at ~2 GiB).",
-            env="SESSIONSEARCH_READER_QUIET_MMAP_MB", toml="search.readerQuietMmapMb", parse=int),
+            env="SESSIONSEARCH_READER_QUIET_MMAP_MB", toml="search.readerQuietMmapMb", parse=_mib),
     # history (SPEC §5)
     Setting("history_max_bytes", 80 * 1024, "JSON size budget of one history response.",
             toml="history.maxBytes", parse=int),
@@ -218,6 +225,6 @@ def _check_toml_value(s: Setting, value: Any, path: Path) -> Any:
         return float(value)
     if not isinstance(value, expected):
         raise InvalidRequest(f"{where} must be a {expected.__name__}", field=s.toml)
-    if isinstance(value, str):
-        return _parse(s, value, where)
+    if isinstance(value, str) or s.parse not in (str, int, float):  # a number with a range checks it too
+        return _parse(s, str(value), where)
     return value

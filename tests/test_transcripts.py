@@ -278,6 +278,12 @@ async def test_a_reader_maps_the_database_while_nothing_is_written_and_stops_at_
             await engine.search(query="mapped")
         assert await mapped(await engine.store("main")) == {8 << 20}
     assert Settings.load(env={"SESSIONSEARCH_READER_QUIET_MMAP_MB": "64"}).reader_quiet_mmap_mb == 64
+    with pytest.raises(InvalidRequest, match="^SESSIONSEARCH_READER_QUIET_MMAP_MB: must be 0 or more MiB, not -1$"):
+        Settings.load(env={"SESSIONSEARCH_READER_QUIET_MMAP_MB": "-1"})
+    config = tmp_path / "sessionsearch.toml"
+    config.write_text("[search]\nreaderQuietMmapMb = -5\n")
+    with pytest.raises(InvalidRequest, match="search.readerQuietMmapMb: must be 0 or more MiB, not -5$"):
+        Settings.load(config=str(config), env={})
 
 
 async def test_each_agent_has_its_own_database(tmp_path):
