@@ -32,7 +32,7 @@ import aiosqlite
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_search import BARE_SQL, pick_words  # noqa: E402
+from bench_search import BARE_SQL, built_data, pick_words  # noqa: E402
 from stats import pct  # noqa: E402
 
 from sessionsearch import Engine, Settings  # noqa: E402
@@ -97,9 +97,7 @@ async def main() -> None:
     parser.add_argument("--out", default=str(HERE / "results" / "cache.json"))
     args = parser.parse_args()
     sslogging.configure("WARNING")
-    work = HERE / "work" / f"search-{args.messages}"
-    if not (work / "build.json").exists():
-        sys.exit(f"no benchmark data in {work}: run bench/bench_search.py first")
+    work = built_data(args.messages)
     copy = work / "cache-copy"
     shutil.rmtree(copy, ignore_errors=True)
     with sqlite3.connect(work / "data" / "agents" / "main.db") as conn:

@@ -26,7 +26,7 @@ import aiosqlite
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_search import BARE_SQL, pick_words  # noqa: E402
+from bench_search import BARE_SQL, built_data, pick_words  # noqa: E402
 
 from sessionsearch import Engine, Settings  # noqa: E402
 from sessionsearch import logging as sslogging  # noqa: E402
@@ -44,9 +44,7 @@ async def main() -> None:
     parser.add_argument("--out", default=str(HERE / "results" / "floor.json"))
     args = parser.parse_args()
     sslogging.configure("WARNING")
-    work = HERE / "work" / f"search-{args.messages}"
-    if not (work / "build.json").exists():
-        sys.exit(f"no benchmark data in {work}: run bench/bench_search.py first")
+    work = built_data(args.messages)
     words = pick_words(work / "bare.db", args.messages)["rare"]
     data = work / "data"
     ours = await aiosqlite.connect(data / "agents" / "main.db")

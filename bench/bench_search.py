@@ -42,6 +42,14 @@ HERE = Path(__file__).resolve().parent
 BARE_SQL = "SELECT rowid, bm25(f) FROM f WHERE f MATCH ? ORDER BY bm25(f) LIMIT 26"
 
 
+def built_data(messages: int) -> Path:
+    """The work dir this benchmark built for `messages` (other benchmarks reuse it), or exit."""
+    work = HERE / "work" / f"search-{messages}"
+    if not (work / "build.json").exists():
+        sys.exit(f"no benchmark data in {work}: run bench/bench_search.py first")
+    return work
+
+
 def events_for(session: int, texts: list[tuple[str, str]], start: int = 0) -> list[dict]:
     out, parent = [], (f"s{session}-{start - 1}" if start else None)
     for i, (role, text) in enumerate(texts, start):
