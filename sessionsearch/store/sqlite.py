@@ -341,12 +341,13 @@ class SqliteAgentStore:
         "relevance" the rows returned hold the exact top `k` by bm25, then newest, then message id;
         for "recent" by newest, then message id (more rows may come back; the caller sorts and cuts).
 
-        A relevance search is one statement: the plain FTS5 scan with a bounded sorter that bare
-        FTS5 would run, as a subquery whose rows fetch what the hits show, then the head row
+        The ranking is one statement: the plain FTS5 scan with a bounded sorter that bare FTS5
+        would run, as a subquery whose rows fetch what the hits show, then the head row
         (_HEAD_SQL): the meta version and the dirty windows, all in one snapshot and one round trip.
-        `recent`, ranks from postings, and ties running through the sorter's margin fetch the
-        shown rows and the head in a second statement. While this store last saw no window needing
-        reconciliation the ranking does not look for any, and the head confirms it.
+        Ranks from postings and ties running through the sorter's margin fetch the shown rows and
+        the head in a second statement; `recent` reads the bm25 of its shown rows in another. While
+        this store last saw no window needing reconciliation the ranking does not look for any,
+        and the head confirms it.
 
         `hot` is the FTS5 token of a one-word query: when the word has postings (sqlite_hot.py) a
         relevance search over the whole agent (`include` None) ranks from them instead of scoring
@@ -366,10 +367,10 @@ class SqliteAgentStore:
             finally:
                 if reader.conn.in_transaction:
                     await reader.conn.execute("COMMIT")
-        if top is None and order != "recent":
-            top, shown, head = await self._ranked_shown(reader, match, k, where, params, seen_version)
         if top is None:
-            top = await self._ranked(reader, match, k, order, where, params)
+            top, shown, head = await self._ranked_shown(reader, match, k, order, where, params, seen_version)
+        if top is None:  # a tie through the sorter's whole margin
+            top = await self._materialized(reader, match, k, order, where, params)
         ids = json.dumps([r[0] for r in top if r[0]])
         if head is None:
             rows = await reader.conn.execute_fetchall(
@@ -400,25 +401,27 @@ class SqliteAgentStore:
                 for rid, _ in top]
         return head[1], seen_dirty, hits
 
-    async def _ranked_shown(self, reader: _Reader, match: str, k: int, where: list[str], params: dict[str, Any],
-                            seen_version: int | None) -> tuple[list[tuple] | None, dict[int, tuple], tuple | None]:
-        """The relevance ranking, what its rows show and the head row, in one statement.
+    async def _ranked_shown(self, reader: _Reader, match: str, k: int, order: str, where: list[str],
+                            params: dict[str, Any], seen_version: int | None
+                            ) -> tuple[list[tuple] | None, dict[int, tuple], tuple | None]:
+        """The ranking (bm25, or newest first for "recent"), what its rows show and the head row,
+        in one statement: at least the top `k` as (id, sort value), plus (0, inf) when more matched.
 
-        Returns (top, shown, head) as `_ranked` and the second statement would; all None/empty
-        when a tie runs through the sorter's whole margin (`_ranked` then materializes every
-        match, and the second statement reads what those rows show).
-        Wrapping the scan in a subquery costs it nothing measurable (0.3% and 1% words, mapped or
-        not); the rows past the k-th fetch their text too, ~1 µs each.
+        Returns (top, shown, head); all None/empty when a tie runs through the sorter's whole
+        margin (`_materialized` then ranks every match, and a second statement reads what those
+        rows show). Wrapping the scan in a subquery costs it nothing measurable (0.3% and 1% words,
+        mapped or not); the rows past the k-th fetch their text too, ~1 µs each.
         """
         cond = " AND ".join(["msg_fts MATCH :match", *where])
+        key, direction = ("bm25(msg_fts)", "") if order != "recent" else ("ts", " DESC")
         params["k2"] = k + TIE_MARGIN
         rows = await reader.conn.execute_fetchall(
-            "SELECT top.id, top.rank, e.event_id, e.ts, e.text, NULL, NULL FROM (SELECT rowid AS id, "
-            f"bm25(msg_fts) AS rank FROM msg_fts WHERE {cond} ORDER BY bm25(msg_fts) LIMIT :k2) top "
+            f"SELECT top.id, top.key, e.event_id, e.ts, e.text, NULL, NULL FROM (SELECT rowid AS id, {key} AS key "
+            f"FROM msg_fts WHERE {cond} ORDER BY {key}{direction} LIMIT :k2) top "
             f"LEFT JOIN events e ON e.id = top.id UNION ALL {self._HEAD_SQL}",
             {**params, "seen": seen_version, "hot_seen": self._hot_seen[0]})
         head = rows[-1]  # UNION ALL: the head row comes last
-        ranked = sorted(rows[:-1], key=lambda r: r[1])
+        ranked = sorted(rows[:-1], key=lambda r: r[1], reverse=order == "recent")
         top = self._cut([(r[0], r[1]) for r in ranked], k)
         if top is None:
             return None, {}, None
@@ -444,23 +447,11 @@ class SqliteAgentStore:
             await reader.conn.execute(f"PRAGMA mmap_size = {int(want)}")
             reader.mmap_bytes = want
 
-    async def _ranked(self, reader: _Reader, match: str, k: int, order: str, where: list[str],
-                      params: dict[str, Any]) -> list[tuple]:
-        """(id, sort value) of at least the top `k` matches in order, plus (0, inf) when more matched.
-
-        `recent` runs a bounded sorter that keeps a margin past k; only when a tie runs through the
-        whole margin is every match materialized, so that the tie rule (newer, then message id)
-        sees all of the boundary. Relevance comes here only for that case (`_ranked_shown` ran
-        its sorter).
-        """
+    async def _materialized(self, reader: _Reader, match: str, k: int, order: str, where: list[str],
+                            params: dict[str, Any]) -> list[tuple]:
+        """The top `k` (id, sort value) of every match ranked with the whole tie rule (newer, then
+        message id), plus (0, inf): for a tie that ran through the bounded sorter's margin."""
         cond = " AND ".join(["msg_fts MATCH :match", *where])
-        if order == "recent":
-            params["k2"] = k + TIE_MARGIN
-            top = await reader.conn.execute_fetchall(
-                f"SELECT rowid, ts FROM msg_fts WHERE {cond} ORDER BY ts DESC LIMIT :k2", params)
-            cut = self._cut(list(top), k)
-            if cut is not None:
-                return cut
         params["k"] = k
         if order == "recent":
             sql = (f"WITH m AS MATERIALIZED (SELECT rowid AS id, ts, mid FROM msg_fts WHERE {cond}) "
