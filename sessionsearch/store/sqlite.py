@@ -396,9 +396,10 @@ class SqliteAgentStore:
             ranks = dict(await reader.conn.execute_fetchall(
                 "SELECT rowid, bm25(msg_fts) FROM msg_fts WHERE msg_fts MATCH :match "
                 "AND +rowid IN (SELECT value FROM json_each(:ids))", {"match": match, "ids": ids}))
-        # a row id of 0 is a sentinel (no window has id 0): it says more matched than the top k
-        hits = [(rid, ranks.get(rid, 0.0), *shown[rid][1:]) if rid in shown else (rid, math.inf, "", 0, "")
-                for rid, _ in top]
+        # a row id of 0 is a sentinel (no window has id 0): it says more matched than the top k; an
+        # index row whose transcript row is gone (an orphan awaiting the sweep) is no hit
+        hits = [(rid, ranks.get(rid, 0.0), *shown[rid][1:]) if rid else (0, math.inf, "", 0, "")
+                for rid, _ in top if rid in shown or not rid]
         return head[1], seen_dirty, hits
 
     async def _ranked_shown(self, reader: _Reader, match: str, k: int, order: str, where: list[str],
@@ -425,7 +426,9 @@ class SqliteAgentStore:
         top = self._cut([(r[0], r[1]) for r in ranked], k)
         if top is None:
             return None, {}, None
-        return top, {r[0]: (r[0], r[2], r[3], r[4]) for r in ranked}, head
+        # an index row whose transcript row is gone shows nothing, as with the inner join of the
+        # second statement (events.ts is never NULL)
+        return top, {r[0]: (r[0], r[2], r[3], r[4]) for r in ranked if r[3] is not None}, head
 
     @staticmethod
     def _cut(top: list[tuple], k: int) -> list[tuple] | None:
