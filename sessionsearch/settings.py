@@ -40,7 +40,10 @@ def _list(text: str) -> list[str]:
 
 
 def _mib(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"must be a whole number of MiB, not {text!r}") from None
     if value < 0:
         raise ValueError(f"must be 0 or more MiB, not {value}")
     return value

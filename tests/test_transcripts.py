@@ -280,6 +280,8 @@ async def test_a_reader_maps_the_database_while_nothing_is_written_and_stops_at_
     assert Settings.load(env={"SESSIONSEARCH_READER_QUIET_MMAP_MB": "64"}).reader_quiet_mmap_mb == 64
     with pytest.raises(InvalidRequest, match="^SESSIONSEARCH_READER_QUIET_MMAP_MB: must be 0 or more MiB, not -1$"):
         Settings.load(env={"SESSIONSEARCH_READER_QUIET_MMAP_MB": "-1"})
+    with pytest.raises(InvalidRequest, match="^SESSIONSEARCH_READER_MMAP_MB: must be a whole number of MiB, not '1.5'$"):
+        Settings.load(env={"SESSIONSEARCH_READER_MMAP_MB": "1.5"})
     config = tmp_path / "sessionsearch.toml"
     config.write_text("[search]\nreaderQuietMmapMb = -5\n")
     with pytest.raises(InvalidRequest, match="search.readerQuietMmapMb: must be 0 or more MiB, not -5$"):

@@ -44,12 +44,12 @@ QUIET_SEARCHES = 3
 class _Reader:
     """A reader connection whose statements are interrupted once `deadline` (monotonic s) passes."""
 
-    def __init__(self, conn: aiosqlite.Connection) -> None:
+    def __init__(self, conn: aiosqlite.Connection, mmap_bytes: int) -> None:
         self.conn = conn
         self.deadline = math.inf
         self.data_version: int | None = None  # PRAGMA data_version at its last search
         self.quiet = 0  # searches in a row that found the database unchanged
-        self.mmap_bytes = 0
+        self.mmap_bytes = mmap_bytes  # as set on the connection
 
     def expired(self) -> int:
         return 1 if time.monotonic() > self.deadline else 0
@@ -122,8 +122,7 @@ class SqliteAgentStore:
             # reconciliation ran (p50 8 -> 14 ms during bench_pipeline's reconciliation), the
             # mapping following the growing file. A quiet reader maps it (_fit_mapping).
             await conn.execute(f"PRAGMA mmap_size = {self._mmap_bytes}")
-            reader = _Reader(conn)
-            reader.mmap_bytes = self._mmap_bytes
+            reader = _Reader(conn, self._mmap_bytes)
             await conn.set_progress_handler(reader.expired, PROGRESS_OPS)
             self._all_readers.append(reader)
             self._readers.put_nowait(reader)
@@ -371,14 +370,13 @@ class SqliteAgentStore:
             top, shown, head = await self._ranked_shown(reader, match, k, order, where, params, seen_version)
         if top is None:  # a tie through the sorter's whole margin
             top = await self._materialized(reader, match, k, order, where, params)
-        ids = json.dumps([r[0] for r in top if r[0]])
+        ids = None if head is not None and order != "recent" else json.dumps([r[0] for r in top if r[0]])
         if head is None:
             rows = await reader.conn.execute_fetchall(
                 f"{self._HEAD_SQL} UNION ALL SELECT e.id, e.event_id, e.ts, e.text, NULL, NULL, NULL "
                 "FROM json_each(:ids) j JOIN events e ON e.id = j.value",
                 {"ids": ids, "seen": seen_version, "hot_seen": self._hot_seen[0]})
             head, shown = rows[0], {r[0]: r[:4] for r in rows[1:]}
-        await self._fit_mapping(reader, head[6])
         if head[5] is not None:  # the usable words changed: the next search knows them
             self._hot_seen = (head[4], frozenset(json.loads(head[5])))
         dirty_version, dirty_json = head[2], head[3]
@@ -388,6 +386,7 @@ class SqliteAgentStore:
             if not filtered and seen_dirty:  # a window turned dirty meanwhile: rank again, excluding it
                 return await self.search_top(reader, match, k=k, order=order, include=include, exclude=exclude,
                                              role=role, hot=hot)
+        await self._fit_mapping(reader, head[6])  # after the retry above, which fits it itself
         ranks = {r[0]: r[1] for r in top}
         if order == "recent" and top:
             # bm25 of the shown rows only: a walk of the doclist that reads no row, bm25 evaluated
