@@ -42,6 +42,7 @@ from stats import pct  # noqa: E402
 
 sys.path.insert(0, str(HERE.parent))
 from sessionsearch.store.sqlite_hot import B, K1, average_length, varint_sum  # noqa: E402
+from sessionsearch.store.rowids import wid_of, wid_sql  # noqa: E402
 
 EPS = 1e-9  # relative: far above the rounding difference between this score and FTS5's
 K = 26  # a search's limit of 25, plus one that says more matched
@@ -205,12 +206,12 @@ def main() -> None:
                         conn.execute("DELETE FROM held")
             # a scope that leaves out every other window: half the rows to skip in the merge
             scoped_truth = [r[0] for r in conn.execute(
-                "SELECT rowid FROM msg_fts WHERE msg_fts MATCH ? AND (rowid >> 31) % 2 = 0 "
+                f"SELECT rowid FROM msg_fts WHERE msg_fts MATCH ? AND {wid_sql('rowid')} % 2 = 0 "
                 "ORDER BY bm25(msg_fts), ts DESC, mid LIMIT ?", ('"' + word + '"', K))]
-            got = [h[0] for h in top_k(conn, word, K, [], accept=lambda rid: (rid >> 31) % 2 == 0)]
+            got = [h[0] for h in top_k(conn, word, K, [], accept=lambda rid: wid_of(rid) % 2 == 0)]
             checked += 1
             wrong += got != scoped_truth
-            p50, p95, _ = timed(lambda: top_k(conn, word, K, [], accept=lambda rid: (rid >> 31) % 2 == 0), args.reps)
+            p50, p95, _ = timed(lambda: top_k(conn, word, K, [], accept=lambda rid: wid_of(rid) % 2 == 0), args.reps)
             entry["half_the_windows"] = {"p50_ms": p50, "p95_ms": p95, "exact": got == scoped_truth}
             rows.append(entry)
             print(json.dumps(entry), file=sys.stderr)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from ..store.rowids import MAX_SEQ
 from ..store.sqlite import SqliteAgentStore
 
 log = structlog.get_logger("sessionsearch.reconcile")
@@ -78,7 +79,7 @@ async def reconcile_window(store: SqliteAgentStore, wid: int, *, batch_rows: int
                     return _done(store, wid, result, started)
                 end = first + batch_rows - 1
                 final = end >= last_seq
-                changed = await store.reconcile_batch(wid, token, first, (1 << 30) - 1 if final else end, lease_s)
+                changed = await store.reconcile_batch(wid, token, first, MAX_SEQ if final else end, lease_s)
                 if changed is None:
                     result.outcome = "lost"
                     return _done(store, wid, result, started)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .rowids import from_v1_sql, is_low_v1_sql
+
 MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (1, "transcripts_and_index", """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -46,7 +48,7 @@ CREATE TABLE windows (
 CREATE INDEX windows_by_key ON windows (session_key);
 CREATE INDEX windows_dirty ON windows (wid) WHERE needs_rebuild = 1;
 
--- Transcript rows. id = wid << 31 | seq << 1 | assistant (see rowids.py); on_branch is the
+-- Transcript rows. id = wid << 31 | seq << 1 | assistant (6 changes it, rowids.py); on_branch is the
 -- active-branch projection, kept current by every write.
 CREATE TABLE events (
     id INTEGER PRIMARY KEY,
@@ -144,5 +146,44 @@ END;
 CREATE TRIGGER hot_words_delete AFTER DELETE ON hot_words BEGIN
     UPDATE meta SET value = value + 1 WHERE key = 'hot_version';
 END;
+"""),
+    (6, "dense_row_ids", f"""
+-- Row ids move to the packed layout of rowids.py (a window's first 4,096 seqs at wid << 13, the
+-- rest at 2^62 | wid << 31), which makes FTS5's doclists dense. Every transcript and index row is
+-- copied under its new id, low region first, each in id order; the postings, whose row ids are
+-- the old ones, are dropped (`optimize` builds them again). Cold files keep the old ids and are
+-- rewritten as they are restored (rowids.is_v1).
+CREATE TABLE events_v6 (
+    id INTEGER PRIMARY KEY,
+    wid INTEGER NOT NULL,
+    event_id TEXT,
+    parent_seq INTEGER,
+    node_seq INTEGER,
+    type TEXT NOT NULL,
+    role TEXT,
+    ts INTEGER NOT NULL,
+    on_branch INTEGER NOT NULL DEFAULT 0,
+    text TEXT,
+    body TEXT NOT NULL
+);
+INSERT INTO events_v6 SELECT {from_v1_sql("id")}, wid, event_id, parent_seq, node_seq, type, role, ts,
+    on_branch, text, body FROM events WHERE {is_low_v1_sql("id")} ORDER BY id;
+INSERT INTO events_v6 SELECT {from_v1_sql("id")}, wid, event_id, parent_seq, node_seq, type, role, ts,
+    on_branch, text, body FROM events WHERE NOT {is_low_v1_sql("id")} ORDER BY id;
+DROP TABLE events;
+ALTER TABLE events_v6 RENAME TO events;
+CREATE INDEX events_by_event_id ON events (wid, event_id) WHERE event_id IS NOT NULL;
+CREATE VIRTUAL TABLE msg_fts_v6 USING fts5 (
+    text, ts UNINDEXED, mid UNINDEXED, tokenize = 'unicode61 remove_diacritics 2');
+INSERT INTO msg_fts_v6 (rowid, text, ts, mid) SELECT {from_v1_sql("rowid")}, text, ts, mid FROM msg_fts
+    WHERE {is_low_v1_sql("rowid")} ORDER BY rowid;
+INSERT INTO msg_fts_v6 (rowid, text, ts, mid) SELECT {from_v1_sql("rowid")}, text, ts, mid FROM msg_fts
+    WHERE NOT {is_low_v1_sql("rowid")} ORDER BY rowid;
+DROP TABLE msg_fts;
+ALTER TABLE msg_fts_v6 RENAME TO msg_fts;
+DELETE FROM hot_postings;
+DELETE FROM hot_words;
+DELETE FROM index_log;
+UPDATE meta SET value = 0 WHERE key = 'index_log';
 """),
 )

@@ -23,7 +23,7 @@ import aiosqlite
 from ..errors import SearchTimeout, Unavailable
 from ..indexer.events import Event
 from .base import AppendResult, ClaimInfo, SessionMeta, WindowMeta
-from .rowids import MAX_SEQ, window_range
+from .rowids import row_id, seq_sql, wid_sql, window_ranges
 from .sqlite_hot import MAX_WORDS, MIN_DOCS, MIN_SHARE, common_words, hot_top, read_postings
 from .sqlite_writer import SqliteWriter
 
@@ -294,23 +294,29 @@ class SqliteAgentStore:
         return version, True, [SessionMeta(*r) for r in sessions], [WindowMeta(*r) for r in windows], [], []
 
     def _scope_sql(self, include: list[int] | None, exclude: list[int] | None, role: str | None,
-                   params: dict[str, Any], *, dirty: bool = True) -> list[str]:
+                   params: dict[str, Any], *, dirty: bool = True, region: str | None = None) -> list[str]:
         """Conditions on rowid for a scope: windows in or out (as JSON lists), and the role bit.
 
         `dirty` adds the exclusion of windows needing reconciliation (their rows may be stale).
+        An `include` scope is two id ranges (rowids.py): `region` "low" or "high" keeps one, as a
+        range FTS5 can push down; None keeps both, which FTS5 filters row by row.
         """
         where = []
+        wid = wid_sql("rowid")
         if dirty:
-            where.append("(rowid >> 31) NOT IN (SELECT wid FROM windows WHERE needs_rebuild = 1)")
+            where.append(f"{wid} NOT IN (SELECT wid FROM windows WHERE needs_rebuild = 1)")
         if include is not None:
-            if include:  # a range FTS5 can push down: the scoped windows' ids
-                params["lo"], params["hi"] = window_range(min(include))[0], window_range(max(include))[1]
-                where.append("rowid BETWEEN :lo AND :hi")
+            if include:
+                (lo, _), (hlo, _) = window_ranges(min(include))
+                (_, hi), (_, hhi) = window_ranges(max(include))
+                params.update(lo=lo, hi=hi, hlo=hlo, hhi=hhi)
+                where.append({"low": "rowid BETWEEN :lo AND :hi", "high": "rowid BETWEEN :hlo AND :hhi"}.get(
+                    region, "(rowid BETWEEN :lo AND :hi OR rowid BETWEEN :hlo AND :hhi)"))
             if not include or max(include) - min(include) + 1 != len(include):  # else the range says it all
-                where.append("(rowid >> 31) IN (SELECT value FROM json_each(:incl))")
+                where.append(f"{wid} IN (SELECT value FROM json_each(:incl))")
                 params["incl"] = json.dumps(include)
         if exclude:
-            where.append("(rowid >> 31) NOT IN (SELECT value FROM json_each(:excl))")
+            where.append(f"{wid} NOT IN (SELECT value FROM json_each(:excl))")
             params["excl"] = json.dumps(exclude)
         if role is not None:
             where.append("(rowid & 1) = :rb")
@@ -356,6 +362,9 @@ class SqliteAgentStore:
         filtered = seen_version is None or bool(seen_dirty)
         params: dict[str, Any] = {"match": match}
         where = self._scope_sql(include, exclude, role, params, dirty=filtered)
+        # a scope of windows is two id ranges: each ranked by its own sorter on a pushed-down range
+        arms = [where] if not include else [
+            self._scope_sql(include, exclude, role, params, dirty=filtered, region=region) for region in ("low", "high")]
         top = shown = head = None
         # from postings only over the whole agent (less excluded windows): they are merged in the
         # agent's score order, and a narrow scope would pass over most of what they hold
@@ -367,7 +376,7 @@ class SqliteAgentStore:
                 if reader.conn.in_transaction:
                     await reader.conn.execute("COMMIT")
         if top is None:
-            top, shown, head = await self._ranked_shown(reader, match, k, order, where, params, seen_version)
+            top, shown, head = await self._ranked_shown(reader, match, k, order, arms, params, seen_version)
         if top is None:  # a tie through the sorter's whole margin
             top = await self._materialized(reader, match, k, order, where, params)
         ids = None if head is not None and order != "recent" else json.dumps([r[0] for r in top if r[0]])
@@ -401,27 +410,29 @@ class SqliteAgentStore:
                 for rid, _ in top if rid in shown or not rid]
         return head[1], seen_dirty, hits
 
-    async def _ranked_shown(self, reader: _Reader, match: str, k: int, order: str, where: list[str],
+    async def _ranked_shown(self, reader: _Reader, match: str, k: int, order: str, arms: list[list[str]],
                             params: dict[str, Any], seen_version: int | None
                             ) -> tuple[list[tuple] | None, dict[int, tuple], tuple | None]:
         """The ranking (bm25, or newest first for "recent"), what its rows show and the head row,
         in one statement: at least the top `k` as (id, sort value), plus (0, inf) when more matched.
 
-        Returns (top, shown, head); all None/empty when a tie runs through the sorter's whole
-        margin (`_materialized` then ranks every match, and a second statement reads what those
-        rows show). Wrapping the scan in a subquery costs it nothing measurable (0.3% and 1% words,
-        mapped or not); the rows past the k-th fetch their text too, ~1 µs each.
+        Each of `arms` (conditions) is ranked by its own bounded sorter; the rows of all are
+        merged here. Returns (top, shown, head); all None/empty when a tie runs through the
+        sorter's whole margin (`_materialized` then ranks every match, and a second statement reads
+        what those rows show). Wrapping the scan in a subquery costs it nothing measurable (0.3%
+        and 1% words, mapped or not); the rows past the k-th fetch their text too, ~1 µs each.
         """
-        cond = " AND ".join(["msg_fts MATCH :match", *where])
         key, direction = ("bm25(msg_fts)", "") if order != "recent" else ("ts", " DESC")
         params["k2"] = k + TIE_MARGIN
+        sorters = " UNION ALL ".join(
+            f"SELECT * FROM (SELECT rowid AS id, {key} AS key FROM msg_fts WHERE "
+            f"{' AND '.join(['msg_fts MATCH :match', *where])} ORDER BY {key}{direction} LIMIT :k2)" for where in arms)
         rows = await reader.conn.execute_fetchall(
-            f"SELECT top.id, top.key, e.event_id, e.ts, e.text, NULL, NULL FROM (SELECT rowid AS id, {key} AS key "
-            f"FROM msg_fts WHERE {cond} ORDER BY {key}{direction} LIMIT :k2) top "
+            f"SELECT top.id, top.key, e.event_id, e.ts, e.text, NULL, NULL FROM ({sorters}) top "
             f"LEFT JOIN events e ON e.id = top.id UNION ALL {self._HEAD_SQL}",
             {**params, "seen": seen_version, "hot_seen": self._hot_seen[0]})
         head = rows[-1]  # UNION ALL: the head row comes last
-        ranked = sorted(rows[:-1], key=lambda r: r[1], reverse=order == "recent")
+        ranked = sorted(rows[:-1], key=lambda r: r[1], reverse=order == "recent")[:params["k2"]]
         top = self._cut([(r[0], r[1]) for r in ranked], k)
         if top is None:
             return None, {}, None
@@ -474,8 +485,7 @@ class SqliteAgentStore:
         occurrences per length, then newest first.
         """
         params: dict[str, Any] = {"k": k}
-        where = ["(rowid >> 31) NOT IN (SELECT wid FROM windows WHERE needs_rebuild = 1)",
-                 *self._scope_sql(include, exclude, role, params)]
+        where = self._scope_sql(include, exclude, role, params)
         if match:
             where.append("msg_fts MATCH :match")
             params["match"] = match
@@ -515,23 +525,23 @@ class SqliteAgentStore:
 
     async def branch_rows(self, reader: _Reader, wid: int) -> list[tuple]:
         """The active branch's structural rows: (seq, event_id, type, role, first_kept_id)."""
-        lo, hi = window_range(wid)
-        rows = await reader.conn.execute_fetchall(
-            "SELECT (id >> 1) & ?, event_id, type, role, "
-            "CASE WHEN type = 'reset' THEN json_extract(body, '$.firstKeptEntryId') END "
-            "FROM events WHERE id BETWEEN ? AND ? AND on_branch = 1 ORDER BY id", (MAX_SEQ, lo, hi))
+        rows: list[tuple] = []
+        for lo, hi in window_ranges(wid):
+            rows += await reader.conn.execute_fetchall(
+                f"SELECT {seq_sql('id')}, event_id, type, role, "
+                "CASE WHEN type = 'reset' THEN json_extract(body, '$.firstKeptEntryId') END "
+                "FROM events WHERE id BETWEEN ? AND ? AND on_branch = 1 ORDER BY id", (lo, hi))
         return [tuple(r) for r in rows]
 
     async def message_rows(self, reader: _Reader, wid: int, seqs: list[int]) -> list[tuple]:
         """(seq, event_id, role, ts, body) of the given seqs, in seq order."""
         out: list[tuple] = []
-        lo, _ = window_range(wid)
         for start in range(0, len(seqs), 500):
             chunk = seqs[start:start + 500]
-            ids = [lo | (s << 1) | b for s in chunk for b in (0, 1)]
+            ids = [row_id(wid, s, role) for s in chunk for role in (None, "assistant")]
             marks = ",".join("?" * len(ids))
             out += await reader.conn.execute_fetchall(
-                f"SELECT (id >> 1) & {MAX_SEQ}, event_id, role, ts, body FROM events WHERE id IN ({marks})", ids)
+                f"SELECT {seq_sql('id')}, event_id, role, ts, body FROM events WHERE id IN ({marks})", ids)
         return sorted((tuple(r) for r in out), key=lambda r: r[0])
 
     async def activity(self, reader: _Reader) -> tuple[int, dict[str, int]]:
@@ -551,9 +561,10 @@ class SqliteAgentStore:
 
     async def index_rows(self, reader: _Reader, wid: int) -> list[int]:
         """Ids of the index rows of a window (for checks and tests)."""
-        lo, hi = window_range(wid)
-        rows = await reader.conn.execute_fetchall(
-            "SELECT rowid FROM msg_fts WHERE rowid BETWEEN ? AND ? ORDER BY rowid", (lo, hi))
+        rows: list[tuple] = []
+        for lo, hi in window_ranges(wid):
+            rows += await reader.conn.execute_fetchall(
+                "SELECT rowid FROM msg_fts WHERE rowid BETWEEN ? AND ? ORDER BY rowid", (lo, hi))
         return [r[0] for r in rows]
 
     def rebuilding_beside(self, wid: int) -> bool:

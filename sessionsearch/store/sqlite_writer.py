@@ -23,7 +23,7 @@ from ..indexer.events import Event
 from ..indexer.live import ids_to_resolve, plan_append
 from .base import AppendResult
 from .checkpoint import WalCheckpointer
-from .rowids import MAX_SEQ, row_id, window_range
+from .rowids import MAX_SEQ, MAX_WID, from_v1, id_sql, is_v1, row_id, seq_sql, window_ranges
 from .schema import MIGRATIONS
 from .sqlite_hot import HotWrites
 from .sqlite_reconcile import INDEXABLE, ReconcileWrites
@@ -226,6 +226,8 @@ class SqliteWriter(ReconcileWrites, HotWrites):
         wid = self.c.execute(
             "INSERT INTO windows (session_key, session_id, created_at, updated_at) VALUES (?, ?, ?, ?)",
             (key, session_id, now, now)).lastrowid
+        if wid > MAX_WID:  # the ids of its rows would not hold it (rowids.py)
+            raise Unavailable(f"this agent's store has used all {MAX_WID} session window numbers")
         self.c.execute("UPDATE sessions SET current_wid = ?, updated_at = ? WHERE session_key = ?", (wid, now, key))
         self._bump_meta()
         self._current[key] = wid
@@ -261,9 +263,7 @@ class SqliteWriter(ReconcileWrites, HotWrites):
             with self.tx() as c:
                 wids = [r[0] for r in c.execute("SELECT wid FROM windows WHERE session_key = ?", (key,))]
                 for wid in wids:
-                    lo, hi = window_range(wid)
-                    c.execute("DELETE FROM msg_fts WHERE rowid BETWEEN ? AND ?", (lo, hi))
-                    c.execute("DELETE FROM events WHERE id BETWEEN ? AND ?", (lo, hi))
+                    self._delete_rows(wid)
                 c.execute("DELETE FROM windows WHERE session_key = ?", (key,))
                 existed = c.execute("DELETE FROM sessions WHERE session_key = ?", (key,)).rowcount > 0
                 self._prune_tombstones()
@@ -273,6 +273,13 @@ class SqliteWriter(ReconcileWrites, HotWrites):
             self._forget()
         self._drop_cold_files(wids)
         return existed, wids
+
+    def _delete_rows(self, wid: int, *, index: bool = True) -> None:
+        """Delete a window's transcript rows, and its index rows unless `index` is False."""
+        for lo, hi in window_ranges(wid):
+            if index:
+                self.c.execute("DELETE FROM msg_fts WHERE rowid BETWEEN ? AND ?", (lo, hi))
+            self.c.execute("DELETE FROM events WHERE id BETWEEN ? AND ?", (lo, hi))
 
     def _prune_tombstones(self) -> None:
         """Past TOMBSTONES_KEPT deletion tombstones, drop the older half and raise `deleted_from`,
@@ -355,7 +362,7 @@ class SqliteWriter(ReconcileWrites, HotWrites):
             chunk = ids[start:start + 500]
             marks = ",".join("?" * len(chunk))
             for event_id, seq, node in self.c.execute(
-                    f"SELECT event_id, (id >> 1) & {MAX_SEQ}, node_seq FROM events "
+                    f"SELECT event_id, {seq_sql('id')}, node_seq FROM events "
                     f"WHERE wid = ? AND event_id IN ({marks})", (wid, *chunk)):
                 found.setdefault(event_id, (seq, node))
         return found
@@ -363,19 +370,21 @@ class SqliteWriter(ReconcileWrites, HotWrites):
     def _reproject(self, wid: int, leaf_seq: int | None) -> None:
         """Recompute the active-branch projection of a window from its leaf (non-linear writes)."""
         c = self.c
-        lo, hi = window_range(wid)
-        c.execute("UPDATE events SET on_branch = 0 WHERE id BETWEEN ? AND ? AND on_branch = 1", (lo, hi))
+        for lo, hi in window_ranges(wid):
+            c.execute("UPDATE events SET on_branch = 0 WHERE id BETWEEN ? AND ? AND on_branch = 1", (lo, hi))
         if leaf_seq is not None:
+            first = id_sql(":wid", "up.s")
             c.execute(
                 "WITH RECURSIVE up(s) AS (SELECT :leaf UNION ALL "
                 "  SELECT e.parent_seq FROM up JOIN events e "
-                "    ON e.id BETWEEN :base + (up.s << 1) AND :base + (up.s << 1) + 1 "
+                f"    ON e.id BETWEEN {first} AND {first} + 1 "
                 "  WHERE e.parent_seq IS NOT NULL) "
                 "UPDATE events SET on_branch = 1 WHERE id IN "
-                "  (SELECT :base + (s << 1) + b FROM up, (SELECT 0 AS b UNION ALL SELECT 1))",
-                {"leaf": leaf_seq, "base": lo})
-        c.execute(f"UPDATE windows SET messages = (SELECT count(*) FROM events WHERE id BETWEEN ? AND ? "
-                  f"AND {INDEXABLE}) WHERE wid = ?", (lo, hi, wid))
+                f"  (SELECT {id_sql(':wid', 's')} + b FROM up, (SELECT 0 AS b UNION ALL SELECT 1))",
+                {"leaf": leaf_seq, "wid": wid})
+        (low, high) = window_ranges(wid)
+        c.execute(f"UPDATE windows SET messages = (SELECT count(*) FROM events WHERE "
+                  f"(id BETWEEN ? AND ? OR id BETWEEN ? AND ?) AND {INDEXABLE}) WHERE wid = ?", (*low, *high, wid))
 
     # -- archive -----------------------------------------------------------------------------
 
@@ -395,19 +404,17 @@ class SqliteWriter(ReconcileWrites, HotWrites):
         wids = [r[0] for r in c.execute("SELECT wid FROM windows WHERE session_key = ? AND cold = 0", (key,))]
         self.cold_dir.mkdir(parents=True, exist_ok=True)
         for wid in wids:  # the file is complete on disk before the rows leave the database
-            lo, hi = window_range(wid)
             tmp = self._cold_path(wid).with_suffix(".tmp")
             with gzip.open(tmp, "wt", encoding="utf-8") as fh:
-                for row in c.execute(f"SELECT {EVENT_COLUMNS} FROM events WHERE id BETWEEN ? AND ? ORDER BY id",
-                                     (lo, hi)):
-                    fh.write(json.dumps(list(row), ensure_ascii=False) + "\n")
+                for lo, hi in window_ranges(wid):
+                    for row in c.execute(f"SELECT {EVENT_COLUMNS} FROM events WHERE id BETWEEN ? AND ? ORDER BY id",
+                                         (lo, hi)):
+                        fh.write(json.dumps(list(row), ensure_ascii=False) + "\n")
             os.replace(tmp, self._cold_path(wid))
         try:
             with self.tx():
                 for wid in wids:
-                    lo, hi = window_range(wid)
-                    c.execute("DELETE FROM msg_fts WHERE rowid BETWEEN ? AND ?", (lo, hi))
-                    c.execute("DELETE FROM events WHERE id BETWEEN ? AND ?", (lo, hi))
+                    self._delete_rows(wid)
                     c.execute("UPDATE windows SET cold = 1 WHERE wid = ?", (wid,))
                 c.execute("UPDATE sessions SET archived_at = ? WHERE session_key = ?", (now_ms(), key))
                 self._bump_meta()
@@ -425,11 +432,10 @@ class SqliteWriter(ReconcileWrites, HotWrites):
             with self.tx():
                 for wid in wids:
                     path = self._cold_path(wid)
-                    lo, hi = window_range(wid)
-                    c.execute("DELETE FROM events WHERE id BETWEEN ? AND ?", (lo, hi))
+                    self._delete_rows(wid, index=False)
                     if path.exists():
                         with gzip.open(path, "rt", encoding="utf-8") as fh:
-                            c.executemany(INSERT_EVENT, (tuple(json.loads(line)) for line in fh))
+                            c.executemany(INSERT_EVENT, (_current_ids(json.loads(line)) for line in fh))
                     c.execute("UPDATE windows SET cold = 0, needs_rebuild = 1, rebuild_gen = rebuild_gen + 1 "
                               "WHERE wid = ?", (wid,))
                 c.execute("UPDATE sessions SET archived_at = NULL WHERE session_key = ?", (key,))
@@ -439,6 +445,14 @@ class SqliteWriter(ReconcileWrites, HotWrites):
             self._forget()
         self._drop_cold_files(wids)
         return wids
+
+
+def _current_ids(row: list) -> tuple:
+    """A cold file's row (EVENT_COLUMNS: id, wid, …) with its id in the current layout: files
+    archived before schema version 6 hold the old one."""
+    if is_v1(row[0], row[1]):
+        row[0] = from_v1(row[0])
+    return tuple(row)
 
 
 def _statements(script: str) -> list[str]:
