@@ -13,7 +13,7 @@ from .helpers import chain, engine_at, ids, leaf, msg
 
 KEY = "agent:main:long"
 OTHER = "agent:main:other"
-N = LOW_SEQS + 904  # messages 1..N; the window's seqs past 4,095 are in the high region
+N = LOW_SEQS + 904  # messages 1..N; the window's seqs past 65,535 are in the high region
 NEEDLES = (11, LOW_SEQS + 104, N - 10)  # one low, two high
 
 
@@ -25,6 +25,12 @@ def _long_texts() -> list[tuple[str, str]]:
 def _v1(rid: int) -> int:
     """The schema-version-5 id of a row (wid << 31 | seq << 1 | assistant)."""
     return (wid_of(rid) << 31) | (seq_of(rid) << 1) | (rid & 1)
+
+
+async def _append_long(engine, key: str = KEY) -> None:
+    events = chain("m", _long_texts())
+    for start in range(0, len(events), 10_000):  # the most one append takes
+        await engine.append(key, events[start:start + 10_000], sessionId="s-long")
 
 
 async def _window(engine, key: str) -> int:
@@ -55,13 +61,13 @@ def test_ids_round_trip_on_both_sides_of_the_low_region():
     assert seq_ranges(5, LOW_SEQS - 2, LOW_SEQS + 2) == [
         (row_id(5, LOW_SEQS - 2, None), row_id(5, LOW_SEQS - 1, "assistant")),
         (row_id(5, LOW_SEQS, None), row_id(5, LOW_SEQS + 2, "assistant"))]
-    # neighbouring windows' low rows are 8,192 ids apart: two bytes of FTS5 doclist
-    assert row_id(6, 0, None) - row_id(5, 0, None) == 8192
+    # neighbouring windows' low rows are 131,072 ids apart: three bytes of FTS5 doclist
+    assert row_id(6, 0, None) - row_id(5, 0, None) == 1 << 17
 
 
 async def test_a_window_past_the_low_region_is_searched_scoped_paged_rewound_and_deleted(tmp_path):
     async with engine_at(tmp_path, reconcile_batch_rows=500) as engine:
-        await engine.append(KEY, chain("m", _long_texts()), sessionId="s-long")
+        await _append_long(engine)
         await engine.append(OTHER, chain("o", [("user", "needle elsewhere")]), sessionId="s-other")
         wid = await _window(engine, KEY)
         every = await engine.search(query="needle", limit=25)
@@ -72,6 +78,7 @@ async def test_a_window_past_the_low_region_is_searched_scoped_paged_rewound_and
         assert all(h["score"] == unscoped_scores[h["messageId"]] for h in scoped["results"])
         keyed = await engine.search(query="needle", sessionKeys=[KEY, OTHER], role="user", limit=25)
         assert sorted(ids(keyed)) == sorted([f"m{i}" for i in NEEDLES if i % 2] + ["o1"])
+        assert ids(await engine.search(query="needle", sessionId="s-other")) == ["o1"]  # no long window in scope
         recent = await engine.search(query="needle", sessionId="s-long", order="recent")
         assert ids(recent) == [f"m{i}" for i in sorted(NEEDLES, reverse=True)]
 
@@ -116,6 +123,7 @@ def _to_schema_5(db, cold_file) -> None:
         conn.execute("UPDATE events SET id = -id")
         conn.execute("INSERT INTO hot_words VALUES ('filler', 1, 0, '[1]', 1, 0)")
         conn.execute("INSERT INTO hot_postings VALUES (1, 1, 3, ?)", (fts[0][0],))
+        conn.execute("DROP INDEX windows_long")
         conn.execute("DELETE FROM schema_migrations WHERE version = 6")
     with gzip.open(cold_file, "rt", encoding="utf-8") as fh:
         rows = [json.loads(line) for line in fh]
@@ -126,7 +134,7 @@ def _to_schema_5(db, cold_file) -> None:
 
 async def test_a_store_written_with_the_old_row_ids_is_migrated_on_open(tmp_path):
     async with engine_at(tmp_path) as engine:
-        await engine.append(KEY, chain("m", _long_texts()), sessionId="s-long")
+        await _append_long(engine)
         await engine.append(OTHER, chain("o", [("user", "needle elsewhere"), ("assistant", "cold needle")]))
         await engine.append("agent:main:cold", chain("c", [("user", "archived needle")]))
         await engine.archive("agent:main:cold")

@@ -3,23 +3,25 @@
 Index rows share the id of the transcript row they index; the role is the lowest bit. A window's
 first LOW_SEQS seqs live in a low region, 2 ** LOW_BITS ids per window:
 
-    id = wid << 13 | seq << 1 | assistant                    (seq < 4096)
+    id = wid << 17 | seq << 1 | assistant                    (seq < 65,536)
 
-and its seqs past those, in the few windows that long, in a high region:
+and its seqs past those, in the rare windows that long, in a high region:
 
-    id = HIGH | wid << 31 | seq << 1 | assistant             (4096 <= seq <= MAX_SEQ)
+    id = HIGH | wid << 31 | seq << 1 | assistant             (65,536 <= seq <= MAX_SEQ)
 
-FTS5 stores a doclist as varint deltas of row ids, so the gap between neighbouring windows is what
-a word pays per window it occurs in: 8,192 ids here (two bytes), 2 ** 31 with the layout of
-schema version 5 (`wid << 31` for every seq, five bytes), which made the whole index 38% larger and
-every search over it 13-20% slower than the same texts under dense ids (bench/bench_search.py).
+FTS5 stores a doclist as varint deltas of row ids, so the gap between windows is what a word pays
+per window it occurs in: three bytes here for windows up to 15 apart, five with the layout of
+schema version 5 (`wid << 31` for every seq), whose index was 40% larger than dense ids' with the
+same texts (bench/bench_layout.py). A smaller low region packs tighter, but a search scoped to a
+window that spills past it ranks each of the two ranges with its own FTS5 cursor, and each counts
+the word's documents for BM25 again: 65,536 seqs keeps nearly every window in one range.
 
 Within a window ids rise with seq, so `ORDER BY id` over a window is seq order; a window is two
 contiguous id ranges (`window_ranges`), each a rowid range FTS5 can push down.
 """
 
-LOW_SEQS = 4096
-LOW_BITS = 13  # 12 bits of seq, 1 of role
+LOW_SEQS = 65536
+LOW_BITS = 17  # 16 bits of seq, 1 of role
 HIGH = 1 << 62
 SEQ_BITS = 30
 MAX_SEQ = (1 << SEQ_BITS) - 1

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .rowids import from_v1_sql, is_low_v1_sql
+from .rowids import LOW_SEQS, from_v1_sql, is_low_v1_sql
 
 MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (1, "transcripts_and_index", """
@@ -148,7 +148,7 @@ CREATE TRIGGER hot_words_delete AFTER DELETE ON hot_words BEGIN
 END;
 """),
     (6, "dense_row_ids", f"""
--- Row ids move to the packed layout of rowids.py (a window's first 4,096 seqs at wid << 13, the
+-- Row ids move to the packed layout of rowids.py (a window's first 65,536 seqs at wid << 17, the
 -- rest at 2^62 | wid << 31), which makes FTS5's doclists dense. Every transcript and index row is
 -- copied under its new id, low region first, each in id order; the postings, whose row ids are
 -- the old ones, are dropped (`optimize` builds them again). Cold files keep the old ids and are
@@ -185,5 +185,7 @@ DELETE FROM hot_postings;
 DELETE FROM hot_words;
 DELETE FROM index_log;
 UPDATE meta SET value = 0 WHERE key = 'index_log';
+-- The windows with rows in the high region: a scoped search looks there only if one is in scope.
+CREATE INDEX windows_long ON windows (wid) WHERE last_seq >= {LOW_SEQS};
 """),
 )

@@ -23,7 +23,7 @@ import aiosqlite
 from ..errors import SearchTimeout, Unavailable
 from ..indexer.events import Event
 from .base import AppendResult, ClaimInfo, SessionMeta, WindowMeta
-from .rowids import row_id, seq_sql, wid_sql, window_ranges
+from .rowids import LOW_SEQS, row_id, seq_sql, wid_sql, window_ranges
 from .sqlite_hot import MAX_WORDS, MIN_DOCS, MIN_SHARE, common_words, hot_top, read_postings
 from .sqlite_writer import SqliteWriter
 
@@ -302,7 +302,7 @@ class SqliteAgentStore:
         range FTS5 can push down; None keeps both, which FTS5 filters row by row.
         """
         where = []
-        wid = wid_sql("rowid")
+        wid = wid_sql("msg_fts.rowid")
         if dirty:
             where.append(f"{wid} NOT IN (SELECT wid FROM windows WHERE needs_rebuild = 1)")
         if include is not None:
@@ -310,8 +310,9 @@ class SqliteAgentStore:
                 (lo, _), (hlo, _) = window_ranges(min(include))
                 (_, hi), (_, hhi) = window_ranges(max(include))
                 params.update(lo=lo, hi=hi, hlo=hlo, hhi=hhi)
-                where.append({"low": "rowid BETWEEN :lo AND :hi", "high": "rowid BETWEEN :hlo AND :hhi"}.get(
-                    region, "(rowid BETWEEN :lo AND :hi OR rowid BETWEEN :hlo AND :hhi)"))
+                where.append({"low": "msg_fts.rowid BETWEEN :lo AND :hi", "high": "msg_fts.rowid BETWEEN :hlo AND :hhi"}.get(
+                    region, "(msg_fts.rowid BETWEEN :lo AND :hi OR msg_fts.rowid BETWEEN :hlo AND :hhi)"))
+                params.update(wlo=min(include), whi=max(include))
             if not include or max(include) - min(include) + 1 != len(include):  # else the range says it all
                 where.append(f"{wid} IN (SELECT value FROM json_each(:incl))")
                 params["incl"] = json.dumps(include)
@@ -319,9 +320,15 @@ class SqliteAgentStore:
             where.append(f"{wid} NOT IN (SELECT value FROM json_each(:excl))")
             params["excl"] = json.dumps(exclude)
         if role is not None:
-            where.append("(rowid & 1) = :rb")
+            where.append("(msg_fts.rowid & 1) = :rb")
             params["rb"] = 1 if role == "assistant" else 0
         return where
+
+    # One row if a window between :wlo and :whi has rows in the high id region, else none: joined
+    # first, it keeps FTS5 from opening a cursor on that range at all (a constant WHERE term does
+    # not: SQLite tests it inside the scan).
+    _LONG_IN_SCOPE = (f"(SELECT 1 WHERE EXISTS (SELECT 1 FROM windows WHERE last_seq >= {LOW_SEQS} "
+                      "AND wid BETWEEN :wlo AND :whi)) AS long CROSS JOIN msg_fts")
 
     # What a search reads beside its hits, as one row: the meta version, the dirty windows (their
     # list only when its version moved past :seen), the usable words with postings (likewise past
@@ -362,9 +369,11 @@ class SqliteAgentStore:
         filtered = seen_version is None or bool(seen_dirty)
         params: dict[str, Any] = {"match": match}
         where = self._scope_sql(include, exclude, role, params, dirty=filtered)
-        # a scope of windows is two id ranges: each ranked by its own sorter on a pushed-down range
-        arms = [where] if not include else [
-            self._scope_sql(include, exclude, role, params, dirty=filtered, region=region) for region in ("low", "high")]
+        # a scope of windows is two id ranges, each ranked by its own sorter on a pushed-down range;
+        # the high one only if a window in scope reaches it (else FTS5 would still look the words up)
+        arms = [("msg_fts", where)] if not include else [
+            ("msg_fts", self._scope_sql(include, exclude, role, params, dirty=filtered, region="low")),
+            (self._LONG_IN_SCOPE, self._scope_sql(include, exclude, role, params, dirty=filtered, region="high"))]
         top = shown = head = None
         # from postings only over the whole agent (less excluded windows): they are merged in the
         # agent's score order, and a narrow scope would pass over most of what they hold
@@ -410,23 +419,24 @@ class SqliteAgentStore:
                 for rid, _ in top if rid in shown or not rid]
         return head[1], seen_dirty, hits
 
-    async def _ranked_shown(self, reader: _Reader, match: str, k: int, order: str, arms: list[list[str]],
+    async def _ranked_shown(self, reader: _Reader, match: str, k: int, order: str, arms: list[tuple[str, list[str]]],
                             params: dict[str, Any], seen_version: int | None
                             ) -> tuple[list[tuple] | None, dict[int, tuple], tuple | None]:
         """The ranking (bm25, or newest first for "recent"), what its rows show and the head row,
         in one statement: at least the top `k` as (id, sort value), plus (0, inf) when more matched.
 
-        Each of `arms` (conditions) is ranked by its own bounded sorter; the rows of all are
+        Each of `arms` (FROM clause, conditions) is ranked by its own bounded sorter; the rows of all are
         merged here. Returns (top, shown, head); all None/empty when a tie runs through the
         sorter's whole margin (`_materialized` then ranks every match, and a second statement reads
         what those rows show). Wrapping the scan in a subquery costs it nothing measurable (0.3%
         and 1% words, mapped or not); the rows past the k-th fetch their text too, ~1 µs each.
         """
-        key, direction = ("bm25(msg_fts)", "") if order != "recent" else ("ts", " DESC")
+        key, direction = ("bm25(msg_fts)", "") if order != "recent" else ("msg_fts.ts", " DESC")
         params["k2"] = k + TIE_MARGIN
         sorters = " UNION ALL ".join(
-            f"SELECT * FROM (SELECT rowid AS id, {key} AS key FROM msg_fts WHERE "
-            f"{' AND '.join(['msg_fts MATCH :match', *where])} ORDER BY {key}{direction} LIMIT :k2)" for where in arms)
+            f"SELECT * FROM (SELECT msg_fts.rowid AS id, {key} AS key FROM {source} WHERE "
+            f"{' AND '.join(['msg_fts MATCH :match', *where])} ORDER BY {key}{direction} LIMIT :k2)"
+            for source, where in arms)
         rows = await reader.conn.execute_fetchall(
             f"SELECT top.id, top.key, e.event_id, e.ts, e.text, NULL, NULL FROM ({sorters}) top "
             f"LEFT JOIN events e ON e.id = top.id UNION ALL {self._HEAD_SQL}",
