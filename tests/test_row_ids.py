@@ -18,7 +18,8 @@ NEEDLES = (11, LOW_SEQS + 104, N - 10)  # one low, two high
 
 
 def _long_texts() -> list[tuple[str, str]]:
-    return [("assistant" if i % 2 == 0 else "user", f"row {i} " + ("needle here" if i in NEEDLES else "filler"))
+    return [("assistant" if i % 2 == 0 else "user",
+             f"row {i} " + ("needle here" if i in NEEDLES else "ローン相談" if i == N - 5 else "filler"))
             for i in range(1, N + 1)]
 
 
@@ -79,6 +80,9 @@ async def test_a_window_past_the_low_region_is_searched_scoped_paged_rewound_and
         keyed = await engine.search(query="needle", sessionKeys=[KEY, OTHER], role="user", limit=25)
         assert sorted(ids(keyed)) == sorted([f"m{i}" for i in NEEDLES if i % 2] + ["o1"])
         assert ids(await engine.search(query="needle", sessionId="s-other")) == ["o1"]  # no long window in scope
+        # the CJK retry (a literal substring, nothing matched as a word) scans both ranges too
+        assert ids(await engine.search(query="ローン", sessionId="s-long")) == [f"m{N - 5}"]
+        assert ids(await engine.search(query="ローン", sessionId="s-other")) == []
         recent = await engine.search(query="needle", sessionId="s-long", order="recent")
         assert ids(recent) == [f"m{i}" for i in sorted(NEEDLES, reverse=True)]
 

@@ -23,7 +23,8 @@ import aiosqlite
 from ..errors import SearchTimeout, Unavailable
 from ..indexer.events import Event
 from .base import AppendResult, ClaimInfo, SessionMeta, WindowMeta
-from .rowids import LOW_SEQS, row_id, seq_sql, wid_sql, window_ranges
+from .rowids import row_id, seq_sql, window_ranges
+from .scope import scope_arms, scope_conditions
 from .sqlite_hot import MAX_WORDS, MIN_DOCS, MIN_SHARE, common_words, hot_top, read_postings
 from .sqlite_writer import SqliteWriter
 
@@ -293,43 +294,6 @@ class SqliteAgentStore:
         windows = await conn.execute_fetchall("SELECT wid, session_key, session_id, cold FROM windows")
         return version, True, [SessionMeta(*r) for r in sessions], [WindowMeta(*r) for r in windows], [], []
 
-    def _scope_sql(self, include: list[int] | None, exclude: list[int] | None, role: str | None,
-                   params: dict[str, Any], *, dirty: bool = True, region: str | None = None) -> list[str]:
-        """Conditions on rowid for a scope: windows in or out (as JSON lists), and the role bit.
-
-        `dirty` adds the exclusion of windows needing reconciliation (their rows may be stale).
-        An `include` scope is two id ranges (rowids.py): `region` "low" or "high" keeps one, as a
-        range FTS5 can push down; None keeps both, which FTS5 filters row by row.
-        """
-        where = []
-        wid = wid_sql("msg_fts.rowid")
-        if dirty:
-            where.append(f"{wid} NOT IN (SELECT wid FROM windows WHERE needs_rebuild = 1)")
-        if include is not None:
-            if include:
-                (lo, _), (hlo, _) = window_ranges(min(include))
-                (_, hi), (_, hhi) = window_ranges(max(include))
-                params.update(lo=lo, hi=hi, hlo=hlo, hhi=hhi)
-                where.append({"low": "msg_fts.rowid BETWEEN :lo AND :hi", "high": "msg_fts.rowid BETWEEN :hlo AND :hhi"}.get(
-                    region, "(msg_fts.rowid BETWEEN :lo AND :hi OR msg_fts.rowid BETWEEN :hlo AND :hhi)"))
-                params.update(wlo=min(include), whi=max(include))
-            if not include or max(include) - min(include) + 1 != len(include):  # else the range says it all
-                where.append(f"{wid} IN (SELECT value FROM json_each(:incl))")
-                params["incl"] = json.dumps(include)
-        if exclude:
-            where.append(f"{wid} NOT IN (SELECT value FROM json_each(:excl))")
-            params["excl"] = json.dumps(exclude)
-        if role is not None:
-            where.append("(msg_fts.rowid & 1) = :rb")
-            params["rb"] = 1 if role == "assistant" else 0
-        return where
-
-    # One row if a window between :wlo and :whi has rows in the high id region, else none: joined
-    # first, it keeps FTS5 from opening a cursor on that range at all (a constant WHERE term does
-    # not: SQLite tests it inside the scan).
-    _LONG_IN_SCOPE = (f"(SELECT 1 WHERE EXISTS (SELECT 1 FROM windows WHERE last_seq >= {LOW_SEQS} "
-                      "AND wid BETWEEN :wlo AND :whi)) AS long CROSS JOIN msg_fts")
-
     # What a search reads beside its hits, as one row: the meta version, the dirty windows (their
     # list only when its version moved past :seen), the usable words with postings (likewise past
     # :hot_seen), and PRAGMA data_version (whether anything was committed since this reader's last
@@ -368,12 +332,8 @@ class SqliteAgentStore:
         seen_version, seen_dirty = self._dirty_seen
         filtered = seen_version is None or bool(seen_dirty)
         params: dict[str, Any] = {"match": match}
-        where = self._scope_sql(include, exclude, role, params, dirty=filtered)
-        # a scope of windows is two id ranges, each ranked by its own sorter on a pushed-down range;
-        # the high one only if a window in scope reaches it (else FTS5 would still look the words up)
-        arms = [("msg_fts", where)] if not include else [
-            ("msg_fts", self._scope_sql(include, exclude, role, params, dirty=filtered, region="low")),
-            (self._LONG_IN_SCOPE, self._scope_sql(include, exclude, role, params, dirty=filtered, region="high"))]
+        where = scope_conditions(include, exclude, role, params, dirty=filtered)
+        arms = scope_arms(include, exclude, role, params, dirty=filtered)  # ranked by a sorter each
         top = shown = head = None
         # from postings only over the whole agent (less excluded windows): they are merged in the
         # agent's score order, and a narrow scope would pass over most of what they hold
@@ -495,19 +455,22 @@ class SqliteAgentStore:
         occurrences per length, then newest first.
         """
         params: dict[str, Any] = {"k": k}
-        where = self._scope_sql(include, exclude, role, params)
+        where = []
         if match:
             where.append("msg_fts MATCH :match")
             params["match"] = match
         counts = []
         for i, needle in enumerate(needles):
-            where.append(f"instr(lower(text), :n{i}) > 0")
-            counts.append(f"(length(text) - length(replace(lower(text), :n{i}, ''))) / length(:n{i})")
+            where.append(f"instr(lower(msg_fts.text), :n{i}) > 0")
+            counts.append(f"(length(msg_fts.text) - length(replace(lower(msg_fts.text), :n{i}, ''))) / length(:n{i})")
             params[f"n{i}"] = needle.lower()
         occurrences = " + ".join(counts) or "0"
+        scans = " UNION ALL ".join(
+            f"SELECT msg_fts.rowid AS id, -1000.0 * ({occurrences}) / (length(msg_fts.text) + 100) AS rank, "
+            f"msg_fts.ts AS ts, msg_fts.mid AS mid FROM {source} WHERE {' AND '.join([*scope, *where])}"
+            for source, scope in scope_arms(include, exclude, role, params))
         rows = await reader.conn.execute_fetchall(
-            f"WITH m AS MATERIALIZED (SELECT rowid AS id, -1000.0 * ({occurrences}) / (length(text) + 100) AS rank, "
-            f"ts, mid FROM msg_fts WHERE {' AND '.join(where)}), "
+            f"WITH m AS MATERIALIZED ({scans}), "
             "top AS MATERIALIZED (SELECT id, rank, mid, ts FROM m ORDER BY rank, ts DESC, mid LIMIT :k) "
             "SELECT (SELECT count(*) FROM m), NULL, NULL, NULL, NULL "
             "UNION ALL SELECT top.id, top.rank, top.mid, top.ts, f.text FROM top JOIN msg_fts f ON f.rowid = top.id",
