@@ -55,7 +55,7 @@ def to_schema_5(db: Path) -> None:
     conn.execute("DROP TABLE msg_fts")
     conn.execute("ALTER TABLE msg_old RENAME TO msg_fts")
     conn.execute("DROP INDEX windows_long")
-    conn.execute("DELETE FROM schema_migrations WHERE version = 6")
+    conn.execute("DELETE FROM schema_migrations WHERE version >= 6")
     conn.execute("COMMIT")
     conn.execute("VACUUM")
     conn.close()

@@ -188,4 +188,9 @@ UPDATE meta SET value = 0 WHERE key = 'index_log';
 -- The windows with rows in the high region: a scoped search looks there only if one is in scope.
 CREATE INDEX windows_long ON windows (wid) WHERE last_seq >= {LOW_SEQS};
 """),
+    (7, "recent_by_ts", """
+-- `recent` sorts every match by timestamp: read from this narrow index, not from the FTS5 content
+-- rows (whose text comes first), the sort costs half (bench/bench_search.py, recent class).
+CREATE INDEX events_ts ON events (id, ts) WHERE text IS NOT NULL;
+"""),
 )

@@ -294,6 +294,11 @@ class SqliteAgentStore:
         windows = await conn.execute_fetchall("SELECT wid, session_key, session_id, cold FROM windows")
         return version, True, [SessionMeta(*r) for r in sessions], [WindowMeta(*r) for r in windows], [], []
 
+    # The timestamps `recent` sorts by, from the narrow index migration 7 made (13.2 -> 6.7 ms for a
+    # 0.3% word against the ts column of the FTS5 content rows); an index row whose transcript row
+    # is gone drops out here.
+    _TS_JOIN = " CROSS JOIN events AS t INDEXED BY events_ts ON t.id = msg_fts.rowid AND t.text IS NOT NULL"
+
     # What a search reads beside its hits, as one row: the meta version, the dirty windows (their
     # list only when its version moved past :seen), the usable words with postings (likewise past
     # :hot_seen), and PRAGMA data_version (whether anything was committed since this reader's last
@@ -391,10 +396,10 @@ class SqliteAgentStore:
         what those rows show). Wrapping the scan in a subquery costs it nothing measurable (0.3%
         and 1% words, mapped or not); the rows past the k-th fetch their text too, ~1 µs each.
         """
-        key, direction = ("bm25(msg_fts)", "") if order != "recent" else ("msg_fts.ts", " DESC")
+        key, direction, join = ("bm25(msg_fts)", "", "") if order != "recent" else ("t.ts", " DESC", self._TS_JOIN)
         params["k2"] = k + TIE_MARGIN
         sorters = " UNION ALL ".join(
-            f"SELECT * FROM (SELECT msg_fts.rowid AS id, {key} AS key FROM {source} WHERE "
+            f"SELECT * FROM (SELECT msg_fts.rowid AS id, {key} AS key FROM {source}{join} WHERE "
             f"{' AND '.join(['msg_fts MATCH :match', *where])} ORDER BY {key}{direction} LIMIT :k2)"
             for source, where in arms)
         rows = await reader.conn.execute_fetchall(
