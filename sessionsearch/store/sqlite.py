@@ -390,8 +390,8 @@ class SqliteAgentStore:
         """The ranking (bm25, or newest first for "recent"), what its rows show and the head row,
         in one statement: at least the top `k` as (id, sort value), plus (0, inf) when more matched.
 
-        Each of `arms` (FROM clause, conditions) is ranked by its own bounded sorter; the rows of all are
-        merged here. Returns (top, shown, head); all None/empty when a tie runs through the
+        Each of `arms` (FROM clause, conditions) is ranked by its own bounded sorter; their rows
+        are merged here. Returns (top, shown, head); all None/empty when a tie runs through the
         sorter's whole margin (`_materialized` then ranks every match, and a second statement reads
         what those rows show). Wrapping the scan in a subquery costs it nothing measurable (0.3%
         and 1% words, mapped or not); the rows past the k-th fetch their text too, ~1 µs each.
