@@ -81,8 +81,9 @@ def from_v1(rid: int) -> int:
 
 
 def is_v1(rid: int, wid: int) -> bool:
-    """Whether `rid`, a row of window `wid`, has the old layout (no window has id 0, so the
-    layouts cannot agree: an old id shifted 13 or a new one shifted 31 is never the wid)."""
+    """Whether `rid`, a row of window `wid`, has the old layout: an old id shifted right 31 is
+    its wid; a new low id shifted 31 is wid >> 14, which is never the wid (no window has id 0),
+    and a new high id is at least HIGH."""
     return rid < HIGH and rid >> (SEQ_BITS + 1) == wid
 
 
