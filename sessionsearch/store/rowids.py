@@ -12,9 +12,10 @@ and its seqs past those, in the rare windows that long, in a high region:
 FTS5 stores a doclist as varint deltas of row ids, so the gap between windows is what a word pays
 per window it occurs in: three bytes here for windows up to 15 apart, five with the layout of
 schema version 5 (`wid << 31` for every seq), whose index was 78.5 MB where this one is 66 and
-dense ids' 56, at 1,000,000 messages (bench/bench_layout.py). A smaller low region packs tighter, but a search scoped to a
-window that spills past it ranks each of the two ranges with its own FTS5 cursor, and each counts
-the word's documents for BM25 again: 65,536 seqs keeps nearly every window in one range.
+dense ids' 56, at 1,000,000 messages (bench/bench_layout.py). A smaller low region packs
+tighter, but a search scoped to a window that spills past it ranks each of the two ranges with
+its own FTS5 cursor, and each counts the word's documents for BM25 again: 65,536 seqs keeps
+nearly every window in one range.
 
 Within a window ids rise with seq, so `ORDER BY id` over a window is seq order; a window is two
 contiguous id ranges (`window_ranges`), each a rowid range FTS5 can push down.
@@ -87,13 +88,13 @@ def is_v1(rid: int, wid: int) -> bool:
     return rid < HIGH and rid >> (SEQ_BITS + 1) == wid
 
 
-def from_v1_sql(col: str) -> str:
-    """SQL for from_v1 of the id in column `col` (the migration's rewrite)."""
-    return (f"(CASE WHEN (({col} >> 1) & {MAX_SEQ}) < {LOW_SEQS} "
-            f"THEN (({col} >> {SEQ_BITS + 1}) << {LOW_BITS}) | ({col} & {(1 << LOW_BITS) - 1}) "
-            f"ELSE {HIGH} | {col} END)")
-
-
 def is_low_v1_sql(col: str) -> str:
     """SQL: whether an old id's row goes to the low region."""
     return f"(({col} >> 1) & {MAX_SEQ}) < {LOW_SEQS}"
+
+
+def from_v1_sql(col: str) -> str:
+    """SQL for from_v1 of the id in column `col` (the migration's rewrite)."""
+    return (f"(CASE WHEN {is_low_v1_sql(col)} "
+            f"THEN (({col} >> {SEQ_BITS + 1}) << {LOW_BITS}) | ({col} & {(1 << LOW_BITS) - 1}) "
+            f"ELSE {HIGH} | {col} END)")

@@ -337,7 +337,6 @@ class SqliteAgentStore:
         seen_version, seen_dirty = self._dirty_seen
         filtered = seen_version is None or bool(seen_dirty)
         params: dict[str, Any] = {"match": match}
-        where = scope_conditions(include, exclude, role, params, dirty=filtered)
         arms = scope_arms(include, exclude, role, params, dirty=filtered)  # ranked by a sorter each
         top = shown = head = None
         # from postings only over the whole agent (less excluded windows): they are merged in the
@@ -345,13 +344,14 @@ class SqliteAgentStore:
         if hot is not None and order != "recent" and include is None and hot in self._hot_seen[1]:
             await reader.conn.execute("BEGIN")  # one snapshot for the postings, the log and FTS5
             try:
-                top = await hot_top(reader.conn, hot, match, k, where, params)
+                top = await hot_top(reader.conn, hot, match, k, arms[0][1], params)  # one arm: no include
             finally:
                 if reader.conn.in_transaction:
                     await reader.conn.execute("COMMIT")
         if top is None:
             top, shown, head = await self._ranked_shown(reader, match, k, order, arms, params, seen_version)
-        if top is None:  # a tie through the sorter's whole margin
+        if top is None:  # a tie through the sorter's whole margin: every match in scope, both id ranges
+            where = scope_conditions(include, exclude, role, params, dirty=filtered)
             top = await self._materialized(reader, match, k, order, where, params)
         ids = None if head is not None and order != "recent" else json.dumps([r[0] for r in top if r[0]])
         if head is None:
