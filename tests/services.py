@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import socket
@@ -11,7 +12,8 @@ import time
 import pytest
 import redis
 
-REDIS_HOST, REDIS_PORT = "127.0.0.1", 6379
+# a private Redis for one checkout's run (SESSIONSEARCH_TEST_REDIS_PORT), else the machine's
+REDIS_HOST, REDIS_PORT = "127.0.0.1", int(os.environ.get("SESSIONSEARCH_TEST_REDIS_PORT", "6379"))
 
 
 def free_port() -> int:
