@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from ..errors import InvalidRequest
+from ..values import MAX_JSON_DEPTH, check_json
 
 TREE_TYPES = frozenset({
     "message", "reset", "model_change", "thinking_level_change", "compaction", "branch_summary",
@@ -18,6 +20,13 @@ ROLES = frozenset({"user", "assistant", "toolResult", "system"})
 INDEXED_ROLES = frozenset({"user", "assistant"})
 TEXT_BLOCKS = frozenset({"text", "input_text", "output_text"})
 RESET_REASONS = frozenset({"new", "reset", "idle", "daily", "cron-stale"})
+MAX_EVENT_DEPTH = MAX_JSON_DEPTH
+# Timestamps every consumer can represent (SQLite integers, datetime, the CLI's formatting):
+# 0001-01-01T00:00:00.000Z to 9999-12-31T23:59:59.999Z in epoch milliseconds.
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+MIN_TS_MS = (datetime(1, 1, 1, tzinfo=timezone.utc) - _EPOCH) // timedelta(milliseconds=1)
+MAX_TS_MS = (datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=timezone.utc) - _EPOCH) // timedelta(milliseconds=1)
+TS_RANGE = f"between {MIN_TS_MS} and {MAX_TS_MS} (years 1 to 9999 UTC)"
 
 
 @dataclass(slots=True)
@@ -45,6 +54,11 @@ def parse_event(raw: object, where: str, *, now_ms: int | None = None, source: s
     """
     if not isinstance(raw, dict):
         raise InvalidRequest(f"{where}: must be a JSON object", field=where)
+    # numeric timestamps first: their range is a better answer than the general finite-number rule
+    _range_checked(raw.get("timestamp"), f"{where}.timestamp")
+    if isinstance(raw.get("message"), dict):
+        _range_checked(raw["message"].get("timestamp"), f"{where}.message.timestamp")
+    check_json(raw, where, max_depth=MAX_EVENT_DEPTH)
     etype = raw.get("type")
     if not isinstance(etype, str) or not etype:
         raise InvalidRequest(f"{where}.type: must be a non-empty string", field=f"{where}.type")
@@ -79,7 +93,7 @@ def parse_event(raw: object, where: str, *, now_ms: int | None = None, source: s
                     raise InvalidRequest(f"{where}.message.timestamp: must be epoch milliseconds",
                                          field=f"{where}.message.timestamp")
             else:
-                ts = int(mts)
+                ts = epoch_ms(mts, f"{where}.message.timestamp")
         if role not in INDEXED_ROLES or not event_id or not indexable:
             indexable = None
     elif etype == "leaf":
@@ -131,7 +145,7 @@ def _event_ts(value: object, where: str) -> int | None:
     if isinstance(value, bool):
         raise InvalidRequest(f"{where}: must be an ISO 8601 time", field=where)
     if isinstance(value, (int, float)):
-        return int(value)
+        return epoch_ms(value, where)
     if not isinstance(value, str):
         raise InvalidRequest(f"{where}: must be an ISO 8601 time", field=where)
     try:
@@ -140,4 +154,20 @@ def _event_ts(value: object, where: str) -> int | None:
         raise InvalidRequest(f"{where}: {value[:40]!r} is not an ISO 8601 time", field=where) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
-    return int(moment.timestamp() * 1000)
+    ms = (moment - _EPOCH) // timedelta(milliseconds=1)  # exact: no float rounding of the milliseconds
+    if not MIN_TS_MS <= ms <= MAX_TS_MS:
+        raise InvalidRequest(f"{where}: {value[:40]!r} is not a time {TS_RANGE}", field=where)
+    return ms
+
+
+def _range_checked(value: object, where: str) -> None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        epoch_ms(value, where)
+
+
+def epoch_ms(value: int | float, where: str) -> int:
+    """A numeric timestamp as whole epoch milliseconds; InvalidRequest naming `where` unless it is a
+    finite number within years 1 to 9999."""
+    if (isinstance(value, float) and not math.isfinite(value)) or not MIN_TS_MS <= value <= MAX_TS_MS:
+        raise InvalidRequest(f"{where}: {value!r} is not epoch milliseconds {TS_RANGE}", field=where)
+    return int(value)

@@ -1,0 +1,92 @@
+"""Checks on values a client sends that every layer below must be able to store and send back.
+
+`json.loads` accepts what nothing downstream can handle: an unpaired surrogate (`"\\ud800"`) that
+UTF-8 cannot encode, `NaN`/`1e400` that strict JSON cannot carry, and nesting deep enough for the
+encoder to hit the interpreter's recursion limit. These checks name the field at fault instead.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+from .errors import InvalidRequest
+
+MAX_JSON_DEPTH = 100  # containers, the outermost object counting as level 1
+# Python refuses int <-> decimal conversions past 4,300 digits (about 14,284 bits): such a number
+# could be neither stored as JSON text nor sent back
+MAX_INT_BITS = 14_000
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def unpaired_surrogate(text: str) -> str | None:
+    """The first unpaired surrogate in `text` as `U+D800`, else None."""
+    if text.isascii():  # constant time for ASCII strings: the common case pays nothing
+        return None
+    found = _SURROGATE.search(text)
+    return None if found is None else f"U+{ord(found.group()):04X}"
+
+
+def check_text(value: str, field: str) -> str:
+    """Return `value` if it holds no unpaired surrogate, else raise InvalidRequest naming `field`."""
+    bad = unpaired_surrogate(value)
+    if bad is not None:
+        raise InvalidRequest(f"{field} contains an unpaired surrogate ({bad})", field=field)
+    return value
+
+
+def check_json(value: Any, where: str, *, max_depth: int = MAX_JSON_DEPTH) -> None:
+    """Raise InvalidRequest unless `value` is JSON data that can be stored and answered back:
+    text without unpaired surrogates, finite numbers, at most `max_depth` levels of containers.
+
+    Iterative, so that a value nested far past the recursion limit is refused, not a crash.
+    """
+    # each entry: the value, its level, and its path as a linked (parent, segment) pair
+    stack: list[tuple[Any, int, tuple | None]] = [(value, 1, None)]
+    while stack:
+        item, depth, node = stack.pop()
+        if isinstance(item, str):
+            bad = unpaired_surrogate(item)
+            if bad is not None:
+                raise _refuse(where, node, f"contains an unpaired surrogate ({bad})")
+        elif isinstance(item, dict):
+            if depth > max_depth:
+                raise _refuse(where, node, f"nested deeper than {max_depth} levels")
+            for key in reversed(item):  # reversed onto a stack: the first problem in document order
+                if not isinstance(key, str):
+                    raise _refuse(where, node, f"field name {key!r} is not a string")
+                bad = unpaired_surrogate(key)
+                if bad is not None:
+                    raise _refuse(where, node, f"has a field name that contains an unpaired surrogate ({bad})")
+                stack.append((item[key], depth + 1, (node, key)))
+        elif isinstance(item, (list, tuple)):
+            if depth > max_depth:
+                raise _refuse(where, node, f"nested deeper than {max_depth} levels")
+            for i in range(len(item) - 1, -1, -1):
+                stack.append((item[i], depth + 1, (node, i)))
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                raise _refuse(where, node, f"must be a finite number, not {item!r}")
+        elif isinstance(item, int):  # bool included
+            if item.bit_length() > MAX_INT_BITS:
+                raise _refuse(where, node, "is a number too large to store")
+        elif item is not None:
+            raise _refuse(where, node, f"must be JSON data, not {type(item).__name__}")
+
+
+def _refuse(where: str, node: tuple | None, problem: str) -> InvalidRequest:
+    segments = []
+    while node is not None:
+        node, segment = node
+        if isinstance(segment, int):
+            segments.append(f"[{segment}]")
+        elif _PLAIN_KEY.fullmatch(segment):
+            segments.append(f".{segment}")
+        else:
+            segments.append(f"[{json.dumps(segment)}]")
+    path = where + "".join(reversed(segments))
+    return InvalidRequest(f"{path} {problem}", field=path)

@@ -1,0 +1,155 @@
+"""Values a client sends: every bad one is a clear 400 naming its field, never a 500 or lost data."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sessionsearch.errors import InvalidRequest
+from sessionsearch.indexer.events import MAX_EVENT_DEPTH, MAX_TS_MS, MIN_TS_MS, parse_event
+
+from .helpers import chain, engine_at, msg
+from .server import Server
+
+KEY = "agent:main:main"
+TS_RANGE = "between -62135596800000 and 253402300799999 (years 1 to 9999 UTC)"
+
+
+@pytest.fixture
+def server(tmp_path):
+    srv = Server(tmp_path / "data", tmp_path / "server.log")
+    yield srv
+    assert srv.stop() == 0
+
+
+def nested(depth: int) -> object:
+    """A list nested `depth` levels deep (depth 1 is `[]`)."""
+    value: object = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def rejected(raw: object, where: str = "events[2]") -> InvalidRequest:
+    with pytest.raises(InvalidRequest) as caught:
+        parse_event(raw, where)
+    return caught.value
+
+
+# -- timestamps ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan"), 1e30, -1e30, 2**63, MAX_TS_MS + 1,
+                                 MIN_TS_MS - 1])
+def test_a_message_timestamp_outside_years_1_to_9999_is_refused_naming_the_field(bad):
+    err = rejected(msg("m1", "user", "hi", ts=bad))
+    assert err.field == "events[2].message.timestamp"
+    assert err.message.startswith("events[2].message.timestamp: ") and TS_RANGE in err.message
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("nan"), 1e30, -1e30])
+def test_an_event_timestamp_outside_the_range_is_refused_naming_the_field(bad):
+    err = rejected({"type": "session", "id": "s1", "timestamp": bad})
+    assert err.field == "events[2].timestamp" and TS_RANGE in err.message
+
+
+@pytest.mark.parametrize("iso", ["0001-01-01T00:00:00+05:00", "9999-12-31T23:59:59-05:00"])
+def test_an_iso_timestamp_that_leaves_the_range_in_utc_is_refused(iso):
+    err = rejected({"type": "session", "id": "s1", "timestamp": iso})
+    assert err.field == "events[2].timestamp" and TS_RANGE in err.message
+
+
+def test_the_ends_of_the_timestamp_range_are_accepted():
+    assert parse_event(msg("m1", "user", "hi", ts=MIN_TS_MS), "e").ts == MIN_TS_MS
+    assert parse_event(msg("m1", "user", "hi", ts=float(MAX_TS_MS)), "e").ts == MAX_TS_MS
+    assert parse_event({"type": "session", "id": "s", "timestamp": "0001-01-01T00:00:00Z"}, "e").ts == MIN_TS_MS
+    assert parse_event({"type": "session", "id": "s", "timestamp": "9999-12-31T23:59:59.999Z"}, "e").ts == MAX_TS_MS
+
+
+# -- lone surrogates -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("event,path", [
+    (msg("m1", "user", "a \ud800 b"), "events[2].message.content"),
+    (msg("m\udc00", "user", "fine"), "events[2].id"),
+    (msg("m1", "user", "fine", parent="p\ud800"), "events[2].parentId"),
+    ({**msg("m1", "user", "x"), "message": {"role": "user\ud800", "content": "x"}}, "events[2].message.role"),
+    (msg("m1", "assistant", [{"type": "text", "text": "ok"}, {"type": "text", "text": "\udfff"}]),
+     "events[2].message.content[1].text"),
+    (msg("m1", "assistant", [{"type": "toolCall", "arguments": {"deep": ["x", {"y": "\ud83d"}]}}]),
+     "events[2].message.content[0].arguments.deep[1].y"),
+    ({"type": "custom", "id": "c1", "data\ud800": 1}, "events[2]"),
+    ({"type": "session", "id": "s\ud800"}, "events[2].id"),
+])
+def test_a_lone_surrogate_anywhere_in_an_event_is_refused_naming_where(event, path):
+    err = rejected(event)
+    assert err.field == path
+    assert "contains an unpaired surrogate (U+D" in err.message and err.message.startswith(path)
+    json.dumps(err.message, ensure_ascii=False).encode()  # the message itself is sendable
+
+
+def test_a_properly_paired_surrogate_pair_is_ordinary_text():
+    assert parse_event(msg("m1", "user", "smile 😀"), "e").text == "smile 😀"
+
+
+# -- nesting and numbers that cannot be stored ----------------------------------------------
+
+def test_an_event_nested_past_the_limit_is_refused_and_one_at_the_limit_is_kept():
+    # the event object is level 1, message level 2, the content list level 3, its block level 4
+    fits = msg("m1", "assistant", [{"type": "toolCall", "arguments": nested(MAX_EVENT_DEPTH - 4)}])
+    assert parse_event(fits, "e").type == "message"
+    err = rejected(msg("m1", "assistant", [{"type": "toolCall", "arguments": nested(MAX_EVENT_DEPTH - 3)}]))
+    assert err.field.startswith("events[2].message.content[0].arguments")
+    assert f"nested deeper than {MAX_EVENT_DEPTH} levels" in err.message
+
+
+def test_an_event_nested_beyond_the_interpreters_recursion_limit_is_a_clear_error():
+    err = rejected(msg("m1", "user", nested(5000)))
+    assert f"nested deeper than {MAX_EVENT_DEPTH} levels" in err.message
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_a_non_finite_number_inside_an_event_is_refused(bad):
+    err = rejected(msg("m1", "assistant", [{"type": "toolCall", "arguments": {"n": bad}}]))
+    assert err.field == "events[2].message.content[0].arguments.n" and "finite number" in err.message
+
+
+def test_a_value_that_is_not_json_data_is_refused():
+    err = rejected(msg("m1", "assistant", [{"type": "toolCall", "arguments": {"n": {1, 2}}}]))
+    assert err.field == "events[2].message.content[0].arguments.n" and "JSON" in err.message
+
+
+# -- through the Python API and the HTTP server, nothing stored on refusal --------------------
+
+async def test_a_bad_event_in_a_batch_stores_nothing_through_the_python_api(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        await engine.append(KEY, chain("m", [("user", "kept words")]))
+        for bad in (msg("x1", "user", "\ud800"), msg("x1", "user", "t", ts=1e400), msg("x1", "user", nested(900))):
+            with pytest.raises(InvalidRequest):
+                await engine.append(KEY, [msg("ok1", "user", "valid neighbour", "m1"), bad])
+        assert [m["messageId"] for m in (await engine.history(sessionKey=KEY))["messages"]] == ["m1"]
+        assert (await engine.search(query="neighbour"))["results"] == []
+
+
+def test_bad_event_values_are_400_naming_the_field_over_http(server):
+    assert server.post("transcript.append", {"sessionKey": KEY, "events": chain("m", [("user", "first")])})[0] == 200
+    cases = [
+        (b'{"type":"message","id":"x","message":{"role":"user","content":"a","timestamp":1e400}}',
+         "events[0].message.timestamp"),
+        (b'{"type":"message","id":"x","message":{"role":"user","content":"a","timestamp":NaN}}',
+         "events[0].message.timestamp"),
+        (b'{"type":"message","id":"x","message":{"role":"user","content":"a","timestamp":-1e30}}',
+         "events[0].message.timestamp"),
+        (b'{"type":"message","id":"x","timestamp":1e30,"message":{"role":"user","content":"a"}}',
+         "events[0].timestamp"),
+        (b'{"type":"message","id":"x","message":{"role":"user","content":"lone \\ud800"}}',
+         "events[0].message.content"),
+        (b'{"type":"message","id":"x\\udc01","message":{"role":"user","content":"a"}}', "events[0].id"),
+        (b'{"type":"message","id":"x","message":{"role":"user","content":' + b"[" * 300 + b"]" * 300 + b"}}",
+         "events[0].message.content"),
+    ]
+    for event, path in cases:
+        status, body = server.post("transcript.append", raw=b'{"sessionKey":"agent:main:main","events":[' + event + b"]}")
+        assert status == 400, (event[:80], body)
+        assert body["error"]["code"] == "INVALID_REQUEST" and body["error"]["message"].startswith(path), body
+    status, history = server.post("sessions.history", {"sessionKey": KEY})
+    assert status == 200 and [m["messageId"] for m in history["messages"]] == ["m1"]
