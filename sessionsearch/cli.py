@@ -169,9 +169,10 @@ def _print_import(result: dict[str, Any]) -> None:
         if f["bad"]:
             extra.append(f"{f['bad']} bad lines")
         print(f"{f['file']}: {f['imported']} events -> {f['session_key']}" + (f" ({', '.join(extra)})" if extra else ""))
-    for p in result["problems"]:
-        where = f"{p['file']}:{p['line']}" if p["line"] else p["file"]
-        print(f"problem: {where}: {p['message']}")
+    for kind in ("problem", "note"):
+        for p in result[kind + "s"]:
+            where = f"{p['file']}:{p['line']}" if p["line"] else p["file"]
+            print(f"{kind}: {where}: {p['message']}")
     rate = f", {result['eventsPerSecond']:,} events/s" if result["eventsPerSecond"] else ""
     print(f"imported {result['events']} events in {result['sessions']} sessions, {len(result['problems'])} "
           f"problem(s), {result['seconds']} s{rate}; run `sessionsearch reconcile` or a worker to index them")

@@ -1,9 +1,10 @@
 """Import of the gateway's legacy state dir: sessions.json plus one JSONL transcript per window.
 
 Rows are bulk-written without indexing, so every imported window is marked for reconciliation.
-Bad lines are reported with file and line number and skipped; everything valid is kept. Each
-window records how many lines of its file were consumed, so a second run adds nothing and a file
-that grew since adds only its tail.
+Bad lines are reported with file and line number and skipped; everything valid is kept, and no
+line, entry or file can cost more than itself. Each window records how many lines of its file
+were consumed, so a second run adds nothing and a file that grew since adds only its tail.
+What is read, and what is refused, is import_plan's part.
 """
 
 from __future__ import annotations
@@ -13,32 +14,28 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import structlog
 
 from .errors import InvalidRequest
-from .indexer.events import parse_event
-from .keys import AGENT_ID_RE, check_session_key
+from .import_plan import ImportJob, Problem, describe_error, entry_meta, plan_import, shown
+from .indexer.events import Event, parse_event
+
+__all__ = ["FileReport", "ImportReport", "Problem", "plan_import", "run_import"]
 
 log = structlog.get_logger("sessionsearch.import")
 
 BATCH_EVENTS = 5000
-ENTRY_FIELDS = ("label", "displayName", "spawnedBy", "parentSessionKey", "kind", "group", "incognito")
-
-
-@dataclass
-class Problem:
-    file: str
-    line: int | None
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.file}:{self.line}: {self.message}" if self.line else f"{self.file}: {self.message}"
+# A longer line is skipped unparsed, read past in chunks: a file without newlines must not take
+# the memory. Far above any transcript row (the HTTP API refuses bodies over 8 MiB by default).
+MAX_LINE_BYTES = 64 << 20
 
 
 @dataclass
 class FileReport:
+    """What became of one transcript file."""
+
     file: str
     session_key: str
     session_id: str
@@ -51,8 +48,11 @@ class FileReport:
 
 @dataclass
 class ImportReport:
+    """An import's outcome: per file, every problem met, and notes on where things went."""
+
     files: list[FileReport] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    notes: list[Problem] = field(default_factory=list)  # imported, but not where a reader might expect
     sessions: int = 0
     seconds: float = 0.0
 
@@ -65,125 +65,53 @@ class ImportReport:
             "sessions": self.sessions, "events": self.events, "seconds": round(self.seconds, 3),
             "eventsPerSecond": round(self.events / self.seconds) if self.seconds else None,
             "files": [vars(f) for f in self.files],
-            "problems": [{"file": p.file, "line": p.line, "message": p.message} for p in self.problems],
+            "problems": [p.to_dict() for p in self.problems],
+            "notes": [n.to_dict() for n in self.notes],
         }
 
 
-@dataclass
-class _Job:
-    agent_id: str
-    session_key: str
-    session_id: str
-    path: Path
-    entry: dict[str, Any]
+def _lines(path: Path, failed: list[OSError]) -> Iterator[tuple[bytes | None, int]]:
+    """Each line of the file and its size in bytes; None for a line over MAX_LINE_BYTES, read past
+    in chunks and never held whole. A read that fails ends the lines and lands in `failed`."""
+    limit = MAX_LINE_BYTES
+    try:
+        with path.open("rb") as fh:
+            while True:
+                raw = fh.readline(limit + 1)
+                if not raw:
+                    return
+                if len(raw) <= limit or raw.endswith(b"\n"):
+                    yield raw, len(raw)
+                    continue
+                size = len(raw)
+                while not raw.endswith(b"\n"):
+                    raw = fh.readline(1 << 20)
+                    if not raw:
+                        break
+                    size += len(raw)
+                yield None, size
+    except OSError as exc:
+        failed.append(exc)
 
 
-def plan_import(path: Path, agent_id: str | None = None) -> tuple[list[_Job], list[Problem]]:
-    """What to import from a state dir, an agent dir, a sessions dir, or one .jsonl file."""
-    path = Path(path)
-    problems: list[Problem] = []
-    if not path.exists():
-        raise InvalidRequest(f"{path}: no such file or directory", field="path")
-    if path.is_file():
-        if path.suffix != ".jsonl":
-            raise InvalidRequest(f"{path}: expected a .jsonl transcript or a state directory", field="path")
-        sessions_dir = path.parent
-        agent = agent_id or _agent_of_sessions_dir(sessions_dir)
-        jobs, problems = _agent_jobs(agent, sessions_dir, only=path)
-        return jobs, problems
-    if (path / "agents").is_dir():
-        agent_dirs = sorted(p for p in (path / "agents").iterdir() if p.is_dir())
-    elif (path / "sessions").is_dir():
-        agent_dirs = [path]
-    elif (path / "sessions.json").exists() or any(path.glob("*.jsonl")):
-        return _agent_jobs(agent_id or _agent_of_sessions_dir(path), path)
-    else:
-        raise InvalidRequest(f"{path}: not a state dir (no agents/), agent dir or sessions dir", field="path")
-    jobs: list[_Job] = []
-    for agent_dir in agent_dirs:
-        agent = agent_dir.name
-        if agent_id is not None and agent != agent_id:
-            continue
-        if not AGENT_ID_RE.match(agent):
-            problems.append(Problem(str(agent_dir), None, "not a valid agent id; skipped"))
-            continue
-        more_jobs, more_problems = _agent_jobs(agent, agent_dir / "sessions")
-        jobs += more_jobs
-        problems += more_problems
-    return jobs, problems
-
-
-def _agent_of_sessions_dir(sessions_dir: Path) -> str:
-    agent = sessions_dir.parent.name if sessions_dir.name == "sessions" else "main"
-    return agent if AGENT_ID_RE.match(agent) else "main"
-
-
-def _agent_jobs(agent: str, sessions_dir: Path, only: Path | None = None) -> tuple[list[_Job], list[Problem]]:
-    problems: list[Problem] = []
-    index_path = sessions_dir / "sessions.json"
-    entries: dict[str, Any] = {}
-    if index_path.exists():
-        try:
-            raw = json.loads(index_path.read_text(encoding="utf-8"))
-            if not isinstance(raw, dict):
-                raise ValueError("must map session keys to entries")
-            entries = raw
-        except (ValueError, UnicodeDecodeError) as exc:
-            problems.append(Problem(str(index_path), None, f"unreadable: {exc}"))
-    elif only is None:
-        problems.append(Problem(str(index_path), None, "missing; transcripts imported under generated keys"))
-    jobs: list[_Job] = []
-    referenced: set[str] = set()
-    for key, entry in entries.items():
-        where = f"{index_path}: {key!r}"
-        if not isinstance(entry, dict) or not isinstance(entry.get("sessionId"), str) or not entry["sessionId"]:
-            problems.append(Problem(str(index_path), None, f"entry {key!r} has no sessionId; skipped"))
-            continue
-        full_key = key if key.startswith("agent:") else f"agent:{agent}:{key}"
-        try:
-            check_session_key(full_key)
-        except InvalidRequest as exc:
-            problems.append(Problem(where, None, exc.message))
-            continue
-        session_id = entry["sessionId"]
-        referenced.add(session_id)
-        transcript = sessions_dir / f"{session_id}.jsonl"
-        if only is not None and transcript.resolve() != only.resolve():
-            continue
-        if not transcript.exists():
-            problems.append(Problem(str(transcript), None, f"missing transcript of {full_key}"))
-            transcript = None  # type: ignore[assignment]
-        jobs.append(_Job(agent, full_key, session_id, transcript, entry))  # type: ignore[arg-type]
-    files = [only] if only is not None else sorted(sessions_dir.glob("*.jsonl"))
-    for file in files:
-        if file.stem not in referenced:
-            jobs.append(_Job(agent, f"agent:{agent}:imported:{file.stem}", file.stem, file, {}))
-    return jobs, problems
-
-
-def _meta(entry: dict[str, Any], where: str, problems: list[Problem]) -> dict[str, Any]:
-    meta = {}
-    for name in ENTRY_FIELDS:
-        value = entry.get(name)
-        if value is None:
-            continue
-        if name == "incognito" and not isinstance(value, bool):
-            problems.append(Problem(where, None, "incognito must be a boolean; ignored"))
-            continue
-        if name == "kind" and (not isinstance(value, str) or value not in ("direct", "group", "subagent", "cron", "system")):
-            problems.append(Problem(where, None, f"unknown kind {value!r}; ignored"))
-            continue
-        if name in ("spawnedBy", "parentSessionKey"):
-            try:
-                check_session_key(value, field=name)
-            except InvalidRequest:
-                problems.append(Problem(where, None, f"{name} is not a session key; ignored"))
-                continue
-        meta[name] = value
-    updated = entry.get("updatedAt")
-    if isinstance(updated, (int, float)) and not isinstance(updated, bool):
-        meta["updatedAt"] = int(updated)
-    return meta
+def _parse_line(raw: bytes | None, now_ms: int) -> Event | str:
+    """The event on one line, or what is wrong with it (no line can raise past this)."""
+    if raw is None:
+        return f"longer than {MAX_LINE_BYTES} bytes; skipped"
+    try:
+        text = raw.decode("utf-8").strip()
+    except UnicodeDecodeError as exc:
+        return describe_error(exc)
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        return f"not JSON: {describe_error(exc)}"
+    try:
+        return parse_event(value, "event", now_ms=now_ms, source=text)
+    except InvalidRequest as exc:
+        return exc.message.removeprefix("event").lstrip(".: ") or exc.message
+    except Exception as exc:  # noqa: BLE001 - a line the rules did not foresee costs only itself
+        return f"not imported: {type(exc).__name__}: {exc}"
 
 
 async def run_import(engine, path: Path, *, agent_id: str | None = None,
@@ -194,59 +122,63 @@ async def run_import(engine, path: Path, *, agent_id: str | None = None,
     each file waits in a group with other files' until the group is worth a transaction.
     """
     started = time.monotonic()
-    jobs, problems = plan_import(Path(path), agent_id)
-    report = ImportReport(problems=problems)
-    total_bytes = sum(j.path.stat().st_size for j in jobs if j.path is not None) or 1
+    plan = plan_import(Path(path), agent_id)
+    report = ImportReport(problems=plan.problems, notes=plan.notes)
+    total_bytes = sum(_size(j.path) for j in plan.jobs if j.path is not None) or 1
     done_bytes = 0
     consumed_by_agent: dict[str, dict[str, int]] = {}
     group = _Group(report)
-    for job in jobs:
+    for job in plan.jobs:
         store = await engine.store(job.agent_id, create=True)
         if group.store is not store:
             await group.flush()
             group.store = store
         if job.agent_id not in consumed_by_agent:
             consumed_by_agent[job.agent_id] = await store.all_source_lines()
-        meta: dict | None = _meta(job.entry, str(job.path or job.session_key), report.problems)
+        meta: dict | None = entry_meta(job, report.problems)
         report.sessions += 1
         if job.path is None:
             await store.upsert_session(job.session_key, {**meta, "sessionId": job.session_id})
             continue
-        file_report = FileReport(str(job.path), job.session_key, job.session_id)
+        file_report = FileReport(shown(job.path), job.session_key, job.session_id)
         report.files.append(file_report)
         consumed = consumed_by_agent[job.agent_id].get(job.session_id, 0)
-        batch: list = []
+        events: list[Event] = []
+        event_lines: list[int] = []
         now_ms = int(time.time() * 1000)
         line_no = 0
-        with job.path.open("rb") as fh:
-            for line_no, raw in enumerate(fh, 1):
-                done_bytes += len(raw)
-                if line_no <= consumed:
-                    file_report.skipped_lines += 1
-                    continue
-                if not raw.strip():
-                    continue
-                try:
-                    text = raw.decode("utf-8").strip()
-                    event = parse_event(json.loads(text), "event", now_ms=now_ms, source=text)
-                except (ValueError, UnicodeDecodeError) as exc:
-                    file_report.bad += 1
-                    report.problems.append(Problem(str(job.path), line_no, f"not JSON: {exc}"))
-                    continue
-                except InvalidRequest as exc:
-                    file_report.bad += 1
-                    report.problems.append(Problem(str(job.path), line_no, exc.message.removeprefix("event")
-                                                   .lstrip(".: ") or exc.message))
-                    continue
-                batch.append(event)
-                if len(batch) >= BATCH_EVENTS:
-                    await group.send([(job, meta, batch, line_no, file_report)])  # a chunk of a big file
-                    meta, batch = None, []
-                    if progress:
-                        progress(done_bytes, total_bytes)
+        failed: list[OSError] = []
+        for line_no, (raw, size) in enumerate(_lines(job.path, failed), 1):
+            done_bytes += size
+            if line_no <= consumed:
+                file_report.skipped_lines += 1
+                continue
+            if raw is not None and not raw.strip():
+                continue
+            event = _parse_line(raw, now_ms)
+            if isinstance(event, str):
+                if raw is not None and not raw.endswith(b"\n") and event.startswith(("not JSON", "not UTF-8")):
+                    # the gateway may still be writing this line: leave it for the next import
+                    report.problems.append(Problem(job.path, line_no, "incomplete last line (no newline "
+                                                   "at the end); left for the next import"))
+                    line_no -= 1
+                    break
+                file_report.bad += 1
+                report.problems.append(Problem(job.path, line_no, event))
+                continue
+            events.append(event)
+            event_lines.append(line_no)
+            if len(events) >= BATCH_EVENTS:  # a chunk of a big file
+                await group.send([_Step(job, meta, events, event_lines, line_no, file_report)])
+                meta, events, event_lines = None, [], []
+                if progress:
+                    progress(done_bytes, total_bytes)
+        if failed:  # what was read before the failure is still written
+            report.problems.append(Problem(job.path, line_no + 1 if line_no else None,
+                                           f"unreadable: {describe_error(failed[0])}; rest of the file skipped"))
         file_report.lines = line_no
-        if batch or meta is not None or line_no > consumed:
-            group.add((job, meta, batch, line_no, file_report))
+        if events or meta is not None or line_no > consumed:
+            group.add(_Step(job, meta, events, event_lines, line_no, file_report))
             if group.events >= BATCH_EVENTS:
                 await group.send(group.take())
         if progress:
@@ -259,25 +191,45 @@ async def run_import(engine, path: Path, *, agent_id: str | None = None,
     return report
 
 
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+@dataclass
+class _Step:
+    """One write of an import: a file's events from one chunk, with its metadata if the first."""
+
+    job: ImportJob
+    meta: dict[str, Any] | None
+    events: list[Event]
+    event_lines: list[int]  # the line of each event, to report one the store refuses
+    lines: int  # lines of the file consumed once this step is written
+    report: FileReport
+
+
 class _Group:
     """Import steps waiting for the writer, and the one transaction of them in flight."""
 
     def __init__(self, report: ImportReport) -> None:
         self.report = report
         self.store = None
-        self.items: list[tuple] = []
+        self.items: list[_Step] = []
         self.events = 0
         self.in_flight: asyncio.Future | None = None
+        self.refused: set[int] = set()  # file reports whose window the store refused
 
-    def add(self, item: tuple) -> None:
-        self.items.append(item)
-        self.events += len(item[2]) + 1
+    def add(self, step: _Step) -> None:
+        self.items.append(step)
+        self.events += len(step.events) + 1
 
-    def take(self) -> list[tuple]:
+    def take(self) -> list[_Step]:
         items, self.items, self.events = self.items, [], 0
         return items
 
-    async def send(self, items: list[tuple]) -> None:
+    async def send(self, items: list[_Step]) -> None:
         """Hand `items` to the writer once the previous transaction is done; do not wait for them."""
         if self.in_flight is not None:
             await self.in_flight
@@ -292,13 +244,58 @@ class _Group:
             await self.in_flight
             self.in_flight = None
 
-    async def _write(self, store, items: list[tuple]) -> None:
-        results = await store.import_many([(job.session_key, meta, batch, job.session_id, line_no)
-                                           for job, meta, batch, line_no, _ in items])
-        for (job, _meta, _batch, _line, file_report), result in zip(items, results):
+    async def _write(self, store, steps: list[_Step]) -> None:
+        results = await store.import_many([(s.job.session_key, s.meta, s.events, s.job.session_id, s.lines)
+                                           for s in steps])
+        for step, result in zip(steps, results):
             if isinstance(result, Exception):
-                message = getattr(result, "message", None) or str(result)
-                self.report.problems.append(Problem(file_report.file, None, f"not imported: {message}"))
-                continue
-            file_report.imported += result.appended
-            file_report.duplicates += result.duplicates
+                await self._salvage(store, step)
+            else:
+                self._count(step, result)
+
+    def _count(self, step: _Step, result) -> None:
+        step.report.imported += result.appended
+        step.report.duplicates += result.duplicates
+
+    async def _attempt(self, store, step: _Step, meta: dict | None, events: list[Event], lines: int | None):
+        (result,) = await store.import_many([(step.job.session_key, meta, events, step.job.session_id, lines)])
+        return result
+
+    async def _salvage(self, store, step: _Step) -> None:
+        """Keep what of a refused step the store takes: the window, then its metadata, then its
+        events in halves down to the single events refused, each reported with its line."""
+        if id(step.report) in self.refused:  # an earlier chunk of this file met the same refusal
+            return
+        result = await self._attempt(store, step, step.meta, [], None)
+        if isinstance(result, Exception) and step.meta is not None:
+            refused_meta = result
+            result = await self._attempt(store, step, None, [], None)
+            if not isinstance(result, Exception):
+                self._problem(step, None, f"session metadata not imported: {_message(refused_meta)}")
+        if isinstance(result, Exception):
+            self.refused.add(id(step.report))
+            self._problem(step, None, f"not imported: {_message(result)}")
+            return
+        await self._halves(store, step, step.events, step.event_lines)
+        await self._attempt(store, step, None, [], step.lines)  # the refused lines count as read
+
+    async def _halves(self, store, step: _Step, events: list[Event], lines: list[int]) -> None:
+        if not events:
+            return
+        result = await self._attempt(store, step, None, events, lines[-1])
+        if not isinstance(result, Exception):
+            self._count(step, result)
+        elif len(events) == 1:
+            step.report.bad += 1
+            self._problem(step, lines[0], f"not imported: {_message(result)}")
+        else:
+            half = len(events) // 2
+            await self._halves(store, step, events[:half], lines[:half])
+            await self._halves(store, step, events[half:], lines[half:])
+
+    def _problem(self, step: _Step, line: int | None, message: str) -> None:
+        self.report.problems.append(Problem(step.report.file, line, message))
+
+
+def _message(exc: BaseException) -> str:
+    return getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,306 @@
+"""What an import reads from the gateway's legacy state dir, and what it refuses to.
+
+A state dir is untrusted input: nothing outside the directory imported from is read (neither
+through a sessionId nor through a symbolic link), nothing is written under a name that is not an
+agent id, and every entry or file that cannot be used is a reported problem, never an exception.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import InvalidRequest
+from .indexer.events import epoch_ms
+from .keys import AGENT_ID_RE, agent_of, check_session_key
+from .values import unpaired_surrogate
+
+ENTRY_FIELDS = ("label", "displayName", "spawnedBy", "parentSessionKey", "kind", "group", "incognito")
+TEXT_FIELDS = ("label", "displayName", "group")
+KINDS = ("direct", "group", "subagent", "cron", "system")
+AGENT_ID_RULE = "agentId must be 1..64 letters, digits, '_' or '-'"
+
+
+def shown(text: object) -> str:
+    """`text` (a path, a message) as text that UTF-8 can encode: file names that are not UTF-8
+    come back from the OS with surrogate escapes, which no JSON or terminal output could write."""
+    if isinstance(text, Path):
+        try:
+            return os.fsencode(text).decode("utf-8", "backslashreplace")
+        except UnicodeEncodeError:
+            pass
+    return str(text).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+@dataclass
+class Problem:
+    """Something in the state dir that was not imported as it stands: where, and why."""
+
+    file: str
+    line: int | None
+    message: str
+
+    def __post_init__(self) -> None:
+        self.file, self.message = shown(self.file), shown(self.message)
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.message}" if self.line else f"{self.file}: {self.message}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "line": self.line, "message": self.message}
+
+
+@dataclass
+class ImportJob:
+    """One window to import: its transcript, and the sessions.json entry naming it."""
+
+    agent_id: str
+    session_key: str
+    session_id: str
+    path: Path | None  # None: the entry's transcript is missing; its metadata is still imported
+    entry: dict[str, Any]
+    index: Path | None = None  # the sessions.json the entry is from, and its key there
+    entry_key: str = ""
+
+
+@dataclass
+class ImportPlan:
+    """Everything an import will read, and what it found wrong before reading a transcript."""
+
+    root: Path  # the resolved directory imported from; nothing outside it is read
+    jobs: list[ImportJob] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    notes: list[Problem] = field(default_factory=list)
+
+
+def is_agent_id(value: object) -> bool:
+    # fullmatch: the pattern's `$` would also accept a trailing newline
+    return isinstance(value, str) and AGENT_ID_RE.fullmatch(value) is not None
+
+
+def plan_import(path: Path, agent_id: str | None = None) -> ImportPlan:
+    """What to import from a state dir, an agent dir, a sessions dir, or one .jsonl file.
+
+    Raises InvalidRequest for an `agent_id` that is not an agent id and for a path that is none
+    of those; everything wrong inside the path is a reported problem instead.
+    """
+    if agent_id is not None and not is_agent_id(agent_id):
+        raise InvalidRequest(AGENT_ID_RULE, field="agentId")
+    path = Path(path)
+    if not path.exists():
+        raise InvalidRequest(f"{shown(path)}: no such file or directory", field="path")
+    if path.is_file():
+        if path.suffix != ".jsonl":
+            raise InvalidRequest(f"{shown(path)}: expected a .jsonl transcript or a state directory", field="path")
+        plan = ImportPlan(path.parent.resolve())
+        _agent_jobs(plan, agent_id or _agent_of_sessions_dir(path.parent), path.parent, only=path)
+        return plan
+    plan = ImportPlan(path.resolve())
+    if (path / "agents").is_dir():
+        agent_dirs = sorted(p for p in (path / "agents").iterdir() if p.is_dir())
+    elif (path / "sessions").is_dir():
+        agent_dirs = [path]
+    elif (path / "sessions.json").exists() or any(path.glob("*.jsonl")):
+        _agent_jobs(plan, agent_id or _agent_of_sessions_dir(path), path)
+        return plan
+    else:
+        raise InvalidRequest(f"{shown(path)}: not a state dir (no agents/), agent dir or sessions dir", field="path")
+    for agent_dir in agent_dirs:
+        agent = agent_dir.name
+        if agent_id is not None and agent != agent_id:
+            continue
+        if not is_agent_id(agent):
+            plan.problems.append(Problem(agent_dir, None, "not a valid agent id; skipped"))
+            continue
+        outside = _outside(agent_dir, plan.root)
+        if outside:
+            plan.problems.append(Problem(agent_dir, None, f"{outside}; skipped"))
+            continue
+        _agent_jobs(plan, agent, agent_dir / "sessions")
+    return plan
+
+
+def _agent_of_sessions_dir(sessions_dir: Path) -> str:
+    agent = sessions_dir.parent.name if sessions_dir.name == "sessions" else "main"
+    return agent if is_agent_id(agent) else "main"
+
+
+def _outside(path: Path, root: Path) -> str | None:
+    """Why `path` must not be read from an import of `root`, or None when it may."""
+    try:
+        real = path.resolve(strict=True)
+    except FileNotFoundError:
+        return "missing" if not path.is_symlink() else "a symbolic link to nothing"
+    except (OSError, RuntimeError, ValueError) as exc:  # a symlink loop, a NUL, an unreadable dir
+        return f"unreadable: {describe_error(exc)}"
+    if real != root and not real.is_relative_to(root):
+        return f"points outside {shown(root)}"
+    return None
+
+
+def _file_problem(path: Path, root: Path) -> str | None:
+    """Why the file at `path` cannot be read, or None when it is a regular file inside `root`."""
+    why = _outside(path, root)
+    if why:
+        return why
+    try:
+        if not stat.S_ISREG(path.stat().st_mode):  # a directory, or a FIFO whose open would wait forever
+            return "not a regular file"
+    except OSError as exc:
+        return f"unreadable: {describe_error(exc)}"
+    return None
+
+
+def describe_error(exc: BaseException) -> str:
+    """A short reason for a failed read, without the path the problem already names."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror.lower()
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    if isinstance(exc, RuntimeError) and "loop" in str(exc):  # Path.resolve before Python 3.13
+        return "a symbolic link loop"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not UTF-8: {exc.reason} at byte {exc.start}"
+    return str(exc)
+
+
+def _session_id_problem(session_id: str) -> str | None:
+    """What keeps `session_id` from naming a transcript file inside its sessions dir, if anything."""
+    if any(bad in session_id for bad in ("/", "\\", "\x00", "..")):
+        return "may not contain '/', '\\', '..' or NUL (it must name a file in its sessions dir)"
+    if unpaired_surrogate(session_id):
+        return "is not UTF-8 text"
+    if len(os.fsencode(session_id + ".jsonl")) > 255:
+        return "is too long for a file name"
+    return None
+
+
+def _read_index(plan: ImportPlan, index_path: Path) -> dict[str, Any] | None:
+    """sessions.json's entries; None (with a reported problem) when it cannot be used."""
+    why = _file_problem(index_path, plan.root)
+    if why:
+        plan.problems.append(Problem(index_path, None, why if why.startswith("unreadable") else f"unreadable: {why}"))
+        return None
+    try:
+        raw = json.loads(index_path.read_bytes().decode("utf-8"))
+    except (OSError, ValueError, RecursionError, MemoryError) as exc:  # UnicodeDecodeError is a ValueError
+        plan.problems.append(Problem(index_path, None, f"unreadable: {describe_error(exc)}"))
+        return None
+    if not isinstance(raw, dict):
+        plan.problems.append(Problem(index_path, None, "unreadable: must map session keys to entries"))
+        return None
+    return raw
+
+
+def _agent_jobs(plan: ImportPlan, agent: str, sessions_dir: Path, only: Path | None = None) -> None:
+    index_path = sessions_dir / "sessions.json"
+    entries: dict[str, Any] = {}
+    if index_path.exists() or index_path.is_symlink():
+        entries = _read_index(plan, index_path) or {}
+    elif only is None:
+        plan.problems.append(Problem(index_path, None, "missing; transcripts imported under generated keys"))
+    referenced: dict[str, str] = {}
+    for key, entry in entries.items():
+        job = _entry_job(plan, agent, sessions_dir, index_path, key, entry, referenced, only)
+        if job is not None:
+            plan.jobs.append(job)
+    try:
+        files = [only] if only is not None else sorted(sessions_dir.glob("*.jsonl"))
+    except OSError as exc:
+        plan.problems.append(Problem(sessions_dir, None, f"unreadable: {describe_error(exc)}"))
+        files = []
+    for file in files:
+        session_id = file.name.removesuffix(".jsonl")
+        if session_id in referenced:
+            continue
+        why = _session_id_problem(session_id)
+        why = f"file name {why}" if why else _file_problem(file, plan.root)
+        if why:
+            plan.problems.append(Problem(file, None, f"{why}; skipped"))
+            continue
+        plan.jobs.append(ImportJob(agent, f"agent:{agent}:imported:{session_id}", session_id, file, {}))
+
+
+def _entry_job(plan: ImportPlan, agent: str, sessions_dir: Path, index_path: Path, key: str, entry: object,
+               referenced: dict[str, str], only: Path | None) -> ImportJob | None:
+    """The import of one sessions.json entry, or None: with the reason reported, or silently when
+    the import is of `only`, another file."""
+    def skip(why: str) -> None:
+        plan.problems.append(Problem(index_path, None, f"entry {key!r}{why}; skipped"))
+
+    if not isinstance(entry, dict):
+        return skip(" is not an object")
+    session_id = entry.get("sessionId")
+    if session_id is None:
+        return skip(" has no sessionId")
+    if not isinstance(session_id, str) or not session_id:
+        return skip(": sessionId must be a non-empty string")
+    why = _session_id_problem(session_id)
+    if why:
+        return skip(f": sessionId {session_id!r} {why}")
+    full_key = key if key.startswith("agent:") else f"agent:{agent}:{key}"
+    try:
+        check_session_key(full_key)
+        owner = agent_of(full_key)
+    except InvalidRequest as exc:
+        return skip(f": {exc.message}")
+    if unpaired_surrogate(full_key) or not is_agent_id(owner):
+        return skip(": not a valid session key")
+    if session_id in referenced:
+        return skip(f": sessionId {session_id!r} is already the window of {referenced[session_id]!r}")
+    referenced[session_id] = key
+    if only is not None and only.name != f"{session_id}.jsonl":
+        return None
+    if owner != agent:
+        # history and sessionKey-scoped search look a key up under the agent it names
+        plan.notes.append(Problem(index_path, None,
+                                  f"entry {key!r} names agent {owner}; stored under that agent"))
+    transcript: Path | None = sessions_dir / f"{session_id}.jsonl"
+    why = _file_problem(transcript, plan.root)
+    if why == "missing":
+        plan.problems.append(Problem(transcript, None, f"missing transcript of {full_key}"))
+        transcript = None
+    elif why:
+        plan.problems.append(Problem(transcript, None, f"{why}; transcript of {full_key} skipped"))
+        transcript = None
+    return ImportJob(owner, full_key, session_id, transcript, entry, index_path, key)
+
+
+def entry_meta(job: ImportJob, problems: list[Problem]) -> dict[str, Any]:
+    """The session metadata of the job's sessions.json entry; a field that is wrong is reported and left out."""
+    entry, meta, where = job.entry, {}, f"entry {job.entry_key!r}: "
+    for name in ENTRY_FIELDS:
+        value = entry.get(name)
+        if value is None:
+            continue
+        if name == "incognito" and not isinstance(value, bool):
+            problems.append(Problem(job.index, None, f"{where}incognito must be a boolean; ignored"))
+            continue
+        if name == "kind" and (not isinstance(value, str) or value not in KINDS):
+            problems.append(Problem(job.index, None, f"{where}unknown kind {value!r}; ignored"))
+            continue
+        if name in TEXT_FIELDS and (not isinstance(value, str) or unpaired_surrogate(value)):
+            problems.append(Problem(job.index, None, f"{where}{name} must be a string; ignored"))
+            continue
+        if name in ("spawnedBy", "parentSessionKey"):
+            try:
+                check_session_key(value, field=name)
+                if unpaired_surrogate(value) or not is_agent_id(agent_of(value)):
+                    raise InvalidRequest(name, field=name)
+            except InvalidRequest:
+                problems.append(Problem(job.index, None, f"{where}{name} is not a session key; ignored"))
+                continue
+        meta[name] = value
+    updated = entry.get("updatedAt")
+    if updated is not None:
+        try:
+            if isinstance(updated, bool) or not isinstance(updated, (int, float)):
+                raise InvalidRequest("updatedAt", field="updatedAt")
+            meta["updatedAt"] = epoch_ms(updated, "updatedAt")
+        except InvalidRequest:
+            problems.append(Problem(job.index, None, f"{where}updatedAt must be epoch milliseconds; ignored"))
+    return meta
