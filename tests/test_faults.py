@@ -1,0 +1,324 @@
+"""Faults on the data path, each with its figure: a worker process killed mid-reconcile again and
+again, the web process killed during a stream of appends, and the data dir's disk full, under the
+HTTP API and under a reconciling worker.
+
+Figures are printed (visible with `-s`) and collected in bench/results/faults.json. The disk-full
+tests mount a small tmpfs as the data dir: they need root, as CI runs them, and fail without it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import os
+import random
+import shutil
+import sqlite3
+import subprocess
+import threading
+import time
+from contextlib import closing, contextmanager
+from pathlib import Path
+
+import pytest
+
+from sessionsearch import Engine, Settings
+from sessionsearch import metrics as ssmetrics
+from sessionsearch.importer import run_import
+from sessionsearch.queue import Pipeline
+from sessionsearch.store.rowids import wid_sql
+
+from .helpers import BASE_TS, chain, engine_at, ids, leaf, msg
+from .server import Server
+from .test_index_invariant import Window
+from .test_pipeline import Worker, redis_url, wait_for_backlog_zero  # noqa: F401 (redis_url: a fixture)
+
+RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results" / "faults.json"
+DEADLINE_S = 90  # only tells "recovered" from "stuck": every wait below ends in well under a second or two
+
+
+def record(fault: str, figures: dict) -> None:
+    """Print a fault's figures and keep them in bench/results/faults.json under its name."""
+    print(f"\n{fault}: {json.dumps(figures)}")
+    data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    data[fault] = {**figures, "recorded": time.strftime("%Y-%m-%d %H:%M:%S")}
+    RESULTS.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+# -- the index, by content -------------------------------------------------------------------------
+
+def _by_window(rows) -> dict[int, set[tuple]]:
+    out: dict[int, set[tuple]] = {}
+    for wid, *row in rows:
+        out.setdefault(wid, set()).add(tuple(row))
+    return out
+
+
+def index_rows(db: Path) -> dict[int, set[tuple]]:
+    """Every index row as (rowid, text, ts, message id), by window."""
+    with closing(sqlite3.connect(db)) as conn:
+        return _by_window(conn.execute(f"SELECT {wid_sql('rowid')}, rowid, text, ts, mid FROM msg_fts"))
+
+
+def assert_index_invariant(db: Path) -> int:
+    """ARCHITECTURE.md's invariant: every window not marked dirty holds exactly one index row per
+    active-branch user/assistant message with text, with its text, timestamp and id, and nothing
+    else; no index row belongs to a window that is gone or cold. Returns the rows compared."""
+    with closing(sqlite3.connect(db)) as conn:
+        windows = dict(conn.execute("SELECT wid, needs_rebuild = 0 AND cold = 0 FROM windows"))
+        branch = _by_window(conn.execute("SELECT wid, id, text, ts, event_id FROM events "
+                                         "WHERE on_branch = 1 AND text IS NOT NULL"))
+    index = index_rows(db)
+    assert set(index) <= set(windows), f"index rows of windows that are gone: {set(index) - set(windows)}"
+    compared = 0
+    for wid, clean in windows.items():
+        if clean:
+            assert index.get(wid, set()) == branch.get(wid, set()), f"window {wid} of {db.name}"
+            compared += len(branch.get(wid, ()))
+    return compared
+
+
+def _text(content) -> str:
+    if isinstance(content, str):
+        return content.strip()
+    return "\n".join(b["text"] for b in content if b.get("type") == "text")
+
+
+def expected_rows(events: list[dict]) -> set[tuple]:
+    """(message id, role, text, ts) of the active branch's user/assistant messages with text,
+    replayed from the events themselves (the property test's oracle), not from the store."""
+    out = set()
+    for e in Window("oracle", events).active():
+        m = e.get("message")
+        if e["type"] == "message" and m["role"] in ("user", "assistant") and _text(m["content"]):
+            out.add((e["id"], m["role"], _text(m["content"]), m["timestamp"]))
+    return out
+
+
+def found_rows(db: Path) -> dict[str, set[tuple]]:
+    """The index rows as (message id, role, text, ts), by session id."""
+    with closing(sqlite3.connect(db)) as conn:
+        sessions = dict(conn.execute("SELECT wid, session_id FROM windows"))
+    return {sessions[wid]: {(mid, "assistant" if rid & 1 else "user", text, ts) for rid, text, ts, mid in rows}
+            for wid, rows in index_rows(db).items()}
+
+
+async def rebuilt_from_scratch(db: Path, into: Path) -> dict[int, set[tuple]]:
+    """The index rows a full rebuild gives: a copy of the database with its index emptied and every
+    window marked, reconciled in this process (by executemany, where workers insert by SQL)."""
+    (into / "agents").mkdir(parents=True)
+    copy = into / "agents" / db.name
+    with closing(sqlite3.connect(db)) as src, closing(sqlite3.connect(copy)) as dst:
+        src.backup(dst)
+    with closing(sqlite3.connect(copy, isolation_level=None)) as conn:
+        conn.execute("DELETE FROM msg_fts")
+        conn.execute("UPDATE windows SET needs_rebuild = 1, rebuild_gen = rebuild_gen + 1, claim_token = NULL, "
+                     "claim_expires_at = NULL")
+    async with engine_at(into) as engine:
+        await engine.reconcile_pending()
+    return index_rows(copy)
+
+
+# -- an imported backlog ---------------------------------------------------------------------------
+
+def write_backlog(root: Path, sizes: list[int], *, words: int = 4) -> dict[str, list[dict]]:
+    """A gateway state dir, one window per size: user and assistant turns, tool results, thinking
+    blocks, and in every other window a rewind partway (so the active branch is not every row).
+    Returns each window's events by session id."""
+    folder = root / "agents" / "main" / "sessions"
+    folder.mkdir(parents=True)
+    index, out = {}, {}
+    filler = " ".join(f"word{k}" for k in range(words))
+    for n, size in enumerate(sizes):
+        sid = f"w{n}"
+        events, parent = [], None
+        for i in range(size):
+            role = "toolResult" if i % 7 == 6 else ("user" if i % 2 == 0 else "assistant")
+            content = f"w{n} row {i} topic{i % 97} {filler}"
+            if role == "assistant" and i % 11 == 5:
+                content = [{"type": "text", "text": content}, {"type": "thinking", "thinking": "never indexed"}]
+            events.append({"type": "message", "id": f"w{n}m{i}", "parentId": parent,
+                           "message": {"role": role, "content": content, "timestamp": BASE_TS + i}})
+            parent = f"w{n}m{i}"
+            if n % 2 == 0 and size >= 10 and i == size * 3 // 5:
+                events.append({"type": "leaf", "id": f"w{n}l", "parentId": parent, "targetId": f"w{n}m{size * 2 // 5}"})
+                parent = f"w{n}l"
+        (folder / f"{sid}.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+        index[f"agent:main:w{n}"] = {"sessionId": sid}
+        out[sid] = events
+    (folder / "sessions.json").write_text(json.dumps(index))
+    return out
+
+
+# -- a small disk ----------------------------------------------------------------------------------
+
+@contextmanager
+def small_disk(path: Path, mib: int):
+    """A tmpfs of `mib` MiB mounted at `path` (root only), unmounted afterwards."""
+    path.mkdir()
+    if shutil.which("mount") is None:
+        pytest.fail("the disk-full tests need mount(8) to mount a tmpfs as the data dir")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={mib}m", "tmpfs", str(path)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.fail(f"the disk-full tests mount a tmpfs as the data dir and need root (CI runs them as root): "
+                    f"{done.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        if subprocess.run(["umount", str(path)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def empty_wal(db: Path) -> None:
+    """Checkpoint and truncate the WAL, so that every later write needs new space on the disk."""
+    with closing(sqlite3.connect(db, isolation_level=None)) as conn:
+        deadline = time.monotonic() + DEADLINE_S
+        while conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]:
+            assert time.monotonic() < deadline, "the WAL stayed busy"
+            time.sleep(0.05)
+    assert os.path.getsize(f"{db}-wal") == 0
+
+
+def fill(disk: Path, *, leave_bytes: int = 0) -> Path:
+    """A file taking every free byte of `disk` but `leave_bytes`."""
+    filler = disk / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        while True:
+            os.write(fd, b"\0" * (1 << 20))
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC, exc
+    finally:
+        os.close(fd)
+    if leave_bytes:
+        os.truncate(filler, os.path.getsize(filler) - leave_bytes)
+    return filler
+
+
+# -- the disk fills up under the HTTP API ----------------------------------------------------------
+
+SEEDED = [f"agent:main:s{k}" for k in range(4)]
+
+
+def _seed(server: Server) -> None:
+    for k, key in enumerate(SEEDED):
+        texts = [("user" if i % 2 else "assistant", f"harbor seed{k}x{i} before the fault") for i in range(1, 41)]
+        status, _ = server.post("transcript.append", {"sessionKey": key, "sessionId": f"s{k}-1",
+                                                      "events": chain(f"s{k}m", texts)})
+        assert status == 200
+    assert server.post("sessions.upsert", {"sessionKey": SEEDED[0], "label": "first"})[0] == 200
+
+
+def _writes_during_the_fault() -> list[tuple[str, str, dict]]:
+    bulk = [("user", f"bulk{i} " + "lorem ipsum dolor " * 25) for i in range(3000)]
+    return [
+        ("append", "transcript.append",
+         {"sessionKey": SEEDED[0], "events": [msg("f1", "user", "after the fault", "s0m40")]}),
+        # more than SQLite's page cache holds: it spills to the WAL before COMMIT, mid-statement
+        ("append 3,000 messages", "transcript.append",
+         {"sessionKey": SEEDED[0], "events": chain("bulk", bulk, parent="f1")}),
+        ("append a rewind", "transcript.append",
+         {"sessionKey": SEEDED[1], "events": [leaf("l1", "s1m40", "s1m20"), msg("f2", "user", "rewound", "l1")]}),
+        ("append to a new agent", "transcript.append",
+         {"sessionKey": "agent:ops:new", "events": [msg("o1", "user", "the ops agent starts", None)]}),
+        ("upsert", "sessions.upsert", {"sessionKey": SEEDED[2], "label": "renamed"}),
+        ("upsert a new session", "sessions.upsert", {"sessionKey": "agent:main:fresh", "label": "fresh"}),
+        ("rotate", "sessions.rotate", {"sessionKey": SEEDED[2], "sessionId": "s2-2"}),
+        ("archive", "sessions.archive", {"sessionKey": SEEDED[3]}),
+    ]
+
+
+def _reads_answer(server: Server) -> dict[str, int]:
+    """Every read route answers from the data stored before the fault; returns statuses by route."""
+    out = {}
+    status, found = server.post("sessions.search", {"query": "seed1x7"})
+    assert (status, ids(found)) == (200, ["s1m7"]), found
+    out["sessions.search"] = status
+    status, history = server.post("sessions.history", {"sessionKey": SEEDED[0], "limit": 1000})
+    assert status == 200 and [m["messageId"] for m in history["messages"]] == [f"s0m{i}" for i in range(1, 41)]
+    out["sessions.history"] = status
+    status, listing = server.post("sessions.list", {})
+    assert status == 200 and {s["sessionKey"] for s in listing["sessions"]} == set(SEEDED)
+    out["sessions.list"] = status
+    status, index = server.post("index.status", {})
+    assert status == 200 and index["agents"][0]["backlog"] == 0
+    out["index.status"] = status
+    for route in ("/healthz", "/metrics"):
+        out[route] = server.get(route)[0]
+        assert out[route] == 200
+    return out
+
+
+def test_a_full_disk_refuses_writes_with_503_keeps_reads_answering_and_recovers_without_a_restart(tmp_path):
+    with small_disk(tmp_path / "disk", 48) as disk:
+        server = Server(disk, tmp_path / "server.log")
+        filler = disk / "filler"
+        try:
+            _seed(server)
+            empty_wal(disk / "agents" / "main.db")
+            fill(disk)
+            answers: dict[str, int] = {}
+            for name, method, body in _writes_during_the_fault():
+                status, answer = server.post(method, body)
+                answers[name] = status
+                assert status == 503, (name, answer)
+                assert answer["error"]["code"] == "UNAVAILABLE", (name, answer)
+                assert "disk is full" in answer["error"]["message"], (name, answer)
+            assert not list(disk.rglob("*.tmp")), "a refused archive left its part-written cold file"
+            reads = _reads_answer(server)  # nothing of the refused writes shows, nothing before is lost
+            ready_status, ready = server.get("/readyz")
+            assert ready_status == 503 and "disk is full" in ready["reason"], ready
+            filler.unlink()
+            started, attempts = time.monotonic(), 0
+            first_name, first_method, first_body = _writes_during_the_fault()[0]
+            while True:  # the same writer connection, no restart
+                attempts += 1
+                status, answer = server.post(first_method, first_body)
+                if status == 200:
+                    break
+                assert status == 503 and time.monotonic() - started < DEADLINE_S, answer
+                time.sleep(0.01)
+            recovery_s = time.monotonic() - started
+            for name, method, body in _writes_during_the_fault()[1:]:
+                status, answer = server.post(method, body)
+                assert status == 200, (name, answer)
+            assert server.post("sessions.search", {"query": "rewound"})[1]["indexing"] is True  # queues the rewind
+            deadline = time.monotonic() + DEADLINE_S
+            while server.post("index.status", {})[1]["agents"][0]["backlog"]:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            assert server.get("/readyz")[0] == 200
+            _after_recovery(server)
+        finally:
+            filler.unlink(missing_ok=True)
+            assert server.stop() == 0
+        compared = sum(assert_index_invariant(db) for db in (disk / "agents").glob("*.db"))
+    statuses = [*answers.values(), *reads.values()]
+    record("disk full, HTTP API", {
+        "tmpfsMiB": 48, "writesDuringFault": answers, "readsDuringFault": reads, "readyzDuringFault": ready_status,
+        "answersByStatus": {str(s): statuses.count(s) for s in sorted(set(statuses))},
+        "recoverySeconds": round(recovery_s, 4), "recoveryAttempts": attempts, "indexRowsCompared": compared})
+
+
+def _after_recovery(server: Server) -> None:
+    """What was acknowledged before the fault is all there, beside what was written after it."""
+    status, history = server.post("sessions.history", {"sessionKey": SEEDED[0], "limit": 1000})
+    assert status == 200 and history["totalMessages"] == 40 + 1 + 3000
+    status, history = server.post("sessions.history", {"sessionKey": SEEDED[0], "messageId": "s0m1", "limit": 41})
+    assert [m["messageId"] for m in history["messages"]] == [f"s0m{i}" for i in range(1, 41)] + ["f1"]
+    status, history = server.post("sessions.history", {"sessionKey": SEEDED[1], "limit": 1000})
+    assert [m["messageId"] for m in history["messages"]] == [f"s1m{i}" for i in range(1, 21)] + ["f2"]
+    status, history = server.post("sessions.history", {"sessionKey": SEEDED[2], "sessionId": "s2-1", "messageId": "s2m1", "limit": 40})
+    assert [m["messageId"] for m in history["messages"]] == [f"s2m{i}" for i in range(1, 41)]
+    status, history = server.post("sessions.history", {"sessionKey": SEEDED[3], "limit": 1000})  # restores it
+    assert [m["messageId"] for m in history["messages"]] == [f"s3m{i}" for i in range(1, 41)]
+    status, history = server.post("sessions.history", {"sessionKey": "agent:ops:new"})
+    assert [m["messageId"] for m in history["messages"]] == ["o1"]
+    for query, hit in (("seed0x40", "s0m40"), ("bulk2999", "bulk3000"), ("seed1x20", "s1m20"), ("rewound", "f2")):
+        status, found = server.post("sessions.search", {"query": query})
+        assert (status, ids(found)) == (200, [hit]), (query, found)
+    assert ids(server.post("sessions.search", {"query": "seed1x21"})[1]) == []  # rewound away
+    labels = {s["sessionKey"]: s["label"] for s in server.post("sessions.list", {})[1]["sessions"]}
+    assert labels[SEEDED[2]] == "renamed" and labels["agent:main:fresh"] == "fresh"
