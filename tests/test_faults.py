@@ -122,15 +122,15 @@ async def rebuilt_from_scratch(db: Path, into: Path) -> dict[int, set[tuple]]:
 
 # -- an imported backlog ---------------------------------------------------------------------------
 
-def write_backlog(root: Path, sizes: list[int], *, words: int = 4) -> dict[str, list[dict]]:
-    """A gateway state dir, one window per size: user and assistant turns, tool results, thinking
-    blocks, and in every other window a rewind partway (so the active branch is not every row).
-    Returns each window's events by session id."""
+def write_backlog(root: Path, sizes: list[int], *, words: int = 4, first: int = 0) -> dict[str, list[dict]]:
+    """A gateway state dir, one window per size (session ids w<first>, w<first + 1>, …): user and
+    assistant turns, tool results, thinking blocks, and in every other window a rewind partway (so
+    the active branch is not every row). Returns each window's events by session id."""
     folder = root / "agents" / "main" / "sessions"
     folder.mkdir(parents=True)
     index, out = {}, {}
     filler = " ".join(f"word{k}" for k in range(words))
-    for n, size in enumerate(sizes):
+    for n, size in enumerate(sizes, first):
         sid = f"w{n}"
         events, parent = [], None
         for i in range(size):
@@ -310,7 +310,8 @@ def _after_recovery(server: Server) -> None:
     assert [m["messageId"] for m in history["messages"]] == [f"s0m{i}" for i in range(1, 41)] + ["f1"]
     status, history = server.post("sessions.history", {"sessionKey": SEEDED[1], "limit": 1000})
     assert [m["messageId"] for m in history["messages"]] == [f"s1m{i}" for i in range(1, 21)] + ["f2"]
-    status, history = server.post("sessions.history", {"sessionKey": SEEDED[2], "sessionId": "s2-1", "messageId": "s2m1", "limit": 40})
+    status, history = server.post("sessions.history", {"sessionKey": SEEDED[2], "sessionId": "s2-1",
+                                                        "messageId": "s2m1", "limit": 40})
     assert [m["messageId"] for m in history["messages"]] == [f"s2m{i}" for i in range(1, 41)]
     status, history = server.post("sessions.history", {"sessionKey": SEEDED[3], "limit": 1000})  # restores it
     assert [m["messageId"] for m in history["messages"]] == [f"s3m{i}" for i in range(1, 41)]
@@ -322,3 +323,253 @@ def _after_recovery(server: Server) -> None:
     assert ids(server.post("sessions.search", {"query": "seed1x21"})[1]) == []  # rewound away
     labels = {s["sessionKey"]: s["label"] for s in server.post("sessions.list", {})[1]["sessions"]}
     assert labels[SEEDED[2]] == "renamed" and labels["agent:main:fresh"] == "fresh"
+
+
+async def test_a_write_whose_checkpoint_meets_the_full_disk_is_answered_as_stored(tmp_path):
+    with small_disk(tmp_path / "disk", 16) as disk:
+        async with engine_at(disk) as engine:
+            await engine.append("agent:main:a", chain("a", [("user", f"first {i} " * 30) for i in range(2000)]))
+            db = disk / "agents" / "main.db"
+            with closing(sqlite3.connect(db, isolation_level=None)) as conn:  # the next write reuses the WAL
+                deadline = time.monotonic() + DEADLINE_S
+                while conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()[0]:
+                    assert time.monotonic() < deadline
+                    time.sleep(0.05)
+            filler = fill(disk)
+            # as the checkpoint thread asks once the WAL outgrew what it copies: the writer then
+            # checkpoints right after its commit, and that copy needs the database file to grow
+            (await engine.store("main"))._writer._checkpoints._inline_due = True
+            try:
+                answer = await engine.append("agent:main:b", chain("b", [("user", f"second {i}") for i in range(500)]))
+                stored = (await engine.history(sessionKey="agent:main:b", limit=1000))["totalMessages"]
+            finally:
+                filler.unlink()
+            assert answer["appended"] == stored == 500
+            assert (await engine.append("agent:main:b", [msg("b501", "user", "after", "b500")]))["indexed"] == 1
+        assert_index_invariant(db)
+
+
+# -- the disk fills up under a reconciling worker --------------------------------------------------
+
+async def test_a_reconcile_job_that_meets_a_full_disk_leaves_no_claim_behind_and_finishes_once_space_returns(
+        tmp_path):
+    lease_s = 2.0
+    events = write_backlog(tmp_path / "state", [6000, 3000] + [30] * 20, words=12)
+    failures = ssmetrics.get().reconcile_jobs.labels(outcome="failed")
+    with small_disk(tmp_path / "disk", 48) as disk:
+        settings = Settings(data_dir=str(disk), reconcile_batch_rows=1000, claim_lease_s=lease_s)
+        db = disk / "agents" / "main.db"
+        pipeline = Pipeline(settings)
+        filler = disk / "filler"
+        try:
+            async with Engine(settings=settings, enqueuer=pipeline.reconciler.enqueue) as engine:
+                await run_import(engine, tmp_path / "state")
+                empty_wal(db)
+                # room for a claim (a few pages of WAL), none for a batch of index rows
+                fill(disk, leave_bytes=96 << 10)
+                before = failures._value.get()
+                pipeline.start_embedded_worker()
+                during = await engine.search(query="topic5")  # queues every window
+                assert during["indexing"] is True and during["results"] == []
+                deadline = time.monotonic() + DEADLINE_S
+                while failures._value.get() - before < 3:  # the big windows' jobs, and the small ones'
+                    assert time.monotonic() < deadline, "no reconcile job met the full disk"
+                    await asyncio.sleep(0.05)
+                claimed_at = time.time()
+                with closing(sqlite3.connect(db)) as conn:
+                    windows = conn.execute("SELECT needs_rebuild, claim_token, claim_expires_at "
+                                           "FROM windows").fetchall()
+                    published = conn.execute("SELECT count(*) FROM msg_fts").fetchone()[0]
+                assert {w[0] for w in windows} == {1}  # nothing published from a half-written rebuild
+                # every claim is free, or a lease that runs out: none is held for good
+                assert all(token is None or expires <= claimed_at + lease_s for _, token, expires in windows)
+                assert (await engine.search(query="topic5"))["results"] == []
+                failed_during = failures._value.get() - before
+                filler.unlink()
+                started = time.monotonic()
+                await wait_for_backlog_zero(engine, DEADLINE_S)
+                recovery_s = time.monotonic() - started
+                assert len((await engine.search(query="w1", limit=25))["results"]) == 25
+        finally:
+            filler.unlink(missing_ok=True)
+            pipeline.close()
+        with closing(sqlite3.connect(db)) as conn:
+            assert conn.execute("SELECT count(*) FROM windows WHERE claim_token IS NOT NULL").fetchone()[0] == 0
+        compared = assert_index_invariant(db)
+        found = found_rows(db)
+        for sid, window_events in events.items():
+            assert found.get(sid, set()) == expected_rows(window_events), sid
+    record("disk full, reconciling in process", {
+        "tmpfsMiB": 48, "windows": len(events), "messages": sum(len(e) for e in events.values()),
+        "jobsFailedDuringFault": failed_during, "indexRowsWrittenDuringFault": published,
+        "secondsToReconcileAfterSpaceReturned": round(recovery_s, 3), "indexRowsCompared": compared})
+
+
+# -- the web process is killed during a stream of appends ------------------------------------------
+
+class Appender(threading.Thread):
+    """A gateway client appending to its own session: batches of 1-3 messages, each the child of
+    the last, until the server stops answering. Keeps what was acknowledged and what was in flight."""
+
+    def __init__(self, server: Server, n: int) -> None:
+        super().__init__(name=f"appender-{n}", daemon=True)
+        self.server, self.n, self.key = server, n, f"agent:main:c{n}"
+        self.rng = random.Random(n)
+        self.acked: list[str] = []
+        self.requests = 0  # appends acknowledged
+        self.in_flight: list[dict] = []
+        self.error: str | None = None
+
+    def batch(self, start: int) -> list[dict]:
+        size = self.rng.randint(1, 3)
+        parent = self.acked[-1] if self.acked else None
+        out = []
+        for i in range(start, start + size):
+            out.append(msg(f"c{self.n}m{i}", "user" if i % 2 else "assistant", f"stream c{self.n}x{i} word{i % 13}",
+                           parent, ts=BASE_TS + i))
+            parent = out[-1]["id"]
+        return out
+
+    def run(self) -> None:
+        while True:
+            self.in_flight = self.batch(len(self.acked) + 1)
+            try:
+                status, answer = self.server.post("transcript.append", {"sessionKey": self.key,
+                                                                        "events": self.in_flight})
+            except OSError:  # the connection died with the server: this batch's fate is unknown
+                return
+            if status != 200:
+                self.error = f"{status} {answer}"
+                return
+            self.acked += [e["id"] for e in self.in_flight]
+            self.requests += 1
+            self.in_flight = []
+
+
+@pytest.mark.parametrize("mode", ["embedded", "redis"])
+def test_every_append_acknowledged_before_the_web_process_is_killed_is_stored_once_and_searchable(
+        tmp_path, mode, request):
+    env = {"SESSIONSEARCH_REDIS_URL": request.getfixturevalue("redis_url")} if mode == "redis" else {}
+    data = tmp_path / "data"
+    server = Server(data, tmp_path / "first.log", **env)
+    clients = [Appender(server, n) for n in range(4)]
+    for client in clients:
+        client.start()
+    deadline = time.monotonic() + DEADLINE_S
+    while sum(len(c.acked) for c in clients) < 300:
+        assert time.monotonic() < deadline and not any(c.error for c in clients), [c.error for c in clients]
+        time.sleep(0.01)
+    time.sleep(random.Random(15).uniform(0, 0.05))
+    server.proc.kill()  # SIGKILL: no shutdown, no final checkpoint
+    server.proc.wait(10)
+    server.log.close()
+    for client in clients:
+        client.join(DEADLINE_S)
+        assert not client.is_alive() and client.error is None, client.error
+    acked = sum(len(c.acked) for c in clients)
+    requests = sum(c.requests for c in clients)
+    in_flight = sum(len(c.in_flight) for c in clients)
+    server = Server(data, tmp_path / "second.log", **env)
+    try:
+        resent = stored_before = 0
+        for client in clients:  # the gateway sends again what got no answer; a stored batch is a duplicate
+            if client.in_flight:
+                status, answer = server.post("transcript.append", {"sessionKey": client.key,
+                                                                   "events": client.in_flight})
+                assert status == 200, answer
+                assert answer["appended"] + answer["duplicates"] == len(client.in_flight)
+                resent += len(client.in_flight)
+                stored_before += answer["duplicates"]
+                client.acked += [e["id"] for e in client.in_flight]
+        present = 0
+        for client in clients:
+            status, history = server.post("sessions.history", {"sessionKey": client.key, "limit": 1000})
+            assert status == 200
+            assert [m["messageId"] for m in history["messages"]] == client.acked  # each once, in order
+            present += len(history["messages"])
+            for mid in client.acked:
+                n = mid.split("m")[-1]
+                status, found = server.post("sessions.search", {"query": f"c{client.n}x{n}"})
+                assert (status, ids(found), "indexing" in found) == (200, [mid], False), (mid, found)
+    finally:
+        assert server.stop() == 0
+    compared = assert_index_invariant(data / "agents" / "main.db")
+    with closing(sqlite3.connect(data / "agents" / "main.db")) as conn:
+        stored = conn.execute("SELECT count(*) FROM events").fetchone()[0]
+    assert present == stored == compared == acked + resent  # no row stored twice, on the branch or off it
+    record(f"web process SIGKILL mid-stream, {mode}", {
+        "clients": len(clients), "appendsAcknowledged": requests, "messagesAcknowledged": acked,
+        "messagesInFlightAtKill": in_flight,
+        "inFlightStoredBeforeKill": stored_before, "presentAfterRestart": present,
+        "searchableAfterRestart": present, "indexRowsCompared": compared})
+
+
+# -- a worker killed mid-reconcile, twenty times ---------------------------------------------------
+
+def _claims(db: Path) -> set[str]:
+    with closing(sqlite3.connect(db)) as conn:
+        return {t for (t,) in conn.execute("SELECT claim_token FROM windows WHERE claim_token IS NOT NULL")}
+
+
+async def _until_claimed_anew(db: Path, seen: set[str], worker: Worker) -> None:
+    """Until the worker holds a claim no earlier worker held: it is inside a job of a large window."""
+    deadline = time.monotonic() + DEADLINE_S
+    while not _claims(db) - seen:
+        assert worker.proc.poll() is None and time.monotonic() < deadline, worker.log_path.read_text()[-2000:]
+        await asyncio.sleep(0.02)
+
+
+async def _rewind(engine: Engine, events: dict[str, list[dict]], sid: str, n: int, rng: random.Random) -> None:
+    """A live rewind in a large window: the rows after its target leave the active branch."""
+    active = Window(sid, events[sid]).active()
+    target = active[-rng.randint(2, 40)]["id"]
+    new = [leaf(f"{sid}l{n}", active[-1]["id"], target),
+           msg(f"{sid}r{n}", "user", f"rewound {sid} topic{n}", f"{sid}l{n}", ts=BASE_TS + 10**6 + n)]
+    await engine.append(f"agent:main:{sid}", new, sessionId=sid)
+    events[sid] += new
+
+
+async def test_twenty_worker_kills_mid_reconcile_leave_the_index_a_rebuild_from_scratch_builds(tmp_path, redis_url):
+    events = write_backlog(tmp_path / "state", [8_000, 4_000] + [40] * 100)
+    settings = Settings(data_dir=str(tmp_path / "data"), redis_url=redis_url)
+    env = {"SESSIONSEARCH_RECONCILE_BATCH_ROWS": "500", "SESSIONSEARCH_CLAIM_LEASE_S": "1"}
+    db = tmp_path / "data" / "agents" / "main.db"
+    rng = random.Random(15)
+    seen: set[str] = set()
+    killed_mid_job = 0
+    async with Engine(settings=settings) as engine:
+        await run_import(engine, tmp_path / "state")
+        for n in range(20):
+            # the gateway keeps writing: at every restart an imported window waits, and a rewound one
+            fresh = write_backlog(tmp_path / f"state{n}", [rng.randint(5_000, 9_000)], first=len(events))
+            await run_import(engine, tmp_path / f"state{n}")
+            events.update(fresh)
+            await _rewind(engine, events, f"w{n % 2}", n, rng)
+            worker = Worker(tmp_path / "data", redis_url, tmp_path / f"kill{n}.log", **env)
+            try:
+                await _until_claimed_anew(db, seen, worker)
+                await asyncio.sleep(rng.uniform(0, 0.5))  # somewhere in its batches, or past them
+            finally:
+                worker.kill()
+            held = _claims(db) - seen  # claims it took and never published or released
+            killed_mid_job += bool(held)
+            seen |= held
+        last_kill = time.monotonic()
+        final = Worker(tmp_path / "data", redis_url, tmp_path / "final.log", **env)
+        try:
+            await wait_for_backlog_zero(engine, 2 * DEADLINE_S)
+        finally:
+            assert final.stop() == 0
+        drain_s = time.monotonic() - last_kill
+    assert killed_mid_job >= 10, killed_mid_job  # a kill between jobs is allowed, but most land inside one
+    assert _claims(db) == set()  # no window is left claimed
+    rebuilt = await rebuilt_from_scratch(db, tmp_path / "rebuilt")
+    assert index_rows(db) == rebuilt
+    found = found_rows(db)
+    for sid, window_events in events.items():  # and both equal the active branch replayed from the events
+        assert found.get(sid, set()) == expected_rows(window_events), sid
+    compared = assert_index_invariant(db)
+    record("worker SIGKILL mid-reconcile x20", {
+        "kills": 20, "killsWithAJobUnfinished": killed_mid_job, "windows": len(events),
+        "messages": sum(len(e) for e in events.values()),
+        "secondsToDrainAfterLastKill": round(drain_s, 2), "indexRowsCompared": compared})

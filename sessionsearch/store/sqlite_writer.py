@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+import structlog
+
 from ..errors import InvalidRequest, NotFound, Unavailable
 from ..indexer.events import Event
 from ..indexer.live import ids_to_resolve, plan_append
@@ -37,6 +39,8 @@ SESSION_COLUMNS = {  # wire name -> column
 }
 EVENT_COLUMNS = "id, wid, event_id, parent_seq, node_seq, type, role, ts, on_branch, text, body"
 INSERT_EVENT = f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+log = structlog.get_logger("sessionsearch.store")
+
 WAL_SIZE_LIMIT = 64 << 20  # bytes the WAL file is cut back to once rewound
 TOMBSTONES_KEPT = 20_000  # deletion tombstones kept for views that refresh by changes
 _COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # one encoder, not one per row
@@ -114,7 +118,10 @@ class SqliteWriter(ReconcileWrites, HotWrites):
         if self._checkpoints is not None:
             self._checkpoints.committed()
             if self._checkpoints.due():
-                self.c.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                try:
+                    self.c.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                except sqlite3.Error as exc:  # the write is committed: it must not be reported failed
+                    log.warning("checkpoint.failed", path=str(self._checkpoints.path), error=str(exc))
 
     def migrate(self) -> None:
         self.c.execute("CREATE TABLE IF NOT EXISTS schema_migrations ("
