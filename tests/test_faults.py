@@ -357,7 +357,7 @@ async def test_a_reconcile_job_that_meets_a_full_disk_leaves_no_claim_behind_and
     events = write_backlog(tmp_path / "state", [6000, 3000] + [30] * 20, words=12)
     failures = ssmetrics.get().reconcile_jobs.labels(outcome="failed")
     with small_disk(tmp_path / "disk", 48) as disk:
-        settings = Settings(data_dir=str(disk), reconcile_batch_rows=1000, claim_lease_s=lease_s)
+        settings = Settings(data_dir=str(disk), reconcile_batch_rows=2000, claim_lease_s=lease_s)
         db = disk / "agents" / "main.db"
         pipeline = Pipeline(settings)
         filler = disk / "filler"
@@ -365,7 +365,8 @@ async def test_a_reconcile_job_that_meets_a_full_disk_leaves_no_claim_behind_and
             async with Engine(settings=settings, enqueuer=pipeline.reconciler.enqueue) as engine:
                 await run_import(engine, tmp_path / "state")
                 empty_wal(db)
-                # room for a claim (a few pages of WAL), none for a batch of index rows
+                # room for a claim (a few pages of WAL), none for a batch of index rows: the large
+                # windows' jobs take their claim and fail on their first batch
                 fill(disk, leave_bytes=96 << 10)
                 before = failures._value.get()
                 pipeline.start_embedded_worker()
@@ -375,16 +376,16 @@ async def test_a_reconcile_job_that_meets_a_full_disk_leaves_no_claim_behind_and
                 while failures._value.get() - before < 3:  # the big windows' jobs, and the small ones'
                     assert time.monotonic() < deadline, "no reconcile job met the full disk"
                     await asyncio.sleep(0.05)
-                claimed_at = time.time()
                 with closing(sqlite3.connect(db)) as conn:
                     windows = conn.execute("SELECT needs_rebuild, claim_token, claim_expires_at "
                                            "FROM windows").fetchall()
                     published = conn.execute("SELECT count(*) FROM msg_fts").fetchone()[0]
+                claimed_at = time.time()
                 assert {w[0] for w in windows} == {1}  # nothing published from a half-written rebuild
                 # every claim is free, or a lease that runs out: none is held for good
                 assert all(token is None or expires <= claimed_at + lease_s for _, token, expires in windows)
                 assert (await engine.search(query="topic5"))["results"] == []
-                failed_during = failures._value.get() - before
+                failed_during = int(failures._value.get() - before)
                 filler.unlink()
                 started = time.monotonic()
                 await wait_for_backlog_zero(engine, DEADLINE_S)

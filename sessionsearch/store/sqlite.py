@@ -92,10 +92,10 @@ class SqliteAgentStore:
         except sqlite3.Error as exc:
             self._executor.shutdown(wait=True)
             self._executor = None
-            if created:  # a half-made database would list an agent that every search then fails to open
-                for suffix in ("", "-wal", "-shm", "-journal", "-turn"):
-                    Path(f"{self.path}{suffix}").unlink(missing_ok=True)
             if is_full(exc):
+                if created:  # half made, it would list an agent that every search then fails to open
+                    for suffix in ("", "-wal", "-shm", "-journal", "-turn"):
+                        Path(f"{self.path}{suffix}").unlink(missing_ok=True)
                 raise StorageFull(self.agent_id) from exc
             raise Unavailable(f"cannot open {self.path}: {exc}") from exc
         return self
