@@ -35,7 +35,7 @@ from .test_index_invariant import Window
 from .test_pipeline import Worker, redis_url, wait_for_backlog_zero  # noqa: F401 (redis_url: a fixture)
 
 RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results" / "faults.json"
-DEADLINE_S = 90  # only tells "recovered" from "stuck": every wait below ends in well under a second or two
+DEADLINE_S = 90  # only tells "recovered" from "stuck": the waits below end within seconds
 
 
 def record(fault: str, figures: dict) -> None:
