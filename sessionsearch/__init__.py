@@ -7,6 +7,7 @@ from .errors import (
     NotFound,
     SearchTimeout,
     SessionSearchError,
+    StorageFull,
     Unavailable,
 )
 from .settings import SETTINGS, Settings
@@ -20,6 +21,7 @@ __all__ = [
     "SearchTimeout",
     "SessionSearchError",
     "Settings",
+    "StorageFull",
     "Unavailable",
 ]
 

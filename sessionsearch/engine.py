@@ -39,6 +39,7 @@ log = structlog.get_logger("sessionsearch.engine")
 Enqueuer = Callable[[dict[str, set[int]]], Awaitable[bool]]
 
 MAX_EVENTS_PER_APPEND = 10_000
+MIN_FREE_BYTES = 1 << 20  # less free on the data dir's disk and /readyz says the disk is full
 UPSERT_FIELDS = {"sessionKey", "sessionId", "label", "displayName", "spawnedBy", "parentSessionKey", "kind",
                  "group", "incognito"}
 KINDS = {"direct", "group", "subagent", "cron", "system"}
@@ -402,6 +403,10 @@ class Engine:
         folder = self.data_dir / "agents"
         if not folder.is_dir() or not os.access(folder, os.W_OK):
             raise Unavailable(f"data dir {self.data_dir} is not writable")
+        free = _free_bytes(folder)
+        if free < MIN_FREE_BYTES:  # searches still answer; appends would not be stored
+            raise Unavailable(f"database or disk is full: the data dir {self.data_dir} has {free} bytes free, "
+                              "and writes fail until space is freed")
         for agent_id in self.agent_ids_on_disk():
             store = await self.store(agent_id)
             try:
@@ -493,6 +498,12 @@ class Engine:
             handler = getattr(self, method.split(".")[1])
             return await handler(body.get("sessionKey"), **{k: v for k, v in body.items() if k != "sessionKey"})
         raise NotFound(f"unknown method {method!r}")
+
+
+def _free_bytes(folder: Path) -> int:
+    """Bytes this process may still write on the disk holding `folder` (root may use the reserve)."""
+    st = os.statvfs(folder)
+    return (st.f_bfree if os.geteuid() == 0 else st.f_bavail) * st.f_frsize
 
 
 def _check_meta(fields: dict[str, Any]) -> None:

@@ -55,6 +55,15 @@ class Unavailable(SessionSearchError):
     code = "UNAVAILABLE"
 
 
+class StorageFull(Unavailable):
+    """Raised when a write could not be stored because the data dir's disk is full; nothing of it
+    was stored, and writes succeed again once space is freed (no restart needed)."""
+
+    def __init__(self, agent_id: str, **context: object) -> None:
+        super().__init__(f"database or disk is full: agent {agent_id!r} stored nothing of this write; "
+                         "writes resume once the data dir has free space again", agent_id=agent_id, **context)
+
+
 class ClaimLost(SessionSearchError):
     """Raised inside reconciliation when another worker took over the window's claim."""
 

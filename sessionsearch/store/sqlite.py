@@ -20,13 +20,13 @@ from typing import Any, AsyncIterator, Callable, TypeVar
 
 import aiosqlite
 
-from ..errors import SearchTimeout, Unavailable
+from ..errors import SearchTimeout, StorageFull, Unavailable
 from ..indexer.events import Event
 from .base import AppendResult, ClaimInfo, SessionMeta, WindowMeta
 from .rowids import row_id, seq_sql, window_ranges
 from .scope import scope_arms, scope_conditions
 from .sqlite_hot import MAX_WORDS, MIN_DOCS, MIN_SHARE, common_words, hot_top, read_postings
-from .sqlite_writer import SqliteWriter
+from .sqlite_writer import SqliteWriter, is_full
 
 T = TypeVar("T")
 TIE_MARGIN = 64  # rows kept past the cut so that ties at the cut are usually seen whole
@@ -82,6 +82,7 @@ class SqliteAgentStore:
 
     async def open(self) -> "SqliteAgentStore":
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        created = not self.path.exists()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"sessionsearch-writer-{self.agent_id}")
         loop = asyncio.get_running_loop()
         try:
@@ -91,6 +92,11 @@ class SqliteAgentStore:
         except sqlite3.Error as exc:
             self._executor.shutdown(wait=True)
             self._executor = None
+            if is_full(exc):
+                if created:  # half made, it would list an agent that every search then fails to open
+                    for suffix in ("", "-wal", "-shm", "-journal", "-turn"):
+                        Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+                raise StorageFull(self.agent_id) from exc
             raise Unavailable(f"cannot open {self.path}: {exc}") from exc
         return self
 
@@ -110,7 +116,12 @@ class SqliteAgentStore:
         """Run one writer job (a whole transaction) on the writer thread."""
         if self._executor is None or self._writer is None:
             raise Unavailable(f"agent store {self.agent_id} is closed")
-        return await asyncio.get_running_loop().run_in_executor(self._executor, partial(fn, *args))
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, partial(fn, *args))
+        except (sqlite3.Error, OSError) as exc:
+            if is_full(exc):
+                raise StorageFull(self.agent_id) from exc
+            raise
 
     @asynccontextmanager
     async def reader(self, deadline: float = math.inf) -> AsyncIterator[_Reader]:

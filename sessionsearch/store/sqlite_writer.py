@@ -7,6 +7,7 @@ per statement, and nothing else can interleave with it. Only this module writes 
 
 from __future__ import annotations
 
+import errno
 import gzip
 import json
 import os
@@ -17,6 +18,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
+
+import structlog
 
 from ..errors import InvalidRequest, NotFound, Unavailable
 from ..indexer.events import Event
@@ -36,6 +39,8 @@ SESSION_COLUMNS = {  # wire name -> column
 }
 EVENT_COLUMNS = "id, wid, event_id, parent_seq, node_seq, type, role, ts, on_branch, text, body"
 INSERT_EVENT = f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+log = structlog.get_logger("sessionsearch.store")
+
 WAL_SIZE_LIMIT = 64 << 20  # bytes the WAL file is cut back to once rewound
 TOMBSTONES_KEPT = 20_000  # deletion tombstones kept for views that refresh by changes
 _COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # one encoder, not one per row
@@ -43,6 +48,14 @@ _COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # one en
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def is_full(exc: BaseException) -> bool:
+    """Whether an error says the disk under the data dir is full (SQLite's SQLITE_FULL, or a file
+    write's ENOSPC or EDQUOT)."""
+    if isinstance(exc, sqlite3.Error):
+        return (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF == sqlite3.SQLITE_FULL
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 @dataclass(slots=True)
@@ -94,15 +107,21 @@ class SqliteWriter(ReconcileWrites, HotWrites):
         self.lock_wait_s = self._turnstile.begin(self.c, self.busy_timeout_ms)
         try:
             yield self.c
-        except BaseException:
-            self.c.execute("ROLLBACK")
-            raise
-        else:
             self.c.execute("COMMIT")
-            if self._checkpoints is not None:
-                self._checkpoints.committed()
-                if self._checkpoints.due():
+        except BaseException:
+            # On some errors SQLite has rolled the whole transaction back already (SQLITE_FULL while
+            # a statement spills pages to the WAL): a ROLLBACK then fails and would hide the cause.
+            if self.c.in_transaction:
+                self.c.execute("ROLLBACK")
+            self._forget()  # the cached window state may describe rows that were never stored
+            raise
+        if self._checkpoints is not None:
+            self._checkpoints.committed()
+            if self._checkpoints.due():
+                try:
                     self.c.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                except sqlite3.Error as exc:  # the write is committed: it must not be reported failed
+                    log.warning("checkpoint.failed", path=str(self._checkpoints.path), error=str(exc))
 
     def migrate(self) -> None:
         self.c.execute("CREATE TABLE IF NOT EXISTS schema_migrations ("
@@ -405,11 +424,15 @@ class SqliteWriter(ReconcileWrites, HotWrites):
         self.cold_dir.mkdir(parents=True, exist_ok=True)
         for wid in wids:  # the file is complete on disk before the rows leave the database
             tmp = self._cold_path(wid).with_suffix(".tmp")
-            with gzip.open(tmp, "wt", encoding="utf-8") as fh:
-                for lo, hi in window_ranges(wid):
-                    for row in c.execute(f"SELECT {EVENT_COLUMNS} FROM events WHERE id BETWEEN ? AND ? ORDER BY id",
-                                         (lo, hi)):
-                        fh.write(json.dumps(list(row), ensure_ascii=False) + "\n")
+            try:
+                with gzip.open(tmp, "wt", encoding="utf-8") as fh:
+                    for lo, hi in window_ranges(wid):
+                        for row in c.execute(f"SELECT {EVENT_COLUMNS} FROM events WHERE id BETWEEN ? AND ? "
+                                             "ORDER BY id", (lo, hi)):
+                            fh.write(json.dumps(list(row), ensure_ascii=False) + "\n")
+            except BaseException:
+                tmp.unlink(missing_ok=True)  # a part-written file would only hold on to the space
+                raise
             os.replace(tmp, self._cold_path(wid))
         try:
             with self.tx():
