@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import json
 import os
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any
 import structlog
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import metrics
@@ -25,6 +24,8 @@ from ..engine import Engine
 from ..errors import Forbidden, InvalidRequest, NotFound, SearchTimeout, SessionSearchError, Unavailable
 from ..settings import Settings
 from ..worker.optimize import PeriodicOptimize
+from .edge import BadBody, CompactJSON, decode_object
+from .edge import error as _error  # the name the handlers below have always used
 from .openapi import METHODS, openapi_document
 
 log = structlog.get_logger("sessionsearch.api")
@@ -33,21 +34,10 @@ STATUS = {InvalidRequest: 400, Forbidden: 403, NotFound: 404, SearchTimeout: 504
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 
 
-class CompactJSON(JSONResponse):
-    """UTF-8 JSON as the budgets count it: non-ASCII text is not escaped."""
-
-    def render(self, content: Any) -> bytes:
-        return json.dumps(content, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-
-
 def error_response(exc: SessionSearchError) -> CompactJSON:
     status = next((code for cls, code in STATUS.items() if isinstance(exc, cls)), 500)
     code = exc.code if status != 500 else "INTERNAL"
     return CompactJSON({"error": {"code": code, "message": exc.message}}, status_code=status)
-
-
-def _error(status: int, code: str, message: str) -> CompactJSON:
-    return CompactJSON({"error": {"code": code, "message": message}}, status_code=status)
 
 
 def create_app(settings: Settings | None = None, *, max_body_bytes: int | None = None,
@@ -111,16 +101,10 @@ def create_app(settings: Settings | None = None, *, max_body_bytes: int | None =
             if size > limit:
                 return _error(413, "INVALID_REQUEST", f"request body exceeds {limit} bytes")
             chunks.append(chunk)
-        raw = b"".join(chunks)
-        if not raw.strip():
-            return {}
         try:
-            body = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            return _error(400, "INVALID_REQUEST", f"request body is not valid JSON: {exc}")
-        if not isinstance(body, dict):
-            return _error(400, "INVALID_REQUEST", "request body must be a JSON object")
-        return body
+            return decode_object(b"".join(chunks))
+        except BadBody as exc:
+            return exc.response
 
     async def method(request: Request) -> Response:
         if not authorized(request):
@@ -204,7 +188,10 @@ def create_app(settings: Settings | None = None, *, max_body_bytes: int | None =
         return _error(404, "NOT_FOUND", f"no route {request.method} {request.url.path}")
 
     async def not_allowed(request: Request, exc: Exception) -> Response:
-        return _error(405, "INVALID_REQUEST", f"{request.method} is not allowed on {request.url.path}")
+        # RFC 9110 says a 405 names what the route takes; Starlette's set has no order of its own
+        allow = ", ".join(sorted((getattr(exc, "headers", None) or {}).get("Allow", "").split(", ")))
+        return _error(405, "INVALID_REQUEST", f"{request.method} is not allowed on {request.url.path}; use {allow}",
+                      {"Allow": allow})
 
     async def crashed(request: Request, exc: Exception) -> Response:
         log.exception("api.crashed", path=request.url.path)

@@ -1,0 +1,61 @@
+"""What every request meets before a method sees it: the JSON answer shape and the body's decoding."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.responses import JSONResponse
+
+# Far deeper than any request or transcript event needs (an event with tool-call arguments is a
+# dozen levels), and far from the ~1,000 frames at which json and the engine's own walks recurse out.
+MAX_DEPTH = 100
+
+
+class CompactJSON(JSONResponse):
+    """UTF-8 JSON as the budgets count it: non-ASCII text is not escaped."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> CompactJSON:
+    return CompactJSON({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
+
+
+class BadBody(Exception):
+    """Raised when a request body cannot become a JSON object; carries the HTTP answer."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.response = error(status, "INVALID_REQUEST", message)
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
+
+
+def decode_object(raw: bytes) -> dict[str, Any]:
+    """The JSON object a request body holds; an empty body is an empty object. Raises BadBody."""
+    if not raw.strip():
+        return {}
+    too_deep = f"request body is nested more than {MAX_DEPTH} levels deep"
+    try:
+        body = json.loads(raw)
+    except RecursionError:
+        raise BadBody(400, too_deep) from None
+    except ValueError as exc:  # UnicodeDecodeError is one
+        raise BadBody(400, f"request body is not valid JSON: {exc}") from None
+    # a body with few brackets cannot nest deeply: most bodies skip the walk
+    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _deeper_than(body, MAX_DEPTH):
+        raise BadBody(400, too_deep)
+    if not isinstance(body, dict):
+        raise BadBody(400, "request body must be a JSON object")
+    return body
