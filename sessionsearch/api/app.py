@@ -1,13 +1,12 @@
 """The HTTP API: `POST /v1/<method>` onto the engine, the agent tools, metrics, health, OpenAPI.
 
 Errors are mapped from the error tree to status codes here and nowhere else. A token, when
-configured, is required on every route but the health probes.
+configured, is required on every route but the health probes (edge.Guard, before the routes).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import os
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -17,6 +16,7 @@ import structlog
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.middleware import Middleware
 from starlette.routing import Route
 
 from .. import metrics
@@ -24,7 +24,7 @@ from ..engine import Engine
 from ..errors import Forbidden, InvalidRequest, NotFound, SearchTimeout, SessionSearchError, Unavailable
 from ..settings import Settings
 from ..worker.optimize import PeriodicOptimize
-from .edge import BadBody, CompactJSON, decode_object
+from .edge import BadBody, CompactJSON, Guard, decode_object, token_matches
 from .edge import error as _error  # the name the handlers below have always used
 from .openapi import METHODS, openapi_document
 
@@ -50,7 +50,6 @@ def create_app(settings: Settings | None = None, *, max_body_bytes: int | None =
     settings = settings or Settings.load()
     limit = max_body_bytes or int(os.environ.get("SESSIONSEARCH_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES))
     state: dict[str, Any] = {}
-    token = settings.api_token.encode() if settings.api_token else None
 
     @asynccontextmanager
     async def lifespan(app: Starlette):
@@ -85,11 +84,7 @@ def create_app(settings: Settings | None = None, *, max_body_bytes: int | None =
             log.info("api.stopped")
 
     def authorized(request: Request) -> bool:
-        if token is None:
-            return True
-        header = request.headers.get("authorization", "")
-        scheme, _, given = header.partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token)
+        return token_matches(settings.api_token or None, request.headers.get("authorization"))
 
     async def read_body(request: Request) -> dict[str, Any] | CompactJSON:
         declared = request.headers.get("content-length")
@@ -107,8 +102,6 @@ def create_app(settings: Settings | None = None, *, max_body_bytes: int | None =
             return exc.response
 
     async def method(request: Request) -> Response:
-        if not authorized(request):
-            return _error(401, "UNAUTHORIZED", "a valid bearer token is required")
         name = request.path_params["method"]
         if name not in METHODS:
             return _error(404, "NOT_FOUND", f"unknown method {name!r}")
@@ -125,8 +118,6 @@ def create_app(settings: Settings | None = None, *, max_body_bytes: int | None =
 
     async def tool(request: Request) -> Response:
         """The agent-facing tools: denials and errors in the body, never as HTTP errors."""
-        if not authorized(request):
-            return _error(401, "UNAUTHORIZED", "a valid bearer token is required")
         name = request.path_params["tool"]
         if name not in ("sessions_search", "sessions_history"):
             return _error(404, "NOT_FOUND", f"unknown tool {name!r}")
@@ -198,4 +189,5 @@ def create_app(settings: Settings | None = None, *, max_body_bytes: int | None =
         return _error(500, "INTERNAL", "internal error; the server log has the details")
 
     return Starlette(routes=routes, lifespan=lifespan,
+                     middleware=[Middleware(Guard, token=settings.api_token or None)],
                      exception_handlers={404: not_found, 405: not_allowed, 500: crashed})

@@ -1,11 +1,17 @@
-"""What every request meets before a method sees it: the JSON answer shape and the body's decoding."""
+"""What every request meets before a method sees it: the token, the JSON answer shape, the body's decoding."""
 
 from __future__ import annotations
 
+import hmac
 import json
 from typing import Any
 
+from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+# The probes a supervisor or load balancer calls without credentials; they tell nothing stored.
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 
 # Far deeper than any request or transcript event needs (an event with tool-call arguments is a
 # dozen levels), and far from the ~1,000 frames at which json and the engine's own walks recurse out.
@@ -59,3 +65,28 @@ def decode_object(raw: bytes) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise BadBody(400, "request body must be a JSON object")
     return body
+
+
+def token_matches(token: str | None, authorization: str | None) -> bool:
+    """Whether an Authorization header carries the bearer token (always, when none is configured)."""
+    if token is None:
+        return True
+    scheme, _, given = (authorization or "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode())
+
+
+class Guard:
+    """ASGI middleware before the routes: with a token configured, every path but the health probes
+    needs it, unknown paths too (so that a caller without it learns nothing of the routes)."""
+
+    def __init__(self, app: ASGIApp, *, token: str | None) -> None:
+        self.app = app
+        self.token = token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (scope["type"] == "http" and scope["path"] not in OPEN_PATHS
+                and not token_matches(self.token, Headers(scope=scope).get("authorization"))):
+            response = error(401, "UNAUTHORIZED", "a valid bearer token is required", {"WWW-Authenticate": "Bearer"})
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
