@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 
 import pytest
 
@@ -95,3 +96,67 @@ def test_the_token_guards_every_route_but_the_health_probes(tmp_path):
                 assert got == status, (method, path, right, got)
     finally:
         assert srv.stop() == 0
+
+
+def test_a_body_over_the_limit_gets_its_413_not_a_connection_reset(tmp_path):
+    """urllib sends the whole body before it reads: the server must take it in before it answers."""
+    srv = Server(tmp_path / "data", tmp_path / "server.log", SESSIONSEARCH_MAX_BODY_BYTES="65536")
+    too_large = {"error": {"code": "INVALID_REQUEST", "message": "request body exceeds 65536 bytes"}}
+    size = 16 * 1024 * 1024  # far past the socket buffers, which hide the problem for small bodies
+
+    def chunks():
+        yield b'{"query":"'
+        for _ in range(size // 65536):
+            yield b"x" * 65536
+        yield b'"}'
+
+    try:
+        for _ in range(3):
+            assert srv.post("sessions.search", raw=b'{"query":"' + b"x" * size + b'"}') == (413, too_large)
+            assert srv.post("sessions.search", raw=chunks(), headers={"Transfer-Encoding": "chunked"}) == (
+                413, too_large)
+            assert srv.post("tools/sessions_search", raw=b"x" * 65537) == (413, too_large)
+        assert srv.post("sessions.search", raw=b'{"query":"x","sessionId":"' + b"x" * 65000 + b'"}')[0] == 200
+    finally:
+        assert srv.stop() == 0
+
+
+def test_an_early_answer_takes_in_the_body_the_client_is_still_sending(tmp_path):
+    """A 401 or a 404 answered before the body was read still reaches a client that sends first."""
+    srv = Server(tmp_path / "data", tmp_path / "server.log", SESSIONSEARCH_API_TOKEN="s3cret")
+    body = b'{"query":"' + b"x" * (4 * 1024 * 1024) + b'"}'
+    try:
+        assert srv.post("sessions.search", raw=body)[0] == 401
+        assert srv.post("nope", raw=body, headers={"Authorization": "Bearer s3cret"})[0] == 404
+        assert srv.request("POST", "/healthz", raw=body)[0] == 405
+    finally:
+        assert srv.stop() == 0
+
+
+def test_a_client_waiting_for_100_continue_gets_the_413_without_sending_its_body(server):
+    status, headers, body = exchange_raw(server, b"POST /v1/sessions.search HTTP/1.1\r\nHost: x\r\n"
+                                                 b"Content-Type: application/json\r\nExpect: 100-continue\r\n"
+                                                 b"Content-Length: 1073741824\r\n\r\n")
+    assert status == 413 and headers["connection"] == "close"
+    assert json.loads(body)["error"]["message"] == "request body exceeds 8388608 bytes"
+
+
+def test_a_body_past_the_discard_bound_is_cut_off_with_its_413(server):
+    """Past 64 MiB the server stops reading: it answers and closes rather than read a body without end."""
+    status, headers, body = exchange_raw(server, b"POST /v1/sessions.search HTTP/1.1\r\nHost: x\r\n"
+                                                 b"Content-Type: application/json\r\n"
+                                                 b"Content-Length: 1073741824\r\n\r\n")
+    assert status == 413 and headers["connection"] == "close"
+
+
+def exchange_raw(server: Server, head: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Send a request head only and read the answer to the end of the connection."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=60) as sock:
+        sock.sendall(head)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head_text, _, body = data.partition(b"\r\n\r\n")
+    lines = head_text.decode("latin-1").split("\r\n")
+    headers = dict(line.lower().split(": ", 1) for line in lines[1:])
+    return int(lines[0].split()[1]), headers, body

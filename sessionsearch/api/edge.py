@@ -8,10 +8,13 @@ from typing import Any
 
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 # The probes a supervisor or load balancer calls without credentials; they tell nothing stored.
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+# How much of a refused body is read and dropped so that the client sees the answer: eight times
+# the default body limit, a few tenths of a second on a LAN, and never held in memory.
+DISCARD_BYTES = 64 * 1024 * 1024
 
 # Far deeper than any request or transcript event needs (an event with tool-call arguments is a
 # dozen levels), and far from the ~1,000 frames at which json and the engine's own walks recurse out.
@@ -76,17 +79,56 @@ def token_matches(token: str | None, authorization: str | None) -> bool:
 
 
 class Guard:
-    """ASGI middleware before the routes: with a token configured, every path but the health probes
-    needs it, unknown paths too (so that a caller without it learns nothing of the routes)."""
+    """ASGI middleware before the routes: the token, and the rest of a body taken in before an answer.
+
+    With a token configured, every path but the health probes needs it, unknown paths too (so that
+    a caller without it learns nothing of the routes). An answer given before the body was read
+    (401, 404, 405, 413) first reads and drops what the client is still sending, up to
+    DISCARD_BYTES: most clients (urllib among them) send the whole body before they read, and a
+    connection closed on unread data is reset, which loses the answer. Past that bound, or when the
+    client waits for `100 Continue` before sending, the answer goes at once with `Connection: close`.
+    """
 
     def __init__(self, app: ASGIApp, *, token: str | None) -> None:
         self.app = app
         self.token = token
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (scope["type"] == "http" and scope["path"] not in OPEN_PATHS
-                and not token_matches(self.token, Headers(scope=scope).get("authorization"))):
-            response = error(401, "UNAUTHORIZED", "a valid bearer token is required", {"WWW-Authenticate": "Bearer"})
-            await response(scope, receive, send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
             return
-        await self.app(scope, receive, send)
+        headers = Headers(scope=scope)
+        declared = headers.get("content-length", "")
+        ended = not ("transfer-encoding" in headers or declared not in ("", "0"))
+        read = 0
+        waiting = headers.get("expect", "").lower() == "100-continue"
+
+        async def tracked() -> Message:
+            nonlocal ended, read, waiting
+            message = await receive()
+            waiting = False
+            read += len(message.get("body", b""))
+            ended = ended or message["type"] == "http.disconnect" or not message.get("more_body", False)
+            return message
+
+        async def take_in_the_rest() -> bool:
+            """Drop the unread body; False when it must be left unread (the connection then closes)."""
+            if waiting or (declared.isdigit() and int(declared) - read > DISCARD_BYTES):
+                return False
+            start = read
+            while not ended:
+                await tracked()
+                if read - start > DISCARD_BYTES:
+                    return False
+            return True
+
+        async def answer(message: Message) -> None:
+            if message["type"] == "http.response.start" and not ended and not await take_in_the_rest():
+                message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
+            await send(message)
+
+        if scope["path"] not in OPEN_PATHS and not token_matches(self.token, headers.get("authorization")):
+            response = error(401, "UNAUTHORIZED", "a valid bearer token is required", {"WWW-Authenticate": "Bearer"})
+            await response(scope, tracked, answer)
+            return
+        await self.app(scope, tracked, answer)
