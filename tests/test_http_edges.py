@@ -39,14 +39,14 @@ def nested(levels: int) -> bytes:
     return b'{"query":' + b"[" * (levels - 1) + b"]" * (levels - 1) + b"}"
 
 
-def test_a_body_nested_past_100_levels_is_400_on_methods_and_tools(server):
-    too_deep = {"error": {"code": "INVALID_REQUEST", "message": "request body is nested more than 100 levels deep"}}
+def test_a_body_nested_past_128_levels_is_400_on_methods_and_tools(server):
+    too_deep = {"error": {"code": "INVALID_REQUEST", "message": "request body is nested more than 128 levels deep"}}
     for path in ("sessions.search", "tools/sessions_search", "tools/sessions_history", "transcript.append"):
         assert server.post(path, raw=nested(1000)) == (400, too_deep), path
-        assert server.post(path, raw=nested(101)) == (400, too_deep), path
+        assert server.post(path, raw=nested(129)) == (400, too_deep), path
         assert server.post(path, raw=b"[" * 100_000) == (400, too_deep), path
     # at the limit the body parses and the method names the field at fault
-    assert server.post("sessions.search", raw=nested(100)) == (
+    assert server.post("sessions.search", raw=nested(128)) == (
         400, {"error": {"code": "INVALID_REQUEST", "message": "query must be a string"}})
     assert server.post("sessions.search", {"query": "still answers"})[0] == 200
 
@@ -160,3 +160,22 @@ def exchange_raw(server: Server, head: bytes) -> tuple[int, dict[str, str], byte
     lines = head_text.decode("latin-1").split("\r\n")
     headers = dict(line.lower().split(": ", 1) for line in lines[1:])
     return int(lines[0].split()[1]), headers, body
+
+
+def test_a_body_must_be_utf8_json_sent_as_application_json(server):
+    search = b'{"query":"x"}'
+    for media in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", None):
+        status, _, body = exchange(server, "POST", "/v1/sessions.search", search, {"Content-Type": media} if media else {})
+        assert status == 415, media
+        assert json.loads(body) == {"error": {"code": "INVALID_REQUEST", "message": (
+            "request body must be sent as Content-Type: application/json, "
+            f"not {media.partition(';')[0] if media else 'none'}")}}
+    for media in ("application/json; charset=utf-8", "Application/JSON", "application/vnd.api+json"):
+        assert exchange(server, "POST", "/v1/sessions.search", search, {"Content-Type": media})[0] == 200, media
+    assert exchange(server, "POST", "/v1/index.status")[0] == 200  # no body: nothing to type, read as {}
+    assert server.post("sessions.search", raw=b'{"query":"caf\xe9"}') == (
+        400, {"error": {"code": "INVALID_REQUEST", "message": "request body is not UTF-8: byte 0xe9 at offset 13"}})
+    assert server.post("sessions.search", raw='{"query":"x"}'.encode("utf-16"))[1]["error"]["message"] == (
+        "request body is not UTF-8: byte 0xff at offset 0")
+    assert server.post("sessions.search", raw=b"{\"query\": \"x\",}")[1]["error"]["message"].startswith(
+        "request body is not valid JSON: ")

@@ -16,9 +16,9 @@ OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 # the default body limit, a few tenths of a second on a LAN, and never held in memory.
 DISCARD_BYTES = 64 * 1024 * 1024
 
-# Far deeper than any request or transcript event needs (an event with tool-call arguments is a
-# dozen levels), and far from the ~1,000 frames at which json and the engine's own walks recurse out.
-MAX_DEPTH = 100
+# Deeper than any body a method accepts (a transcript event may nest 100 levels inside `events`,
+# and the event check names the field past that), far from the ~1,000 frames at which json recurses.
+MAX_DEPTH = 128
 
 
 class CompactJSON(JSONResponse):
@@ -51,19 +51,30 @@ def _deeper_than(value: Any, limit: int) -> bool:
     return False
 
 
-def decode_object(raw: bytes) -> dict[str, Any]:
-    """The JSON object a request body holds; an empty body is an empty object. Raises BadBody."""
+def decode_object(raw: bytes, content_type: str | None) -> dict[str, Any]:
+    """The JSON object a request body holds; an empty body is an empty object. Raises BadBody.
+
+    A body must say it is JSON: a browser page may send a form or text/plain to a loopback server
+    without asking first (no CORS preflight), but never application/json.
+    """
     if not raw.strip():
         return {}
+    media = (content_type or "").partition(";")[0].strip().lower()
+    if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
+        raise BadBody(415, f"request body must be sent as Content-Type: application/json, not {media or 'none'}")
     too_deep = f"request body is nested more than {MAX_DEPTH} levels deep"
+    try:  # decoded here: json.loads would take UTF-16 and UTF-32 too, which JSON on the wire is not
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadBody(400, f"request body is not UTF-8: byte 0x{raw[exc.start]:02x} at offset {exc.start}") from None
     try:
-        body = json.loads(raw)
+        body = json.loads(text)
     except RecursionError:
         raise BadBody(400, too_deep) from None
-    except ValueError as exc:  # UnicodeDecodeError is one
+    except ValueError as exc:
         raise BadBody(400, f"request body is not valid JSON: {exc}") from None
     # a body with few brackets cannot nest deeply: most bodies skip the walk
-    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _deeper_than(body, MAX_DEPTH):
+    if text.count("[") + text.count("{") > MAX_DEPTH and _deeper_than(body, MAX_DEPTH):
         raise BadBody(400, too_deep)
     if not isinstance(body, dict):
         raise BadBody(400, "request body must be a JSON object")
