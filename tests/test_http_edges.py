@@ -39,14 +39,14 @@ def nested(levels: int) -> bytes:
     return b'{"query":' + b"[" * (levels - 1) + b"]" * (levels - 1) + b"}"
 
 
-def test_a_body_nested_past_128_levels_is_400_on_methods_and_tools(server):
-    too_deep = {"error": {"code": "INVALID_REQUEST", "message": "request body is nested more than 128 levels deep"}}
+def test_a_body_nested_past_512_levels_is_400_on_methods_and_tools(server):
+    too_deep = {"error": {"code": "INVALID_REQUEST", "message": "request body is nested more than 512 levels deep"}}
     for path in ("sessions.search", "tools/sessions_search", "tools/sessions_history", "transcript.append"):
         assert server.post(path, raw=nested(1000)) == (400, too_deep), path
-        assert server.post(path, raw=nested(129)) == (400, too_deep), path
+        assert server.post(path, raw=nested(513)) == (400, too_deep), path
         assert server.post(path, raw=b"[" * 100_000) == (400, too_deep), path
     # at the limit the body parses and the method names the field at fault
-    assert server.post("sessions.search", raw=nested(128)) == (
+    assert server.post("sessions.search", raw=nested(512)) == (
         400, {"error": {"code": "INVALID_REQUEST", "message": "query must be a string"}})
     assert server.post("sessions.search", {"query": "still answers"})[0] == 200
 
@@ -179,3 +179,20 @@ def test_a_body_must_be_utf8_json_sent_as_application_json(server):
         "request body is not UTF-8: byte 0xff at offset 0")
     assert server.post("sessions.search", raw=b"{\"query\": \"x\",}")[1]["error"]["message"].startswith(
         "request body is not valid JSON: ")
+
+
+def test_a_request_that_conflicts_with_what_is_stored_is_409(server):
+    """Well-formed requests a client cannot know to be wrong before it sends them: 409, not 400."""
+    assert server.post("transcript.append", {"sessionKey": KEY, "sessionId": "s1", "events": []})[0] == 200
+    conflict = {"code": "INVALID_REQUEST", "message": "sessionId 's1' belongs to another session key"}
+    assert server.post("transcript.append", {"sessionKey": "agent:main:other", "sessionId": "s1", "events": []}) == (
+        409, {"error": conflict})
+    assert server.post("sessions.upsert", {"sessionKey": "agent:main:other", "sessionId": "s1"}) == (
+        409, {"error": conflict})
+    assert server.post("sessions.rotate", {"sessionKey": KEY, "sessionId": "s1"}) == (
+        409, {"error": {"code": "INVALID_REQUEST", "message": "sessionId 's1' already exists"}})
+    assert server.post("sessions.archive", {"sessionKey": KEY})[0] == 200
+    assert server.post("transcript.append", {"sessionKey": KEY, "events": [
+        {"type": "message", "id": "m1", "message": {"role": "user", "content": "late"}}]}) == (
+        409, {"error": {"code": "INVALID_REQUEST",
+                        "message": f"session {KEY!r} is archived; restore it before appending"}})

@@ -21,7 +21,7 @@ from starlette.routing import Route
 
 from .. import metrics
 from ..engine import Engine
-from ..errors import Forbidden, InvalidRequest, NotFound, SearchTimeout, SessionSearchError, Unavailable
+from ..errors import Conflict, Forbidden, InvalidRequest, NotFound, SearchTimeout, SessionSearchError, Unavailable
 from ..settings import Settings
 from ..worker.optimize import PeriodicOptimize
 from .edge import BadBody, CompactJSON, Guard, decode_object, token_matches

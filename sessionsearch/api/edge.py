@@ -16,9 +16,10 @@ OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 # the default body limit, a few tenths of a second on a LAN, and never held in memory.
 DISCARD_BYTES = 64 * 1024 * 1024
 
-# Deeper than any body a method accepts (a transcript event may nest 100 levels inside `events`,
-# and the event check names the field past that), far from the ~1,000 frames at which json recurses.
-MAX_DEPTH = 128
+# The HTTP layer turns away only what json would choke on (it recurses out near 1,000 levels);
+# below that each method's own checks answer and name the field (a transcript event, for one,
+# may nest 100 levels), and no method accepts a body anywhere near this deep.
+MAX_DEPTH = 512
 
 
 class CompactJSON(JSONResponse):
