@@ -30,7 +30,8 @@ from .openapi import METHODS, openapi_document
 
 log = structlog.get_logger("sessionsearch.api")
 
-STATUS = {InvalidRequest: 400, Forbidden: 403, NotFound: 404, SearchTimeout: 504, Unavailable: 503}
+STATUS = {Conflict: 409, InvalidRequest: 400,  # the subclass first: the first match wins
+          Forbidden: 403, NotFound: 404, SearchTimeout: 504, Unavailable: 503}
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 
 
@@ -164,7 +165,7 @@ def create_app(settings: Settings | None = None, *, max_body_bytes: int | None =
         return Response(own + pipeline_gauges, media_type=content_type)
 
     async def openapi(request: Request) -> Response:
-        return CompactJSON(openapi_document())
+        return CompactJSON(openapi_document(token=bool(settings.api_token)))
 
     routes = [
         Route("/v1/tools/{tool}", tool, methods=["POST"]),
