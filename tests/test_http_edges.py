@@ -165,7 +165,8 @@ def exchange_raw(server: Server, head: bytes) -> tuple[int, dict[str, str], byte
 def test_a_body_must_be_utf8_json_sent_as_application_json(server):
     search = b'{"query":"x"}'
     for media in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", None):
-        status, _, body = exchange(server, "POST", "/v1/sessions.search", search, {"Content-Type": media} if media else {})
+        headers = {"Content-Type": media} if media else {}
+        status, _, body = exchange(server, "POST", "/v1/sessions.search", search, headers)
         assert status == 415, media
         assert json.loads(body) == {"error": {"code": "INVALID_REQUEST", "message": (
             "request body must be sent as Content-Type: application/json, "
@@ -196,3 +197,17 @@ def test_a_request_that_conflicts_with_what_is_stored_is_409(server):
         {"type": "message", "id": "m1", "message": {"role": "user", "content": "late"}}]}) == (
         409, {"error": {"code": "INVALID_REQUEST",
                         "message": f"session {KEY!r} is archived; restore it before appending"}})
+
+
+def test_a_request_uvicorn_cannot_parse_is_answered_in_the_json_error_shape(server):
+    for head in (b"GARBAGE\r\n\r\n", b"GET /\xff HTTP/1.1\r\nHost: x\r\n\r\n",
+                 b"POST /v1/sessions.search HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n"):
+        status, headers, body = exchange_raw(server, head)
+        assert status == 400 and headers["content-type"] == "application/json", head
+        assert json.loads(body) == {"error": {"code": "INVALID_REQUEST", "message": (
+            "malformed HTTP request: the request line or a header could not be parsed")}}
+
+
+def test_an_unknown_path_is_echoed_cut_short(server):
+    status, body = server.get("/" + "a" * 100_000)
+    assert status == 404 and body["error"]["message"] == "no route GET /" + "a" * 199 + "…"

@@ -22,7 +22,8 @@ def test_schemathesis_with_every_check_finds_the_server_and_its_document_in_agre
         for key, words in (("agent:main:main", "0 a"), ("agent:ops:main", "deploy 0"), ("0", "zero")):
             assert server.post("transcript.append", {"sessionKey": key, "events": chain("m", [("user", words)])},
                                headers=auth)[0] == 200
-        assert server.post("sessions.upsert", {"sessionKey": "0", "label": "0", "kind": "direct"}, headers=auth)[0] == 200
+        upsert = {"sessionKey": "0", "label": "0", "kind": "direct"}
+        assert server.post("sessions.upsert", upsert, headers=auth)[0] == 200
         cli = Path(sys.executable).parent / "schemathesis"
         # 40 examples per operation and phase keep the run near a minute on a busy 2-core machine
         run = subprocess.run([str(cli), "run", f"{server.url}/openapi.json", "--checks", "all",

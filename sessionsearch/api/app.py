@@ -41,6 +41,11 @@ def error_response(exc: SessionSearchError) -> CompactJSON:
     return CompactJSON({"error": {"code": code, "message": exc.message}}, status_code=status)
 
 
+def _shown(path: str) -> str:
+    """A path as an error message repeats it: cut short, so a long one is not sent back whole."""
+    return path if len(path) <= 200 else path[:200] + "…"
+
+
 def create_app(settings: Settings | None = None, *, max_body_bytes: int | None = None,
                sweep: bool = True) -> Starlette:
     """The ASGI app; the engine, queue and in-process worker live for the app's lifespan.
@@ -177,13 +182,13 @@ def create_app(settings: Settings | None = None, *, max_body_bytes: int | None =
     ]
 
     async def not_found(request: Request, exc: Exception) -> Response:
-        return _error(404, "NOT_FOUND", f"no route {request.method} {request.url.path}")
+        return _error(404, "NOT_FOUND", f"no route {request.method} {_shown(request.url.path)}")
 
     async def not_allowed(request: Request, exc: Exception) -> Response:
         # RFC 9110 says a 405 names what the route takes; Starlette's set has no order of its own
         allow = ", ".join(sorted((getattr(exc, "headers", None) or {}).get("Allow", "").split(", ")))
-        return _error(405, "INVALID_REQUEST", f"{request.method} is not allowed on {request.url.path}; use {allow}",
-                      {"Allow": allow})
+        message = f"{request.method} is not allowed on {_shown(request.url.path)}; use {allow}"
+        return _error(405, "INVALID_REQUEST", message, {"Allow": allow})
 
     async def crashed(request: Request, exc: Exception) -> Response:
         log.exception("api.crashed", path=request.url.path)
