@@ -27,6 +27,11 @@ class InvalidRequest(SessionSearchError):
         self.field = field
 
 
+class Conflict(InvalidRequest):
+    """Raised when a well-formed request conflicts with what is stored (a sessionId of another key,
+    an archived session); HTTP answers it 409, with the code of an invalid request."""
+
+
 class Forbidden(SessionSearchError):
     """Raised when the requester may not see a session or agent it targeted."""
 

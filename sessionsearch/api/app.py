@@ -1,14 +1,12 @@
 """The HTTP API: `POST /v1/<method>` onto the engine, the agent tools, metrics, health, OpenAPI.
 
 Errors are mapped from the error tree to status codes here and nowhere else. A token, when
-configured, is required on every route but the health probes.
+configured, is required on every route but the health probes (edge.Guard, before the routes).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
-import json
 import os
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -17,27 +15,24 @@ from typing import Any
 import structlog
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
+from starlette.middleware import Middleware
 from starlette.routing import Route
 
 from .. import metrics
 from ..engine import Engine
-from ..errors import Forbidden, InvalidRequest, NotFound, SearchTimeout, SessionSearchError, Unavailable
+from ..errors import Conflict, Forbidden, InvalidRequest, NotFound, SearchTimeout, SessionSearchError, Unavailable
 from ..settings import Settings
 from ..worker.optimize import PeriodicOptimize
+from .edge import BadBody, CompactJSON, Guard, decode_object, token_matches
+from .edge import error as _error  # the name the handlers below have always used
 from .openapi import METHODS, openapi_document
 
 log = structlog.get_logger("sessionsearch.api")
 
-STATUS = {InvalidRequest: 400, Forbidden: 403, NotFound: 404, SearchTimeout: 504, Unavailable: 503}
+STATUS = {Conflict: 409, InvalidRequest: 400,  # the subclass first: the first match wins
+          Forbidden: 403, NotFound: 404, SearchTimeout: 504, Unavailable: 503}
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
-
-
-class CompactJSON(JSONResponse):
-    """UTF-8 JSON as the budgets count it: non-ASCII text is not escaped."""
-
-    def render(self, content: Any) -> bytes:
-        return json.dumps(content, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 def error_response(exc: SessionSearchError) -> CompactJSON:
@@ -46,8 +41,9 @@ def error_response(exc: SessionSearchError) -> CompactJSON:
     return CompactJSON({"error": {"code": code, "message": exc.message}}, status_code=status)
 
 
-def _error(status: int, code: str, message: str) -> CompactJSON:
-    return CompactJSON({"error": {"code": code, "message": message}}, status_code=status)
+def _shown(path: str) -> str:
+    """A path as an error message repeats it: cut short, so a long one is not sent back whole."""
+    return path if len(path) <= 200 else path[:200] + "…"
 
 
 def create_app(settings: Settings | None = None, *, max_body_bytes: int | None = None,
@@ -60,7 +56,6 @@ def create_app(settings: Settings | None = None, *, max_body_bytes: int | None =
     settings = settings or Settings.load()
     limit = max_body_bytes or int(os.environ.get("SESSIONSEARCH_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES))
     state: dict[str, Any] = {}
-    token = settings.api_token.encode() if settings.api_token else None
 
     @asynccontextmanager
     async def lifespan(app: Starlette):
@@ -95,11 +90,7 @@ def create_app(settings: Settings | None = None, *, max_body_bytes: int | None =
             log.info("api.stopped")
 
     def authorized(request: Request) -> bool:
-        if token is None:
-            return True
-        header = request.headers.get("authorization", "")
-        scheme, _, given = header.partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token)
+        return token_matches(settings.api_token or None, request.headers.get("authorization"))
 
     async def read_body(request: Request) -> dict[str, Any] | CompactJSON:
         declared = request.headers.get("content-length")
@@ -111,20 +102,12 @@ def create_app(settings: Settings | None = None, *, max_body_bytes: int | None =
             if size > limit:
                 return _error(413, "INVALID_REQUEST", f"request body exceeds {limit} bytes")
             chunks.append(chunk)
-        raw = b"".join(chunks)
-        if not raw.strip():
-            return {}
         try:
-            body = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            return _error(400, "INVALID_REQUEST", f"request body is not valid JSON: {exc}")
-        if not isinstance(body, dict):
-            return _error(400, "INVALID_REQUEST", "request body must be a JSON object")
-        return body
+            return decode_object(b"".join(chunks), request.headers.get("content-type"))
+        except BadBody as exc:
+            return exc.response
 
     async def method(request: Request) -> Response:
-        if not authorized(request):
-            return _error(401, "UNAUTHORIZED", "a valid bearer token is required")
         name = request.path_params["method"]
         if name not in METHODS:
             return _error(404, "NOT_FOUND", f"unknown method {name!r}")
@@ -141,8 +124,6 @@ def create_app(settings: Settings | None = None, *, max_body_bytes: int | None =
 
     async def tool(request: Request) -> Response:
         """The agent-facing tools: denials and errors in the body, never as HTTP errors."""
-        if not authorized(request):
-            return _error(401, "UNAUTHORIZED", "a valid bearer token is required")
         name = request.path_params["tool"]
         if name not in ("sessions_search", "sessions_history"):
             return _error(404, "NOT_FOUND", f"unknown tool {name!r}")
@@ -189,7 +170,7 @@ def create_app(settings: Settings | None = None, *, max_body_bytes: int | None =
         return Response(own + pipeline_gauges, media_type=content_type)
 
     async def openapi(request: Request) -> Response:
-        return CompactJSON(openapi_document())
+        return CompactJSON(openapi_document(token=bool(settings.api_token)))
 
     routes = [
         Route("/v1/tools/{tool}", tool, methods=["POST"]),
@@ -201,14 +182,18 @@ def create_app(settings: Settings | None = None, *, max_body_bytes: int | None =
     ]
 
     async def not_found(request: Request, exc: Exception) -> Response:
-        return _error(404, "NOT_FOUND", f"no route {request.method} {request.url.path}")
+        return _error(404, "NOT_FOUND", f"no route {request.method} {_shown(request.url.path)}")
 
     async def not_allowed(request: Request, exc: Exception) -> Response:
-        return _error(405, "INVALID_REQUEST", f"{request.method} is not allowed on {request.url.path}")
+        # RFC 9110 says a 405 names what the route takes; Starlette's set has no order of its own
+        allow = ", ".join(sorted((getattr(exc, "headers", None) or {}).get("Allow", "").split(", ")))
+        message = f"{request.method} is not allowed on {_shown(request.url.path)}; use {allow}"
+        return _error(405, "INVALID_REQUEST", message, {"Allow": allow})
 
     async def crashed(request: Request, exc: Exception) -> Response:
         log.exception("api.crashed", path=request.url.path)
         return _error(500, "INTERNAL", "internal error; the server log has the details")
 
     return Starlette(routes=routes, lifespan=lifespan,
+                     middleware=[Middleware(Guard, token=settings.api_token or None)],
                      exception_handlers={404: not_found, 405: not_allowed, 500: crashed})

@@ -1,24 +1,76 @@
-"""The OpenAPI document of the HTTP API (served at /openapi.json), written to match the validators."""
+"""The OpenAPI document of the HTTP API (served at /openapi.json), written to match the validators.
+
+Each request schema accepts what the method accepts and refuses what it refuses (schemathesis
+checks both ways): `null` stands for an absent optional field, unknown fields are refused, and
+an empty body reads as `{}`, so a body is required exactly where the method has a required field.
+"""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from typing import Any
 
 from .. import __version__
+from ..indexer.events import EVENT_TYPES, RESET_REASONS, ROLES, TEXT_BLOCKS
+from ..search.query import MAX_LIMIT, MAX_QUERIES, MAX_QUERY_UNITS, MAX_SESSION_KEYS
 
-AGENT_ID = {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}
-SESSION_KEY = {"type": "string", "minLength": 1, "maxLength": 512,
+# The end of the text: `$` in a pattern also matches before a final newline in Python's re, which
+# schema tools use, and would let "main\n" pass for an agent id.
+END = "(?![\\s\\S])"
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+# the timestamps an event may carry: years 1 to 9999 UTC in epoch milliseconds, as the events check
+MIN_TS_MS = (datetime(1, 1, 1, tzinfo=timezone.utc) - _EPOCH) // timedelta(milliseconds=1)
+MAX_TS_MS = (datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=timezone.utc) - _EPOCH) // timedelta(milliseconds=1)
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+STRING = {"type": "string"}
+ID = {"type": "string", "minLength": 1}
+AGENT_ID = {"type": "string", "pattern": f"^[A-Za-z0-9_-]{{1,64}}{END}"}
+SESSION_KEY = {"type": "string", "maxLength": 512,
+               "pattern": "^(?:agent:[A-Za-z0-9_-]{1,64}:[\\s\\S]|(?!agent:)[\\s\\S]*\\S)",
                "description": "agent:<agentId>:<rest>; a key without the prefix belongs to agent main"}
 REQUESTER = {"type": "object", "additionalProperties": False, "required": ["sessionKey"],
              "properties": {"sessionKey": SESSION_KEY, "sandboxed": {"type": "boolean"}}}
-QUERY = {"type": "string", "minLength": 1, "maxLength": 4096, "pattern": "\\S",
-         "description": "literal words, all of which must match"}
+QUERY = {"type": "string", "maxLength": MAX_QUERY_UNITS, "pattern": "[^\\s\\x00-\\x1f\\x7f-\\x9f]",
+         "description": "literal words, all of which must match (control characters separate words); "
+                        f"at most {MAX_QUERY_UNITS} UTF-16 units"}
+BOOLEAN = {"type": "boolean"}
 NULLABLE_STRING = {"type": ["string", "null"]}
-SESSION_FIELDS = {"label": NULLABLE_STRING, "displayName": NULLABLE_STRING, "spawnedBy": SESSION_KEY,
-                  "parentSessionKey": SESSION_KEY, "group": NULLABLE_STRING,
-                  "kind": {"enum": ["direct", "group", "subagent", "cron", "system"]},
-                  "incognito": {"type": "boolean"}}
+
+
+def _limit(maximum: int) -> dict[str, Any]:
+    return _nullable({"type": "integer", "minimum": 1, "maximum": maximum})
+
+
+EPOCH_MS = {"type": "number", "minimum": MIN_TS_MS, "maximum": MAX_TS_MS}
+BLOCK = {"type": "object", "required": ["type"], "properties": {"type": STRING},
+         "if": {"properties": {"type": {"enum": sorted(TEXT_BLOCKS)}}},
+         "then": {"required": ["text"], "properties": {"text": STRING}}}
+# the indexer reads `content` when it is a string, else `text` when that is, else the content blocks
+MESSAGE_IN = {"type": "object", "required": ["role"],
+              "properties": {"role": {"enum": sorted(ROLES)}, "timestamp": _nullable({"anyOf": [EPOCH_MS, STRING]})},
+              "anyOf": [{"required": ["text"], "properties": {"text": STRING}},
+                        {"properties": {"content": {"anyOf": [NULLABLE_STRING,
+                                                              {"type": "array", "items": BLOCK}]}}}]}
+
+
+def _when(event_type: str, then: dict[str, Any]) -> dict[str, Any]:
+    return {"if": {"properties": {"type": {"const": event_type}}}, "then": then}
+
+
+EVENT = {"type": "object", "required": ["type"], "description": "a transcript row in the gateway's format",
+         "properties": {"type": {"enum": sorted(EVENT_TYPES)}, "id": NULLABLE_STRING, "parentId": NULLABLE_STRING,
+                        "appendMode": {"enum": ["side", None]},
+                        "timestamp": _nullable({"anyOf": [EPOCH_MS, {"type": "string", "format": "date-time"}]})},
+         "allOf": [_when("message", {"required": ["message"], "properties": {"message": MESSAGE_IN}}),
+                   _when("leaf", {"required": ["targetId"], "properties": {"targetId": ID}}),
+                   _when("reset", {"properties": {"firstKeptEntryId": NULLABLE_STRING,
+                                                  "reason": {"enum": [*sorted(RESET_REASONS), None]}}})]}
 
 HIT = {"type": "object", "required": ["sessionKey", "sessionId", "messageId", "role", "timestamp", "snippet", "score"],
        "properties": {"sessionKey": {"type": "string"}, "sessionId": {"type": "string"},
@@ -45,37 +97,48 @@ def _obj(properties: dict[str, Any], required: list[str] = ()) -> dict[str, Any]
     return {"type": "object", "additionalProperties": False, "properties": properties, "required": list(required)}
 
 
+SEARCH_REQUEST = {
+    **_obj({"query": QUERY, "queries": {"type": "array", "minItems": 1, "maxItems": MAX_QUERIES, "items": QUERY},
+            "agentId": _nullable(AGENT_ID),
+            "sessionKeys": _nullable({"type": "array", "minItems": 1, "maxItems": MAX_SESSION_KEYS,
+                                      "items": SESSION_KEY}),
+            "sessionId": _nullable(ID), "role": {"enum": ["user", "assistant", None]}, "limit": _limit(MAX_LIMIT),
+            "match": {"enum": ["exact", "prefix"]}, "order": {"enum": ["relevance", "recent"]},
+            "palette": BOOLEAN, "requester": _nullable(REQUESTER)}),
+    "oneOf": [{"required": ["query"]}, {"required": ["queries"]}],
+}
+HISTORY_REQUEST = {
+    **_obj({"sessionKey": SESSION_KEY, "limit": _limit(1000),
+            "offset": _nullable({"type": "integer", "minimum": 0}), "messageId": _nullable(ID),
+            "sessionId": _nullable(ID), "includeTools": BOOLEAN, "requester": _nullable(REQUESTER)}, ["sessionKey"]),
+    "allOf": [  # a sessionId only beside a messageId; an offset never beside one
+        {"if": {"required": ["sessionId"], "properties": {"sessionId": STRING}},
+         "then": {"required": ["messageId"], "properties": {"messageId": STRING}}},
+        {"not": {"required": ["offset", "messageId"],
+                 "properties": {"offset": {"type": "number"}, "messageId": STRING}}}],
+}
 REQUESTS: dict[str, dict[str, Any]] = {
-    "sessions.search": {
-        **_obj({"query": QUERY, "queries": {"type": "array", "minItems": 1, "maxItems": 8, "items": QUERY},
-                "agentId": AGENT_ID, "sessionKeys": {"type": "array", "minItems": 1, "maxItems": 200, "items": SESSION_KEY},
-                "sessionId": {"type": "string", "minLength": 1}, "role": {"enum": ["user", "assistant"]},
-                "limit": {"type": "integer", "minimum": 1, "maximum": 25},
-                "match": {"enum": ["exact", "prefix"]}, "order": {"enum": ["relevance", "recent"]},
-                "palette": {"type": "boolean"}, "requester": REQUESTER}),
-        "oneOf": [{"required": ["query"]}, {"required": ["queries"]}],
-    },
-    "sessions.history": _obj({"sessionKey": SESSION_KEY, "limit": {"type": "integer", "minimum": 1, "maximum": 1000},
-                              "offset": {"type": "integer", "minimum": 0}, "messageId": {"type": "string", "minLength": 1},
-                              "sessionId": {"type": "string", "minLength": 1}, "includeTools": {"type": "boolean"},
-                              "requester": REQUESTER}, ["sessionKey"]),
-    "sessions.list": _obj({"agentId": AGENT_ID, "search": {"type": "string"}, "requester": REQUESTER,
-                           "limit": {"type": "integer", "minimum": 1, "maximum": 1000},
-                           "palette": {"type": "boolean"}, "includeArchived": {"type": "boolean"}}),
-    "sessions.upsert": _obj({"sessionKey": SESSION_KEY, "sessionId": {"type": "string", "minLength": 1},
-                             **SESSION_FIELDS}, ["sessionKey"]),
-    "transcript.append": _obj({"sessionKey": SESSION_KEY, "sessionId": {"type": "string", "minLength": 1},
-                               "events": {"type": "array", "maxItems": 10000,
-                                          "items": {"type": "object", "required": ["type"],
-                                                    "description": "a transcript row in the gateway's format"}}},
+    "sessions.search": SEARCH_REQUEST,
+    "sessions.history": HISTORY_REQUEST,
+    "sessions.list": _obj({"agentId": _nullable(AGENT_ID), "search": NULLABLE_STRING,
+                           "requester": _nullable(REQUESTER), "limit": _limit(1000),
+                           "palette": BOOLEAN, "includeArchived": BOOLEAN}),
+    "sessions.upsert": _obj({"sessionKey": SESSION_KEY, "sessionId": NULLABLE_STRING, "label": NULLABLE_STRING,
+                             "displayName": NULLABLE_STRING, "spawnedBy": _nullable(SESSION_KEY),
+                             "parentSessionKey": _nullable(SESSION_KEY), "group": NULLABLE_STRING,
+                             "kind": {"enum": ["direct", "group", "subagent", "cron", "system", None]},
+                             "incognito": BOOLEAN}, ["sessionKey"]),
+    "transcript.append": _obj({"sessionKey": SESSION_KEY, "sessionId": _nullable(ID),
+                               "events": {"type": "array", "maxItems": 10000, "items": EVENT}},
                               ["sessionKey", "events"]),
-    "sessions.rotate": _obj({"sessionKey": SESSION_KEY, "sessionId": {"type": "string", "minLength": 1},
-                             "reason": {"type": "string"}}, ["sessionKey"]),
+    "sessions.rotate": _obj({"sessionKey": SESSION_KEY, "sessionId": _nullable(ID), "reason": NULLABLE_STRING},
+                            ["sessionKey"]),
     "sessions.delete": _obj({"sessionKey": SESSION_KEY}, ["sessionKey"]),
     "sessions.archive": _obj({"sessionKey": SESSION_KEY}, ["sessionKey"]),
     "sessions.restore": _obj({"sessionKey": SESSION_KEY}, ["sessionKey"]),
-    "index.status": _obj({"agentId": AGENT_ID}),
+    "index.status": _obj({"agentId": _nullable(AGENT_ID)}),
 }
+BODY_REQUIRED = {name: bool(schema["required"]) or "oneOf" in schema for name, schema in REQUESTS.items()}
 
 RESPONSES: dict[str, dict[str, Any]] = {
     "sessions.search": {"oneOf": [SEARCH_STATE, {"type": "object", "required": ["states"],
@@ -127,36 +190,56 @@ def _json(schema: dict[str, Any]) -> dict[str, Any]:
     return {"content": {"application/json": {"schema": schema}}}
 
 
+READS = ("sessions.search", "sessions.history", "sessions.list")
+ERROR_TEXT = {400: "invalid request", 401: "missing or wrong bearer token", 403: "forbidden by visibility",
+              404: "no such session, agent or method", 409: "conflicts with what is stored",
+              413: "request body too large", 415: "request body is not application/json",
+              503: "a backing service is unavailable", 504: "timed out"}
+HEALTH = {"type": "object", "required": ["status"], "properties": {"status": STRING, "mode": STRING, "reason": STRING}}
+
+
 def _errors(*codes: int) -> dict[str, Any]:
-    text = {400: "invalid request", 401: "missing or wrong bearer token", 403: "forbidden by visibility",
-            404: "no such session, agent or method", 413: "request body too large",
-            503: "a backing service is unavailable", 504: "search timed out"}
-    return {str(c): {"description": text[c], **_json(ERROR)} for c in codes}
+    return {str(c): {"description": ERROR_TEXT[c], **_json(ERROR)} for c in codes}
 
 
-@lru_cache(maxsize=1)
-def openapi_document() -> dict[str, Any]:
+def _body(schema: dict[str, Any], required: bool) -> dict[str, Any]:
+    return {"required": required, **_json(schema)}
+
+
+@lru_cache(maxsize=2)
+def openapi_document(*, token: bool = False) -> dict[str, Any]:
+    """The document; with `token` every operation but the health probes asks for the bearer token."""
+    auth = [401] if token else []
     paths: dict[str, Any] = {}
     for name in METHODS:
-        codes = [400, 401, 403, 404, 413, 503] + ([504] if name == "sessions.search" else [])
+        codes = [400, *auth, 404, 413, 415, 503, 504] + ([403] if name in READS else [409])
         paths[f"/v1/{name}"] = {"post": {
             "operationId": name.replace(".", "_"), "summary": name,
-            "requestBody": {"required": True, **_json(REQUESTS[name])},
-            "responses": {"200": {"description": "ok", **_json(RESPONSES[name])}, **_errors(*codes)},
+            "requestBody": _body(REQUESTS[name], BODY_REQUIRED[name]),
+            "responses": {"200": {"description": "ok", **_json(RESPONSES[name])}, **_errors(*sorted(codes))},
         }}
     for tool, method in (("sessions_search", "sessions.search"), ("sessions_history", "sessions.history")):
         paths[f"/v1/tools/{tool}"] = {"post": {
             "operationId": f"tool_{tool}", "summary": f"agent tool {tool}: denials and errors in the body",
-            "requestBody": {"required": True, **_json(REQUESTS[method])},
-            "responses": {"200": {"description": "the tool's answer", **_json({"oneOf": [RESPONSES[method], TOOL_STATUS]})},
-                          **_errors(400, 401, 413)},
+            "description": f"Any JSON object is taken: fields {method} refuses are answered 200 with "
+                           "status error, a denial 200 with status forbidden.",
+            "requestBody": _body({"type": "object", "description": f"the fields of {method}"}, False),
+            "responses": {"200": {"description": "the tool's answer",
+                                  **_json({"anyOf": [RESPONSES[method], TOOL_STATUS]})},
+                          **_errors(400, *auth, 413, 415)},
         }}
-    paths["/healthz"] = {"get": {"operationId": "healthz", "responses": {"200": {"description": "alive"}}}}
-    paths["/readyz"] = {"get": {"operationId": "readyz", "responses": {"200": {"description": "ready"},
-                                                                        "503": {"description": "not ready"}}}}
+    paths["/healthz"] = {"get": {"operationId": "healthz", "security": [],
+                                 "responses": {"200": {"description": "alive", **_json(HEALTH)}}}}
+    paths["/readyz"] = {"get": {"operationId": "readyz", "security": [],
+                                "responses": {"200": {"description": "ready", **_json(HEALTH)},
+                                              "503": {"description": "not ready", **_json(HEALTH)}}}}
     paths["/metrics"] = {"get": {"operationId": "metrics", "responses": {
-        "200": {"description": "Prometheus text format", "content": {"text/plain": {"schema": {"type": "string"}}}},
-        **_errors(401)}}}
-    return {"openapi": "3.1.0", "info": {"title": "sessionsearch", "version": __version__},
-            "paths": paths, "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
-            "security": [{"bearer": []}, {}]}
+        "200": {"description": "Prometheus text format", "content": {"text/plain": {"schema": STRING}}},
+        **_errors(*auth)}}}
+    paths["/openapi.json"] = {"get": {"operationId": "openapi", "responses": {
+        "200": {"description": "this document", **_json({"type": "object"})}, **_errors(*auth)}}}
+    document = {"openapi": "3.1.0", "info": {"title": "sessionsearch", "version": __version__}, "paths": paths}
+    if token:
+        document["components"] = {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}}
+        document["security"] = [{"bearer": []}]
+    return document

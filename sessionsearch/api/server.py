@@ -15,7 +15,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import h11
 import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ..errors import InvalidRequest
 from ..settings import Settings
@@ -38,6 +40,22 @@ class GracefulServer(uvicorn.Server):
             inner.__exit__(None, None, None)
 
 
+class JSONErrorsH11(H11Protocol):
+    """uvicorn's h11 protocol, answering a request it cannot parse in the API's JSON error shape.
+
+    Named explicitly (not "auto") so that the answer does not change with httptools installed.
+    """
+
+    def send_400_response(self, msg: str) -> None:
+        body = json.dumps({"error": {"code": "INVALID_REQUEST", "message": (
+            "malformed HTTP request: the request line or a header could not be parsed")}}).encode()
+        for event in (h11.Response(status_code=400, reason=b"Bad Request",
+                                   headers=[(b"content-type", b"application/json"), (b"connection", b"close")]),
+                      h11.Data(data=body), h11.EndOfMessage()):
+            self.transport.write(self.conn.send(event))
+        self.transport.close()
+
+
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -58,7 +76,7 @@ def check_bind(settings: Settings) -> None:
 def run_server(settings: Settings, *, workers: int = 1) -> int:
     check_bind(settings)
     common = dict(host=settings.host, port=settings.port, log_config=None, proxy_headers=False,
-                  timeout_graceful_shutdown=30, server_header=False)
+                  timeout_graceful_shutdown=30, server_header=False, http=JSONErrorsH11)
     if workers <= 1:
         GracefulServer(uvicorn.Config(create_app(settings), **common)).run()
         return 0
@@ -109,7 +127,7 @@ async def run_demo(settings: Settings, *, query: str = "loan") -> int:
     else:
         print(f"using the existing data in {data_dir} (remove it to start the demo afresh)")
     server = GracefulServer(uvicorn.Config(create_app(settings, sweep=False), host=settings.host, port=settings.port,
-                                           log_config=None, timeout_graceful_shutdown=10))
+                                           log_config=None, timeout_graceful_shutdown=10, http=JSONErrorsH11))
     serving = asyncio.create_task(server.serve())
     while not server.started:
         if serving.done():

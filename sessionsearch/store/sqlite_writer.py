@@ -21,7 +21,7 @@ from typing import Any, Iterable, Iterator
 
 import structlog
 
-from ..errors import InvalidRequest, NotFound, Unavailable
+from ..errors import Conflict, InvalidRequest, NotFound, Unavailable
 from ..indexer.events import Event
 from ..indexer.live import ids_to_resolve, plan_append
 from .base import AppendResult
@@ -224,8 +224,8 @@ class SqliteWriter(ReconcileWrites, HotWrites):
                                    (session_id,)).fetchone()
             if found:
                 if found[1] != key:
-                    raise InvalidRequest(f"sessionId {session_id!r} belongs to another session key",
-                                         field="sessionId")
+                    raise Conflict(f"sessionId {session_id!r} belongs to another session key",
+                                   field="sessionId")
                 wid = found[0]
                 if current is None:
                     self.c.execute("UPDATE sessions SET current_wid = ? WHERE session_key = ?", (wid, key))
@@ -272,7 +272,7 @@ class SqliteWriter(ReconcileWrites, HotWrites):
                 raise NotFound(f"session {key!r} not found")
             new_id = session_id or str(uuid.uuid4())
             if c.execute("SELECT 1 FROM windows WHERE session_id = ?", (new_id,)).fetchone():
-                raise InvalidRequest(f"sessionId {new_id!r} already exists", field="sessionId")
+                raise Conflict(f"sessionId {new_id!r} already exists", field="sessionId")
             self._create_window(key, new_id)
         return new_id, row[0]
 
@@ -354,7 +354,7 @@ class SqliteWriter(ReconcileWrites, HotWrites):
              dirty, plan.last_seq, dirty, plan.leaf_seq, wid, st.last_seq, st.leaf_seq)).fetchone()
         if guarded is None:
             if c.execute("SELECT 1 FROM windows WHERE wid = ? AND cold = 1", (wid,)).fetchone():
-                raise InvalidRequest(f"session {key!r} is archived; restore it before appending", field="sessionKey")
+                raise Conflict(f"session {key!r} is archived; restore it before appending", field="sessionKey")
             raise _StaleState()
         if dirty:
             self._bump_dirty()

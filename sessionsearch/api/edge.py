@@ -1,0 +1,146 @@
+"""What every request meets before a method sees it: the token, the JSON answer shape, the body's decoding."""
+
+from __future__ import annotations
+
+import hmac
+import json
+from typing import Any
+
+from starlette.datastructures import Headers
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+# The probes a supervisor or load balancer calls without credentials; they tell nothing stored.
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+# How much of a refused body is read and dropped so that the client sees the answer: eight times
+# the default body limit, a few tenths of a second on a LAN, and never held in memory.
+DISCARD_BYTES = 64 * 1024 * 1024
+
+# The HTTP layer turns away only what json would choke on (it recurses out near 1,000 levels);
+# below that each method's own checks answer and name the field (a transcript event, for one,
+# may nest 100 levels), and no method accepts a body anywhere near this deep.
+MAX_DEPTH = 512
+
+
+class CompactJSON(JSONResponse):
+    """UTF-8 JSON as the budgets count it: non-ASCII text is not escaped."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> CompactJSON:
+    return CompactJSON({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
+
+
+class BadBody(Exception):
+    """Raised when a request body cannot become a JSON object; carries the HTTP answer."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.response = error(status, "INVALID_REQUEST", message)
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
+
+
+def decode_object(raw: bytes, content_type: str | None) -> dict[str, Any]:
+    """The JSON object a request body holds; an empty body is an empty object. Raises BadBody.
+
+    A body must say it is JSON: a browser page may send a form or text/plain to a loopback server
+    without asking first (no CORS preflight), but never application/json.
+    """
+    if not raw.strip():
+        return {}
+    media = (content_type or "").partition(";")[0].strip().lower()
+    if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
+        raise BadBody(415, f"request body must be sent as Content-Type: application/json, not {media or 'none'}")
+    too_deep = f"request body is nested more than {MAX_DEPTH} levels deep"
+    try:  # decoded here: json.loads would take UTF-16 and UTF-32 too, which JSON on the wire is not
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadBody(400, f"request body is not UTF-8: byte 0x{raw[exc.start]:02x} at offset {exc.start}") from None
+    try:
+        body = json.loads(text)
+    except RecursionError:
+        raise BadBody(400, too_deep) from None
+    except ValueError as exc:
+        raise BadBody(400, f"request body is not valid JSON: {exc}") from None
+    # a body with few brackets cannot nest deeply: most bodies skip the walk
+    if text.count("[") + text.count("{") > MAX_DEPTH and _deeper_than(body, MAX_DEPTH):
+        raise BadBody(400, too_deep)
+    if not isinstance(body, dict):
+        raise BadBody(400, "request body must be a JSON object")
+    return body
+
+
+def token_matches(token: str | None, authorization: str | None) -> bool:
+    """Whether an Authorization header carries the bearer token (always, when none is configured)."""
+    if token is None:
+        return True
+    scheme, _, given = (authorization or "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode())
+
+
+class Guard:
+    """ASGI middleware before the routes: the token, and the rest of a body taken in before an answer.
+
+    With a token configured, every path but the health probes needs it, unknown paths too (so that
+    a caller without it learns nothing of the routes). An answer given before the body was read
+    (401, 404, 405, 413) first reads and drops what the client is still sending, up to
+    DISCARD_BYTES: most clients (urllib among them) send the whole body before they read, and a
+    connection closed on unread data is reset, which loses the answer. Past that bound, or when the
+    client waits for `100 Continue` before sending, the answer goes at once with `Connection: close`.
+    """
+
+    def __init__(self, app: ASGIApp, *, token: str | None) -> None:
+        self.app = app
+        self.token = token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        declared = headers.get("content-length", "")
+        ended = not ("transfer-encoding" in headers or declared not in ("", "0"))
+        read = 0
+        waiting = headers.get("expect", "").lower() == "100-continue"
+
+        async def tracked() -> Message:
+            nonlocal ended, read, waiting
+            message = await receive()
+            waiting = False
+            read += len(message.get("body", b""))
+            ended = ended or message["type"] == "http.disconnect" or not message.get("more_body", False)
+            return message
+
+        async def take_in_the_rest() -> bool:
+            """Drop the unread body; False when it must be left unread (the connection then closes)."""
+            if waiting or (declared.isdigit() and int(declared) - read > DISCARD_BYTES):
+                return False
+            start = read
+            while not ended:
+                await tracked()
+                if read - start > DISCARD_BYTES:
+                    return False
+            return True
+
+        async def answer(message: Message) -> None:
+            if message["type"] == "http.response.start" and not ended and not await take_in_the_rest():
+                message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
+            await send(message)
+
+        if scope["path"] not in OPEN_PATHS and not token_matches(self.token, headers.get("authorization")):
+            response = error(401, "UNAUTHORIZED", "a valid bearer token is required", {"WWW-Authenticate": "Bearer"})
+            await response(scope, tracked, answer)
+            return
+        await self.app(scope, tracked, answer)
