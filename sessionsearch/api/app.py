@@ -103,7 +103,7 @@ def create_app(settings: Settings | None = None, *, max_body_bytes: int | None =
                 return _error(413, "INVALID_REQUEST", f"request body exceeds {limit} bytes")
             chunks.append(chunk)
         try:
-            return decode_object(b"".join(chunks), request.headers.get("content-type"))
+            return decode_object(b"".join(chunks))
         except BadBody as exc:
             return exc.response
 

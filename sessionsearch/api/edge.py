@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import json
 from typing import Any
+from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
@@ -52,17 +54,10 @@ def _deeper_than(value: Any, limit: int) -> bool:
     return False
 
 
-def decode_object(raw: bytes, content_type: str | None) -> dict[str, Any]:
-    """The JSON object a request body holds; an empty body is an empty object. Raises BadBody.
-
-    A body must say it is JSON: a browser page may send a form or text/plain to a loopback server
-    without asking first (no CORS preflight), but never application/json.
-    """
+def decode_object(raw: bytes) -> dict[str, Any]:
+    """The JSON object a request body holds; an empty body is an empty object. Raises BadBody."""
     if not raw.strip():
         return {}
-    media = (content_type or "").partition(";")[0].strip().lower()
-    if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
-        raise BadBody(415, f"request body must be sent as Content-Type: application/json, not {media or 'none'}")
     too_deep = f"request body is nested more than {MAX_DEPTH} levels deep"
     try:  # decoded here: json.loads would take UTF-16 and UTF-32 too, which JSON on the wire is not
         text = raw.decode("utf-8")
@@ -80,6 +75,39 @@ def decode_object(raw: bytes, content_type: str | None) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise BadBody(400, "request body must be a JSON object")
     return body
+
+
+def _is_loopback_name(host: str) -> bool:
+    """Whether a Host header names this machine: `localhost`, 127.0.0.0/8 or [::1], with any port."""
+    if host.startswith("["):  # an IPv6 literal is always bracketed in Host
+        name = host[1:host.find("]")] if "]" in host else host
+    else:
+        name = host.rpartition(":")[0] if ":" in host else host
+    name = name.lower()
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def browser_refusal(headers: Headers, token: str | None) -> str | None:
+    """Why a request that a web page may have sent is refused, else None.
+
+    A page on another origin can post to a loopback server without a CORS preflight (a form, or
+    text/plain), and a name rebound to 127.0.0.1 makes a page look same-origin. Browsers name the
+    page's origin in `Origin` on such requests, and send the page's own name as `Host`; gateways,
+    scripts and curl send no `Origin`. With a token nothing is ambient, so only the origin is checked.
+    """
+    host = headers.get("host", "")
+    origin = headers.get("origin")
+    if origin is not None and urlsplit(origin).netloc.lower() != host.lower():
+        return f"cross-origin request refused: Origin {origin[:100]!r} is not this server ({host[:100]!r})"
+    if token is None and host and not _is_loopback_name(host):
+        return (f"Host {host[:100]!r} is not a loopback name: without SESSIONSEARCH_API_TOKEN the server "
+                "answers only to 127.0.0.1, [::1] and localhost")
+    return None
 
 
 def token_matches(token: str | None, authorization: str | None) -> bool:
@@ -139,8 +167,13 @@ class Guard:
                 message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
             await send(message)
 
-        if scope["path"] not in OPEN_PATHS and not token_matches(self.token, headers.get("authorization")):
-            response = error(401, "UNAUTHORIZED", "a valid bearer token is required", {"WWW-Authenticate": "Bearer"})
-            await response(scope, tracked, answer)
-            return
+        if scope["path"] not in OPEN_PATHS:
+            refusal = browser_refusal(headers, self.token)
+            if refusal is not None:
+                await error(403, "FORBIDDEN", refusal)(scope, tracked, answer)
+                return
+            if not token_matches(self.token, headers.get("authorization")):
+                response = error(401, "UNAUTHORIZED", "a valid bearer token is required", {"WWW-Authenticate": "Bearer"})
+                await response(scope, tracked, answer)
+                return
         await self.app(scope, tracked, answer)

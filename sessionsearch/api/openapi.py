@@ -191,9 +191,9 @@ def _json(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 READS = ("sessions.search", "sessions.history", "sessions.list")
-ERROR_TEXT = {400: "invalid request", 401: "missing or wrong bearer token", 403: "forbidden by visibility",
+ERROR_TEXT = {400: "invalid request", 401: "missing or wrong bearer token", 403: "forbidden: by visibility, or a cross-origin request",
               404: "no such session, agent or method", 409: "conflicts with what is stored",
-              413: "request body too large", 415: "request body is not application/json",
+              413: "request body too large",
               503: "a backing service is unavailable", 504: "timed out"}
 HEALTH = {"type": "object", "required": ["status"], "properties": {"status": STRING, "mode": STRING, "reason": STRING}}
 
@@ -212,7 +212,7 @@ def openapi_document(*, token: bool = False) -> dict[str, Any]:
     auth = [401] if token else []
     paths: dict[str, Any] = {}
     for name in METHODS:
-        codes = [400, *auth, 404, 413, 415, 503, 504] + ([403] if name in READS else [409])
+        codes = [400, *auth, 403, 404, 413, 503, 504] + ([] if name in READS else [409])
         paths[f"/v1/{name}"] = {"post": {
             "operationId": name.replace(".", "_"), "summary": name,
             "requestBody": _body(REQUESTS[name], BODY_REQUIRED[name]),
@@ -226,7 +226,7 @@ def openapi_document(*, token: bool = False) -> dict[str, Any]:
             "requestBody": _body({"type": "object", "description": f"the fields of {method}"}, False),
             "responses": {"200": {"description": "the tool's answer",
                                   **_json({"anyOf": [RESPONSES[method], TOOL_STATUS]})},
-                          **_errors(400, *auth, 413, 415)},
+                          **_errors(400, *auth, 403, 413)},
         }}
     paths["/healthz"] = {"get": {"operationId": "healthz", "security": [],
                                  "responses": {"200": {"description": "alive", **_json(HEALTH)}}}}
