@@ -11,6 +11,7 @@ import structlog
 
 from .. import logging as sslogging
 from ..queue import Pipeline
+from ..queue.broker import BACKGROUND_TIMEOUT_S
 from ..settings import Settings
 from .priority import apply_cpu_priority
 
@@ -20,7 +21,7 @@ sslogging.configure(settings.log_level)
 structlog.get_logger("sessionsearch.worker").info(
     "worker.cpu_priority", pid=os.getpid(), wanted=settings.worker_cpu_priority,
     applied=apply_cpu_priority(settings.worker_cpu_priority))
-pipeline = Pipeline(settings, worker_metrics=True)
+pipeline = Pipeline(settings, worker_metrics=True, timeout_s=BACKGROUND_TIMEOUT_S)
 dramatiq.set_broker(pipeline.broker)
 broker = pipeline.broker
 reconcile = pipeline.reconciler.actor

@@ -109,8 +109,9 @@ def run_worker(settings: Settings, *, processes: int, threads: int, metrics_host
         signal.signal(sig, on_signal)
     folder = prepare_metrics_dir(metrics_dir)
     from ..queue import Pipeline
+    from ..queue.broker import BACKGROUND_TIMEOUT_S
 
-    pipeline = Pipeline(settings)
+    pipeline = Pipeline(settings, timeout_s=BACKGROUND_TIMEOUT_S)
     sweep = asyncio.run(startup_sweep(settings, pipeline.reconciler))
     log.info("worker.sweep", **sweep)
     server = serve_metrics(metrics_host, metrics_port, folder, settings, pipeline.queue_depth)
