@@ -6,7 +6,11 @@ a real `sessionsearch serve` in Redis mode and real `sessionsearch worker` proce
 
 from __future__ import annotations
 
+import json
+import os
+import platform
 import signal
+import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -14,11 +18,15 @@ from pathlib import Path
 import pytest
 import redis
 
+from sessionsearch import Engine, Settings
+from sessionsearch.queue import Pipeline
 from sessionsearch.queue.broker import NAMESPACE, QUEUE
+from sessionsearch.worker.sweep import Sweeper
 
 from .helpers import chain, leaf, msg
 from .server import Server
 from .services import free_port, redis_server
+from .test_pipeline import Worker
 
 RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results" / "broker_faults.json"
 DEADLINE_S = 90
@@ -80,6 +88,14 @@ def private_redis():
         server.stop()  # SIGCONT first when it was left hung
 
 
+def record(section: str, figures: dict) -> None:
+    """Put one test's figures into bench/results/broker_faults.json, keeping the other tests' sections."""
+    data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    data[section] = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **figures}
+    data["machine"] = {"python": platform.python_version(), "cpus": os.cpu_count()}
+    RESULTS.write_text(json.dumps(data, indent=2) + "\n")
+
+
 def timed(call, *args, **kw):
     started = time.monotonic()
     result = call(*args, **kw)
@@ -109,7 +125,7 @@ def backlog(web: Server) -> int:
     return sum(agent["backlog"] for agent in body["agents"])
 
 
-def wait_drained(web: Server, worker=None, deadline_s: float = DEADLINE_S) -> float:
+def wait_drained(web: Server, worker: Worker | None = None, deadline_s: float = DEADLINE_S) -> float:
     """Seconds until no window needs reconciliation (fails after `deadline_s`)."""
     started = time.monotonic()
     while backlog(web):
@@ -153,3 +169,86 @@ def test_searches_readyz_metrics_and_appends_answer_at_once_while_redis_is_hung(
         private_redis.resume()
         assert web.stop() == 0
 
+
+def test_a_worker_drains_what_redis_lost_in_an_empty_restart_without_any_search(tmp_path, private_redis):
+    web = Server(tmp_path / "data", tmp_path / "web.log", SESSIONSEARCH_REDIS_URL=private_redis.url)
+    worker = Worker(tmp_path / "data", private_redis.url, tmp_path / "worker.log",
+                    SESSIONSEARCH_RECONCILE_SWEEP_EVERY_S="0.5")
+    try:
+        worker.job_processes()
+        private_redis.stop()
+        make_backlog(web, "lost", 5)  # what a search queued here would have been lost with Redis
+        private_redis.start()
+        wait_drained(web, worker)  # no search: the worker found the backlog on its own
+        seconds, status, body = search(web, "lostkeep")
+        assert status == 200 and "indexing" not in body and len(body["results"]) == 11
+        assert worker.proc.poll() is None  # the wrapper rode out the outage
+    finally:
+        assert worker.stop() == 0
+        assert web.stop() == 0
+
+
+def test_a_worker_started_while_redis_is_down_waits_for_it_then_reconciles(tmp_path, private_redis):
+    web = Server(tmp_path / "data", tmp_path / "web.log", SESSIONSEARCH_REDIS_URL=private_redis.url)
+    make_backlog(web, "early", 2)
+    private_redis.stop()
+    worker = Worker(tmp_path / "data", private_redis.url, tmp_path / "worker.log",
+                    SESSIONSEARCH_RECONCILE_SWEEP_EVERY_S="0.5")
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        while not [e for e in worker.events() if e.get("event") == "worker.sweep_failed"]:
+            assert worker.proc.poll() is None, worker.log_path.read_text()[-3000:]  # no crash loop
+            assert time.monotonic() < deadline, worker.log_path.read_text()[-3000:]
+            time.sleep(0.05)
+        failed = next(e for e in worker.events() if e.get("event") == "worker.sweep_failed")
+        assert "Connection refused" in failed["error"] or "Error 111" in failed["error"], failed
+        private_redis.start()
+        wait_drained(web, worker)
+        assert worker.proc.poll() is None
+    finally:
+        assert worker.stop() == 0
+        assert web.stop() == 0
+
+
+def commands(client: redis.Redis) -> int:
+    """Commands the server has processed, this INFO call included."""
+    return client.info("stats")["total_commands_processed"]
+
+
+async def test_a_periodic_sweep_sends_what_has_no_job_and_asks_redis_nothing_when_nothing_is_dirty(
+        tmp_path, private_redis):
+    settings = Settings(data_dir=str(tmp_path / "data"), redis_url=private_redis.url)
+    pipeline = Pipeline(settings)
+    sweeper = Sweeper(settings, pipeline.reconciler)
+    try:
+        async with Engine(settings=settings) as engine:
+            for agent in ("main", "ops", "work_bot"):  # 300 clean windows
+                for n in range(100):
+                    await engine.append(f"agent:{agent}:s{n}", chain(f"s{n}m", [("user", f"clean {n}")]))
+            admin = private_redis.client()
+            before = commands(admin)
+            started = time.perf_counter()
+            assert await sweeper.periodic() == {"pending": 0, "enqueued": 0}  # the first opens the databases
+            first_ms = (time.perf_counter() - started) * 1000
+            seconds = []
+            for _ in range(50):
+                started = time.perf_counter()
+                assert await sweeper.periodic() == {"pending": 0, "enqueued": 0}
+                seconds.append(time.perf_counter() - started)
+            assert commands(admin) == before + 1  # this INFO only: an idle sweep never asks Redis
+            idle = {"agents": 3, "windows": 300, "first_sweep_ms": round(first_ms, 3), "sweeps": 50, "p50_ms": round(statistics.median(seconds) * 1000, 3),
+                    "max_ms": round(max(seconds) * 1000, 3), "redis_commands": 0}
+            print(f"idle periodic sweep: {idle}")
+            record("idle_sweep", idle)
+
+            await engine.append("agent:main:r", chain("r", [("user", "kept"), ("user", "rewound")]))
+            await engine.append("agent:main:r", [leaf("l1", "r2", "r1"), msg("x", "user", "again", "l1")])
+            assert (await sweeper.periodic())["enqueued"] == 1
+            assert (await sweeper.periodic())["enqueued"] == 0  # its job waits in the queue
+            assert private_redis.queued() == 1
+            private_redis.restart_empty()
+            assert (await sweeper.periodic())["enqueued"] == 1  # the job was lost with Redis's memory
+            assert private_redis.queued() == 1
+    finally:
+        await sweeper.aclose()
+        pipeline.close()
