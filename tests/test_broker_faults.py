@@ -12,6 +12,7 @@ import platform
 import signal
 import statistics
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -208,6 +209,66 @@ def test_a_worker_started_while_redis_is_down_waits_for_it_then_reconciles(tmp_p
     finally:
         assert worker.stop() == 0
         assert web.stop() == 0
+
+
+def descendants(pid: int) -> dict[int, str]:
+    """Every process below `pid`, by pid, with its start time (so that a reused pid is not mistaken)."""
+    parents: dict[int, list[int]] = {}
+    starts: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            parents.setdefault(int(fields[1]), []).append(int(entry.name))
+            starts[int(entry.name)] = fields[19]
+    out, todo = {}, [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            out[child] = starts[child]
+            todo.append(child)
+    return out
+
+
+def alive(pid: int, started: str) -> bool:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return fields[19] == started and fields[0] != "Z"  # a zombie has exited; only its parent's wait is left
+
+
+def test_the_dramatiq_processes_exit_when_the_worker_wrapper_is_killed(tmp_path, private_redis):
+    worker = Worker(tmp_path / "data", private_redis.url, tmp_path / "worker.log", "--processes", "2")
+    below: dict[int, str] = {}
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        while len(worker.job_processes()) < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        below = descendants(worker.proc.pid)
+        assert set(worker.job_processes()) | {worker.dramatiq_pid()} <= set(below)
+        worker.proc.kill()
+        worker.proc.wait(10)
+        deadline = time.monotonic() + 30
+        while [pid for pid, started in below.items() if alive(pid, started)]:
+            left = [pid for pid, started in below.items() if alive(pid, started)]
+            assert time.monotonic() < deadline, f"still running after the wrapper died: {left}"
+            time.sleep(0.05)
+    finally:
+        for pid, started in below.items():  # whatever outlived the wrapper when the test failed
+            if alive(pid, started):
+                os.kill(pid, signal.SIGKILL)
+        worker.stop()
+
+
+def test_a_process_whose_parent_died_before_it_asked_to_die_with_it_exits_at_once():
+    script = "import sys; from sessionsearch.worker.lifeline import die_with_parent; " \
+             "die_with_parent(int(sys.argv[1])); print('still running')"
+    for parent, code, out in ((os.getpid(), 0, "still running\n"), (1, 1, "")):  # pid 1: as if reparented
+        run = subprocess.run([sys.executable, "-c", script, str(parent)], capture_output=True, text=True, timeout=60)
+        assert (run.returncode, run.stdout) == (code, out), run.stderr
 
 
 def commands(client: redis.Redis) -> int:

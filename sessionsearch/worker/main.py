@@ -2,8 +2,9 @@
 
 The parent process wipes the multiprocess metrics directory, enqueues every window still needing
 reconciliation (the startup sweep, then periodic ones: worker/sweep.py), serves /metrics (the
-workers' counters from the shared directory plus gauges read at scrape time), then runs
-`dramatiq --skip-logging` with `sessionsearch.worker.entry` and forwards SIGTERM/SIGINT to it.
+workers' counters from the shared directory plus gauges read at scrape time), then runs the
+Dramatiq CLI (`--skip-logging`, `sessionsearch.worker.entry`) as a child that dies with it
+(worker/master.py) and forwards SIGTERM/SIGINT to it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import structlog
 
 from ..errors import InvalidRequest
 from ..settings import Settings
+from .master import PARENT_ENV
 from .optimize import PeriodicOptimize
 
 log = structlog.get_logger("sessionsearch.worker")
@@ -107,7 +109,9 @@ def run_worker(settings: Settings, *, processes: int, threads: int, metrics_host
         pipeline.close()
         log.info("worker.exited", code=0)
         return 0
-    child = subprocess.Popen([sys.executable, "-m", "dramatiq", "--skip-logging", "--processes", str(processes),
+    env[PARENT_ENV] = str(os.getpid())
+    child = subprocess.Popen([sys.executable, "-m", "sessionsearch.worker.master", "--skip-logging",
+                              "--processes", str(processes),
                               "--threads", str(threads), "sessionsearch.worker.entry"], env=env,
                              start_new_session=True)  # signals reach it once: forwarded from here
     log.info("worker.started", pid=child.pid, processes=processes, threads=threads)
