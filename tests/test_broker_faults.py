@@ -74,6 +74,11 @@ class PrivateRedis:
             self.proc.send_signal(signal.SIGCONT)
         self.hung = False
 
+    def unfinished(self) -> int:
+        """Reconcile jobs Redis holds: waiting, delayed, or taken by a worker and not yet acknowledged."""
+        client = self.client()
+        return client.hlen(f"{NAMESPACE}:{QUEUE}.msgs") + client.hlen(f"{NAMESPACE}:{QUEUE}.DQ.msgs")
+
     def queued(self) -> int:
         """Reconcile jobs waiting, ready or delayed."""
         client = self.client()
@@ -103,21 +108,31 @@ def timed(call, *args, **kw):
     return time.monotonic() - started, result
 
 
-def make_backlog(web: Server, tag: str, sessions: int) -> None:
-    """`sessions` windows needing reconciliation (each rewinds past `<tag>gone`), and one live session
-    whose `<tag>keep` the index has at once."""
-    status, _ = web.post("transcript.append", {"sessionKey": f"agent:main:{tag}live",
-                                                "events": chain(f"{tag}live", [("user", f"{tag}keep live")])})
+def make_backlog(web: Server, tag: str, sessions: int, messages: int = 2) -> float:
+    """`sessions` windows needing reconciliation (each of `messages` rewinds past all but its first),
+    and one live session whose `<tag>keep` the index has at once. Returns the slowest append's seconds."""
+    slowest, (status, _) = timed(web.post, "transcript.append", {
+        "sessionKey": f"agent:main:{tag}live", "events": chain(f"{tag}live", [("user", f"{tag}keep live")])})
     assert status == 200
     for n in range(sessions):
         key = f"agent:main:{tag}{n}"
-        status, _ = web.post("transcript.append", {"sessionKey": key, "events": chain(
-            f"{tag}{n}m", [("user", f"{tag}keep session {n}"), ("assistant", f"{tag}gone reply {n}")])})
+        texts = [("user", f"{tag}keep session {n}")] + [("assistant", f"{tag}gone reply {n} {i}")
+                                                         for i in range(messages - 1)]
+        took, (status, _) = timed(web.post, "transcript.append",
+                                  {"sessionKey": key, "events": chain(f"{tag}{n}m", texts)})
         assert status == 200
-        status, body = web.post("transcript.append", {"sessionKey": key, "events": [
-            leaf(f"{tag}{n}l", f"{tag}{n}m2", f"{tag}{n}m1"),
+        slowest = max(slowest, took)
+        took, (status, body) = timed(web.post, "transcript.append", {"sessionKey": key, "events": [
+            leaf(f"{tag}{n}l", f"{tag}{n}m{messages}", f"{tag}{n}m1"),
             msg(f"{tag}{n}n", "assistant", f"{tag}keep again {n}", f"{tag}{n}l")]})
         assert status == 200 and body["needsReconcile"] is True
+        slowest = max(slowest, took)
+    return slowest
+
+
+def commands(client: redis.Redis) -> int:
+    """Commands the server has processed, this INFO call included."""
+    return client.info("stats")["total_commands_processed"]
 
 
 def backlog(web: Server) -> int:
@@ -143,7 +158,10 @@ def search(web: Server, word: str) -> tuple[float, int, dict]:
 def test_searches_readyz_metrics_and_appends_answer_at_once_while_redis_is_hung(tmp_path, private_redis):
     web = Server(tmp_path / "data", tmp_path / "web.log", SESSIONSEARCH_REDIS_URL=private_redis.url)
     try:
+        admin = private_redis.client()
+        before = commands(admin)
         make_backlog(web, "hung", 3)
+        assert commands(admin) == before + 1  # this INFO only: appends, rewinds included, never ask Redis
         private_redis.hang()
         for _ in range(5):
             seconds, status, body = search(web, "hungkeep")
@@ -156,7 +174,7 @@ def test_searches_readyz_metrics_and_appends_answer_at_once_while_redis_is_hung(
         seconds, (status, text) = timed(web.get, "/metrics")
         assert status == 200 and "sessionsearch_queue_up 0.0" in text and "sessionsearch_queue_depth{" not in text
         assert seconds < ANSWERED_S, seconds
-        seconds, _ = timed(make_backlog, web, "later", 1)  # appends never touch Redis
+        seconds, _ = timed(make_backlog, web, "later", 1)
         assert seconds < ANSWERED_S, seconds
         private_redis.resume()
         deadline = time.monotonic() + DEADLINE_S
@@ -271,11 +289,6 @@ def test_a_process_whose_parent_died_before_it_asked_to_die_with_it_exits_at_onc
         assert (run.returncode, run.stdout) == (code, out), run.stderr
 
 
-def commands(client: redis.Redis) -> int:
-    """Commands the server has processed, this INFO call included."""
-    return client.info("stats")["total_commands_processed"]
-
-
 async def test_a_periodic_sweep_sends_what_has_no_job_and_asks_redis_nothing_when_nothing_is_dirty(
         tmp_path, private_redis):
     settings = Settings(data_dir=str(tmp_path / "data"), redis_url=private_redis.url)
@@ -297,8 +310,9 @@ async def test_a_periodic_sweep_sends_what_has_no_job_and_asks_redis_nothing_whe
                 assert await sweeper.periodic() == {"pending": 0, "enqueued": 0}
                 seconds.append(time.perf_counter() - started)
             assert commands(admin) == before + 1  # this INFO only: an idle sweep never asks Redis
-            idle = {"agents": 3, "windows": 300, "first_sweep_ms": round(first_ms, 3), "sweeps": 50, "p50_ms": round(statistics.median(seconds) * 1000, 3),
-                    "max_ms": round(max(seconds) * 1000, 3), "redis_commands": 0}
+            idle = {"agents": 3, "windows": 300, "first_sweep_ms": round(first_ms, 3), "sweeps": 50,
+                    "p50_ms": round(statistics.median(seconds) * 1000, 3), "max_ms": round(max(seconds) * 1000, 3),
+                    "redis_commands": 0}
             print(f"idle periodic sweep: {idle}")
             record("idle_sweep", idle)
 
@@ -313,3 +327,105 @@ async def test_a_periodic_sweep_sends_what_has_no_job_and_asks_redis_nothing_whe
     finally:
         await sweeper.aclose()
         pipeline.close()
+
+
+SEARCHES = 20
+
+
+def enqueues(web: Server) -> float:
+    """Jobs the web process has sent to Redis so far."""
+    status, text = web.get("/metrics")
+    assert status == 200
+    (line,) = [line for line in text.splitlines() if line.startswith("sessionsearch_enqueues_total ")]
+    return float(line.split()[1])
+
+
+def search_figures(web: Server, word: str, *, during_fault: bool) -> dict:
+    """SEARCHES searches over HTTP: p50 and max in ms; during a fault every answer must say indexing."""
+    seconds = []
+    for _ in range(SEARCHES):
+        took, status, body = search(web, word)
+        assert status == 200, body
+        assert body["results"], body  # at least the live hit: the index answers
+        if during_fault:
+            assert body["indexing"] is True, body
+            assert took < ANSWERED_S, took
+        seconds.append(took)
+    return {"p50_ms": round(statistics.median(seconds) * 1000, 2), "max_ms": round(max(seconds) * 1000, 2)}
+
+
+def probes(web: Server) -> dict:
+    """/readyz and /metrics while Redis is out: answered, 503 and queue_up 0, and how fast."""
+    ready_s, (status, body) = timed(web.get, "/readyz")
+    assert status == 503 and body["reason"].startswith("redis unreachable"), body
+    metrics_s, (status, text) = timed(web.get, "/metrics")
+    assert status == 200 and "sessionsearch_queue_up 0.0" in text
+    assert ready_s < ANSWERED_S and metrics_s < ANSWERED_S, (ready_s, metrics_s)
+    return {"readyz_ms": round(ready_s * 1000, 2), "metrics_ms": round(metrics_s * 1000, 2)}
+
+
+def all_found(web: Server, tag: str, sessions: int) -> None:
+    """Nothing lost: every survivor of the phase's sessions is found, no rewound text is."""
+    _, status, body = search(web, f"{tag}keep")
+    assert status == 200 and "indexing" not in body and len(body["results"]) == min(25, 2 * sessions + 1), body
+    _, status, body = search(web, f"{tag}gone")
+    assert status == 200 and body["results"] == [], body
+
+
+def test_search_latency_and_drain_time_with_redis_healthy_stopped_hung_and_restarted_empty(tmp_path, private_redis):
+    web = Server(tmp_path / "data", tmp_path / "web.log", SESSIONSEARCH_REDIS_URL=private_redis.url)
+    worker = Worker(tmp_path / "data", private_redis.url, tmp_path / "worker.log",
+                    SESSIONSEARCH_RECONCILE_SWEEP_EVERY_S="1")
+    figures: dict[str, dict] = {}
+    try:
+        worker.job_processes()
+        make_backlog(web, "healthy", 10)
+        started = time.monotonic()
+        figures["healthy"] = search_figures(web, "healthykeep", during_fault=False)
+        figures["healthy"]["drain_s"] = round(time.monotonic() - started + wait_drained(web, worker), 2)
+
+        private_redis.stop()
+        append_s = make_backlog(web, "stopped", 10)
+        figures["stopped"] = {**search_figures(web, "stoppedkeep", during_fault=True), **probes(web),
+                              "append_max_ms": round(append_s * 1000, 2)}
+        private_redis.start()  # it comes back empty: nothing was persisted
+        figures["stopped"]["drain_s"] = round(wait_drained(web, worker), 2)
+
+        private_redis.hang()
+        append_s = make_backlog(web, "hung", 10)
+        figures["hung"] = {**search_figures(web, "hungkeep", during_fault=True), **probes(web),
+                           "append_max_ms": round(append_s * 1000, 2)}
+        private_redis.resume()
+        figures["hung"]["drain_s"] = round(wait_drained(web, worker), 2)
+
+        # jobs queued and not yet taken when Redis restarts empty: with Redis just back from a stop,
+        # the worker's consumers are still in Dramatiq's 3 s reconnect delay when the search queues them
+        private_redis.stop()
+        make_backlog(web, "restarted", 30, messages=300)
+        private_redis.start()
+        sent = enqueues(web)
+        _, status, body = search(web, "restartedkeep")
+        assert status == 200 and body["indexing"] is True
+        deadline = time.monotonic() + DEADLINE_S
+        while enqueues(web) < sent + 30:  # the search's windows are handed to Redis after it answers
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        lost = private_redis.unfinished()
+        private_redis.restart_empty()
+        started = time.monotonic()
+        figures["restarted_empty"] = {**search_figures(web, "restartedkeep", during_fault=False), "jobs_lost": lost}
+        figures["restarted_empty"]["drain_s"] = round(time.monotonic() - started + wait_drained(web, worker), 2)
+        assert lost > 0
+
+        for tag, sessions in (("healthy", 10), ("stopped", 10), ("hung", 10), ("restarted", 30)):
+            all_found(web, tag, sessions)
+        status, body = web.post("index.status", {})
+        assert [a["completeness"] for a in body["agents"]] == [1.0]
+        assert worker.proc.poll() is None
+    finally:
+        private_redis.resume()
+        assert worker.stop() == 0
+        assert web.stop() == 0
+    for phase, values in figures.items():
+        print(f"{phase}: {values}")
+    record("phases", {"searches_per_phase": SEARCHES, "sweep_every_s": 1, **figures})
