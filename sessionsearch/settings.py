@@ -49,6 +49,26 @@ def _mib(text: str) -> int:
     return value
 
 
+def _positive_ms(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"must be a whole number of milliseconds, not {text!r}") from None
+    if value < 1:
+        raise ValueError(f"must be 1 ms or more, not {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"must be a number of seconds, not {text!r}") from None
+    if not value >= 0:  # NaN too
+        raise ValueError(f"must be 0 or more seconds, not {text}")
+    return value
+
+
 def _choice(*allowed: str) -> Callable[[str], str]:
     def parse(text: str) -> str:
         if text not in allowed:
@@ -64,6 +84,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("port", 8780, "Port the HTTP server binds.", env="SESSIONSEARCH_PORT", parse=int),
     Setting("redis_url", None, "Redis broker URL; unset runs reconciliation in-process (embedded).",
             env="SESSIONSEARCH_REDIS_URL"),
+    Setting("redis_request_timeout_ms", 200,
+            "Milliseconds a request waits on Redis (a search's enqueue, /readyz, /metrics) before it answers "
+            "without it.", env="SESSIONSEARCH_REDIS_REQUEST_TIMEOUT_MS", parse=_positive_ms),
     Setting("api_token", None, "Bearer token required on the HTTP API; unset binds loopback only.",
             env="SESSIONSEARCH_API_TOKEN"),
     Setting("log_level", "INFO", "Log level of the JSON logs.", env="SESSIONSEARCH_LOG_LEVEL"),
@@ -110,6 +133,10 @@ SETTINGS: tuple[Setting, ...] = (
             env="SESSIONSEARCH_RECONCILE_BATCH_ROWS", toml="reconcile.batchRows", parse=int),
     Setting("claim_lease_s", 60.0, "Seconds a reconciliation claim holds before another worker may take it.",
             env="SESSIONSEARCH_CLAIM_LEASE_S", toml="reconcile.claimLeaseS", parse=float),
+    Setting("reconcile_sweep_every_s", 30.0,
+            "Seconds between a worker's sweeps for windows needing reconciliation with no job queued or taken "
+            "(0: at startup only).", env="SESSIONSEARCH_RECONCILE_SWEEP_EVERY_S", toml="reconcile.sweepEveryS",
+            parse=_seconds),
     Setting("postings_min_docs", 5000,
             "`optimize` gives postings to words in at least this many messages (and 0.5% of them).",
             env="SESSIONSEARCH_POSTINGS_MIN_DOCS", toml="search.postingsMinDocs", parse=int),
@@ -133,6 +160,7 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8780
     redis_url: str | None = None
+    redis_request_timeout_ms: int = 200
     api_token: str | None = None
     log_level: str = "INFO"
     visibility: str = "all"
@@ -152,6 +180,7 @@ class Settings:
     history_default_limit: int = 50
     reconcile_batch_rows: int = 5000
     claim_lease_s: float = 60.0
+    reconcile_sweep_every_s: float = 30.0
     postings_min_docs: int = 5000
     optimize_every_s: float = 3600.0
     worker_cpu_priority: str = "idle"

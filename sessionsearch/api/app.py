@@ -156,9 +156,9 @@ def create_app(settings: Settings | None = None, *, max_body_bytes: int | None =
             return CompactJSON({"status": "unavailable", "reason": exc.message}, status_code=503)
         pipeline = state["pipeline"]
         if not pipeline.embedded:
-            try:
-                pipeline.broker.client.ping()
-            except Exception as exc:  # any connection failure means not ready
+            try:  # off the event loop: the ping waits up to the request timeout on a hung Redis
+                await asyncio.to_thread(pipeline.ping)
+            except Exception as exc:  # any connection failure or timeout means not ready
                 return CompactJSON({"status": "unavailable", "reason": f"redis unreachable: {exc}"}, status_code=503)
         return CompactJSON({"status": "ready", "mode": "embedded" if pipeline.embedded else "redis"})
 
@@ -166,7 +166,9 @@ def create_app(settings: Settings | None = None, *, max_body_bytes: int | None =
         if not authorized(request):
             return _error(401, "UNAUTHORIZED", "a valid bearer token is required")
         own, content_type = metrics.exposition(metrics.process_registry())
-        pipeline_gauges, _ = metrics.exposition(state["registry"])
+        # off the event loop: the gauges read every agent database and ask Redis for the queue depth
+        # (up to the request timeout; while Redis does not answer, queue_up is 0 and the depth is absent)
+        pipeline_gauges, _ = await asyncio.to_thread(metrics.exposition, state["registry"])
         return Response(own + pipeline_gauges, media_type=content_type)
 
     async def openapi(request: Request) -> Response:

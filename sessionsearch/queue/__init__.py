@@ -9,7 +9,7 @@ from dramatiq.middleware.asyncio import AsyncIO
 
 from ..settings import Settings
 from .actors import Reconciler
-from .broker import build_broker, queue_depth
+from .broker import build_broker, queue_depth, redis_client
 
 log = structlog.get_logger("sessionsearch.queue")
 
@@ -40,9 +40,14 @@ class Pipeline:
     them, so one process serves and reconciles with no Redis at all.
     """
 
-    def __init__(self, settings: Settings, *, worker_metrics: bool = False) -> None:
+    def __init__(self, settings: Settings, *, worker_metrics: bool = False, timeout_s: float | None = None) -> None:
+        """`timeout_s` bounds the broker's Redis calls (default: the request timeout, as the web
+        process needs); /readyz's ping and the queue-depth gauge always use the request timeout."""
         self.settings = settings
-        self.broker = build_broker(settings.redis_url, worker_metrics=worker_metrics)
+        request_s = settings.redis_request_timeout_ms / 1000
+        self.broker = build_broker(settings.redis_url, worker_metrics=worker_metrics,
+                                   timeout_s=request_s if timeout_s is None else timeout_s)
+        self.probe = redis_client(settings.redis_url, timeout_s=request_s) if settings.redis_url else None
         self.reconciler = Reconciler(self.broker, settings)
         self.broker.add_middleware(_Lifecycle(self.reconciler), after=AsyncIO)
         self.worker: dramatiq.Worker | None = None
@@ -58,11 +63,18 @@ class Pipeline:
             log.info("worker.started", mode="embedded", threads=threads)
 
     def queue_depth(self) -> dict[str, int]:
-        return queue_depth(self.broker)
+        return queue_depth(self.broker, self.probe)
+
+    def ping(self) -> None:
+        """Raises a redis error when Redis does not answer within the request timeout."""
+        if self.probe is not None:
+            self.probe.ping()
 
     def close(self) -> None:
-        self.reconciler.join_senders()
+        self.reconciler.close()
         if self.worker is not None:
             self.worker.stop()
             self.worker = None
         self.broker.close()
+        if self.probe is not None:
+            self.probe.close()

@@ -23,13 +23,15 @@ from ..engine import Engine
 from ..errors import NotFound
 from ..settings import Settings
 from .broker import NAMESPACE, QUEUE
+from .outbox import Outbox
 
 log = structlog.get_logger("sessionsearch.queue")
 
 MARKER_TTL_S = 900  # a marker outlives any retry chain; a lost one only delays a re-enqueue
 RECENT_S = 5.0  # windows this process queued this recently are not even asked about again
-SEND_INLINE = 20  # more than this many new jobs are sent by a background thread, after the search
+SEND_INLINE = 20  # a search with more windows than this does not wait for them to be queued
 MAX_RETRIES = 8
+ACQUIRE_CHUNK = 1000  # windows marked per script call: each call stays a few ms, well within a request's timeout
 RELEASE_EVERY_S = 0.02  # finished jobs' markers are cleared together, this often
 MORE_S = 1.0  # a job that published its window goes on with the windows waiting next to it this long
 
@@ -81,17 +83,19 @@ class Markers:
         return f"{agent_id}:{wid}"
 
     def acquire(self, items: list[tuple[str, int]], *, force: bool = False) -> list[tuple[str, int]]:
-        """Mark each window; return those that were not marked already (one round trip).
+        """Mark each window; return those that were not marked already (a round trip per ACQUIRE_CHUNK).
 
         `force` marks and returns them all (a worker's startup sweep: a marker may outlive a
         worker killed mid-job, and a duplicate job is harmless under the claim).
         """
         if self._acquire is not None:
-            if not items:
-                return []
-            members = ",".join(self.key(agent_id, wid) for agent_id, wid in items)
-            flags = self._acquire(keys=[self.zset], args=[time.time(), MARKER_TTL_S, int(force), members])
-            return [item for item, flag in zip(items, flags) if flag == 49]  # b"1"
+            fresh = []
+            for first in range(0, len(items), ACQUIRE_CHUNK):
+                chunk = items[first:first + ACQUIRE_CHUNK]
+                members = ",".join(self.key(agent_id, wid) for agent_id, wid in chunk)
+                flags = self._acquire(keys=[self.zset], args=[time.time(), MARKER_TTL_S, int(force), members])
+                fresh += [item for item, flag in zip(chunk, flags) if flag == 49]  # b"1"
+            return fresh
         now = time.monotonic()
         fresh = []
         with self._lock:
@@ -162,10 +166,10 @@ class Reconciler:
         self.stopping = threading.Event()
         self._engine: Engine | None = None
         self._engine_lock: asyncio.Lock | None = None
-        self._senders: list[threading.Thread] = []
         self._recent: dict[tuple[str, int], float] = {}
         self._last: tuple[dict[str, frozenset[int]], float] = ({}, 0.0)  # the last enqueue's windows, until
         self._recent_lock = threading.Lock()
+        self.outbox = Outbox(self._deliver, wait_s=settings.redis_request_timeout_ms / 1000)
         self.actor = dramatiq.actor(
             self._reconcile, broker=broker, actor_name="reconcile", queue_name=QUEUE,
             max_retries=MAX_RETRIES, min_backoff=1_000, max_backoff=60_000,
@@ -178,23 +182,14 @@ class Reconciler:
     # -- enqueue (search and sweep side) -------------------------------------------------------
 
     def enqueue_sync(self, dirty: dict[str, set[int]], *, force: bool = False) -> tuple[int, int]:
-        """Queue one job per window not already queued (`force`: every window). Returns (sent, deduplicated).
+        """Queue, on this thread, one job per window not already queued (`force`: every window).
+        Returns (sent, deduplicated); raises redis errors when the broker cannot be reached."""
+        fresh, deduplicated = self._mark(dirty, force=force)
+        self._send(fresh)
+        return len(fresh), deduplicated
 
-        Raises redis errors when the broker cannot be reached; the caller decides what that means.
-        """
-        sent, deduplicated, rest = self._mark(dirty, force=force)
-        if rest:
-            self._in_thread(self._send, rest)
-        return sent, deduplicated
-
-    def _in_thread(self, target, work) -> None:
-        """Run an enqueue step (`_send`, `_mark_and_send`) on a thread `join_senders` waits for."""
-        sender = threading.Thread(target=target, args=(work,), name="sessionsearch-enqueue", daemon=True)
-        self._senders = [t for t in self._senders if t.is_alive()] + [sender]
-        sender.start()
-
-    def _mark(self, dirty: dict[str, set[int]], *, force: bool) -> tuple[int, int, list[tuple[str, int]]]:
-        """Set the markers and send up to SEND_INLINE jobs; the rest are returned, still to send."""
+    def _mark(self, dirty: dict[str, set[int]], *, force: bool) -> tuple[list[tuple[str, int]], int]:
+        """Set the markers; returns the windows that were not marked already, and how many were."""
         items = [(agent_id, wid) for agent_id, wids in sorted(dirty.items()) for wid in sorted(wids)]
         everything = len(items)
         now = time.monotonic()
@@ -207,37 +202,38 @@ class Reconciler:
                 self._recent = {k: t for k, t in self._recent.items() if t >= now}
             for item in items:  # queued by us or by another process: either way, queued
                 self._recent[item] = now + RECENT_S
-        m = metrics.get()
-        m.enqueues_deduplicated.inc(everything - len(fresh))
+        metrics.get().enqueues_deduplicated.inc(everything - len(fresh))
         if fresh:
             log.info("search.enqueued", windows=len(fresh), deduplicated=everything - len(fresh))
-        if len(fresh) <= SEND_INLINE:
-            self._send(fresh)
-            return len(fresh), everything - len(fresh), []
-        return len(fresh), everything - len(fresh), fresh
+        return fresh, everything - len(fresh)
 
     def _send(self, items: list[tuple[str, int]]) -> None:
+        """Send a job per window; on a failure, clear what is left unsent so the next search or sweep
+        tries it again, and raise."""
         m = metrics.get()
         for n, (agent_id, wid) in enumerate(items):
             try:
                 self.actor.send(agent_id, wid)
             except Exception:
-                log.warning("queue.send_failed", agent=agent_id, wid=wid, unsent=len(items) - n, exc_info=True)
-                self.markers.release(items[n:])  # so the next search tries these again
+                log.warning("queue.send_failed", agent=agent_id, wid=wid, unsent=len(items) - n)
                 with self._recent_lock:
                     for item in items[n:]:
                         self._recent.pop(item, None)
-                return
+                try:
+                    self.markers.release(items[n:])
+                except (redis.RedisError, OSError):
+                    pass  # still unreachable: the markers expire, and a worker's sweep sends them meanwhile
+                raise
             m.enqueues.inc()
 
     async def enqueue(self, dirty: dict[str, set[int]]) -> bool:
-        """The engine's enqueuer: False (logged and counted) when the queue cannot be reached.
+        """The engine's enqueuer: False when the queue could not be reached in time (see Outbox).
 
         While a backlog drains every search meets the same dirty windows: when all of them were
         queued from here within the last few seconds, this answers without leaving the event loop.
-        More than SEND_INLINE windows (an import's worth) are marked and sent by a thread that
-        starts once the search has answered: marking ten thousand windows takes Redis ~20 ms, and
-        the markers' script is atomic, so concurrent searches still queue each window once.
+        More than SEND_INLINE windows (an import's worth) are handed over without waiting: marking
+        ten thousand windows takes Redis ~20 ms, and the markers' script is atomic, so concurrent
+        searches still queue each window once.
         """
         now = time.monotonic()
         last_sets, last_until = self._last
@@ -245,27 +241,29 @@ class Reconciler:
             metrics.get().enqueues_deduplicated.inc(sum(len(w) for w in dirty.values()))
             return True
         self._last = ({agent: frozenset(wids) for agent, wids in dirty.items()}, now + RECENT_S)
-        if sum(len(w) for w in dirty.values()) > SEND_INLINE:
-            asyncio.get_running_loop().call_soon(self._in_thread, self._mark_and_send, dirty)
-            return True
-        return await asyncio.to_thread(self._mark_and_send, dirty)
+        return await self.outbox.put(dirty, wait=sum(len(w) for w in dirty.values()) <= SEND_INLINE)
 
-    def _mark_and_send(self, dirty: dict[str, set[int]]) -> bool:
-        """Mark the windows and send the jobs of those not queued already; False (counted, logged,
-        and retried by the next search) when the queue cannot be reached."""
+    def _deliver(self, dirty: dict[str, set[int]], searches: int) -> bool:
+        """One round of the outbox: mark the windows and send the jobs of those not queued already;
+        False (counted once per search, logged, and tried again by the next search) on a Redis error."""
         try:
-            _sent, _dedup, rest = self._mark(dirty, force=False)
-        except (redis.RedisError, OSError):
+            fresh, _ = self._mark(dirty, force=False)
+            self._send(fresh)
+        except (redis.RedisError, OSError) as exc:
+            # markers the server set before the answer was lost stay until they expire; a worker's
+            # periodic sweep sends those windows meanwhile (it looks at jobs, not markers)
             self._last = ({}, 0.0)
-            metrics.get().enqueue_failures.inc()
-            log.warning("search.enqueue_failed", agents=len(dirty), windows=sum(len(w) for w in dirty.values()))
+            metrics.get().enqueue_failures.inc(max(searches, 1))
+            log.warning("search.enqueue_failed", agents=len(dirty), windows=sum(len(w) for w in dirty.values()),
+                        error=f"{type(exc).__name__}: {exc}")
             return False
-        self._send(rest)
         return True
 
     def join_senders(self, timeout: float = 30.0) -> None:
-        for sender in self._senders:
-            sender.join(timeout)
+        self.outbox.join(timeout)
+
+    def close(self, timeout: float = 30.0) -> None:
+        self.outbox.close(timeout)
 
     # -- the job (worker side) -----------------------------------------------------------------
 

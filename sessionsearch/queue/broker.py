@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import dramatiq
+import redis
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.brokers.stub import StubBroker
 from dramatiq.middleware.asyncio import AsyncIO
@@ -12,6 +13,7 @@ from dramatiq.middleware.prometheus import Prometheus
 
 QUEUE = "reconcile"
 NAMESPACE = "sessionsearch"
+BACKGROUND_TIMEOUT_S = 5.0  # worker processes and sweeps: nobody waits on them, so a slow answer is still an answer
 
 
 class PrometheusWithoutServer(Prometheus):
@@ -22,15 +24,23 @@ class PrometheusWithoutServer(Prometheus):
         return []
 
 
-def build_broker(redis_url: str | None, *, worker_metrics: bool = False) -> dramatiq.Broker:
+def redis_client(url: str, *, timeout_s: float) -> redis.Redis:
+    """A client whose every call (connecting included) gives up after `timeout_s`."""
+    return redis.Redis.from_url(url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s,
+                                health_check_interval=30)
+
+
+def build_broker(redis_url: str | None, *, worker_metrics: bool = False,
+                 timeout_s: float = BACKGROUND_TIMEOUT_S) -> dramatiq.Broker:
     """A broker for `redis_url` (None: the stub broker of the embedded mode) with the AsyncIO middleware.
 
-    `worker_metrics` keeps Dramatiq's Prometheus middleware (worker processes, multiprocess mode);
-    elsewhere it is dropped so no process forks an exposition server of its own.
+    `timeout_s` bounds each Redis call of the broker. `worker_metrics` keeps Dramatiq's Prometheus
+    middleware (worker processes, multiprocess mode); elsewhere it is dropped so no process forks an
+    exposition server of its own.
     """
     if redis_url:
-        broker: dramatiq.Broker = RedisBroker(url=redis_url, namespace=NAMESPACE, socket_connect_timeout=2,
-                                              socket_timeout=5, health_check_interval=30)
+        broker: dramatiq.Broker = RedisBroker(client=redis_client(redis_url, timeout_s=timeout_s),
+                                              namespace=NAMESPACE)
     else:
         broker = StubBroker()
     for middleware in list(broker.middleware):
@@ -42,10 +52,11 @@ def build_broker(redis_url: str | None, *, worker_metrics: bool = False) -> dram
     return broker
 
 
-def queue_depth(broker: dramatiq.Broker) -> dict[str, int]:
-    """Messages waiting: ready, and delayed (retries waiting for their backoff)."""
+def queue_depth(broker: dramatiq.Broker, client: redis.Redis | None = None) -> dict[str, int]:
+    """Messages waiting: ready, and delayed (retries waiting for their backoff); asked through
+    `client` (default: the broker's)."""
     if isinstance(broker, RedisBroker):  # ids wait in a list per queue; retries wait in its delay queue
-        pipe = broker.client.pipeline(transaction=False)
+        pipe = (client or broker.client).pipeline(transaction=False)
         pipe.llen(f"{NAMESPACE}:{QUEUE}")
         pipe.llen(f"{NAMESPACE}:{QUEUE}.DQ")
         ready, delayed = pipe.execute()
@@ -75,4 +86,20 @@ def pending_jobs(broker: dramatiq.Broker) -> set[tuple[str, int]]:
                     out.add((str(agent_id), int(wid)))
                 except (ValueError, KeyError, TypeError):
                     continue  # gone meanwhile, or not one of ours
+    return out
+
+
+def unfinished_jobs(broker: dramatiq.Broker) -> set[tuple[str, int]]:
+    """(agent, window) of every reconcile job sent and not yet finished: waiting, delayed, or taken
+    by a worker (Dramatiq keeps a message's body until its worker acknowledges it)."""
+    if not isinstance(broker, RedisBroker):
+        return set()
+    out: set[tuple[str, int]] = set()
+    for queue in (f"{NAMESPACE}:{QUEUE}", f"{NAMESPACE}:{QUEUE}.DQ"):
+        for _id, data in broker.client.hscan_iter(f"{queue}.msgs", count=1000):
+            try:
+                agent_id, wid = json.loads(data)["args"]
+                out.add((str(agent_id), int(wid)))
+            except (ValueError, KeyError, TypeError):
+                continue  # not one of ours
     return out

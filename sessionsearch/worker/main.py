@@ -1,14 +1,14 @@
-"""`sessionsearch worker`: a startup sweep, a metrics endpoint, scheduled `optimize`, and the Dramatiq CLI as a child.
+"""`sessionsearch worker`: sweeps, a metrics endpoint, scheduled `optimize`, and the Dramatiq CLI as a child.
 
 The parent process wipes the multiprocess metrics directory, enqueues every window still needing
-reconciliation (deduplicated like any search), serves /metrics (the workers' counters from the
-shared directory plus gauges read at scrape time), then runs `dramatiq --skip-logging` with
-`sessionsearch.worker.entry` and forwards SIGTERM/SIGINT to it.
+reconciliation (the startup sweep, then periodic ones: worker/sweep.py), serves /metrics (the
+workers' counters from the shared directory plus gauges read at scrape time), then runs the
+Dramatiq CLI (`--skip-logging`, `sessionsearch.worker.entry`) as a child that dies with it
+(worker/master.py) and forwards SIGTERM/SIGINT to it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import signal
@@ -23,6 +23,7 @@ import structlog
 
 from ..errors import InvalidRequest
 from ..settings import Settings
+from .master import PARENT_ENV
 from .optimize import PeriodicOptimize
 
 log = structlog.get_logger("sessionsearch.worker")
@@ -69,28 +70,6 @@ def serve_metrics(host: str, port: int, folder: Path, settings: Settings, depth)
     return server
 
 
-async def startup_sweep(settings: Settings, reconciler) -> dict[str, int]:
-    """Enqueue every window still needing reconciliation that has no job waiting; sweep orphan index rows."""
-    from ..engine import Engine
-    from ..queue.broker import pending_jobs
-
-    async with Engine(settings=settings) as engine:
-        pending = await engine.pending()
-        swept = 0
-        for agent_id in engine.agent_ids_on_disk():
-            swept += await (await engine.store(agent_id)).sweep_orphans()
-    # A window whose job still waits in the queue needs nothing more; any other is sent again even
-    # if its marker says queued: a job taken by a worker killed mid-job would otherwise come back
-    # only after Dramatiq's heartbeat timeout, and a duplicate is harmless under the claim.
-    queued = pending_jobs(reconciler.broker)
-    dirty = {agent: {w for w in wids if (agent, w) not in queued} for agent, wids in pending.items()}
-    dirty = {agent: wids for agent, wids in dirty.items() if wids}
-    sent, _ = reconciler.enqueue_sync(dirty, force=True) if dirty else (0, 0)
-    reconciler.join_senders()
-    return {"pending": sum(len(w) for w in pending.values()), "enqueued": sent,
-            "alreadyQueued": sum(len(w) for w in pending.values()) - sent, "swept": swept}
-
-
 def run_worker(settings: Settings, *, processes: int, threads: int, metrics_host: str, metrics_port: int,
                metrics_dir: str | None = None) -> int:
     if not settings.redis_url:
@@ -109,10 +88,13 @@ def run_worker(settings: Settings, *, processes: int, threads: int, metrics_host
         signal.signal(sig, on_signal)
     folder = prepare_metrics_dir(metrics_dir)
     from ..queue import Pipeline
+    from ..queue.broker import BACKGROUND_TIMEOUT_S
+    from .sweep import Sweeper
 
-    pipeline = Pipeline(settings)
-    sweep = asyncio.run(startup_sweep(settings, pipeline.reconciler))
-    log.info("worker.sweep", **sweep)
+    pipeline = Pipeline(settings, timeout_s=BACKGROUND_TIMEOUT_S)
+    sweeper = Sweeper(settings, pipeline.reconciler)
+    sweeper.start()
+    sweeper.first_try.wait()  # with Redis up, the startup sweep's jobs are queued before the workers start
     server = serve_metrics(metrics_host, metrics_port, folder, settings, pipeline.queue_depth)
     optimizer = PeriodicOptimize(settings, cpu_priority=settings.worker_cpu_priority)
     log.info("worker.metrics", url=f"http://{metrics_host}:{server.server_address[1]}/metrics")
@@ -122,11 +104,14 @@ def run_worker(settings: Settings, *, processes: int, threads: int, metrics_host
     if settings.config_path:
         env["SESSIONSEARCH_CONFIG"] = str(Path(settings.config_path).resolve())
     if stop_requested:  # asked to stop while starting up: nothing is running yet
+        sweeper.stop()
         server.shutdown()
         pipeline.close()
         log.info("worker.exited", code=0)
         return 0
-    child = subprocess.Popen([sys.executable, "-m", "dramatiq", "--skip-logging", "--processes", str(processes),
+    env[PARENT_ENV] = str(os.getpid())
+    child = subprocess.Popen([sys.executable, "-m", "sessionsearch.worker.master", "--skip-logging",
+                              "--processes", str(processes),
                               "--threads", str(threads), "sessionsearch.worker.entry"], env=env,
                              start_new_session=True)  # signals reach it once: forwarded from here
     log.info("worker.started", pid=child.pid, processes=processes, threads=threads)
@@ -137,6 +122,7 @@ def run_worker(settings: Settings, *, processes: int, threads: int, metrics_host
     if code < 0 and -code in stop_requested:
         code = 0  # it died of the signal we forwarded (before it could handle it): a requested stop
     optimizer.stop()
+    sweeper.stop()
     server.shutdown()
     pipeline.close()
     log.info("worker.exited", code=code)

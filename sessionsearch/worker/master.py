@@ -1,0 +1,29 @@
+"""The Dramatiq master that `sessionsearch worker` starts: Dramatiq's CLI, bound to the wrapper's life.
+
+`python -m sessionsearch.worker.master ARGS` is `python -m dramatiq ARGS` in a process that is
+killed when the wrapper dies (worker/lifeline.py); the wrapper passes its pid in PARENT_ENV.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from .lifeline import die_with_parent
+
+PARENT_ENV = "SESSIONSEARCH_WORKER_WRAPPER_PID"
+
+
+def main() -> int:
+    die_with_parent(int(os.environ[PARENT_ENV]))
+    import dramatiq.__main__
+    from dramatiq.cli import main as dramatiq_main
+
+    # Dramatiq reloads on SIGHUP by executing `python -m dramatiq` again when argv[0] is its own
+    # __main__; the re-executed process keeps the parent-death request (execve preserves it)
+    sys.argv[0] = dramatiq.__main__.__file__
+    return dramatiq_main()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

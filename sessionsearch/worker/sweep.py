@@ -1,0 +1,118 @@
+"""A worker's sweeps: windows needing reconciliation that no job will reach are sent again.
+
+Searches queue what they meet, but a window can be left dirty with no job on its way: Redis
+restarted empty, a send that failed, a marker whose job was lost, an import nobody has searched
+yet. `sessionsearch worker` sweeps at startup (and drops orphan index rows then), and every
+`reconcile_sweep_every_s` after that on a thread of its own. A periodic sweep asks each agent
+database for its dirty windows (a partial index: nothing to read when nothing is dirty) and talks
+to Redis only when there are some. Redis being down only delays a sweep: it is logged and tried
+again, while Dramatiq's consumers reconnect on their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import structlog
+
+from ..engine import Engine
+from ..queue.broker import pending_jobs, unfinished_jobs
+from ..settings import Settings
+
+log = structlog.get_logger("sessionsearch.worker")
+
+RETRY_S = 2.0  # after a failed sweep (Redis down), the next try comes this soon, or at the next period if sooner
+
+
+class Sweeper:
+    """The startup sweep, then periodic ones, on a thread with its own event loop and engine."""
+
+    def __init__(self, settings: Settings, reconciler) -> None:
+        self.settings = settings
+        self.reconciler = reconciler
+        self.every_s = settings.reconcile_sweep_every_s
+        self.first_try = threading.Event()  # set once the startup sweep has been tried (it may have failed)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._engine: Engine | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="sessionsearch-sweep", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        started = False
+        try:
+            while not self._stop.is_set():
+                try:
+                    if not started:
+                        log.info("worker.sweep", **loop.run_until_complete(self.startup()))
+                        started = True
+                    else:
+                        result = loop.run_until_complete(self.periodic())
+                        if result["enqueued"]:
+                            log.info("worker.sweep", **result)
+                    wait = self.every_s
+                except Exception as exc:  # Redis down or hung, mostly: the sweep is tried again
+                    wait = min(RETRY_S, self.every_s) if self.every_s > 0 else RETRY_S
+                    log.warning("worker.sweep_failed", startup=not started, error=f"{type(exc).__name__}: {exc}",
+                                retry_in_s=wait)
+                self.first_try.set()
+                if started and self.every_s <= 0:
+                    break
+                self._stop.wait(wait)
+        finally:
+            self.first_try.set()
+            loop.run_until_complete(self.aclose())
+            loop.close()
+
+    async def aclose(self) -> None:
+        if self._engine is not None:
+            engine, self._engine = self._engine, None
+            await engine.close()
+
+    async def engine(self) -> Engine:
+        if self._engine is None:
+            self._engine = await Engine(settings=self.settings).open()
+        return self._engine
+
+    async def startup(self) -> dict[str, int]:
+        """Enqueue every window still needing reconciliation that has no job waiting; drop orphan index rows."""
+        engine = await self.engine()
+        pending = await engine.pending()
+        swept = 0
+        for agent_id in engine.agent_ids_on_disk():
+            swept += await (await engine.store(agent_id)).sweep_orphans()
+        # A window whose job still waits in the queue needs nothing more; any other is sent again even
+        # if its marker says queued: a job taken by a worker killed mid-job would otherwise come back
+        # only after Dramatiq's heartbeat timeout, and a duplicate is harmless under the claim.
+        queued = pending_jobs(self.reconciler.broker)
+        dirty = {agent: {w for w in wids if (agent, w) not in queued} for agent, wids in pending.items()}
+        dirty = {agent: wids for agent, wids in dirty.items() if wids}
+        sent, _ = self.reconciler.enqueue_sync(dirty, force=True) if dirty else (0, 0)
+        return {"pending": sum(len(w) for w in pending.values()), "enqueued": sent,
+                "alreadyQueued": sum(len(w) for w in pending.values()) - sent, "swept": swept}
+
+    async def periodic(self) -> dict[str, int]:
+        """Enqueue the windows needing reconciliation with no job waiting, delayed or taken by a worker."""
+        started = time.monotonic()
+        engine = await self.engine()
+        pending = {agent: wids for agent, wids in (await engine.pending()).items() if wids}
+        if not pending:
+            return {"pending": 0, "enqueued": 0}
+        unfinished = unfinished_jobs(self.reconciler.broker)
+        missing = {agent: {w for w in wids if (agent, w) not in unfinished} for agent, wids in pending.items()}
+        missing = {agent: wids for agent, wids in missing.items() if wids}
+        # force: the markers of lost jobs may still be there (Redis kept them, or the answer was lost)
+        sent, _ = self.reconciler.enqueue_sync(missing, force=True) if missing else (0, 0)
+        return {"pending": sum(len(w) for w in pending.values()), "enqueued": sent,
+                "ms": round((time.monotonic() - started) * 1000, 2)}
