@@ -24,7 +24,7 @@ from ..engine import Engine
 from ..errors import Conflict, Forbidden, InvalidRequest, NotFound, SearchTimeout, SessionSearchError, Unavailable
 from ..settings import Settings
 from ..worker.optimize import PeriodicOptimize
-from .edge import BadBody, CompactJSON, Guard, decode_object, token_matches
+from .edge import BadBody, CompactJSON, Guard, decode_object
 from .edge import error as _error  # the name the handlers below have always used
 from .openapi import METHODS, openapi_document
 
@@ -88,9 +88,6 @@ def create_app(settings: Settings | None = None, *, max_body_bytes: int | None =
             pipeline.close()
             await engine.close()
             log.info("api.stopped")
-
-    def authorized(request: Request) -> bool:
-        return token_matches(settings.api_token or None, request.headers.get("authorization"))
 
     async def read_body(request: Request) -> dict[str, Any] | CompactJSON:
         declared = request.headers.get("content-length")
@@ -163,8 +160,6 @@ def create_app(settings: Settings | None = None, *, max_body_bytes: int | None =
         return CompactJSON({"status": "ready", "mode": "embedded" if pipeline.embedded else "redis"})
 
     async def metrics_endpoint(request: Request) -> Response:
-        if not authorized(request):
-            return _error(401, "UNAUTHORIZED", "a valid bearer token is required")
         own, content_type = metrics.exposition(metrics.process_registry())
         # off the event loop: the gauges read every agent database and ask Redis for the queue depth
         # (up to the request timeout; while Redis does not answer, queue_up is 0 and the depth is absent)
