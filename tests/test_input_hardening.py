@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -292,3 +293,26 @@ def test_an_integral_float_is_an_integer_and_anything_else_is_refused_naming_the
             if method == "sessions.history" else b""
         status, answer = server.post(method, raw=b"{" + extra + f'"{field}":'.encode() + value + b"}")
         assert (status, answer["error"]["message"]) == (400, message.format(field)), (method, value, answer)
+
+
+# -- the CLI prints any timestamp ------------------------------------------------------------
+
+async def test_the_cli_prints_hits_and_history_whatever_their_timestamps(tmp_path):
+    import dataclasses
+
+    from .test_cli import _cli
+
+    async with engine_at(tmp_path) as engine:
+        store = await engine.store("main", create=True)
+        # rows a version without the range check stored: far past year 9999 and before year 1
+        events = [dataclasses.replace(parse_event(msg(f"m{i}", "user", f"ancient loan {i}", parent), "e"), ts=ts)
+                  for i, (ts, parent) in enumerate([(10**15, None), (-(10**15), "m0"), (2**62, "m1"),
+                                                    (MAX_TS_MS, "m2"), (MIN_TS_MS, "m3")])]
+        await store.append(KEY, events)
+    result = await asyncio.to_thread(_cli, "search", "loan", data_dir=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("ancient loan") == 5 and "9999-12-31 23:59" in result.stdout
+    result = await asyncio.to_thread(_cli, "history", KEY, data_dir=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("ancient loan") == 5 and "0001-01-01 00:00" in result.stdout
+    assert str(10**15) in result.stdout
