@@ -55,7 +55,7 @@ def check_json(value: Any, where: str, *, max_depth: int = MAX_JSON_DEPTH) -> No
                 raise _refuse(where, node, f"contains an unpaired surrogate ({bad})")
         elif isinstance(item, dict):
             if depth > max_depth:
-                raise _refuse(where, node, f"nested deeper than {max_depth} levels")
+                raise _refuse(where, node, f"nested deeper than {max_depth} levels", shown=6)
             for key in reversed(item):  # reversed onto a stack: the first problem in document order
                 if not isinstance(key, str):
                     raise _refuse(where, node, f"field name {key!r} is not a string")
@@ -65,7 +65,7 @@ def check_json(value: Any, where: str, *, max_depth: int = MAX_JSON_DEPTH) -> No
                 stack.append((item[key], depth + 1, (node, key)))
         elif isinstance(item, (list, tuple)):
             if depth > max_depth:
-                raise _refuse(where, node, f"nested deeper than {max_depth} levels")
+                raise _refuse(where, node, f"nested deeper than {max_depth} levels", shown=6)
             for i in range(len(item) - 1, -1, -1):
                 stack.append((item[i], depth + 1, (node, i)))
         elif isinstance(item, float):
@@ -78,7 +78,9 @@ def check_json(value: Any, where: str, *, max_depth: int = MAX_JSON_DEPTH) -> No
             raise _refuse(where, node, f"must be JSON data, not {type(item).__name__}")
 
 
-def _refuse(where: str, node: tuple | None, problem: str) -> InvalidRequest:
+def _refuse(where: str, node: tuple | None, problem: str, *, shown: int | None = None) -> InvalidRequest:
+    """The error for the value at `node`; `shown` cuts the path in the message to that many
+    segments (a path 100 levels deep says less than its first few)."""
     segments = []
     while node is not None:
         node, segment = node
@@ -88,5 +90,7 @@ def _refuse(where: str, node: tuple | None, problem: str) -> InvalidRequest:
             segments.append(f".{segment}")
         else:
             segments.append(f"[{json.dumps(segment)}]")
-    path = where + "".join(reversed(segments))
-    return InvalidRequest(f"{path} {problem}", field=path)
+    segments.reverse()
+    path = where + "".join(segments)
+    said = path if shown is None or len(segments) <= shown else where + "".join(segments[:shown]) + "…"
+    return InvalidRequest(f"{said} {problem}", field=path)

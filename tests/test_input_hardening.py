@@ -105,7 +105,8 @@ def test_an_event_nested_past_the_limit_is_refused_and_one_at_the_limit_is_kept(
 
 def test_an_event_nested_beyond_the_interpreters_recursion_limit_is_a_clear_error():
     err = rejected(msg("m1", "user", nested(5000)))
-    assert f"nested deeper than {MAX_EVENT_DEPTH} levels" in err.message
+    assert err.message == f"events[2].message.content[0][0][0][0]… nested deeper than {MAX_EVENT_DEPTH} levels"
+    assert err.field == "events[2].message.content" + "[0]" * (MAX_EVENT_DEPTH - 2)  # the first list past level 100
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
