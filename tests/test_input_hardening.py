@@ -9,6 +9,7 @@ import pytest
 
 from sessionsearch.errors import InvalidRequest
 from sessionsearch.indexer.events import MAX_EVENT_DEPTH, MAX_TS_MS, MIN_TS_MS, parse_event
+from sessionsearch.metrics import agent_status
 
 from .helpers import chain, engine_at, msg
 from .server import Server
@@ -262,9 +263,11 @@ def test_an_agent_id_with_a_trailing_newline_is_400_and_creates_no_file(server, 
 async def test_a_database_file_named_with_a_newline_is_not_an_agent(tmp_path):
     async with engine_at(tmp_path) as engine:
         await engine.append(KEY, chain("m", [("user", "hello")]))
-        (tmp_path / "agents" / "main\n.db").write_bytes(b"")
+        # what an older version created for agent:main\n:y: a whole database under a bad name
+        (tmp_path / "agents" / "main\n.db").write_bytes((tmp_path / "agents" / "main.db").read_bytes())
         assert engine.agent_ids_on_disk() == ["main"]
         assert [a["agentId"] for a in (await engine.index_status())["agents"]] == ["main"]
+        assert [agent for agent, _ in agent_status(tmp_path)] == ["main"]  # no metric label for it either
 
 
 # -- integers -------------------------------------------------------------------------------
