@@ -45,6 +45,48 @@ def check_json(value: Any, where: str, *, max_depth: int = MAX_JSON_DEPTH) -> No
 
     Iterative, so that a value nested far past the recursion limit is refused, not a crash.
     """
+    if not _clean(value, max_depth):
+        _explain(value, where, max_depth)
+
+
+def _clean(value: Any, max_depth: int) -> bool:
+    """Whether `value` certainly passes: the common case, checked without building paths (every
+    event of every append and import comes through here). False sends it to _explain."""
+    if type(value) is not dict and type(value) is not list:
+        return False
+    search = _SURROGATE.search
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > max_depth:
+            return False
+        if type(item) is dict:
+            for key in item:
+                if type(key) is not str or (not key.isascii() and search(key)):
+                    return False
+            children = item.values()
+        else:
+            children = item
+        for child in children:
+            kind = type(child)
+            if kind is str:
+                if not child.isascii() and search(child):
+                    return False
+            elif kind is dict or kind is list:
+                stack.append((child, depth + 1))
+            elif kind is int:
+                if child.bit_length() > MAX_INT_BITS:
+                    return False
+            elif kind is float:
+                if not math.isfinite(child):
+                    return False
+            elif child is not None and kind is not bool:
+                return False  # tuples, subclasses, anything else: _explain decides
+    return True
+
+
+def _explain(value: Any, where: str, max_depth: int) -> None:
+    """Walk `value` again with paths and raise for the first fault, in document order."""
     # each entry: the value, its level, and its path as a linked (parent, segment) pair
     stack: list[tuple[Any, int, tuple | None]] = [(value, 1, None)]
     while stack:

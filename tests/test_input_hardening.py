@@ -6,7 +6,10 @@ import asyncio
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from sessionsearch import values
 from sessionsearch.errors import InvalidRequest
 from sessionsearch.indexer.events import MAX_EVENT_DEPTH, MAX_TS_MS, MIN_TS_MS, parse_event
 from sessionsearch.metrics import agent_status
@@ -119,6 +122,26 @@ def test_a_non_finite_number_inside_an_event_is_refused(bad):
 def test_a_value_that_is_not_json_data_is_refused():
     err = rejected(msg("m1", "assistant", [{"type": "toolCall", "arguments": {"n": {1, 2}}}]))
     assert err.field == "events[2].message.content[0].arguments.n" and "JSON" in err.message
+
+
+json_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.sampled_from([1, -1]).map(lambda sign: sign * 10**4300),
+              st.text(st.one_of(st.characters(), st.sampled_from(["\ud800", "\udfff", "\x00"])), max_size=8)),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(
+        st.text(st.one_of(st.characters(), st.just("\udc00")), max_size=3), inner, max_size=3)),
+    max_leaves=20)
+
+
+@settings(max_examples=300, deadline=None, database=None, derandomize=True)
+@given(st.lists(json_values, max_size=3), st.integers(1, 6))
+def test_the_quick_check_and_the_explaining_walk_agree(value, max_depth):
+    # the quick pass decides the common case alone, so it must refuse exactly what the walk refuses
+    try:
+        values._explain(value, "v", max_depth)
+        refused = False
+    except InvalidRequest:
+        refused = True
+    assert values._clean(value, max_depth) is not refused
 
 
 # -- through the Python API and the HTTP server, nothing stored on refusal --------------------
