@@ -6,9 +6,10 @@ strings, deep nesting, and a wrong type in every field. Writes go only to keys o
 `fuzz`, so the seeded sessions can never legitimately change: afterwards their search, history,
 listing and status answers must be exactly what they were before, and no answer may be a 5xx.
 
-Hypothesis runs derandomized and without an example database: the same bodies every run, so a
-CI failure is reproducible as is and no state is kept between runs. SESSIONSEARCH_FUZZ_SEED=<n>
-explores other bodies with the same strategies.
+Hypothesis runs derandomized and without an example database, so no state is kept between runs
+and a run of this file alone sends the same bodies each time: a failure reproduces with
+`pytest tests/test_fuzz.py` (within a whole-suite run the bodies may differ, from Hypothesis's
+process-wide state). SESSIONSEARCH_FUZZ_SEED=<n> explores other bodies with the same strategies.
 """
 
 from __future__ import annotations
