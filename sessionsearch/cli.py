@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import json
 import sys
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -90,12 +90,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
 def _settings(args: argparse.Namespace) -> Settings:
     return Settings.load(config=args.config, data_dir=args.data_dir)
 
 
 def _when(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
+    """A UTC minute for any epoch-ms value; one that datetime cannot hold (rows stored before the
+    API checked the range) prints as the number itself rather than failing the whole listing."""
+    try:
+        t = _EPOCH + timedelta(milliseconds=ms)
+    except (OverflowError, ValueError, TypeError):
+        return f"{ms} ms"
+    return f"{t.year:04}-{t.month:02}-{t.day:02} {t.hour:02}:{t.minute:02}"  # strftime leaves year 1 unpadded
 
 
 def _print_search(result: dict[str, Any]) -> None:
@@ -121,7 +130,8 @@ def _content_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "\n".join(b.get("text", f"[{b.get('type')}]") for b in content if isinstance(b, dict))
+        return "\n".join(b["text"] if isinstance(b.get("text"), str) else f"[{b.get('type')}]"
+                         for b in content if isinstance(b, dict))
     return ""
 
 

@@ -32,6 +32,7 @@ from .search.visibility import Catalog, Viewer
 from .settings import Settings
 from .store.base import SessionMeta, WindowMeta
 from .store.sqlite import SqliteAgentStore
+from .values import check_text
 
 log = structlog.get_logger("sessionsearch.engine")
 
@@ -164,7 +165,7 @@ class Engine:
         folder = self.data_dir / "agents"
         if not folder.is_dir():
             return []
-        return sorted(p.stem for p in folder.glob("*.db") if AGENT_ID_RE.match(p.stem))
+        return sorted(p.stem for p in folder.glob("*.db") if AGENT_ID_RE.fullmatch(p.stem))
 
     async def store(self, agent_id: str, *, create: bool = False) -> SqliteAgentStore:
         store = self._stores.get(agent_id)
@@ -252,8 +253,7 @@ class Engine:
                      index: bool = True) -> dict[str, Any]:
         """Store events; a linear batch is indexed in the same transaction. All-or-nothing."""
         key = check_session_key(sessionKey)
-        if sessionId is not None and (not isinstance(sessionId, str) or not sessionId):
-            raise InvalidRequest("sessionId must be a non-empty string", field="sessionId")
+        _check_session_id(sessionId)
         if not isinstance(events, list):
             raise InvalidRequest("events must be a list of transcript events", field="events")
         if len(events) > MAX_EVENTS_PER_APPEND:
@@ -277,10 +277,11 @@ class Engine:
     async def rotate(self, sessionKey: str, sessionId: str | None = None,  # noqa: N803
                      reason: str | None = None) -> dict[str, Any]:
         key = check_session_key(sessionKey)
-        if sessionId is not None and (not isinstance(sessionId, str) or not sessionId):
-            raise InvalidRequest("sessionId must be a non-empty string", field="sessionId")
+        _check_session_id(sessionId)
         if reason is not None and not isinstance(reason, str):
             raise InvalidRequest("reason must be a string", field="reason")
+        if reason is not None:
+            check_text(reason, "reason")
         store = await self._existing_store(key)
         new_id, previous = await store.rotate(key, sessionId)
         self._meta_changed()
@@ -342,6 +343,8 @@ class Engine:
         search = body.get("search")
         if search is not None and not isinstance(search, str):
             raise InvalidRequest("search must be a string", field="search")
+        if search is not None:
+            check_text(search, "search")
         limit = int_field(body, "limit", 100, 1, 1000)
         palette = body.get("palette", False)
         include_archived = body.get("includeArchived", True)
@@ -506,10 +509,19 @@ def _free_bytes(folder: Path) -> int:
     return (st.f_bfree if os.geteuid() == 0 else st.f_bavail) * st.f_frsize
 
 
+def _check_session_id(session_id: object) -> None:
+    if session_id is not None and (not isinstance(session_id, str) or not session_id):
+        raise InvalidRequest("sessionId must be a non-empty string", field="sessionId")
+    if session_id is not None:
+        check_text(session_id, "sessionId")
+
+
 def _check_meta(fields: dict[str, Any]) -> None:
     for name in ("label", "displayName", "group", "sessionId"):
-        if fields.get(name) is not None and not isinstance(fields[name], str):
-            raise InvalidRequest(f"{name} must be a string", field=name)
+        if fields.get(name) is not None:
+            if not isinstance(fields[name], str):
+                raise InvalidRequest(f"{name} must be a string", field=name)
+            check_text(fields[name], name)
     for name in ("spawnedBy", "parentSessionKey"):
         if fields.get(name) is not None:
             check_session_key(fields[name], field=name)

@@ -5,15 +5,17 @@ from __future__ import annotations
 import re
 
 from .errors import InvalidRequest
+from .values import check_text
 
 DEFAULT_AGENT = "main"
-AGENT_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# \Z, not $: `$` also matches before a trailing newline, and "main\n" would name a database file
+AGENT_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}\Z")
 MAX_SESSION_KEY_CHARS = 512
 
 
 def check_agent_id(agent_id: object, *, field: str = "agentId") -> str:
     """Return `agent_id` if it is a valid agent id, else raise InvalidRequest naming `field`."""
-    if not isinstance(agent_id, str) or not AGENT_ID_RE.match(agent_id):
+    if not isinstance(agent_id, str) or not AGENT_ID_RE.fullmatch(agent_id):
         raise InvalidRequest(
             f"{field} must be 1..64 letters, digits, '_' or '-'", field=field)
     return agent_id
@@ -25,6 +27,7 @@ def check_session_key(key: object, *, field: str = "sessionKey") -> str:
         raise InvalidRequest(f"{field} must be a non-empty string", field=field)
     if len(key) > MAX_SESSION_KEY_CHARS:
         raise InvalidRequest(f"{field} must not exceed {MAX_SESSION_KEY_CHARS} characters", field=field)
+    check_text(key, field)
     agent_of(key, field=field)
     return key
 

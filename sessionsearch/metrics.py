@@ -12,6 +12,8 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from .keys import AGENT_ID_RE
+
 _lock = threading.Lock()
 _metrics: "Metrics | None" = None
 
@@ -73,6 +75,8 @@ def agent_status(data_dir: Path) -> Iterable[tuple[str, dict[str, int]]]:
     """Per agent database: window and message counts, read with a short-lived read-only connection."""
     folder = Path(data_dir) / "agents"
     for path in sorted(folder.glob("*.db")) if folder.is_dir() else ():
+        if not AGENT_ID_RE.fullmatch(path.stem):  # e.g. `main\n.db` from before ids were matched whole
+            continue
         try:
             conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
             try:

@@ -45,6 +45,48 @@ def check_json(value: Any, where: str, *, max_depth: int = MAX_JSON_DEPTH) -> No
 
     Iterative, so that a value nested far past the recursion limit is refused, not a crash.
     """
+    if not _clean(value, max_depth):
+        _explain(value, where, max_depth)
+
+
+def _clean(value: Any, max_depth: int) -> bool:
+    """Whether `value` certainly passes: the common case, checked without building paths (every
+    event of every append and import comes through here). False sends it to _explain."""
+    if type(value) is not dict and type(value) is not list:
+        return False
+    search = _SURROGATE.search
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > max_depth:
+            return False
+        if type(item) is dict:
+            for key in item:
+                if type(key) is not str or (not key.isascii() and search(key)):
+                    return False
+            children = item.values()
+        else:
+            children = item
+        for child in children:
+            kind = type(child)
+            if kind is str:
+                if not child.isascii() and search(child):
+                    return False
+            elif kind is dict or kind is list:
+                stack.append((child, depth + 1))
+            elif kind is int:
+                if child.bit_length() > MAX_INT_BITS:
+                    return False
+            elif kind is float:
+                if not math.isfinite(child):
+                    return False
+            elif child is not None and kind is not bool:
+                return False  # tuples, subclasses, anything else: _explain decides
+    return True
+
+
+def _explain(value: Any, where: str, max_depth: int) -> None:
+    """Walk `value` again with paths and raise for the first fault, in document order."""
     # each entry: the value, its level, and its path as a linked (parent, segment) pair
     stack: list[tuple[Any, int, tuple | None]] = [(value, 1, None)]
     while stack:
@@ -55,7 +97,7 @@ def check_json(value: Any, where: str, *, max_depth: int = MAX_JSON_DEPTH) -> No
                 raise _refuse(where, node, f"contains an unpaired surrogate ({bad})")
         elif isinstance(item, dict):
             if depth > max_depth:
-                raise _refuse(where, node, f"nested deeper than {max_depth} levels")
+                raise _refuse(where, node, f"nested deeper than {max_depth} levels", shown=6)
             for key in reversed(item):  # reversed onto a stack: the first problem in document order
                 if not isinstance(key, str):
                     raise _refuse(where, node, f"field name {key!r} is not a string")
@@ -65,7 +107,7 @@ def check_json(value: Any, where: str, *, max_depth: int = MAX_JSON_DEPTH) -> No
                 stack.append((item[key], depth + 1, (node, key)))
         elif isinstance(item, (list, tuple)):
             if depth > max_depth:
-                raise _refuse(where, node, f"nested deeper than {max_depth} levels")
+                raise _refuse(where, node, f"nested deeper than {max_depth} levels", shown=6)
             for i in range(len(item) - 1, -1, -1):
                 stack.append((item[i], depth + 1, (node, i)))
         elif isinstance(item, float):
@@ -78,7 +120,9 @@ def check_json(value: Any, where: str, *, max_depth: int = MAX_JSON_DEPTH) -> No
             raise _refuse(where, node, f"must be JSON data, not {type(item).__name__}")
 
 
-def _refuse(where: str, node: tuple | None, problem: str) -> InvalidRequest:
+def _refuse(where: str, node: tuple | None, problem: str, *, shown: int | None = None) -> InvalidRequest:
+    """The error for the value at `node`; `shown` cuts the path in the message to that many
+    segments (a path 100 levels deep says less than its first few)."""
     segments = []
     while node is not None:
         node, segment = node
@@ -88,5 +132,7 @@ def _refuse(where: str, node: tuple | None, problem: str) -> InvalidRequest:
             segments.append(f".{segment}")
         else:
             segments.append(f"[{json.dumps(segment)}]")
-    path = where + "".join(reversed(segments))
-    return InvalidRequest(f"{path} {problem}", field=path)
+    segments.reverse()
+    path = where + "".join(segments)
+    said = path if shown is None or len(segments) <= shown else where + "".join(segments[:shown]) + "…"
+    return InvalidRequest(f"{said} {problem}", field=path)

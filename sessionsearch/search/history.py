@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import Forbidden, InvalidRequest, NotFound
 from ..keys import agent_of, check_session_key
+from ..values import check_text
 from .query import Requester, check_unknown, int_field, parse_requester
 from .visibility import Viewer
 
@@ -46,6 +47,9 @@ def parse_history(body: object, default_limit: int) -> HistoryRequest:
     session_id = body.get("sessionId")
     if session_id is not None and (not isinstance(session_id, str) or not session_id):
         raise InvalidRequest("sessionId must be a non-empty string", field="sessionId")
+    for name, value in (("messageId", message_id), ("sessionId", session_id)):
+        if value is not None:
+            check_text(value, name)
     if session_id is not None and message_id is None:
         raise InvalidRequest("sessionId requires messageId", field="sessionId")
     if offset is not None and message_id is not None:

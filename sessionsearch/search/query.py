@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InvalidRequest
 from ..keys import check_agent_id, check_session_key
+from ..values import check_text
 from .text import has_cjk, tokens, utf16_len
 
 MAX_QUERY_UNITS = 4096
@@ -14,6 +16,10 @@ MAX_QUERIES = 8
 MAX_SESSION_KEYS = 200
 MAX_LIMIT = 25
 DEFAULT_LIMIT = 10
+
+# C0 and C1 control characters separate query words as whitespace does: unicode61 never keeps them
+# inside a token, and a NUL inside an FTS5 string literal would end it ("unterminated string")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 SEARCH_FIELDS = {"query", "queries", "agentId", "sessionKeys", "sessionId", "role", "limit", "match", "order",
                  "requester", "palette"}
@@ -87,7 +93,7 @@ def build_match(words: list[str], prefix: bool) -> str | None:
 def parse_query(raw: object, *, prefix: bool, where: str = "query") -> ParsedQuery:
     if not isinstance(raw, str):
         raise InvalidRequest(f"{where} must be a string", field=where)
-    text = raw.strip()
+    text = _CONTROL.sub(" ", check_text(raw, where)).strip()
     if not text:
         raise InvalidRequest("query must not be empty", field=where)
     if utf16_len(text) > MAX_QUERY_UNITS:
@@ -119,9 +125,13 @@ def check_unknown(body: dict[str, Any], allowed: set[str]) -> None:
 
 
 def int_field(body: dict[str, Any], name: str, default: int | None, lo: int, hi: int | None) -> int | None:
+    """An integer field within lo..hi. A float with no fraction (541.0) is that integer, as JSON Schema
+    counts it; fractions, NaN, infinities, booleans and strings are refused."""
     value = body.get(name)
     if value is None:  # absent or null: the default
         return default
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidRequest(f"{name} must be an integer", field=name)
     if value < lo or (hi is not None and value > hi):
@@ -164,6 +174,8 @@ def parse_search(body: object) -> SearchRequest:
     session_id = body.get("sessionId")
     if session_id is not None and (not isinstance(session_id, str) or not session_id):
         raise InvalidRequest("sessionId must be a non-empty string", field="sessionId")
+    if session_id is not None:
+        check_text(session_id, "sessionId")
     role = body.get("role")
     if role is not None and role not in ("user", "assistant"):
         raise InvalidRequest('role must be "user" or "assistant"', field="role")
