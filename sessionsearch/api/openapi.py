@@ -7,21 +7,16 @@ an empty body reads as `{}`, so a body is required exactly where the method has 
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from typing import Any
 
 from .. import __version__
-from ..indexer.events import EVENT_TYPES, RESET_REASONS, ROLES, TEXT_BLOCKS
+from ..indexer.events import EVENT_TYPES, MAX_TS_MS, MIN_TS_MS, RESET_REASONS, ROLES, TEXT_BLOCKS
 from ..search.query import MAX_LIMIT, MAX_QUERIES, MAX_QUERY_UNITS, MAX_SESSION_KEYS
 
 # The end of the text: `$` in a pattern also matches before a final newline in Python's re, which
 # schema tools use, and would let "main\n" pass for an agent id.
 END = "(?![\\s\\S])"
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-# the timestamps an event may carry: years 1 to 9999 UTC in epoch milliseconds, as the events check
-MIN_TS_MS = (datetime(1, 1, 1, tzinfo=timezone.utc) - _EPOCH) // timedelta(milliseconds=1)
-MAX_TS_MS = (datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=timezone.utc) - _EPOCH) // timedelta(milliseconds=1)
 
 
 def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
