@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench install clean
+.PHONY: demo test bench figures install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,3 +28,8 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) data .pytest_cache .hypothesis
+
+# the figures the fault and fuzz tests measure, kept in bench/results/*.json
+figures: $(STAMP)
+	./scripts/services
+	SESSIONSEARCH_SAVE_FIGURES=1 $(BIN)/python -m pytest -q -s tests/test_faults.py tests/test_broker_faults.py tests/test_fuzz.py

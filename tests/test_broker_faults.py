@@ -6,9 +6,7 @@ a real `sessionsearch serve` in Redis mode and real `sessionsearch worker` proce
 
 from __future__ import annotations
 
-import json
 import os
-import platform
 import signal
 import statistics
 import subprocess
@@ -25,11 +23,11 @@ from sessionsearch.queue.broker import NAMESPACE, QUEUE
 from sessionsearch.worker.sweep import Sweeper
 
 from .helpers import chain, leaf, msg
+from . import figures
 from .server import Server
 from .services import free_port, redis_server
 from .test_pipeline import Worker
 
-RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results" / "broker_faults.json"
 DEADLINE_S = 90
 # A request that waited on Redis's 5 s socket timeout takes 5 s or more; one that did not takes
 # milliseconds. This bound, far above the second and below the first, only tells them apart.
@@ -92,14 +90,6 @@ def private_redis():
         yield server
     finally:
         server.stop()  # SIGCONT first when it was left hung
-
-
-def record(section: str, figures: dict) -> None:
-    """Put one test's figures into bench/results/broker_faults.json, keeping the other tests' sections."""
-    data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    data[section] = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **figures}
-    data["machine"] = {"python": platform.python_version(), "cpus": os.cpu_count()}
-    RESULTS.write_text(json.dumps(data, indent=2) + "\n")
 
 
 def timed(call, *args, **kw):
@@ -312,7 +302,7 @@ async def test_a_periodic_sweep_sends_what_has_no_job_and_asks_redis_nothing_whe
                     "p50_ms": round(statistics.median(seconds) * 1000, 3), "max_ms": round(max(seconds) * 1000, 3),
                     "redis_commands": 0}
             print(f"idle periodic sweep: {idle}")
-            record("idle_sweep", idle)
+            figures.record("broker_faults", "idle_sweep", idle)
 
             await engine.append("agent:main:r", chain("r", [("user", "kept"), ("user", "rewound")]))
             await engine.append("agent:main:r", [leaf("l1", "r2", "r1"), msg("x", "user", "again", "l1")])
@@ -374,27 +364,27 @@ def test_search_latency_and_drain_time_with_redis_healthy_stopped_hung_and_resta
     web = Server(tmp_path / "data", tmp_path / "web.log", SESSIONSEARCH_REDIS_URL=private_redis.url)
     worker = Worker(tmp_path / "data", private_redis.url, tmp_path / "worker.log",
                     SESSIONSEARCH_RECONCILE_SWEEP_EVERY_S="1")
-    figures: dict[str, dict] = {}
+    phases: dict[str, dict] = {}
     try:
         worker.job_processes()
         make_backlog(web, "healthy", 10)
         started = time.monotonic()
-        figures["healthy"] = search_figures(web, "healthykeep", during_fault=False)
-        figures["healthy"]["drain_s"] = round(time.monotonic() - started + wait_drained(web, worker), 2)
+        phases["healthy"] = search_figures(web, "healthykeep", during_fault=False)
+        phases["healthy"]["drain_s"] = round(time.monotonic() - started + wait_drained(web, worker), 2)
 
         private_redis.stop()
         append_s = make_backlog(web, "stopped", 10)
-        figures["stopped"] = {**search_figures(web, "stoppedkeep", during_fault=True), **probes(web),
+        phases["stopped"] = {**search_figures(web, "stoppedkeep", during_fault=True), **probes(web),
                               "append_max_ms": round(append_s * 1000, 2)}
         private_redis.start()  # it comes back empty: nothing was persisted
-        figures["stopped"]["drain_s"] = round(wait_drained(web, worker), 2)
+        phases["stopped"]["drain_s"] = round(wait_drained(web, worker), 2)
 
         private_redis.hang()
         append_s = make_backlog(web, "hung", 10)
-        figures["hung"] = {**search_figures(web, "hungkeep", during_fault=True), **probes(web),
+        phases["hung"] = {**search_figures(web, "hungkeep", during_fault=True), **probes(web),
                            "append_max_ms": round(append_s * 1000, 2)}
         private_redis.resume()
-        figures["hung"]["drain_s"] = round(wait_drained(web, worker), 2)
+        phases["hung"]["drain_s"] = round(wait_drained(web, worker), 2)
 
         # jobs queued and not yet taken when Redis restarts empty: with Redis just back from a stop,
         # the worker's consumers are still in Dramatiq's 3 s reconnect delay when the search queues them
@@ -411,8 +401,8 @@ def test_search_latency_and_drain_time_with_redis_healthy_stopped_hung_and_resta
         lost = private_redis.unfinished()
         private_redis.restart_empty()
         started = time.monotonic()
-        figures["restarted_empty"] = {**search_figures(web, "restartedkeep", during_fault=False), "jobs_lost": lost}
-        figures["restarted_empty"]["drain_s"] = round(time.monotonic() - started + wait_drained(web, worker), 2)
+        phases["restarted_empty"] = {**search_figures(web, "restartedkeep", during_fault=False), "jobs_lost": lost}
+        phases["restarted_empty"]["drain_s"] = round(time.monotonic() - started + wait_drained(web, worker), 2)
         assert lost > 0
 
         for tag, sessions in (("healthy", 10), ("stopped", 10), ("hung", 10), ("restarted", 30)):
@@ -423,6 +413,6 @@ def test_search_latency_and_drain_time_with_redis_healthy_stopped_hung_and_resta
     finally:
         private_redis.resume()
         assert (worker.stop(), web.stop()) == (0, 0)  # both stopped, whichever fails
-    for phase, values in figures.items():
+    for phase, values in phases.items():
         print(f"{phase}: {values}")
-    record("phases", {"searches_per_phase": SEARCHES, "sweep_every_s": 1, **figures})
+    figures.record("broker_faults", "phases", {"searches_per_phase": SEARCHES, "sweep_every_s": 1, **phases})

@@ -30,20 +30,12 @@ from sessionsearch.queue import Pipeline
 from sessionsearch.store.rowids import wid_sql
 
 from .helpers import BASE_TS, chain, engine_at, ids, leaf, msg
+from . import figures
 from .server import Server
 from .test_index_invariant import Window
 from .test_pipeline import Worker, redis_url, wait_for_backlog_zero  # noqa: F401 (redis_url: a fixture)
 
-RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results" / "faults.json"
 DEADLINE_S = 90  # only tells "recovered" from "stuck": the waits below end within seconds
-
-
-def record(fault: str, figures: dict) -> None:
-    """Print a fault's figures and keep them in bench/results/faults.json under its name."""
-    print(f"\n{fault}: {json.dumps(figures)}")
-    data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    data[fault] = {**figures, "recorded": time.strftime("%Y-%m-%d %H:%M:%S")}
-    RESULTS.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 # -- the index, by content -------------------------------------------------------------------------
@@ -296,7 +288,7 @@ def test_a_full_disk_refuses_writes_with_503_keeps_reads_answering_and_recovers_
             assert server.stop() == 0
         compared = sum(assert_index_invariant(db) for db in (disk / "agents").glob("*.db"))
     statuses = [*answers.values(), *reads.values()]
-    record("disk full, HTTP API", {
+    figures.record("faults", "disk full, HTTP API", {
         "tmpfsMiB": 48, "writesDuringFault": answers, "readsDuringFault": reads, "readyzDuringFault": ready_status,
         "answersByStatus": {str(s): statuses.count(s) for s in sorted(set(statuses))},
         "recoverySeconds": round(recovery_s, 4), "recoveryAttempts": attempts, "indexRowsCompared": compared})
@@ -400,7 +392,7 @@ async def test_a_reconcile_job_that_meets_a_full_disk_leaves_no_claim_behind_and
         found = found_rows(db)
         for sid, window_events in events.items():
             assert found.get(sid, set()) == expected_rows(window_events), sid
-    record("disk full, reconciling in process", {
+    figures.record("faults", "disk full, reconciling in process", {
         "tmpfsMiB": 48, "windows": len(events), "messages": sum(len(e) for e in events.values()),
         "jobsFailedDuringFault": failed_during, "indexRowsWrittenDuringFault": published,
         "secondsToReconcileAfterSpaceReturned": round(recovery_s, 3), "indexRowsCompared": compared})
@@ -498,7 +490,7 @@ def test_every_append_acknowledged_before_the_web_process_is_killed_is_stored_on
     with closing(sqlite3.connect(data / "agents" / "main.db")) as conn:
         stored = conn.execute("SELECT count(*) FROM events").fetchone()[0]
     assert present == stored == compared == acked + resent  # no row stored twice, on the branch or off it
-    record(f"web process SIGKILL mid-stream, {mode}", {
+    figures.record("faults", f"web process SIGKILL mid-stream, {mode}", {
         "clients": len(clients), "appendsAcknowledged": requests, "messagesAcknowledged": acked,
         "messagesInFlightAtKill": in_flight,
         "inFlightStoredBeforeKill": stored_before, "presentAfterRestart": present,
@@ -570,7 +562,7 @@ async def test_twenty_worker_kills_mid_reconcile_leave_the_index_a_rebuild_from_
     for sid, window_events in events.items():  # and both equal the active branch replayed from the events
         assert found.get(sid, set()) == expected_rows(window_events), sid
     compared = assert_index_invariant(db)
-    record("worker SIGKILL mid-reconcile x20", {
+    figures.record("faults", "worker SIGKILL mid-reconcile x20", {
         "kills": 20, "killsWithAJobUnfinished": killed_mid_job, "windows": len(events),
         "messages": sum(len(e) for e in events.values()),
         "secondsToDrainAfterLastKill": round(drain_s, 2), "indexRowsCompared": compared})

@@ -17,16 +17,15 @@ from __future__ import annotations
 import http.client
 import json
 import os
-from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
+from . import figures
 from .server import Server
 from .services import require_redis
 
-RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results" / "fuzz.json"
 SEED_KEYS = ["agent:main:seed-one", "agent:main:seed-two", "agent:ops:seed-three"]
 SEED_TEXTS = {
     "agent:main:seed-one": [("user", "the loan for the harbour warehouse"), ("assistant", "Café approval pending"),
@@ -38,9 +37,9 @@ SEED_WORDS = ["loan", "harbour", "café", "東京", "incident", "per-session com
 FUZZ_PREFIX = "agent:fuzz:"
 WRITE_METHODS = ["sessions.upsert", "transcript.append", "sessions.rotate", "sessions.delete", "sessions.archive",
                  "sessions.restore"]
-# Bodies nest at most this deep: json.loads in the HTTP layer raised RecursionError (a 500) near
-# 1,000 levels, which is the HTTP layer's own fix; below it, every level reaches the methods.
-MAX_BODY_NESTING = 700
+# Bodies nest up to this deep: past the HTTP layer's limit (512) and past where json.loads recurses
+# out (near 1,000 levels, once a 500); below the limit every level reaches the methods.
+MAX_BODY_NESTING = 2_000
 
 
 class Raw(str):
@@ -272,14 +271,6 @@ def strict_json(payload: bytes) -> Any:
     return json.loads(payload, parse_constant=refuse)
 
 
-def record(mode: str, figures: dict[str, Any]) -> None:
-    """Keep the run's figures in bench/results/fuzz.json (one entry per mode), as the issue's note cites them."""
-    RESULTS.parent.mkdir(exist_ok=True)
-    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    results[mode] = figures
-    RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
-
-
 def fuzz(server: Server, max_examples: int, mode: str) -> None:
     client = Client(server.port)
     seed_sessions(client)
@@ -326,7 +317,7 @@ def fuzz(server: Server, max_examples: int, mode: str) -> None:
     by_path = {path: {str(code): n for (p, code), n in sorted(statuses.items()) if p == path}
                for path in sorted(set(sent))}
     changed = [k for k in before if before[k] != after[k]]
-    record(mode, {"requests": len(sent), "paths": len(by_path), "status_5xx": fives, "failures": len(failures),
+    figures.record("fuzz", mode, {"requests": len(sent), "paths": len(by_path), "status_5xx": fives, "failures": len(failures),
                   "seed_answers_checked": len(before), "seed_answers_changed": len(changed),
                   "hypothesis": f"seed {fuzz_seed}" if fuzz_seed else "derandomized", "by_path": by_path})
     for path, codes in by_path.items():
