@@ -541,7 +541,8 @@ async def test_twenty_worker_kills_mid_reconcile_leave_the_index_a_rebuild_from_
             worker = Worker(tmp_path / "data", redis_url, tmp_path / f"kill{n}.log", **env)
             try:
                 await _until_claimed_anew(db, seen, worker)
-                await asyncio.sleep(rng.uniform(0, 0.5))  # somewhere in its batches, or past them
+                # a few of its 500-row batches in: a 5,000-row window takes ~0.5 s on an idle machine
+                await asyncio.sleep(rng.uniform(0, 0.08))
             finally:
                 worker.kill()
             held = _claims(db) - seen  # claims it took and never published or released
