@@ -39,24 +39,23 @@ def _list(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
-def _mib(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"must be a whole number of MiB, not {text!r}") from None
-    if value < 0:
-        raise ValueError(f"must be 0 or more MiB, not {value}")
-    return value
+def _whole(unit: str, minimum: int, shown: str) -> Callable[[str], int]:
+    """A parser of whole numbers of `unit` (`shown` names the smallest allowed, as a message says it)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError(f"must be a whole number of {unit}, not {text!r}") from None
+        if value < minimum:
+            raise ValueError(f"must be {shown} or more, not {value}")
+        return value
+
+    return parse
 
 
-def _positive_ms(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"must be a whole number of milliseconds, not {text!r}") from None
-    if value < 1:
-        raise ValueError(f"must be 1 ms or more, not {value}")
-    return value
+_mib = _whole("MiB", 0, "0 MiB")
+_positive_ms = _whole("milliseconds", 1, "1 ms")
 
 
 def _seconds(text: str) -> float:

@@ -9,6 +9,8 @@ import pytest
 
 from sessionsearch import logging as sslogging
 
+from .server import Server
+
 
 def pytest_configure(config):
     sslogging.configure("WARNING")
@@ -21,3 +23,13 @@ def pytest_pyfunc_call(pyfuncitem):
         asyncio.run(pyfuncitem.obj(**args))
         return True
     return None
+
+
+@pytest.fixture
+def server(tmp_path):
+    """A real `sessionsearch serve` (embedded) on loopback; stopping it cleanly and no crash logged are part of every test."""
+    srv = Server(tmp_path / "data", tmp_path / "server.log")
+    yield srv
+    assert srv.stop() == 0
+    log = srv.log_path.read_text()
+    assert "api.crashed" not in log and "api.failed" not in log, log[-3000:]

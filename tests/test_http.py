@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-import pytest
 
 from sessionsearch.api.server import is_loopback
 from sessionsearch.search.runner import INDEXING_WARNING
@@ -20,13 +17,6 @@ from .server import Server
 from .services import free_port
 
 KEY = "agent:main:main"
-
-
-@pytest.fixture
-def server(tmp_path):
-    srv = Server(tmp_path / "data", tmp_path / "server.log")
-    yield srv
-    assert srv.stop() == 0
 
 
 def test_every_method_answers_in_its_documented_shape(server):

@@ -6,20 +6,10 @@ import http.client
 import json
 import socket
 
-import pytest
 
 from .server import Server
 
 KEY = "agent:main:main"
-
-
-@pytest.fixture
-def server(tmp_path):
-    srv = Server(tmp_path / "data", tmp_path / "server.log")
-    yield srv
-    assert srv.stop() == 0
-    log = srv.log_path.read_text()
-    assert "api.crashed" not in log and "api.failed" not in log
 
 
 def exchange(server: Server, method: str, path: str, body: bytes | None = None,

@@ -15,17 +15,9 @@ from sessionsearch.indexer.events import MAX_EVENT_DEPTH, MAX_TS_MS, MIN_TS_MS, 
 from sessionsearch.metrics import agent_status
 
 from .helpers import chain, engine_at, msg
-from .server import Server
 
 KEY = "agent:main:main"
 TS_RANGE = "between -62135596800000 and 253402300799999 (years 1 to 9999 UTC)"
-
-
-@pytest.fixture
-def server(tmp_path):
-    srv = Server(tmp_path / "data", tmp_path / "server.log")
-    yield srv
-    assert srv.stop() == 0
 
 
 def nested(depth: int) -> object:

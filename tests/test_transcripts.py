@@ -279,13 +279,13 @@ async def test_a_reader_maps_the_database_while_nothing_is_written_and_stops_at_
             await engine.search(query="mapped")
         assert await mapped(await engine.store("main")) == {8 << 20}
     assert Settings.load(env={"SESSIONSEARCH_READER_QUIET_MMAP_MB": "64"}).reader_quiet_mmap_mb == 64
-    with pytest.raises(InvalidRequest, match="^SESSIONSEARCH_READER_QUIET_MMAP_MB: must be 0 or more MiB, not -1$"):
+    with pytest.raises(InvalidRequest, match="^SESSIONSEARCH_READER_QUIET_MMAP_MB: must be 0 MiB or more, not -1$"):
         Settings.load(env={"SESSIONSEARCH_READER_QUIET_MMAP_MB": "-1"})
     with pytest.raises(InvalidRequest, match="^SESSIONSEARCH_READER_MMAP_MB: must be a whole number of MiB, not '1.5'$"):
         Settings.load(env={"SESSIONSEARCH_READER_MMAP_MB": "1.5"})
     config = tmp_path / "sessionsearch.toml"
     config.write_text("[search]\nreaderQuietMmapMb = -5\n")
-    with pytest.raises(InvalidRequest, match="search.readerQuietMmapMb: must be 0 or more MiB, not -5$"):
+    with pytest.raises(InvalidRequest, match="search.readerQuietMmapMb: must be 0 MiB or more, not -5$"):
         Settings.load(config=str(config), env={})
 
 
