@@ -91,7 +91,8 @@ def descendants(world: dict[str, Session], root: str) -> set[str]:
     out: set[str] = set()
     frontier = {root}
     while frontier:
-        below = {s.key for s in world.values() if s.key not in out and (s.spawned_by in frontier or s.parent in frontier)}
+        below = {s.key for s in world.values()
+                 if s.key not in out and (s.spawned_by in frontier or s.parent in frontier)}
         out |= below
         frontier = below
     out.discard(root)
