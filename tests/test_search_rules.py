@@ -55,11 +55,13 @@ async def test_all_words_must_match(tmp_path):
 async def test_query_syntax_words_are_literal_text(tmp_path):
     async with engine_at(tmp_path) as engine:
         await _spec_corpus(engine)
-        assert ids(await engine.search(query="literal OR missing")) == []
-        assert ids(await engine.search(query="literal NEAR word")) == []
-        for query in ['"', "*", "(", ":", "OR", "NOT", "text:literal", "literal*", '"literal"']:
-            result = await engine.search(query=query)  # never an FTS syntax error
-            assert "results" in result
+        await engine.append(KEY, chain("x", [("user", "salt or pepper near the text: literal (sic)")], parent="m4"))
+        expected = {  # as operators these would be syntax errors, or would widen or narrow the match
+            "literal OR missing": [], "literal NEAR word": [], "salt OR pepper": ["x1"], "NOT": ["m2"],
+            "literal NEAR": ["x1"], "text:literal": ["x1"], "(sic)": ["x1"], "literal*": ["x1", "m3"],
+            '"literal"': ["x1", "m3"], '"': [], "*": [], "(": [], ":": [], "OR": ["x1"]}
+        found = {query: sorted(ids(await engine.search(query=query)), reverse=True) for query in expected}
+        assert found == expected
 
 
 async def test_quoted_and_starred_words_keep_their_letters(tmp_path):
@@ -186,12 +188,17 @@ async def test_recent_ties_on_the_timestamp_go_by_message_id_beyond_the_sorter_m
             parent = mid
         events.append(msg("newest", "user", "same words", parent, ts=BASE_TS + 1))
         await engine.append(KEY, events)
+        # messages without the words, so that theirs weigh something in BM25 (in every message, they
+        # would score ~0 and any two scores would look alike)
+        await engine.append("agent:main:other", chain("o", [("user", "other text")] * 400))
         recent = await engine.search(query="same", order="recent", limit=10)
         assert ids(recent) == ["newest"] + [f"m{i:03d}" for i in range(9)] and recent["truncated"]
         relevance = {h["messageId"]: h["score"] for h in (await engine.search(query="same words", limit=25))["results"]}
-        for hit in (await engine.search(query="same words", order="recent", limit=25))["results"]:
-            if hit["messageId"] in relevance:  # recent order reports the same BM25 score
-                assert hit["score"] == relevance[hit["messageId"]]
+        recent_scores = {h["messageId"]: h["score"]
+                         for h in (await engine.search(query="same words", order="recent", limit=25))["results"]}
+        both = sorted(relevance.keys() & recent_scores.keys())  # the shortest texts, newest among them
+        assert "newest" in both and len(both) > 1
+        assert {m: recent_scores[m] for m in both} == {m: relevance[m] for m in both}  # the same BM25 score
 
 
 async def test_a_window_turning_dirty_between_searches_is_left_out_at_once(tmp_path):

@@ -108,6 +108,31 @@ async def test_sandboxed_requesters_see_only_what_they_spawned(tmp_path):
         assert OTHER_AGENT in await keys_seen(engine, {"sessionKey": DM, "sandboxed": True})
 
 
+async def test_a_sandbox_narrows_what_visibility_gives_and_never_widens_it(tmp_path):
+    async with engine_at(tmp_path, visibility="self") as engine:
+        await _world(engine)
+        assert await keys_seen(engine, {"sessionKey": DM, "sandboxed": True}) == [DM]
+        with pytest.raises(Forbidden):
+            await engine.history(sessionKey=CHILD, requester={"sessionKey": DM, "sandboxed": True})
+    async with engine_at(tmp_path, visibility="agent") as engine:  # other agents stay out, spawned or not
+        assert await keys_seen(engine, {"sessionKey": DM, "sandboxed": True}) == sorted([DM, CHILD, GRANDCHILD])
+        listed = await engine.list_sessions(requester={"sessionKey": DM, "sandboxed": True})
+        assert sorted(s["sessionKey"] for s in listed["sessions"]) == sorted([DM, CHILD, GRANDCHILD])
+
+
+async def test_naming_an_agent_whose_only_spawned_session_is_hidden_is_forbidden(tmp_path):
+    async with engine_at(tmp_path, agent_to_agent_enabled=False) as engine:
+        await _world(engine)
+        await engine.upsert_session(SPAWNED_ELSEWHERE, incognito=True)
+        with pytest.raises(Forbidden):  # the answer must not tell that a hidden spawned session is there
+            await engine.search(query="shared", agentId="ops-2", requester={"sessionKey": DM})
+    async with engine_at(tmp_path, visibility="agent") as engine:
+        await engine.upsert_session(SPAWNED_ELSEWHERE, incognito=False)
+        with pytest.raises(Forbidden):  # `agent` reaches no other agent, not even what DM spawned there
+            await engine.search(query="shared", agentId="ops-2", requester={"sessionKey": DM})
+        assert await keys_seen(engine, DM, agentId="main") == sorted([MAIN, DM, CHILD, GRANDCHILD])
+
+
 async def test_incognito_sessions_are_never_searched_and_targeting_one_is_forbidden(tmp_path):
     async with engine_at(tmp_path) as engine:
         await _world(engine)

@@ -78,9 +78,7 @@ def plan_scopes(req: SearchRequest, viewer: Viewer, view: "CatalogView", agents:
         if req.agent_id is not None:
             if req.agent_id not in agents:
                 raise NotFound(f"agent {req.agent_id!r} not found")
-            spawned_there = viewer.requester is not None and any(
-                agent_of(k) == req.agent_id for k in viewer.spawned)
-            if not viewer.can_see_agent(req.agent_id) and not spawned_there:
+            if not viewer.may_target_agent(req.agent_id):
                 raise Forbidden(f"agent {req.agent_id!r} is not visible to this requester")
             targets = [req.agent_id]
         else:

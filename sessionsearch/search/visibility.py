@@ -81,6 +81,13 @@ class Viewer:
             return True
         return self.visibility == "all" and self._cross_agent(agent_id)
 
+    def may_target_agent(self, agent_id: str) -> bool:
+        """Whether `agentId` may name the agent: an agent it cannot see as such is still open when a
+        session it spawned there is visible to it. Only visible ones count, so that a denial never
+        tells whether a hidden (incognito, or out of this visibility) spawned session is there."""
+        return self.can_see_agent(agent_id) or (self.requester is not None and any(
+            agent_of(key) == agent_id and self.can_see(key) for key in self.spawned))
+
     def _cross_agent(self, agent_id: str) -> bool:
         return self.a2a and agent_allowed(self.own_agent, self.allow) and agent_allowed(agent_id, self.allow)
 
@@ -101,9 +108,9 @@ class Viewer:
             return False
         if self.requester is None or key == self.own_key:
             return True
+        if self.spawned_only and key not in self.spawned:
+            return False  # the sandbox narrows what the visibility below gives; it never widens it
         agent = agent_of(key)
-        if self.spawned_only:
-            return key in self.spawned
         if self.visibility == "self":
             return False
         if self.visibility == "tree":
