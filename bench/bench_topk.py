@@ -41,7 +41,7 @@ sys.path.insert(0, str(HERE))
 from stats import pct  # noqa: E402
 
 sys.path.insert(0, str(HERE.parent))
-from sessionsearch.store.sqlite_hot import B, K1, average_length, varint_sum  # noqa: E402
+from sessionsearch.store.sqlite.hot import B, K1, average_length, varint_sum  # noqa: E402
 from sessionsearch.store.rowids import wid_of, wid_sql  # noqa: E402
 
 EPS = 1e-9  # relative: far above the rounding difference between this score and FTS5's

@@ -20,13 +20,13 @@ from typing import Any, AsyncIterator, Callable, TypeVar
 
 import aiosqlite
 
-from ..errors import SearchTimeout, StorageFull, Unavailable
-from ..indexer.events import Event
-from .base import AppendResult, ClaimInfo, SessionMeta, WindowMeta
-from .rowids import row_id, seq_sql, window_ranges
+from ...errors import SearchTimeout, StorageFull, Unavailable
+from ...indexer.events import Event
+from ..base import AppendResult, ClaimInfo, SessionMeta, WindowMeta
+from ..rowids import row_id, seq_sql, window_ranges
+from .hot import MAX_WORDS, MIN_DOCS, MIN_SHARE, common_words, hot_top, read_postings
 from .scope import scope_arms, scope_conditions
-from .sqlite_hot import MAX_WORDS, MIN_DOCS, MIN_SHARE, common_words, hot_top, read_postings
-from .sqlite_writer import SqliteWriter, is_full
+from .writer import SqliteWriter, is_full
 
 T = TypeVar("T")
 TIE_MARGIN = 64  # rows kept past the cut so that ties at the cut are usually seen whole

@@ -10,8 +10,8 @@ from __future__ import annotations
 import sqlite3
 import time
 
-from .base import ClaimInfo
-from .rowids import MAX_SEQ, seq_ranges, wid_sql
+from ..base import ClaimInfo
+from ..rowids import MAX_SEQ, seq_ranges, wid_sql
 
 INDEXABLE = "on_branch = 1 AND text IS NOT NULL"
 COALESCE_WINDOWS = 64  # most windows one reconciliation transaction rebuilds
