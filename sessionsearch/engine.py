@@ -30,7 +30,7 @@ from .search.runner import search as run_search
 from .search.titles import title_matches
 from .search.visibility import Catalog, Viewer
 from .settings import Settings
-from .store.base import SessionMeta, WindowMeta
+from .store.base import AgentStore, SessionMeta, WindowMeta
 from .store.sqlite import SqliteAgentStore
 from .values import check_text
 
@@ -131,7 +131,7 @@ class Engine:
         self.reconcile_rows_in_sql = reconcile_rows_in_sql
         self.data_dir = Path(data_dir if data_dir is not None else self.settings.data_dir)
         self.enqueuer = enqueuer
-        self._stores: dict[str, SqliteAgentStore] = {}
+        self._stores: dict[str, AgentStore] = {}
         self._open_lock = asyncio.Lock()
         self._view: CatalogView | None = None
         self._view_lock = asyncio.Lock()
@@ -167,7 +167,7 @@ class Engine:
             return []
         return sorted(p.stem for p in folder.glob("*.db") if AGENT_ID_RE.fullmatch(p.stem))
 
-    async def store(self, agent_id: str, *, create: bool = False) -> SqliteAgentStore:
+    async def store(self, agent_id: str, *, create: bool = False) -> AgentStore:
         store = self._stores.get(agent_id)
         if store is not None:
             return store
@@ -266,7 +266,7 @@ class Engine:
         return {"appended": result.appended, "indexed": result.indexed, "needsReconcile": result.needs_reconcile,
                 "sessionId": result.session_id, "duplicates": result.duplicates}
 
-    def _meta_changed_if_new(self, store: SqliteAgentStore, key: str, session_id: str) -> None:
+    def _meta_changed_if_new(self, store: AgentStore, key: str, session_id: str) -> None:
         view = self._view
         if view is None:
             return
@@ -314,7 +314,7 @@ class Engine:
             await self.enqueue_reconcile({store.agent_id: set(wids)})
         return {"sessionKey": key, "restoredWindows": len(wids)}
 
-    async def _existing_store(self, key: str) -> SqliteAgentStore:
+    async def _existing_store(self, key: str) -> AgentStore:
         try:
             return await self.store(agent_of(key))
         except NotFound:
@@ -414,7 +414,7 @@ class Engine:
             store = await self.store(agent_id)
             try:
                 async with store.reader(time.monotonic() + 5) as reader:
-                    await reader.conn.execute_fetchall("SELECT 1 FROM windows LIMIT 1")
+                    await store.ping(reader)
             except Exception as exc:
                 raise Unavailable(f"agent {agent_id} database is not answering: {exc}") from exc
 

@@ -269,6 +269,9 @@ class SqliteAgentStore:
 
     # -- reads -------------------------------------------------------------------------------
 
+    async def ping(self, reader: _Reader) -> None:
+        await reader.conn.execute_fetchall("SELECT 1 FROM windows LIMIT 1")
+
     async def meta_version(self, reader: _Reader) -> int:
         return (await reader.conn.execute_fetchall("SELECT value FROM meta WHERE key = 'meta_version'"))[0][0]
 
