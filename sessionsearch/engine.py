@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +21,7 @@ import structlog
 from .errors import InvalidRequest, NotFound, Unavailable
 from .indexer.events import parse_event
 from .indexer.reconcile import ReconcileResult, reconcile_window
-from .keys import AGENT_ID_RE, agent_of, check_agent_id, check_session_key
+from .keys import agent_of, check_agent_id, check_session_key
 from .search.history import history as run_history
 from .search.history import parse_history
 from .search.query import check_unknown, int_field, parse_requester, parse_search
@@ -30,8 +29,8 @@ from .search.runner import search as run_search
 from .search.titles import title_matches
 from .search.visibility import Catalog, Viewer
 from .settings import Settings
+from .store import backend_for
 from .store.base import AgentStore, SessionMeta, WindowMeta
-from .store.sqlite import SqliteAgentStore
 from .values import check_text
 
 log = structlog.get_logger("sessionsearch.engine")
@@ -40,7 +39,6 @@ log = structlog.get_logger("sessionsearch.engine")
 Enqueuer = Callable[[dict[str, set[int]]], Awaitable[bool]]
 
 MAX_EVENTS_PER_APPEND = 10_000
-MIN_FREE_BYTES = 1 << 20  # less free on the data dir's disk and /readyz says the disk is full
 UPSERT_FIELDS = {"sessionKey", "sessionId", "label", "displayName", "spawnedBy", "parentSessionKey", "kind",
                  "group", "incognito"}
 KINDS = {"direct", "group", "subagent", "cron", "system"}
@@ -126,10 +124,10 @@ class Engine:
     def __init__(self, data_dir: str | Path | None = None, *, settings: Settings | None = None,
                  enqueuer: Enqueuer | None = None, reconcile_rows_in_sql: bool = False) -> None:
         """`reconcile_rows_in_sql`: reconciliation inserts index rows with one INSERT … SELECT
-        (what a worker process's engine uses; see SqliteWriter._diff)."""
+        (what a worker process's engine uses)."""
         self.settings = settings or Settings()
-        self.reconcile_rows_in_sql = reconcile_rows_in_sql
         self.data_dir = Path(data_dir if data_dir is not None else self.settings.data_dir)
+        self.backend = backend_for(self.settings, data_dir=self.data_dir, rows_in_sql=reconcile_rows_in_sql)
         self.enqueuer = enqueuer
         self._stores: dict[str, AgentStore] = {}
         self._open_lock = asyncio.Lock()
@@ -142,7 +140,7 @@ class Engine:
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def open(self) -> "Engine":
-        (self.data_dir / "agents").mkdir(parents=True, exist_ok=True)
+        await self.backend.open()
         for agent_id in self.agent_ids_on_disk():
             await self.store(agent_id)
         await self.catalog_view()  # warm: the first search should not pay for reading the catalog
@@ -152,6 +150,7 @@ class Engine:
         stores, self._stores = list(self._stores.values()), {}
         for store in stores:
             await store.close()
+        await self.backend.close()
         self._view = None
         self._raw = {}
 
@@ -162,10 +161,8 @@ class Engine:
         await self.close()
 
     def agent_ids_on_disk(self) -> list[str]:
-        folder = self.data_dir / "agents"
-        if not folder.is_dir():
-            return []
-        return sorted(p.stem for p in folder.glob("*.db") if AGENT_ID_RE.fullmatch(p.stem))
+        """Ids of the agents that have a store, sorted."""
+        return self.backend.agent_ids()
 
     async def store(self, agent_id: str, *, create: bool = False) -> AgentStore:
         store = self._stores.get(agent_id)
@@ -174,14 +171,7 @@ class Engine:
         async with self._open_lock:
             if agent_id in self._stores:
                 return self._stores[agent_id]
-            path = self.data_dir / "agents" / f"{agent_id}.db"
-            if not create and not path.exists():
-                raise NotFound(f"agent {agent_id!r} not found")
-            store = await SqliteAgentStore(path, agent_id, readers=self.settings.readers_per_agent,
-                                           mmap_bytes=self.settings.reader_mmap_mb << 20,
-                                           quiet_mmap_bytes=self.settings.reader_quiet_mmap_mb << 20,
-                                           rows_in_sql=self.reconcile_rows_in_sql,
-                                           cold_dir=self.data_dir / "cold" / agent_id).open()
+            store = await self.backend.open_store(agent_id, create=create)
             self._stores[agent_id] = store
             self._view = None
             return store
@@ -196,7 +186,7 @@ class Engine:
         the scoping structures again in memory.
         """
         async with self._view_lock:
-            listing = self._agents_listing()  # another process may have created an agent's database
+            listing = self.backend.listing_version()  # another process may have created an agent's store
             if self._view is not None and not refresh and listing == self._listing_seen:
                 return self._view
             self._listing_seen = listing
@@ -225,13 +215,6 @@ class Engine:
         store = await self.store(agent_id)
         async with store.reader(deadline) as reader:
             return await store.meta_version(reader)
-
-    def _agents_listing(self) -> int:
-        """A cheap token that changes when files appear in or leave the agents folder."""
-        try:
-            return os.stat(self.data_dir / "agents").st_mtime_ns
-        except OSError:
-            return 0
 
     def _meta_changed(self) -> None:
         self._view = None
@@ -402,14 +385,8 @@ class Engine:
         return {"agents": out}
 
     async def check_ready(self) -> None:
-        """Raise Unavailable unless the data dir is usable and every agent database answers."""
-        folder = self.data_dir / "agents"
-        if not folder.is_dir() or not os.access(folder, os.W_OK):
-            raise Unavailable(f"data dir {self.data_dir} is not writable")
-        free = _free_bytes(folder)
-        if free < MIN_FREE_BYTES:  # searches still answer; appends would not be stored
-            raise Unavailable(f"database or disk is full: the data dir {self.data_dir} has {free} bytes free, "
-                              "and writes fail until space is freed")
+        """Raise Unavailable unless writes can be stored and every agent's store answers."""
+        await self.backend.check_ready()
         for agent_id in self.agent_ids_on_disk():
             store = await self.store(agent_id)
             try:
@@ -462,8 +439,8 @@ class Engine:
         return outcomes
 
     async def optimize(self, agent_id: str | None = None, **limits: Any) -> dict[str, Any]:
-        """Build the postings that answer one-word searches for common words (store/sqlite_hot.py),
-        per agent; `limits`: min_docs (default: the setting postings_min_docs), min_share, max_words."""
+        """Build what answers one-word searches for common words fast (SQLite: postings,
+        store/sqlite/hot.py), per agent; `limits`: min_docs (default: the setting postings_min_docs), min_share, max_words."""
         limits.setdefault("min_docs", self.settings.postings_min_docs)
         agents = [check_agent_id(agent_id)] if agent_id else self.agent_ids_on_disk()
         return {"agents": {a: await (await self.store(a)).optimize(**limits) for a in agents}}
@@ -501,12 +478,6 @@ class Engine:
             handler = getattr(self, method.split(".")[1])
             return await handler(body.get("sessionKey"), **{k: v for k, v in body.items() if k != "sessionKey"})
         raise NotFound(f"unknown method {method!r}")
-
-
-def _free_bytes(folder: Path) -> int:
-    """Bytes this process may still write on the disk holding `folder` (root may use the reserve)."""
-    st = os.statvfs(folder)
-    return (st.f_bfree if os.geteuid() == 0 else st.f_bavail) * st.f_frsize
 
 
 def _check_session_id(session_id: object) -> None:

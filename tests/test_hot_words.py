@@ -187,7 +187,7 @@ async def test_metrics_show_usable_and_stale_postings_and_the_log(tmp_path, monk
 
     def scrape() -> str:
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(PipelineCollector(tmp_path))
+        registry.register(PipelineCollector(engine.backend.agent_status))
         return generate_latest(registry).decode()
 
     monkeypatch.setattr(sqlite_hot, "FRESH_LIMIT", 40)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Iterable, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from ..indexer.events import Event
@@ -190,3 +190,31 @@ class AgentStore(Protocol):
 
     async def status(self, reader: Reader) -> dict[str, int]:
         """Counts: windows, indexedWindows, backlog, messages, indexedMessages, coldWindows."""
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Where a process's agent stores live: it lists the agents and opens their stores. Chosen once,
+    from the settings, by `backend_for` (store/__init__.py)."""
+
+    async def open(self) -> None:
+        """Make ready what every store needs (SQLite: the agents folder)."""
+
+    async def close(self) -> None:
+        """Release what `open` took; the stores opened from it are closed by their owner."""
+
+    def agent_ids(self) -> list[str]:
+        """Ids of the agents that have a store, sorted."""
+
+    def listing_version(self) -> int:
+        """A token that changes when an agent's store appears or goes (cheap: read per search)."""
+
+    async def open_store(self, agent_id: str, *, create: bool = False) -> AgentStore:
+        """Open an agent's store, creating it when `create`; raises NotFound when it has none."""
+
+    async def check_ready(self) -> None:
+        """Raise Unavailable unless writes can be stored now (each agent's store answers `ping`)."""
+
+    def agent_status(self) -> Iterable[tuple[str, dict[str, int]]]:
+        """Per agent: windows, pending, messages, indexed_messages, postings_usable, postings_stale,
+        index_log_rows; read without an event loop (metrics scrapes), an unreadable agent left out."""
