@@ -1,5 +1,5 @@
-"""The store is a seam: one interface (store/base.py) that every backend implements, and nothing
-above it that names a backend, opens a connection or writes SQL."""
+"""The store is a seam: one interface (store/base.py) that every backend implements, nothing above
+it that names a backend, opens a connection or writes SQL, and no import circle through the engine."""
 
 import ast
 import inspect
@@ -76,3 +76,13 @@ def test_nothing_above_the_store_names_a_backend_opens_a_database_or_writes_sql(
         for banned in ("sqlite3", "aiosqlite", "sessionsearch.store.sqlite"):
             assert not any(name == banned or name.startswith(banned + ".") for name in imported), (path, banned)
         assert not [s for s in _strings_but_docstrings(tree) if SQL.search(s)], path
+
+
+def test_search_indexer_and_store_never_import_the_engine():
+    """They get what they need as arguments, so the engine is the only one importing them."""
+    for folder in ("search", "indexer", "store"):
+        paths = sorted((PACKAGE / folder).rglob("*.py"))
+        assert paths, folder
+        for path in paths:
+            imported = _imported(ast.parse(path.read_text()), path)
+            assert "sessionsearch.engine" not in imported, path
