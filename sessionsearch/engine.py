@@ -325,11 +325,15 @@ class Engine:
                 published_beside.update((agent, w) for w in result.beside)
             if progress:
                 progress(done, len(work))
-        for agent in ([agent_id] if agent_id else self.agent_ids_on_disk()):
-            swept = await (await self.store(agent)).sweep_orphans()
-            if swept:
-                outcomes["swept"] = outcomes.get("swept", 0) + swept
+        swept = await self.sweep_orphans(agent_id)
+        if swept:
+            outcomes["swept"] = outcomes.get("swept", 0) + swept
         return outcomes
+
+    async def sweep_orphans(self, agent_id: str | None = None) -> int:
+        """Delete index rows whose window is gone or archived, or whose row left the branch; returns how many."""
+        return sum([await (await self.store(a)).sweep_orphans()
+                    for a in ([agent_id] if agent_id else self.agent_ids_on_disk())])
 
     async def optimize(self, agent_id: str | None = None, **limits: Any) -> dict[str, Any]:
         """Build what answers one-word searches for common words fast (SQLite: postings,
