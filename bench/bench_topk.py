@@ -1,6 +1,6 @@
 """Exact BM25 top hits for common words from impact-ordered postings: the prototype, next to FTS5.
 
-The design as first measured, before it went into the search path (store/sqlite_hot.py, measured
+The design as first measured, before it went into the search path (store/sqlite/hot.py, measured
 there by bench_search.py after `optimize`); kept for what that benchmark does not vary: words in
 30% of rows, and 1,000 or 10,000 rows indexed since the postings were built.
 

@@ -1,4 +1,4 @@
-"""Common words' postings (store/sqlite_hot.py): one-word searches answered from them are the
+"""Common words' postings (store/sqlite/hot.py): one-word searches answered from them are the
 answers FTS5 alone gives, whatever was written since they were built."""
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ def _claim(c: sqlite3.Connection, wid: int, token: str, lease_s: float, now: flo
 
 class ReconcileWrites:
     """Needs from the writer: `c`, `tx()`, `_bump_dirty()`, `_log_indexed()` and `_log_indexed_sql()`
-    (sqlite_hot.py), `lock_wait_s` (how long the last BEGIN waited) and `rows_in_sql`."""
+    (hot.py), `lock_wait_s` (how long the last BEGIN waited) and `rows_in_sql`."""
 
     c: sqlite3.Connection
     rows_in_sql: bool

@@ -1,6 +1,6 @@
 """The SQLite backend: one database per agent, one writer thread, a pool of reader connections.
 
-Writes run whole on the writer's thread (see sqlite_writer.py), one job per transaction.
+Writes run whole on the writer's thread (see writer.py), one job per transaction.
 Searches and history reads run on aiosqlite reader connections (WAL lets them proceed while the
 writer commits), each with a progress handler that interrupts a statement past its deadline.
 """
@@ -242,7 +242,7 @@ class SqliteAgentStore:
 
     async def optimize(self, *, min_docs: int = MIN_DOCS, min_share: float = MIN_SHARE,
                        max_words: int = MAX_WORDS) -> dict[str, Any]:
-        """Build postings for the words common enough (sqlite_hot.py), from scratch, and drop those
+        """Build postings for the words common enough (hot.py), from scratch, and drop those
         of words no longer among them. Reads run on a connection of their own, on a thread."""
         words = await asyncio.to_thread(common_words, self.path, min_docs=min_docs, min_share=min_share,
                                         max_words=max_words)
@@ -344,7 +344,7 @@ class SqliteAgentStore:
         this store last saw no window needing reconciliation the ranking does not look for any,
         and the head confirms it.
 
-        `hot` is the FTS5 token of a one-word query: when the word has postings (sqlite_hot.py) a
+        `hot` is the FTS5 token of a one-word query: when the word has postings (hot.py) a
         relevance search over the whole agent (`include` None) ranks from them instead of scoring
         every row that holds the word.
         """

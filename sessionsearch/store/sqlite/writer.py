@@ -74,7 +74,7 @@ class _StaleState(Exception):
 
 class SqliteWriter(ReconcileWrites, HotWrites):
     """The one writer of an agent database. Every public method is one transaction (the
-    reconciliation ones are in sqlite_reconcile.py, the common words' postings in sqlite_hot.py)."""
+    reconciliation ones are in reconcile.py, the common words' postings in hot.py)."""
 
     def __init__(self, path: Path, cold_dir: Path, *, busy_timeout_ms: int, checkpoint_beside: bool = True,
                  rows_in_sql: bool = False) -> None:
