@@ -5,7 +5,7 @@ another process appends at several rates, beside bare FTS5 (with SQLite's defaul
     .venv/bin/python bench/bench_cache.py [--reps 10]   (after bench/bench_search.py built its data)
 
 A reader maps the database after a few searches in a row found nothing committed since its
-previous one, and stops at the first change (store/sqlite.py). This measures both sides of that:
+previous one, and stops at the first change (store/sqlite/store.py). This measures both sides of that:
 with no writer, and with a gateway-like writer appending one message per transaction every second,
 every 100 ms and every 5 ms. Runs on a copy of the search benchmark's data. Figures go to
 bench/results/cache.json.

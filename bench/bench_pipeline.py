@@ -183,7 +183,7 @@ async def reconcile_run(base: Path, work: Path, processes: int, words: list[str]
         out["reconcile_msgs_per_s"] = messages / out["seconds_until_complete"]
         stop(workers)
         # idle: the same searches beside the same live appends, nothing reconciling; quiet: nothing
-        # written either, where readers map the database (store/sqlite.py) and search faster
+        # written either, where readers map the database (store/sqlite/store.py) and search faster
         idle, quiet = [], []
         for i in range(max(40, len(busy))):
             t = time.perf_counter()

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
@@ -22,16 +20,17 @@ import structlog
 from .errors import InvalidRequest, NotFound, Unavailable
 from .indexer.events import parse_event
 from .indexer.reconcile import ReconcileResult, reconcile_window
-from .keys import AGENT_ID_RE, agent_of, check_agent_id, check_session_key
+from .keys import agent_of, check_agent_id, check_session_key
 from .search.history import history as run_history
 from .search.history import parse_history
 from .search.query import check_unknown, int_field, parse_requester, parse_search
 from .search.runner import search as run_search
 from .search.titles import title_matches
-from .search.visibility import Catalog, Viewer
+from .search.catalog import CatalogCache, CatalogView
+from .search.visibility import Viewer
 from .settings import Settings
-from .store.base import SessionMeta, WindowMeta
-from .store.sqlite import SqliteAgentStore
+from .store import backend_for
+from .store.base import AgentStore
 from .values import check_text
 
 log = structlog.get_logger("sessionsearch.engine")
@@ -40,84 +39,9 @@ log = structlog.get_logger("sessionsearch.engine")
 Enqueuer = Callable[[dict[str, set[int]]], Awaitable[bool]]
 
 MAX_EVENTS_PER_APPEND = 10_000
-MIN_FREE_BYTES = 1 << 20  # less free on the data dir's disk and /readyz says the disk is full
 UPSERT_FIELDS = {"sessionKey", "sessionId", "label", "displayName", "spawnedBy", "parentSessionKey", "kind",
                  "group", "incognito"}
 KINDS = {"direct", "group", "subagent", "cron", "system"}
-
-
-@dataclass
-class AgentView:
-    version: int
-    keys: list[str]
-    windows: dict[int, WindowMeta]
-    windows_by_key: dict[str, list[WindowMeta]]
-    hot_wids: list[int]
-    incognito_hot: list[int]  # hot windows of incognito sessions: excluded from every search
-    visible_hot: set[int]  # hot windows of the other sessions
-    visible_cold: int  # cold windows of the other sessions (archivedTranscriptsExcluded)
-
-
-@dataclass
-class _AgentRows:
-    """One agent's sessions and windows as last read, kept up to date from the changes since."""
-
-    version: int
-    sessions: dict[str, SessionMeta]
-    windows: dict[int, WindowMeta]
-
-    def apply(self, version: int, sessions: list[SessionMeta], windows: list[WindowMeta],
-              gone_keys: list[str], gone_wids: list[int]) -> None:
-        for key in gone_keys:  # deletions first: a row that exists now (re-created) is authoritative
-            self.sessions.pop(key, None)
-        for wid in gone_wids:
-            self.windows.pop(wid, None)
-        self.sessions.update((m.session_key, m) for m in sessions)
-        self.windows.update((w.wid, w) for w in windows)
-        self.version = version
-
-    def view(self) -> AgentView:
-        secret = {k for k, m in self.sessions.items() if m.incognito}
-        by_key: dict[str, list[WindowMeta]] = {}
-        hot, hidden, visible, cold = [], [], set(), 0
-        for wid in sorted(self.windows):
-            win = self.windows[wid]
-            by_key.setdefault(win.session_key, []).append(win)
-            if win.cold:
-                cold += win.session_key not in secret
-            elif win.session_key in secret:
-                hot.append(wid)
-                hidden.append(wid)
-            else:
-                hot.append(wid)
-                visible.add(wid)
-        return AgentView(self.version, list(self.sessions), dict(self.windows), by_key, hot, hidden, visible, cold)
-
-
-@dataclass
-class CatalogView:
-    """Session metadata of every agent at known meta versions, and what scoping derives from it."""
-
-    agents: dict[str, AgentView] = field(default_factory=dict)
-    catalog: Catalog = field(default_factory=lambda: Catalog({}))
-
-    @property
-    def agent_ids(self) -> list[str]:
-        return sorted(self.agents)
-
-    @property
-    def versions(self) -> dict[str, int]:
-        return {a: v.version for a, v in self.agents.items()}
-
-    def in_palette(self, key: str) -> bool:
-        """The Control UI palette leaves out ungrouped spawned sessions and subagent runs, and archived ones."""
-        meta = self.catalog.sessions.get(key)
-        if meta is None:
-            return False
-        if meta.archived_at is not None or meta.incognito:
-            return False
-        spawned = meta.spawned_by is not None or meta.kind == "subagent"
-        return not spawned or bool(meta.group)
 
 
 class Engine:
@@ -126,23 +50,20 @@ class Engine:
     def __init__(self, data_dir: str | Path | None = None, *, settings: Settings | None = None,
                  enqueuer: Enqueuer | None = None, reconcile_rows_in_sql: bool = False) -> None:
         """`reconcile_rows_in_sql`: reconciliation inserts index rows with one INSERT … SELECT
-        (what a worker process's engine uses; see SqliteWriter._diff)."""
+        (what a worker process's engine uses)."""
         self.settings = settings or Settings()
-        self.reconcile_rows_in_sql = reconcile_rows_in_sql
         self.data_dir = Path(data_dir if data_dir is not None else self.settings.data_dir)
+        self.backend = backend_for(self.settings, data_dir=self.data_dir, rows_in_sql=reconcile_rows_in_sql)
         self.enqueuer = enqueuer
-        self._stores: dict[str, SqliteAgentStore] = {}
+        self._stores: dict[str, AgentStore] = {}
         self._open_lock = asyncio.Lock()
-        self._view: CatalogView | None = None
-        self._view_lock = asyncio.Lock()
-        self._raw: dict[str, _AgentRows] = {}  # per agent: the catalog rows as last read
-        self._listing_seen = 0
+        self._catalog = CatalogCache(self._open_stores, self.store, self.backend.listing_version)
         self.search_observer: Callable[[float, bool], None] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def open(self) -> "Engine":
-        (self.data_dir / "agents").mkdir(parents=True, exist_ok=True)
+        await self.backend.open()
         for agent_id in self.agent_ids_on_disk():
             await self.store(agent_id)
         await self.catalog_view()  # warm: the first search should not pay for reading the catalog
@@ -152,8 +73,8 @@ class Engine:
         stores, self._stores = list(self._stores.values()), {}
         for store in stores:
             await store.close()
-        self._view = None
-        self._raw = {}
+        await self.backend.close()
+        self._catalog.clear()
 
     async def __aenter__(self) -> "Engine":
         return await self.open()
@@ -162,79 +83,39 @@ class Engine:
         await self.close()
 
     def agent_ids_on_disk(self) -> list[str]:
-        folder = self.data_dir / "agents"
-        if not folder.is_dir():
-            return []
-        return sorted(p.stem for p in folder.glob("*.db") if AGENT_ID_RE.fullmatch(p.stem))
+        """Ids of the agents that have a store, sorted."""
+        return self.backend.agent_ids()
 
-    async def store(self, agent_id: str, *, create: bool = False) -> SqliteAgentStore:
+    async def store(self, agent_id: str, *, create: bool = False) -> AgentStore:
         store = self._stores.get(agent_id)
         if store is not None:
             return store
         async with self._open_lock:
             if agent_id in self._stores:
                 return self._stores[agent_id]
-            path = self.data_dir / "agents" / f"{agent_id}.db"
-            if not create and not path.exists():
-                raise NotFound(f"agent {agent_id!r} not found")
-            store = await SqliteAgentStore(path, agent_id, readers=self.settings.readers_per_agent,
-                                           mmap_bytes=self.settings.reader_mmap_mb << 20,
-                                           quiet_mmap_bytes=self.settings.reader_quiet_mmap_mb << 20,
-                                           rows_in_sql=self.reconcile_rows_in_sql,
-                                           cold_dir=self.data_dir / "cold" / agent_id).open()
+            store = await self.backend.open_store(agent_id, create=create)
             self._stores[agent_id] = store
-            self._view = None
+            self._catalog.invalidate()
             return store
 
     # -- the catalog search scopes with ----------------------------------------------------
 
     async def catalog_view(self, deadline: float = math.inf, *, refresh: bool = False) -> CatalogView:
-        """The session catalog as of the agents' current meta versions.
-
-        Each agent's sessions and windows are read whole once; after that a refresh reads only the
-        rows stamped after the version this process last read (and the deletions), then derives
-        the scoping structures again in memory.
-        """
-        async with self._view_lock:
-            listing = self._agents_listing()  # another process may have created an agent's database
-            if self._view is not None and not refresh and listing == self._listing_seen:
-                return self._view
-            self._listing_seen = listing
-            for agent_id in self.agent_ids_on_disk():
-                await self.store(agent_id)
-            view = CatalogView()
-            sessions: dict[str, SessionMeta] = {}
-            for agent_id, store in sorted(self._stores.items()):
-                raw = self._raw.get(agent_id)
-                async with store.reader(deadline) as reader:
-                    version, whole, metas, windows, gone_keys, gone_wids = await store.meta_snapshot(
-                        reader, None if raw is None else raw.version)
-                if raw is None or whole:
-                    raw = self._raw[agent_id] = _AgentRows(version, {m.session_key: m for m in metas},
-                                                           {w.wid: w for w in windows})
-                else:
-                    raw.apply(version, metas, windows, gone_keys, gone_wids)
-                sessions.update(raw.sessions)
-                view.agents[agent_id] = raw.view()
-            view.catalog = Catalog(sessions)
-            self._view = view
-            return view
+        """The session catalog as of the agents' current meta versions (see CatalogCache.view)."""
+        return await self._catalog.view(deadline, refresh=refresh)
 
     async def meta_version(self, agent_id: str, deadline: float = math.inf) -> int:
         """The agent's meta version as committed now (a view holding another one is stale)."""
-        store = await self.store(agent_id)
-        async with store.reader(deadline) as reader:
-            return await store.meta_version(reader)
+        return await self._catalog.meta_version(agent_id, deadline)
 
-    def _agents_listing(self) -> int:
-        """A cheap token that changes when files appear in or leave the agents folder."""
-        try:
-            return os.stat(self.data_dir / "agents").st_mtime_ns
-        except OSError:
-            return 0
+    async def _open_stores(self) -> dict[str, AgentStore]:
+        """Every agent's store, opened; another process may have created some since the last call."""
+        for agent_id in self.agent_ids_on_disk():
+            await self.store(agent_id)
+        return dict(self._stores)
 
     def _meta_changed(self) -> None:
-        self._view = None
+        self._catalog.invalidate()
 
     # -- writes ------------------------------------------------------------------------------
 
@@ -262,17 +143,9 @@ class Engine:
         parsed = [parse_event(raw, f"events[{i}]", now_ms=now) for i, raw in enumerate(events)]
         store = await self.store(agent_of(key), create=True)
         result = await store.append(key, parsed, session_id=sessionId, index=index)
-        self._meta_changed_if_new(store, key, result.session_id)
+        self._catalog.note_window(store.agent_id, key, result.session_id)
         return {"appended": result.appended, "indexed": result.indexed, "needsReconcile": result.needs_reconcile,
                 "sessionId": result.session_id, "duplicates": result.duplicates}
-
-    def _meta_changed_if_new(self, store: SqliteAgentStore, key: str, session_id: str) -> None:
-        view = self._view
-        if view is None:
-            return
-        agent = view.agents.get(store.agent_id)
-        if agent is None or not any(w.session_id == session_id for w in agent.windows_by_key.get(key, ())):
-            self._meta_changed()
 
     async def rotate(self, sessionKey: str, sessionId: str | None = None,  # noqa: N803
                      reason: str | None = None) -> dict[str, Any]:
@@ -314,7 +187,7 @@ class Engine:
             await self.enqueue_reconcile({store.agent_id: set(wids)})
         return {"sessionKey": key, "restoredWindows": len(wids)}
 
-    async def _existing_store(self, key: str) -> SqliteAgentStore:
+    async def _existing_store(self, key: str) -> AgentStore:
         try:
             return await self.store(agent_of(key))
         except NotFound:
@@ -326,12 +199,15 @@ class Engine:
                      **fields: Any) -> dict[str, Any]:
         """`sessions.search`: give the wire body, or its fields as keywords (query=…, sessionKeys=…)."""
         req = parse_search({**(body or {}), **fields})
-        return await run_search(self, req, agent_facing=agent_facing)
+        return await run_search(req, settings=self.settings, catalog=self._catalog, open_store=self.store,
+                                enqueue=self.enqueue_reconcile, observe=self.observe_search,
+                                agent_facing=agent_facing)
 
     async def history(self, body: dict[str, Any] | None = None, /, **fields: Any) -> dict[str, Any]:
         """`sessions.history`: the newest tail of the current view, or the window around a message."""
         req = parse_history({**(body or {}), **fields}, self.settings.history_default_limit)
-        return await run_history(self, req)
+        return await run_history(req, settings=self.settings, catalog=self._catalog, open_store=self.store,
+                                 restore=self.restore)
 
     async def list_sessions(self, body: dict[str, Any] | None = None, /, **fields: Any) -> dict[str, Any]:
         """`sessions.list`: sessions the caller may see, optionally filtered by a title search."""
@@ -402,19 +278,13 @@ class Engine:
         return {"agents": out}
 
     async def check_ready(self) -> None:
-        """Raise Unavailable unless the data dir is usable and every agent database answers."""
-        folder = self.data_dir / "agents"
-        if not folder.is_dir() or not os.access(folder, os.W_OK):
-            raise Unavailable(f"data dir {self.data_dir} is not writable")
-        free = _free_bytes(folder)
-        if free < MIN_FREE_BYTES:  # searches still answer; appends would not be stored
-            raise Unavailable(f"database or disk is full: the data dir {self.data_dir} has {free} bytes free, "
-                              "and writes fail until space is freed")
+        """Raise Unavailable unless writes can be stored and every agent's store answers."""
+        await self.backend.check_ready()
         for agent_id in self.agent_ids_on_disk():
             store = await self.store(agent_id)
             try:
                 async with store.reader(time.monotonic() + 5) as reader:
-                    await reader.conn.execute_fetchall("SELECT 1 FROM windows LIMIT 1")
+                    await store.ping(reader)
             except Exception as exc:
                 raise Unavailable(f"agent {agent_id} database is not answering: {exc}") from exc
 
@@ -455,15 +325,20 @@ class Engine:
                 published_beside.update((agent, w) for w in result.beside)
             if progress:
                 progress(done, len(work))
-        for agent in ([agent_id] if agent_id else self.agent_ids_on_disk()):
-            swept = await (await self.store(agent)).sweep_orphans()
-            if swept:
-                outcomes["swept"] = outcomes.get("swept", 0) + swept
+        swept = await self.sweep_orphans(agent_id)
+        if swept:
+            outcomes["swept"] = outcomes.get("swept", 0) + swept
         return outcomes
 
+    async def sweep_orphans(self, agent_id: str | None = None) -> int:
+        """Delete index rows whose window is gone or archived, or whose row left the branch; returns how many."""
+        return sum([await (await self.store(a)).sweep_orphans()
+                    for a in ([agent_id] if agent_id else self.agent_ids_on_disk())])
+
     async def optimize(self, agent_id: str | None = None, **limits: Any) -> dict[str, Any]:
-        """Build the postings that answer one-word searches for common words (store/sqlite_hot.py),
-        per agent; `limits`: min_docs (default: the setting postings_min_docs), min_share, max_words."""
+        """Build what answers one-word searches for common words fast (SQLite: postings,
+        store/sqlite/hot.py), per agent; `limits`: min_docs (default: the setting
+        postings_min_docs), min_share, max_words."""
         limits.setdefault("min_docs", self.settings.postings_min_docs)
         agents = [check_agent_id(agent_id)] if agent_id else self.agent_ids_on_disk()
         return {"agents": {a: await (await self.store(a)).optimize(**limits) for a in agents}}
@@ -501,12 +376,6 @@ class Engine:
             handler = getattr(self, method.split(".")[1])
             return await handler(body.get("sessionKey"), **{k: v for k, v in body.items() if k != "sessionKey"})
         raise NotFound(f"unknown method {method!r}")
-
-
-def _free_bytes(folder: Path) -> int:
-    """Bytes this process may still write on the disk holding `folder` (root may use the reserve)."""
-    st = os.statvfs(folder)
-    return (st.f_bfree if os.geteuid() == 0 else st.f_bavail) * st.f_frsize
 
 
 def _check_session_id(session_id: object) -> None:

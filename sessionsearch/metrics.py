@@ -7,12 +7,8 @@ Labels stay bounded: agent ids, outcomes and fixed states, never a session id or
 
 from __future__ import annotations
 
-import sqlite3
 import threading
-from pathlib import Path
 from typing import Any, Callable, Iterable
-
-from .keys import AGENT_ID_RE
 
 _lock = threading.Lock()
 _metrics: "Metrics | None" = None
@@ -71,36 +67,13 @@ def get() -> Metrics:
         return _metrics
 
 
-def agent_status(data_dir: Path) -> Iterable[tuple[str, dict[str, int]]]:
-    """Per agent database: window and message counts, read with a short-lived read-only connection."""
-    folder = Path(data_dir) / "agents"
-    for path in sorted(folder.glob("*.db")) if folder.is_dir() else ():
-        if not AGENT_ID_RE.fullmatch(path.stem):  # e.g. `main\n.db` from before ids were matched whole
-            continue
-        try:
-            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
-            try:
-                row = conn.execute(
-                    "SELECT count(*), coalesce(sum(needs_rebuild), 0), coalesce(sum(messages), 0), "
-                    "coalesce(sum(CASE WHEN needs_rebuild = 0 THEN messages ELSE 0 END), 0) FROM windows").fetchone()
-                try:  # a database this version has not opened yet has no postings tables
-                    hot = conn.execute("SELECT coalesce(sum(log_seq >= 0), 0), coalesce(sum(log_seq < 0), 0), "
-                                       "(SELECT count(*) FROM index_log) FROM hot_words").fetchone()
-                except sqlite3.Error:
-                    hot = (0, 0, 0)
-            finally:
-                conn.close()
-        except sqlite3.Error:
-            continue
-        yield path.stem, {"windows": row[0], "pending": row[1], "messages": row[2], "indexed_messages": row[3],
-                          "postings_usable": hot[0], "postings_stale": hot[1], "index_log_rows": hot[2]}
-
-
 class PipelineCollector:
     """Gauges computed at scrape time: backlog, completeness, postings, queue depth."""
 
-    def __init__(self, data_dir: Path, queue_depth: Callable[[], dict[str, int]] | None = None) -> None:
-        self.data_dir = Path(data_dir)
+    def __init__(self, agent_status: Callable[[], Iterable[tuple[str, dict[str, int]]]],
+                 queue_depth: Callable[[], dict[str, int]] | None = None) -> None:
+        """`agent_status`: the backend's per-agent counts (Backend.agent_status, store/base.py)."""
+        self.agent_status = agent_status
         self.queue_depth = queue_depth
 
     def describe(self) -> list:
@@ -122,7 +95,7 @@ class PipelineCollector:
                                      "alone until the next optimize).", labels=["agent", "state"])
         log_rows = GaugeMetricFamily("sessionsearch_postings_log_rows",
                                      "Rows indexed since the oldest usable postings were built.", labels=["agent"])
-        for agent, s in agent_status(self.data_dir):
+        for agent, s in self.agent_status():
             postings.add_metric([agent, "usable"], s["postings_usable"])
             postings.add_metric([agent, "stale"], s["postings_stale"])
             log_rows.add_metric([agent], s["index_log_rows"])

@@ -1,4 +1,4 @@
-"""Common words' postings (store/sqlite_hot.py): one-word searches answered from them are the
+"""Common words' postings (store/sqlite/hot.py): one-word searches answered from them are the
 answers FTS5 alone gives, whatever was written since they were built."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from sessionsearch.store import sqlite as store_module
-from sessionsearch.store import sqlite_hot
+from sessionsearch.store.sqlite import store as store_module
+from sessionsearch.store.sqlite import hot as sqlite_hot
 
 from .helpers import chain, engine_at, ids, leaf, msg
 
@@ -187,7 +187,7 @@ async def test_metrics_show_usable_and_stale_postings_and_the_log(tmp_path, monk
 
     def scrape() -> str:
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(PipelineCollector(tmp_path))
+        registry.register(PipelineCollector(engine.backend.agent_status))
         return generate_latest(registry).decode()
 
     monkeypatch.setattr(sqlite_hot, "FRESH_LIMIT", 40)

@@ -405,7 +405,7 @@ async def test_a_line_of_invalid_utf8_or_over_the_size_limit_is_reported_and_the
 async def test_an_event_the_store_refuses_costs_only_its_own_line(tmp_path, monkeypatch):
     # parse_event now refuses every value the store is known to fail on, so the store's refusal of
     # one row is injected here: the writer's planning step raises for the event with id "refused"
-    import sessionsearch.store.sqlite_writer as writer
+    import sessionsearch.store.sqlite.writer as writer
     real_plan = writer.plan_append
 
     def refusing_plan(events, **kwargs):

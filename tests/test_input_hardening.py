@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 from sessionsearch import values
 from sessionsearch.errors import InvalidRequest
 from sessionsearch.indexer.events import MAX_EVENT_DEPTH, MAX_TS_MS, MIN_TS_MS, parse_event
-from sessionsearch.metrics import agent_status
 
 from .helpers import chain, engine_at, msg
 
@@ -282,7 +281,7 @@ async def test_a_database_file_named_with_a_newline_is_not_an_agent(tmp_path):
         (tmp_path / "agents" / "main\n.db").write_bytes((tmp_path / "agents" / "main.db").read_bytes())
         assert engine.agent_ids_on_disk() == ["main"]
         assert [a["agentId"] for a in (await engine.index_status())["agents"]] == ["main"]
-        assert [agent for agent, _ in agent_status(tmp_path)] == ["main"]  # no metric label for it either
+        assert [agent for agent, _ in engine.backend.agent_status()] == ["main"]  # no metric label for it either
 
 
 # -- integers -------------------------------------------------------------------------------

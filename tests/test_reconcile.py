@@ -14,7 +14,7 @@ import pytest
 from sessionsearch import Engine, Settings
 from sessionsearch.indexer.events import parse_event
 from sessionsearch.indexer.reconcile import reconcile_window
-from sessionsearch.store import sqlite_reconcile
+from sessionsearch.store.sqlite import reconcile as sqlite_reconcile
 from sessionsearch.store.rowids import row_id
 
 from .helpers import chain, engine_at, ids, leaf, msg
@@ -259,7 +259,7 @@ def test_event_parsing_is_pure():
 HAMMER = """
 import sys, time
 from pathlib import Path
-from sessionsearch.store.sqlite_writer import SqliteWriter
+from sessionsearch.store.sqlite.writer import SqliteWriter
 db, stop, started = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
 writer = SqliteWriter(db, db.parent, busy_timeout_ms=30_000, checkpoint_beside=False)
 count, deadline = 0, time.monotonic() + 20

@@ -8,7 +8,8 @@ import threading
 import pytest
 
 from sessionsearch import Forbidden, InvalidRequest, NotFound, Settings
-from sessionsearch.store import checkpoint, sqlite_writer
+from sessionsearch.store.sqlite import checkpoint
+from sessionsearch.store.sqlite import writer as sqlite_writer
 
 from .helpers import chain, engine_at, header, ids, leaf, msg, reset
 

@@ -73,7 +73,7 @@ def create_app(settings: Settings | None = None, *, max_body_bytes: int | None =
             optimizer = PeriodicOptimize(settings)
             optimizer.start()
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(metrics.PipelineCollector(Path(settings.data_dir), pipeline.queue_depth))
+        registry.register(metrics.PipelineCollector(engine.backend.agent_status, pipeline.queue_depth))
         state.update(engine=engine, pipeline=pipeline, registry=registry)
         if sweep:
             pending = {agent: set(wids) for agent, wids in (await engine.pending()).items() if wids}

@@ -112,10 +112,11 @@ async def run_demo(settings: Settings, *, query: str = "loan") -> int:
     """Import the sample on an empty data dir, serve it embedded, and show indexing finish."""
     from ..engine import Engine
     from ..importer import run_import
+    from ..store import backend_for
 
     check_bind(settings)
     data_dir = Path(settings.data_dir)
-    fresh = not any((data_dir / "agents").glob("*.db")) if (data_dir / "agents").is_dir() else True
+    fresh = not backend_for(settings).agent_ids()
     if fresh:
         async with Engine(settings=settings) as engine:
             report = await run_import(engine, DEMO_DATA)

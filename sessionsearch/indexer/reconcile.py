@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from ..store.base import AgentStore
 from ..store.rowids import MAX_SEQ
-from ..store.sqlite import SqliteAgentStore
 
 log = structlog.get_logger("sessionsearch.reconcile")
 
@@ -32,7 +32,7 @@ class ReconcileResult:
     beside: list[int] = field(default_factory=list)  # small windows published in the same transaction
 
 
-async def reconcile_window(store: SqliteAgentStore, wid: int, *, batch_rows: int = 5000,
+async def reconcile_window(store: AgentStore, wid: int, *, batch_rows: int = 5000,
                            lease_s: float = 60.0, token: str | None = None,
                            should_stop=None, more_s: float = 0.0) -> ReconcileResult:
     """Rebuild window `wid`'s index rows from its active branch, under a claim.
@@ -107,7 +107,7 @@ async def reconcile_window(store: SqliteAgentStore, wid: int, *, batch_rows: int
         raise
 
 
-async def _reconcile_more(store: SqliteAgentStore, wid: int, result: ReconcileResult, batch_rows: int,
+async def _reconcile_more(store: AgentStore, wid: int, result: ReconcileResult, batch_rows: int,
                           until: float, should_stop) -> None:
     """Rebuild the small windows waiting after `wid` until `until` (monotonic s).
 
@@ -134,14 +134,14 @@ async def _reconcile_more(store: SqliteAgentStore, wid: int, result: ReconcileRe
             return
 
 
-async def _release_quietly(store: SqliteAgentStore, wid: int, token: str) -> None:
+async def _release_quietly(store: AgentStore, wid: int, token: str) -> None:
     try:
         await store.release(wid, token)
     except Exception:  # the lease expires on its own; a later job takes over
         log.warning("reconcile.release_failed", agent=store.agent_id, wid=wid)
 
 
-def _done(store: SqliteAgentStore, wid: int, result: ReconcileResult, started: float) -> ReconcileResult:
+def _done(store: AgentStore, wid: int, result: ReconcileResult, started: float) -> ReconcileResult:
     result.seconds = time.monotonic() - started
     event = "reconcile.published" if result.outcome == "published" else "reconcile.skipped"
     log.info(event, agent=store.agent_id, wid=wid, outcome=result.outcome, rows_inserted=result.rows_inserted,

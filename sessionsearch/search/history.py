@@ -5,16 +5,15 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Awaitable, Callable
 
 from ..errors import Forbidden, InvalidRequest, NotFound
 from ..keys import agent_of, check_session_key
+from ..settings import Settings
 from ..values import check_text
+from .catalog import CatalogCache, StoreLookup
 from .query import Requester, check_unknown, int_field, parse_requester
 from .visibility import Viewer
-
-if TYPE_CHECKING:
-    from ..engine import Engine
 
 HISTORY_FIELDS = {"sessionKey", "limit", "offset", "messageId", "sessionId", "includeTools", "requester"}
 TOOL_ROLES = frozenset({"toolResult", "tool"})
@@ -96,8 +95,8 @@ def _interval(branch: list[tuple], anchor: int) -> tuple[int, int]:
 class _Shaper:
     """Turns stored rows into wire messages within the text, row and response byte bounds."""
 
-    def __init__(self, engine: "Engine", session_id: str) -> None:
-        s = engine.settings
+    def __init__(self, settings: Settings, session_id: str) -> None:
+        s = settings
         self.text_max = s.history_text_max_chars
         self.row_max = s.history_row_max_bytes
         self.budget = s.history_max_bytes
@@ -137,18 +136,21 @@ class _Shaper:
         return content
 
 
-async def history(engine: "Engine", req: HistoryRequest) -> dict[str, Any]:
+async def history(req: HistoryRequest, *, settings: Settings, catalog: CatalogCache, open_store: StoreLookup,
+                  restore: Callable[[str], Awaitable[Any]]) -> dict[str, Any]:
+    """Answer a parsed history read; `restore(key)` brings an archived session back (as
+    sessions.restore does) when the read opens it."""
     agent_id = agent_of(req.session_key)
-    view = await engine.catalog_view(math.inf)
+    view = await catalog.view(math.inf)
     # visibility is decided on metadata as of now, not as of the last search
-    if agent_id in view.agents and await engine.meta_version(agent_id) != view.versions.get(agent_id):
-        view = await engine.catalog_view(math.inf, refresh=True)
-    viewer = Viewer(engine.settings, req.requester, view.catalog)
+    if agent_id in view.agents and await catalog.meta_version(agent_id) != view.versions.get(agent_id):
+        view = await catalog.view(math.inf, refresh=True)
+    viewer = Viewer(settings, req.requester, view.catalog)
     if view.catalog.incognito(req.session_key) or not viewer.can_see(req.session_key):
         raise Forbidden(f"session {req.session_key!r} is not visible to this requester")
     if agent_id not in view.agent_ids or req.session_key not in view.catalog.sessions:
         raise NotFound(f"session {req.session_key!r} not found")
-    store = await engine.store(agent_id)
+    store = await open_store(agent_id)
     async with store.reader() as reader:
         if req.session_id is not None:
             win = await store.window_of(reader, req.session_key, req.session_id)
@@ -162,7 +164,7 @@ async def history(engine: "Engine", req: HistoryRequest) -> dict[str, Any]:
             win = await store.window_of(reader, req.session_key, None)
             candidates = [win] if win else []
     if any(c[2] for c in candidates):  # opening an archived session restores it
-        await engine.restore(req.session_key)
+        await restore(req.session_key)
     base = {"sessionKey": req.session_key}
     if not candidates:
         return {**base, "sessionId": None, "messages": [], "truncated": False, "totalMessages": 0,
@@ -171,10 +173,10 @@ async def history(engine: "Engine", req: HistoryRequest) -> dict[str, Any]:
         for wid, session_id, _cold in candidates:
             branch = await store.branch_rows(reader, wid)
             if req.message_id is None:
-                return await _tail(engine, store, reader, req, wid, session_id, branch)
+                return await _tail(settings, store, reader, req, wid, session_id, branch)
             anchor = next((i for i, row in enumerate(branch) if row[1] == req.message_id and row[2] == "message"), None)
             if anchor is not None:
-                return await _anchored(engine, store, reader, req, wid, session_id, branch, anchor)
+                return await _anchored(settings, store, reader, req, wid, session_id, branch, anchor)
     return {**base, "sessionId": req.session_id or candidates[0][1], "messages": [], "truncated": False,
             "totalMessages": 0, "anchorMessageId": req.message_id, "hasOlder": False, "hasNewer": False}
 
@@ -185,7 +187,7 @@ def _messages(branch: list[tuple], start: int, end: int, include_tools: bool) ->
             if branch[i][2] == "message" and (include_tools or branch[i][3] not in TOOL_ROLES)]
 
 
-async def _tail(engine, store, reader, req: HistoryRequest, wid: int, session_id: str,
+async def _tail(settings: Settings, store, reader, req: HistoryRequest, wid: int, session_id: str,
                 branch: list[tuple]) -> dict[str, Any]:
     current, _ = _views(branch)
     shown = _messages(branch, current, len(branch), req.include_tools)
@@ -194,7 +196,7 @@ async def _tail(engine, store, reader, req: HistoryRequest, wid: int, session_id
     end = max(0, total - offset)
     page = shown[max(0, end - req.limit):end]
     rows = await store.message_rows(reader, wid, [branch[i][0] for i in page])
-    shaper = _Shaper(engine, session_id)
+    shaper = _Shaper(settings, session_id)
     used = 200 + len(json.dumps(req.session_key)) + len(session_id)
     kept: list[dict[str, Any]] = []
     for row in reversed(rows):  # newest first, so the budget keeps the newest
@@ -211,7 +213,7 @@ async def _tail(engine, store, reader, req: HistoryRequest, wid: int, session_id
             "hasMore": next_offset < total}
 
 
-async def _anchored(engine, store, reader, req: HistoryRequest, wid: int, session_id: str,
+async def _anchored(settings: Settings, store, reader, req: HistoryRequest, wid: int, session_id: str,
                     branch: list[tuple], anchor: int) -> dict[str, Any]:
     start, end = _interval(branch, anchor)
     shown = _messages(branch, start, end, req.include_tools)
@@ -221,7 +223,7 @@ async def _anchored(engine, store, reader, req: HistoryRequest, wid: int, sessio
     lo, hi = max(0, at - req.limit), min(len(shown), at + req.limit + 1)
     rows = await store.message_rows(reader, wid, [branch[i][0] for i in shown[lo:hi]])
     by_seq = {r[0]: r for r in rows}
-    shaper = _Shaper(engine, session_id)
+    shaper = _Shaper(settings, session_id)
     anchor_item, used = shaper.message(by_seq[branch[anchor][0]])
     used += 200 + len(json.dumps(req.session_key)) + len(session_id)
     older: list[dict[str, Any]] = []

@@ -6,23 +6,25 @@ import asyncio
 import json
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Awaitable, Callable
 
 import structlog
 
 from ..errors import Forbidden, NotFound
 from ..keys import agent_of
+from ..settings import Settings
 from ..store.rowids import wid_of
+from .catalog import CatalogCache, CatalogView, StoreLookup
 from .query import ParsedQuery, SearchRequest
 from .text import fold, redact, snippet
 from .visibility import Viewer
 
-if TYPE_CHECKING:
-    from ..engine import CatalogView, Engine
-
 log = structlog.get_logger("sessionsearch.search")
 
 INDEXING_WARNING = "Transcript indexing is in progress; results may be incomplete. Retry sessions_search shortly."
+
+# enqueue(dirty windows by agent) -> whether the queue was reached
+Enqueue = Callable[[dict[str, set[int]]], Awaitable[bool]]
 
 
 class MetaChanged(Exception):
@@ -62,7 +64,7 @@ class Outcome:
     dirty: dict[str, set[int]] = field(default_factory=dict)
 
 
-def plan_scopes(req: SearchRequest, viewer: Viewer, view: "CatalogView", agents: list[str]) -> dict[str, Scope]:
+def plan_scopes(req: SearchRequest, viewer: Viewer, view: CatalogView, agents: list[str]) -> dict[str, Scope]:
     """Per agent, the windows in scope, after visibility; raise Forbidden for denied explicit targets."""
     catalog = view.catalog
     if req.session_keys is not None:
@@ -117,8 +119,8 @@ def plan_scopes(req: SearchRequest, viewer: Viewer, view: "CatalogView", agents:
     return scopes
 
 
-async def run_query(engine: "Engine", query: ParsedQuery, req: SearchRequest, scopes: dict[str, Scope],
-                    versions: dict[str, int] | None, deadline: float) -> Outcome:
+async def run_query(open_store: StoreLookup, catalog: CatalogCache, query: ParsedQuery, req: SearchRequest,
+                    scopes: dict[str, Scope], versions: dict[str, int] | None, deadline: float) -> Outcome:
     """Top hits of one query over the scopes; raises MetaChanged when scoping went stale.
 
     `versions` None answers from the given scopes whatever the metadata now says.
@@ -129,9 +131,9 @@ async def run_query(engine: "Engine", query: ParsedQuery, req: SearchRequest, sc
     k = req.limit + 1
     if versions is not None:  # a scope this view holds empty is checked before it answers nothing
         for scope in scopes.values():
-            if not scope.wids and await engine.meta_version(scope.agent_id, deadline) != versions.get(scope.agent_id):
+            if not scope.wids and await catalog.meta_version(scope.agent_id, deadline) != versions.get(scope.agent_id):
                 raise MetaChanged(scope.agent_id)
-    tasks = [_agent_top(engine, scope, query, req, k, versions, deadline)
+    tasks = [_agent_top(open_store, scope, query, req, k, versions, deadline)
              for scope in scopes.values() if scope.wids]
     per_agent = [await tasks[0]] if len(tasks) == 1 else await asyncio.gather(*tasks)
     for agent_id, hits, more, dirty in per_agent:
@@ -140,7 +142,7 @@ async def run_query(engine: "Engine", query: ParsedQuery, req: SearchRequest, sc
         if dirty:
             out.dirty[agent_id] = dirty
     if not out.hits and query.cjk_words:
-        out.hits, out.more = await _cjk_retry(engine, query, req, scopes, deadline)
+        out.hits, out.more = await _cjk_retry(open_store, query, req, scopes, deadline)
     out.hits.sort(key=lambda h: h.sort_key(req.order))
     if len(out.hits) > req.limit:
         out.more = True
@@ -148,9 +150,9 @@ async def run_query(engine: "Engine", query: ParsedQuery, req: SearchRequest, sc
     return out
 
 
-async def _agent_top(engine: "Engine", scope: Scope, query: ParsedQuery, req: SearchRequest, k: int,
+async def _agent_top(open_store: StoreLookup, scope: Scope, query: ParsedQuery, req: SearchRequest, k: int,
                      versions: dict[str, int] | None, deadline: float) -> tuple[str, list[Hit], bool, set[int]]:
-    store = await engine.store(scope.agent_id)
+    store = await open_store(scope.agent_id)
     async with store.reader(deadline) as reader:
         version, dirty, rows = await store.search_top(
             reader, query.match, k=k, order=req.order, include=scope.include, exclude=scope.exclude, role=req.role,
@@ -162,7 +164,7 @@ async def _agent_top(engine: "Engine", scope: Scope, query: ParsedQuery, req: Se
     return scope.agent_id, hits, len(rows) >= k, scope.wids.intersection(dirty)
 
 
-async def _cjk_retry(engine: "Engine", query: ParsedQuery, req: SearchRequest, scopes: dict[str, Scope],
+async def _cjk_retry(open_store: StoreLookup, query: ParsedQuery, req: SearchRequest, scopes: dict[str, Scope],
                      deadline: float) -> tuple[list[Hit], bool]:
     """CJK words as literal substrings (other words keep word matching), within the scope.
 
@@ -174,7 +176,7 @@ async def _cjk_retry(engine: "Engine", query: ParsedQuery, req: SearchRequest, s
     for scope in scopes.values():
         if not scope.wids:
             continue
-        store = await engine.store(scope.agent_id)
+        store = await open_store(scope.agent_id)
         async with store.reader(deadline) as reader:
             total, rows = await store.scan_substrings(reader, query.cjk_words, rest, include=scope.include,
                                                       exclude=scope.exclude, role=req.role, k=req.limit + 1)
@@ -183,10 +185,9 @@ async def _cjk_retry(engine: "Engine", query: ParsedQuery, req: SearchRequest, s
     return hits, more
 
 
-def render(engine: "Engine", outcome: Outcome, query: ParsedQuery, req: SearchRequest, view: "CatalogView",
+def render(settings: Settings, outcome: Outcome, query: ParsedQuery, req: SearchRequest, view: CatalogView,
            *, indexing: bool, archived: int, agent_facing: bool) -> dict[str, Any]:
     """The response: hits with snippets, within the byte budget, and the flags."""
-    settings = engine.settings
     response: dict[str, Any] = {"results": []}
     flags: dict[str, Any] = {}
     truncated = outcome.more
@@ -232,20 +233,26 @@ def render(engine: "Engine", outcome: Outcome, query: ParsedQuery, req: SearchRe
     return response
 
 
-async def search(engine: "Engine", req: SearchRequest, *, agent_facing: bool = False) -> dict[str, Any]:
+async def search(req: SearchRequest, *, settings: Settings, catalog: CatalogCache, open_store: StoreLookup,
+                 enqueue: Enqueue, observe: Callable[[float, bool], None] | None = None,
+                 agent_facing: bool = False) -> dict[str, Any]:
+    """Answer a parsed search: `open_store` looks an agent's store up, `enqueue` asks for the dirty
+    windows met to be reconciled (False: the queue was not reached), `observe(seconds, indexing)`
+    is told each answer's latency."""
     started = time.monotonic()
-    deadline = started + engine.settings.search_time_limit_ms / 1000
+    deadline = started + settings.search_time_limit_ms / 1000
     for attempt in range(4):
-        view = await engine.catalog_view(deadline, refresh=attempt > 0)
-        viewer = Viewer(engine.settings, req.requester, view.catalog)
+        view = await catalog.view(deadline, refresh=attempt > 0)
+        viewer = Viewer(settings, req.requester, view.catalog)
         scopes = plan_scopes(req, viewer, view, view.agent_ids)
         try:
-            outcomes = [await run_query(engine, q, req, scopes, view.versions, deadline) for q in req.queries]
+            outcomes = [await run_query(open_store, catalog, q, req, scopes, view.versions, deadline)
+                        for q in req.queries]
             break
         except MetaChanged:
             continue
     else:  # metadata kept changing: answer from the last scope rather than spin
-        outcomes = [await run_query(engine, q, req, scopes, None, deadline) for q in req.queries]
+        outcomes = [await run_query(open_store, catalog, q, req, scopes, None, deadline) for q in req.queries]
     archived = sum(s.archived for s in scopes.values())
     dirty: dict[str, set[int]] = {}
     for outcome in outcomes:
@@ -253,14 +260,15 @@ async def search(engine: "Engine", req: SearchRequest, *, agent_facing: bool = F
             dirty.setdefault(agent_id, set()).update(wids)
     reachable = True
     if dirty:
-        reachable = await engine.enqueue_reconcile(dirty)
+        reachable = await enqueue(dirty)
     indexing = bool(dirty) or not reachable
-    states = [render(engine, o, q, req, view, indexing=indexing, archived=archived, agent_facing=agent_facing)
+    states = [render(settings, o, q, req, view, indexing=indexing, archived=archived, agent_facing=agent_facing)
               for o, q in zip(outcomes, req.queries)]
     log.info("search.done", agents=len(scopes), queries=len(req.queries), indexing=indexing,
              hits=sum(len(s["results"]) for s in states), dirty_windows=sum(len(w) for w in dirty.values()),
              ms=round((time.monotonic() - started) * 1000, 2))
-    engine.observe_search(time.monotonic() - started, indexing)
+    if observe is not None:
+        observe(time.monotonic() - started, indexing)
     if req.batch:
         return {"states": states}
     return states[0]

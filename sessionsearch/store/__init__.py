@@ -1,6 +1,27 @@
-"""Transcript storage: schema, migrations and the primitive reads and writes, per backend."""
+"""Transcript storage: schema, migrations and the primitive reads and writes, per backend.
 
-from .base import AppendResult, ClaimInfo, SessionMeta, WindowMeta
-from .sqlite import SqliteAgentStore
+`backend_for(settings)` is the one place a backend is chosen; everything above talks to the
+interfaces in base.py.
+"""
 
-__all__ = ["AppendResult", "ClaimInfo", "SessionMeta", "SqliteAgentStore", "WindowMeta"]
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..settings import Settings
+from .base import AgentStore, AppendResult, Backend, ClaimInfo, Reader, SessionMeta, WindowMeta
+from .sqlite import SqliteAgentStore, SqliteBackend
+
+
+def backend_for(settings: Settings, *, data_dir: str | Path | None = None, rows_in_sql: bool = False) -> Backend:
+    """The backend the settings name: SQLite files under `data_dir` (default: the setting).
+
+    `rows_in_sql`: reconciliation inserts index rows with one INSERT … SELECT (what a worker
+    process uses). Builds no connection: the backend's `open` and `open_store` do.
+    """
+    return SqliteBackend(Path(data_dir if data_dir is not None else settings.data_dir), settings,
+                         rows_in_sql=rows_in_sql)
+
+
+__all__ = ["AgentStore", "AppendResult", "Backend", "ClaimInfo", "Reader", "SessionMeta", "SqliteAgentStore",
+           "SqliteBackend", "WindowMeta", "backend_for"]

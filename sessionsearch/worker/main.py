@@ -45,10 +45,11 @@ def serve_metrics(host: str, port: int, folder: Path, settings: Settings, depth)
     from prometheus_client import CollectorRegistry, multiprocess
 
     from ..metrics import PipelineCollector, exposition
+    from ..store import backend_for
 
     registry = CollectorRegistry()
     multiprocess.MultiProcessCollector(registry, path=str(folder))
-    registry.register(PipelineCollector(Path(settings.data_dir), depth))
+    registry.register(PipelineCollector(backend_for(settings).agent_status, depth))
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802

@@ -1,7 +1,7 @@
 """`optimize` on a schedule: the common words' postings rebuilt beside the work of a process.
 
 A word's postings answer its one-word searches while fewer than FRESH_LIMIT rows were indexed
-after their build (store/sqlite_hot.py); rebuilding them every so often keeps them in use, and
+after their build (store/sqlite/hot.py); rebuilding them every so often keeps them in use, and
 picks up words that became common. `sessionsearch worker` runs this on a thread of its own, at the
 workers' CPU priority; `serve` in the embedded mode runs it too, at normal priority (a thread at
 idle priority holding the interpreter lock would stall the web process's event loop).

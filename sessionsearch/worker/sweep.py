@@ -89,9 +89,7 @@ class Sweeper:
         """Enqueue every window still needing reconciliation that has no job waiting; drop orphan index rows."""
         engine = await self.engine()
         pending = await engine.pending()
-        swept = 0
-        for agent_id in engine.agent_ids_on_disk():
-            swept += await (await engine.store(agent_id)).sweep_orphans()
+        swept = await engine.sweep_orphans()
         # A window whose job still waits in the queue needs nothing more; any other is sent again even
         # if its marker says queued: a job taken by a worker killed mid-job would otherwise come back
         # only after Dramatiq's heartbeat timeout, and a duplicate is harmless under the claim.

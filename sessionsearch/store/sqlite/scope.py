@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .rowids import LOW_SEQS, wid_sql, window_ranges
+from ..rowids import LOW_SEQS, wid_sql, window_ranges
 
 # One row if a window between :wlo and :whi has rows in the high id region, else none: joined
 # first, it keeps FTS5 from opening a cursor on that range at all (a constant WHERE term does not:

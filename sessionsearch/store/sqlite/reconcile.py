@@ -10,8 +10,8 @@ from __future__ import annotations
 import sqlite3
 import time
 
-from .base import ClaimInfo
-from .rowids import MAX_SEQ, seq_ranges, wid_sql
+from ..base import ClaimInfo
+from ..rowids import MAX_SEQ, seq_ranges, wid_sql
 
 INDEXABLE = "on_branch = 1 AND text IS NOT NULL"
 COALESCE_WINDOWS = 64  # most windows one reconciliation transaction rebuilds
@@ -29,7 +29,7 @@ def _claim(c: sqlite3.Connection, wid: int, token: str, lease_s: float, now: flo
 
 class ReconcileWrites:
     """Needs from the writer: `c`, `tx()`, `_bump_dirty()`, `_log_indexed()` and `_log_indexed_sql()`
-    (sqlite_hot.py), `lock_wait_s` (how long the last BEGIN waited) and `rows_in_sql`."""
+    (hot.py), `lock_wait_s` (how long the last BEGIN waited) and `rows_in_sql`."""
 
     c: sqlite3.Connection
     rows_in_sql: bool

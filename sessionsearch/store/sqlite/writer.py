@@ -21,15 +21,15 @@ from typing import Any, Iterable, Iterator
 
 import structlog
 
-from ..errors import Conflict, InvalidRequest, NotFound, Unavailable
-from ..indexer.events import Event
-from ..indexer.live import ids_to_resolve, plan_append
-from .base import AppendResult
+from ...errors import Conflict, InvalidRequest, NotFound, Unavailable
+from ...indexer.events import Event
+from ...indexer.live import ids_to_resolve, plan_append
+from ..base import AppendResult
+from ..rowids import MAX_SEQ, MAX_WID, from_v1, id_sql, is_v1, row_id, seq_sql, window_ranges
 from .checkpoint import WalCheckpointer
-from .rowids import MAX_SEQ, MAX_WID, from_v1, id_sql, is_v1, row_id, seq_sql, window_ranges
+from .hot import HotWrites
+from .reconcile import INDEXABLE, ReconcileWrites
 from .schema import MIGRATIONS
-from .sqlite_hot import HotWrites
-from .sqlite_reconcile import INDEXABLE, ReconcileWrites
 from .turnstile import Turnstile
 
 SESSION_COLUMNS = {  # wire name -> column
@@ -74,7 +74,7 @@ class _StaleState(Exception):
 
 class SqliteWriter(ReconcileWrites, HotWrites):
     """The one writer of an agent database. Every public method is one transaction (the
-    reconciliation ones are in sqlite_reconcile.py, the common words' postings in sqlite_hot.py)."""
+    reconciliation ones are in reconcile.py, the common words' postings in hot.py)."""
 
     def __init__(self, path: Path, cold_dir: Path, *, busy_timeout_ms: int, checkpoint_beside: bool = True,
                  rows_in_sql: bool = False) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .rowids import LOW_SEQS, from_v1_sql, is_low_v1_sql
+from ..rowids import LOW_SEQS, from_v1_sql, is_low_v1_sql
 
 MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (1, "transcripts_and_index", """

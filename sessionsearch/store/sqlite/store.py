@@ -1,6 +1,6 @@
 """The SQLite backend: one database per agent, one writer thread, a pool of reader connections.
 
-Writes run whole on the writer's thread (see sqlite_writer.py), one job per transaction.
+Writes run whole on the writer's thread (see writer.py), one job per transaction.
 Searches and history reads run on aiosqlite reader connections (WAL lets them proceed while the
 writer commits), each with a progress handler that interrupts a statement past its deadline.
 """
@@ -20,13 +20,13 @@ from typing import Any, AsyncIterator, Callable, TypeVar
 
 import aiosqlite
 
-from ..errors import SearchTimeout, StorageFull, Unavailable
-from ..indexer.events import Event
-from .base import AppendResult, ClaimInfo, SessionMeta, WindowMeta
-from .rowids import row_id, seq_sql, window_ranges
+from ...errors import SearchTimeout, StorageFull, Unavailable
+from ...indexer.events import Event
+from ..base import AppendResult, ClaimInfo, SessionMeta, WindowMeta
+from ..rowids import row_id, seq_sql, window_ranges
+from .hot import MAX_WORDS, MIN_DOCS, MIN_SHARE, common_words, hot_top, read_postings
 from .scope import scope_arms, scope_conditions
-from .sqlite_hot import MAX_WORDS, MIN_DOCS, MIN_SHARE, common_words, hot_top, read_postings
-from .sqlite_writer import SqliteWriter, is_full
+from .writer import SqliteWriter, is_full
 
 T = TypeVar("T")
 TIE_MARGIN = 64  # rows kept past the cut so that ties at the cut are usually seen whole
@@ -242,7 +242,7 @@ class SqliteAgentStore:
 
     async def optimize(self, *, min_docs: int = MIN_DOCS, min_share: float = MIN_SHARE,
                        max_words: int = MAX_WORDS) -> dict[str, Any]:
-        """Build postings for the words common enough (sqlite_hot.py), from scratch, and drop those
+        """Build postings for the words common enough (hot.py), from scratch, and drop those
         of words no longer among them. Reads run on a connection of their own, on a thread."""
         words = await asyncio.to_thread(common_words, self.path, min_docs=min_docs, min_share=min_share,
                                         max_words=max_words)
@@ -268,6 +268,9 @@ class SqliteAgentStore:
         await self._run(job)
 
     # -- reads -------------------------------------------------------------------------------
+
+    async def ping(self, reader: _Reader) -> None:
+        await reader.conn.execute_fetchall("SELECT 1 FROM windows LIMIT 1")
 
     async def meta_version(self, reader: _Reader) -> int:
         return (await reader.conn.execute_fetchall("SELECT value FROM meta WHERE key = 'meta_version'"))[0][0]
@@ -341,7 +344,7 @@ class SqliteAgentStore:
         this store last saw no window needing reconciliation the ranking does not look for any,
         and the head confirms it.
 
-        `hot` is the FTS5 token of a one-word query: when the word has postings (sqlite_hot.py) a
+        `hot` is the FTS5 token of a one-word query: when the word has postings (hot.py) a
         relevance search over the whole agent (`include` None) ranks from them instead of scoring
         every row that holds the word.
         """

@@ -1,0 +1,159 @@
+"""The session catalog search scopes with: every agent's sessions and windows, read whole once per
+process and then by the changes since (store meta versions), and what scoping derives from it."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable, Mapping
+
+from ..store.base import AgentStore, SessionMeta, WindowMeta
+from .visibility import Catalog
+
+# an agent's store, opened on first use; raises NotFound for an agent without one
+StoreLookup = Callable[[str], Awaitable[AgentStore]]
+
+
+@dataclass
+class AgentView:
+    version: int
+    keys: list[str]
+    windows: dict[int, WindowMeta]
+    windows_by_key: dict[str, list[WindowMeta]]
+    hot_wids: list[int]
+    incognito_hot: list[int]  # hot windows of incognito sessions: excluded from every search
+    visible_hot: set[int]  # hot windows of the other sessions
+    visible_cold: int  # cold windows of the other sessions (archivedTranscriptsExcluded)
+
+
+@dataclass
+class AgentRows:
+    """One agent's sessions and windows as last read, kept up to date from the changes since."""
+
+    version: int
+    sessions: dict[str, SessionMeta]
+    windows: dict[int, WindowMeta]
+
+    def apply(self, version: int, sessions: list[SessionMeta], windows: list[WindowMeta],
+              gone_keys: list[str], gone_wids: list[int]) -> None:
+        for key in gone_keys:  # deletions first: a row that exists now (re-created) is authoritative
+            self.sessions.pop(key, None)
+        for wid in gone_wids:
+            self.windows.pop(wid, None)
+        self.sessions.update((m.session_key, m) for m in sessions)
+        self.windows.update((w.wid, w) for w in windows)
+        self.version = version
+
+    def view(self) -> AgentView:
+        secret = {k for k, m in self.sessions.items() if m.incognito}
+        by_key: dict[str, list[WindowMeta]] = {}
+        hot, hidden, visible, cold = [], [], set(), 0
+        for wid in sorted(self.windows):
+            win = self.windows[wid]
+            by_key.setdefault(win.session_key, []).append(win)
+            if win.cold:
+                cold += win.session_key not in secret
+            elif win.session_key in secret:
+                hot.append(wid)
+                hidden.append(wid)
+            else:
+                hot.append(wid)
+                visible.add(wid)
+        return AgentView(self.version, list(self.sessions), dict(self.windows), by_key, hot, hidden, visible, cold)
+
+
+@dataclass
+class CatalogView:
+    """Session metadata of every agent at known meta versions, and what scoping derives from it."""
+
+    agents: dict[str, AgentView] = field(default_factory=dict)
+    catalog: Catalog = field(default_factory=lambda: Catalog({}))
+
+    @property
+    def agent_ids(self) -> list[str]:
+        return sorted(self.agents)
+
+    @property
+    def versions(self) -> dict[str, int]:
+        return {a: v.version for a, v in self.agents.items()}
+
+    def in_palette(self, key: str) -> bool:
+        """The Control UI palette leaves out ungrouped spawned sessions and subagent runs, and archived ones."""
+        meta = self.catalog.sessions.get(key)
+        if meta is None:
+            return False
+        if meta.archived_at is not None or meta.incognito:
+            return False
+        spawned = meta.spawned_by is not None or meta.kind == "subagent"
+        return not spawned or bool(meta.group)
+
+
+class CatalogCache:
+    """The catalog as this process last read it, refreshed from each agent's store by changes."""
+
+    def __init__(self, stores: Callable[[], Awaitable[Mapping[str, AgentStore]]], store: StoreLookup,
+                 listing_version: Callable[[], int]) -> None:
+        """`stores()` opens every agent's store and returns them by agent id; `store` looks one up;
+        `listing_version()` changes when an agent's store appears (Backend.listing_version)."""
+        self._stores = stores
+        self._store = store
+        self._listing_version = listing_version
+        self._view: CatalogView | None = None
+        self._lock = asyncio.Lock()
+        self._raw: dict[str, AgentRows] = {}  # per agent: the catalog rows as last read
+        self._listing_seen = 0
+
+    def invalidate(self) -> None:
+        """Metadata changed here: the next view reads the changes."""
+        self._view = None
+
+    def clear(self) -> None:
+        """Forget everything read (the stores are closing)."""
+        self._view = None
+        self._raw = {}
+
+    def note_window(self, agent_id: str, key: str, session_id: str) -> None:
+        """An append went to this window: invalidate unless the view holds it already."""
+        view = self._view
+        if view is None:
+            return
+        agent = view.agents.get(agent_id)
+        if agent is None or not any(w.session_id == session_id for w in agent.windows_by_key.get(key, ())):
+            self.invalidate()
+
+    async def view(self, deadline: float = math.inf, *, refresh: bool = False) -> CatalogView:
+        """The session catalog as of the agents' current meta versions.
+
+        Each agent's sessions and windows are read whole once; after that a refresh reads only the
+        rows stamped after the version this process last read (and the deletions), then derives
+        the scoping structures again in memory.
+        """
+        async with self._lock:
+            listing = self._listing_version()  # another process may have created an agent's store
+            if self._view is not None and not refresh and listing == self._listing_seen:
+                return self._view
+            self._listing_seen = listing
+            view = CatalogView()
+            sessions: dict[str, SessionMeta] = {}
+            for agent_id, store in sorted((await self._stores()).items()):
+                raw = self._raw.get(agent_id)
+                async with store.reader(deadline) as reader:
+                    version, whole, metas, windows, gone_keys, gone_wids = await store.meta_snapshot(
+                        reader, None if raw is None else raw.version)
+                if raw is None or whole:
+                    raw = self._raw[agent_id] = AgentRows(version, {m.session_key: m for m in metas},
+                                                          {w.wid: w for w in windows})
+                else:
+                    raw.apply(version, metas, windows, gone_keys, gone_wids)
+                sessions.update(raw.sessions)
+                view.agents[agent_id] = raw.view()
+            view.catalog = Catalog(sessions)
+            self._view = view
+            return view
+
+    async def meta_version(self, agent_id: str, deadline: float = math.inf) -> int:
+        """The agent's meta version as committed now (a view holding another one is stale)."""
+        store = await self._store(agent_id)
+        async with store.reader(deadline) as reader:
+            return await store.meta_version(reader)

@@ -1,0 +1,93 @@
+"""The SQLite shape: one database file per agent under `<data_dir>/agents/`, cold files beside."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+from typing import Iterable
+
+from ...errors import NotFound, Unavailable
+from ...keys import AGENT_ID_RE
+from ...settings import Settings
+from .store import SqliteAgentStore
+
+MIN_FREE_BYTES = 1 << 20  # less free on the data dir's disk and /readyz says the disk is full
+
+
+class SqliteBackend:
+    """The agents of one data dir: lists them and opens their stores (a Backend, store/base.py)."""
+
+    def __init__(self, data_dir: Path, settings: Settings, *, rows_in_sql: bool = False) -> None:
+        """`rows_in_sql`: reconciliation inserts index rows with one INSERT … SELECT (what a worker
+        process uses; see SqliteWriter._diff)."""
+        self.data_dir = Path(data_dir)
+        self.settings = settings
+        self.rows_in_sql = rows_in_sql
+        self.folder = self.data_dir / "agents"
+
+    async def open(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    async def close(self) -> None:
+        pass
+
+    def agent_ids(self) -> list[str]:
+        if not self.folder.is_dir():
+            return []
+        return sorted(p.stem for p in self.folder.glob("*.db") if AGENT_ID_RE.fullmatch(p.stem))
+
+    def listing_version(self) -> int:
+        """The agents folder's mtime: it moves when a database file appears or goes."""
+        try:
+            return os.stat(self.folder).st_mtime_ns
+        except OSError:
+            return 0
+
+    async def open_store(self, agent_id: str, *, create: bool = False) -> SqliteAgentStore:
+        path = self.folder / f"{agent_id}.db"
+        if not create and not path.exists():
+            raise NotFound(f"agent {agent_id!r} not found")
+        s = self.settings
+        return await SqliteAgentStore(path, agent_id, readers=s.readers_per_agent,
+                                      mmap_bytes=s.reader_mmap_mb << 20,
+                                      quiet_mmap_bytes=s.reader_quiet_mmap_mb << 20,
+                                      rows_in_sql=self.rows_in_sql,
+                                      cold_dir=self.data_dir / "cold" / agent_id).open()
+
+    async def check_ready(self) -> None:
+        if not self.folder.is_dir() or not os.access(self.folder, os.W_OK):
+            raise Unavailable(f"data dir {self.data_dir} is not writable")
+        free = _free_bytes(self.folder)
+        if free < MIN_FREE_BYTES:  # searches still answer; appends would not be stored
+            raise Unavailable(f"database or disk is full: the data dir {self.data_dir} has {free} bytes free, "
+                              "and writes fail until space is freed")
+
+    def agent_status(self) -> Iterable[tuple[str, dict[str, int]]]:
+        """Per agent database: window and message counts, read with a short-lived read-only connection."""
+        for agent_id in self.agent_ids():
+            path = self.folder / f"{agent_id}.db"
+            try:
+                conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+                try:
+                    row = conn.execute(
+                        "SELECT count(*), coalesce(sum(needs_rebuild), 0), coalesce(sum(messages), 0), "
+                        "coalesce(sum(CASE WHEN needs_rebuild = 0 THEN messages ELSE 0 END), 0) FROM windows"
+                    ).fetchone()
+                    try:  # a database this version has not opened yet has no postings tables
+                        hot = conn.execute("SELECT coalesce(sum(log_seq >= 0), 0), coalesce(sum(log_seq < 0), 0), "
+                                           "(SELECT count(*) FROM index_log) FROM hot_words").fetchone()
+                    except sqlite3.Error:
+                        hot = (0, 0, 0)
+                finally:
+                    conn.close()
+            except sqlite3.Error:
+                continue
+            yield agent_id, {"windows": row[0], "pending": row[1], "messages": row[2], "indexed_messages": row[3],
+                             "postings_usable": hot[0], "postings_stale": hot[1], "index_log_rows": hot[2]}
+
+
+def _free_bytes(folder: Path) -> int:
+    """Bytes this process may still write on the disk holding `folder` (root may use the reserve)."""
+    st = os.statvfs(folder)
+    return (st.f_bfree if os.geteuid() == 0 else st.f_bavail) * st.f_frsize
