@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import structlog
