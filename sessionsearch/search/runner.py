@@ -56,10 +56,24 @@ class Hit:
 
 
 @dataclass
+class SessionGroup:
+    """A session's hits in scope (resultMode "sessions"): how many, and the best."""
+
+    agent_id: str
+    session_key: str
+    hits: int
+    best: Hit
+
+    def sort_key(self, order: str) -> tuple:
+        return (*self.best.sort_key(order), self.session_key)
+
+
+@dataclass
 class Outcome:
     hits: list[Hit] = field(default_factory=list)
     more: bool = False
     dirty: dict[str, set[int]] = field(default_factory=dict)
+    groups: list[SessionGroup] = field(default_factory=list)  # resultMode "sessions"
 
 
 def plan_scopes(req: SearchRequest, viewer: Viewer, view: "CatalogView", agents: list[str]) -> dict[str, Scope]:
@@ -129,10 +143,7 @@ async def run_query(engine: "Engine", query: ParsedQuery, req: SearchRequest, sc
     if query.match is None:
         return out
     k = req.limit + 1
-    if versions is not None:  # a scope this view holds empty is checked before it answers nothing
-        for scope in scopes.values():
-            if not scope.wids and await engine.meta_version(scope.agent_id, deadline) != versions.get(scope.agent_id):
-                raise MetaChanged(scope.agent_id)
+    await check_empty_scopes(engine, scopes, versions, deadline)
     tasks = [_agent_top(engine, scope, query, req, k, versions, deadline)
              for scope in scopes.values() if scope.wids]
     per_agent = [await tasks[0]] if len(tasks) == 1 else await asyncio.gather(*tasks)
@@ -150,13 +161,22 @@ async def run_query(engine: "Engine", query: ParsedQuery, req: SearchRequest, sc
     return out
 
 
+async def check_empty_scopes(engine: "Engine", scopes: dict[str, Scope], versions: dict[str, int] | None,
+                             deadline: float) -> None:
+    """A scope this view holds empty is checked before it answers nothing (MetaChanged if stale)."""
+    if versions is not None:
+        for scope in scopes.values():
+            if not scope.wids and await engine.meta_version(scope.agent_id, deadline) != versions.get(scope.agent_id):
+                raise MetaChanged(scope.agent_id)
+
+
 async def _agent_top(engine: "Engine", scope: Scope, query: ParsedQuery, req: SearchRequest, k: int,
                      versions: dict[str, int] | None, deadline: float) -> tuple[str, list[Hit], bool, set[int]]:
     store = await engine.store(scope.agent_id)
     async with store.reader(deadline) as reader:
         version, dirty, rows = await store.search_top(
             reader, query.match, k=k, order=req.order, include=scope.include, exclude=scope.exclude, role=req.role,
-            hot=query.hot_token)
+            hot=query.hot_token, since=req.since, until=req.until)
     if versions is not None and version != versions.get(scope.agent_id):
         raise MetaChanged(scope.agent_id)
     # a row of a window no longer in the catalog (an orphan awaiting the sweep) is never a hit
@@ -179,44 +199,123 @@ async def _cjk_retry(engine: "Engine", query: ParsedQuery, req: SearchRequest, s
         store = await engine.store(scope.agent_id)
         async with store.reader(deadline) as reader:
             total, rows = await store.scan_substrings(reader, query.cjk_words, rest, include=scope.include,
-                                                      exclude=scope.exclude, role=req.role, k=req.limit + 1)
+                                                      exclude=scope.exclude, role=req.role, k=req.limit + 1,
+                                                      since=req.since, until=req.until)
         more |= total > req.limit
         hits += [Hit(scope.agent_id, r[0], r[1], r[2], r[3], r[4]) for r in rows if wid_of(r[0]) in scope.wids]
     return hits, more
 
 
-def render(engine: "Engine", outcome: Outcome, query: ParsedQuery, req: SearchRequest, view: "CatalogView",
-           *, indexing: bool, archived: int, agent_facing: bool) -> dict[str, Any]:
-    """The response: hits with snippets, within the byte budget, and the flags."""
-    settings = engine.settings
-    response: dict[str, Any] = {"results": []}
+async def run_sessions_query(engine: "Engine", query: ParsedQuery, req: SearchRequest, scopes: dict[str, Scope],
+                             view: "CatalogView", versions: dict[str, int] | None, deadline: float) -> Outcome:
+    """resultMode "sessions": per session in scope, its hits in scope counted and the best one, the
+    sessions ordered by their best hits; raises MetaChanged as run_query does."""
+    out = Outcome()
+    if query.match is None:
+        return out
+    await check_empty_scopes(engine, scopes, versions, deadline)
+
+    async def agent_rows(scope: Scope, substrings: bool) -> tuple[str, list[tuple]]:
+        store = await engine.store(scope.agent_id)
+        async with store.reader(deadline) as reader:
+            if substrings:  # the CJK retry, per window
+                _, rows = await store.scan_substrings(
+                    reader, query.cjk_words, query.without_cjk(), include=scope.include, exclude=scope.exclude,
+                    role=req.role, k=0, since=req.since, until=req.until, per_window=req.order)
+            else:
+                version, dirty, rows = await store.search_sessions(
+                    reader, query.match, order=req.order, include=scope.include, exclude=scope.exclude,
+                    role=req.role, since=req.since, until=req.until)
+                if versions is not None and version != versions.get(scope.agent_id):
+                    raise MetaChanged(scope.agent_id)
+                if dirty & scope.wids:
+                    out.dirty[scope.agent_id] = dirty & scope.wids
+        return scope.agent_id, [r for r in rows if wid_of(r[0]) in scope.wids]
+
+    live = [scope for scope in scopes.values() if scope.wids]
+    per_agent = await asyncio.gather(*(agent_rows(scope, False) for scope in live))
+    if not any(rows for _, rows in per_agent) and query.cjk_words:
+        per_agent = [await agent_rows(scope, True) for scope in live]
+    groups: dict[tuple[str, str], SessionGroup] = {}
+    for agent_id, rows in per_agent:
+        windows = view.agents[agent_id].windows
+        for rid, rank, mid, ts, text, n in rows:
+            win = windows.get(wid_of(rid))
+            if win is None:
+                continue
+            best = Hit(agent_id, rid, rank, mid, ts, text)
+            group = groups.get((agent_id, win.session_key))
+            if group is None:
+                groups[(agent_id, win.session_key)] = SessionGroup(agent_id, win.session_key, n, best)
+                continue
+            group.hits += n
+            if best.sort_key(req.order) < group.best.sort_key(req.order):
+                group.best = best
+    out.groups = sorted(groups.values(), key=lambda g: g.sort_key(req.order))
+    out.more = len(out.groups) > req.limit
+    out.groups = out.groups[:req.limit]
+    return out
+
+
+def render_sessions(engine: "Engine", outcome: Outcome, query: ParsedQuery, view: "CatalogView",
+                    flags: dict[str, Any]) -> dict[str, Any]:
+    """resultMode "sessions": each session with its label, hit count and best hit, within the budget."""
+    terms = [fold(t) for t in query.terms]
+    items = []
+    for group in outcome.groups:
+        best = hit_item(engine, view, group.best, terms, query)
+        if best is None:
+            continue
+        meta = view.catalog.sessions.get(group.session_key)
+        items.append({"sessionKey": group.session_key, "sessionId": best["sessionId"],
+                      "label": meta.label if meta is not None else None, "hits": group.hits, "best": best})
+    return fit(engine, {"results": []}, flags, items, outcome.more)
+
+
+def response_flags(*, indexing: bool, archived: int, agent_facing: bool) -> dict[str, Any]:
     flags: dict[str, Any] = {}
-    truncated = outcome.more
     if indexing:
         flags["indexing"] = True
     if archived:
         flags["archivedTranscriptsExcluded"] = archived
     if indexing and agent_facing:
         flags["warning"] = INDEXING_WARNING
-    # reserve room for every flag that may still be set, so appending a hit never breaks the budget
-    envelope = len(json.dumps({**response, **flags, "truncated": True}, ensure_ascii=False).encode())
+    return flags
+
+
+def render(engine: "Engine", outcome: Outcome, query: ParsedQuery, view: "CatalogView", flags: dict[str, Any]
+           ) -> dict[str, Any]:
+    """The response: hits with snippets, within the byte budget, and the flags."""
     terms = [fold(t) for t in query.terms]
-    items = []
-    for hit in outcome.hits:
-        win = view.agents[hit.agent_id].windows.get(wid_of(hit.rid))
-        if win is None:
-            continue
-        text = redact(hit.text) if settings.redact_snippets else hit.text
-        items.append({
-            "sessionKey": win.session_key,
-            "sessionId": win.session_id,
-            "messageId": hit.message_id,
-            "role": "assistant" if hit.rid & 1 else "user",
-            "timestamp": hit.ts,
-            "snippet": snippet(text, terms, max_units=settings.snippet_max_units, prefix_last=query.prefix),
-            "score": round(-hit.rank, 6),
-        })
-    budget = settings.search_response_max_bytes
+    items = [item for hit in outcome.hits if (item := hit_item(engine, view, hit, terms, query)) is not None]
+    return fit(engine, {"results": []}, flags, items, outcome.more)
+
+
+def hit_item(engine: "Engine", view: "CatalogView", hit: Hit, terms: list[str], query: ParsedQuery
+             ) -> dict[str, Any] | None:
+    """A hit as the response shows it; None when its window left the catalog."""
+    settings = engine.settings
+    win = view.agents[hit.agent_id].windows.get(wid_of(hit.rid))
+    if win is None:
+        return None
+    text = redact(hit.text) if settings.redact_snippets else hit.text
+    return {
+        "sessionKey": win.session_key,
+        "sessionId": win.session_id,
+        "messageId": hit.message_id,
+        "role": "assistant" if hit.rid & 1 else "user",
+        "timestamp": hit.ts,
+        "snippet": snippet(text, terms, max_units=settings.snippet_max_units, prefix_last=query.prefix),
+        "score": round(-hit.rank, 6),
+    }
+
+
+def fit(engine: "Engine", response: dict[str, Any], flags: dict[str, Any], items: list[dict[str, Any]],
+        truncated: bool) -> dict[str, Any]:
+    """`response` with as many of `items` as the byte budget holds, then the flags."""
+    # reserve room for every flag that may still be set, so appending an item never breaks the budget
+    envelope = len(json.dumps({**response, **flags, "truncated": True}, ensure_ascii=False).encode())
+    budget = engine.settings.search_response_max_bytes
     if envelope + len(json.dumps(items, ensure_ascii=False).encode()) <= budget:
         response["results"] = items  # the usual case: all of it fits, measured once
     else:  # hit by hit, skipping any that would break the budget
@@ -237,17 +336,24 @@ def render(engine: "Engine", outcome: Outcome, query: ParsedQuery, req: SearchRe
 async def search(engine: "Engine", req: SearchRequest, *, agent_facing: bool = False) -> dict[str, Any]:
     started = time.monotonic()
     deadline = started + engine.settings.search_time_limit_ms / 1000
+    sessions = req.result_mode == "sessions"
+
+    async def run(query: ParsedQuery, versions: dict[str, int] | None) -> Outcome:
+        if sessions:
+            return await run_sessions_query(engine, query, req, scopes, view, versions, deadline)
+        return await run_query(engine, query, req, scopes, versions, deadline)
+
     for attempt in range(4):
         view = await engine.catalog_view(deadline, refresh=attempt > 0)
         viewer = Viewer(engine.settings, req.requester, view.catalog)
         scopes = plan_scopes(req, viewer, view, view.agent_ids)
         try:
-            outcomes = [await run_query(engine, q, req, scopes, view.versions, deadline) for q in req.queries]
+            outcomes = [await run(q, view.versions) for q in req.queries]
             break
         except MetaChanged:
             continue
     else:  # metadata kept changing: answer from the last scope rather than spin
-        outcomes = [await run_query(engine, q, req, scopes, None, deadline) for q in req.queries]
+        outcomes = [await run(q, None) for q in req.queries]
     archived = sum(s.archived for s in scopes.values())
     dirty: dict[str, set[int]] = {}
     for outcome in outcomes:
@@ -257,7 +363,8 @@ async def search(engine: "Engine", req: SearchRequest, *, agent_facing: bool = F
     if dirty:
         reachable = await engine.enqueue_reconcile(dirty)
     indexing = bool(dirty) or not reachable
-    states = [render(engine, o, q, req, view, indexing=indexing, archived=archived, agent_facing=agent_facing)
+    flags = response_flags(indexing=indexing, archived=archived, agent_facing=agent_facing)
+    states = [(render_sessions if sessions else render)(engine, o, q, view, dict(flags))
               for o, q in zip(outcomes, req.queries)]
     log.info("search.done", agents=len(scopes), queries=len(req.queries), indexing=indexing,
              hits=sum(len(s["results"]) for s in states), dirty_windows=sum(len(w) for w in dirty.values()),
@@ -266,3 +373,4 @@ async def search(engine: "Engine", req: SearchRequest, *, agent_facing: bool = F
     if req.batch:
         return {"states": states}
     return states[0]
+
