@@ -67,24 +67,26 @@ MAX_ID = (1 << 63) - 1
 
 async def id_bounds(conn, since: int | None, until: int | None) -> tuple[int, int] | None:
     """(lo, hi) holding the id of every indexed message with since <= ts < until, (1, 0) when there
-    is none, or None when the range is too long to be worth narrowing to."""
-    (first, last), = await conn.execute_fetchall(
-        "SELECT (SELECT min(ts) FROM events INDEXED BY events_by_ts WHERE text IS NOT NULL), "
-        "(SELECT max(ts) FROM events INDEXED BY events_by_ts WHERE text IS NOT NULL)")
+    is none, or None when the range is too long to be worth narrowing to. One statement: the time
+    span first (two index probes), the ids only for a range short against it."""
+    (first, last, lo, hi, n), = await conn.execute_fetchall(
+        "WITH span AS MATERIALIZED (SELECT "
+        "(SELECT min(ts) FROM events INDEXED BY events_by_ts WHERE text IS NOT NULL) AS first, "
+        "(SELECT max(ts) FROM events INDEXED BY events_by_ts WHERE text IS NOT NULL) AS last), "
+        "r AS MATERIALIZED (SELECT first, last, max(coalesce(:since, first), first) AS lo, "
+        "min(coalesce(:until, last + 1), last + 1) AS hi FROM span) "
+        "SELECT r.first, r.last, b.* FROM r, (SELECT min(id), max(id), count(*) FROM (SELECT e.id FROM r, "
+        "events AS e INDEXED BY events_by_ts WHERE e.text IS NOT NULL AND e.ts >= r.lo AND e.ts < r.hi "
+        "AND (r.hi - r.lo) * :share <= r.last + 1 - r.first LIMIT :cap)) AS b",
+        {"since": since, "until": until, "share": NARROW_SHARE, "cap": NARROW_MAX_ROWS})
     if first is None:
         return (1, 0)
     lo_ts = first if since is None else max(since, first)
     hi_ts = last + 1 if until is None else min(until, last + 1)
     if lo_ts >= hi_ts:
         return (1, 0)
-    if (hi_ts - lo_ts) * NARROW_SHARE > last + 1 - first:
-        return None
-    (lo, hi, n), = await conn.execute_fetchall(
-        "SELECT min(id), max(id), count(*) FROM (SELECT id FROM events INDEXED BY events_by_ts "
-        "WHERE text IS NOT NULL AND ts >= :lo AND ts < :hi LIMIT :cap)",
-        {"lo": lo_ts, "hi": hi_ts, "cap": NARROW_MAX_ROWS})
-    if n >= NARROW_MAX_ROWS:
-        return None
+    if (hi_ts - lo_ts) * NARROW_SHARE > last + 1 - first or n >= NARROW_MAX_ROWS:
+        return None  # the statement read no ids (too long against the span), or stopped at the cap
     return (lo, hi) if n else (1, 0)
 
 
