@@ -69,6 +69,27 @@ async def test_limit_counts_sessions_and_truncated_says_more_sessions_matched(tm
         assert [s["sessionKey"] for s in three["results"]][:2] == [s["sessionKey"] for s in two["results"]]
 
 
+async def test_sessions_found_only_far_down_the_hits_are_reached_exactly(tmp_path):
+    """150 strong hits in one session come before any other session's: the top hits are taken
+    again, more each time, until they hold one session past the limit (with postings too)."""
+    async with engine_at(tmp_path) as engine:
+        await engine.append(A, _timed("a", [("user", "audit audit", BASE_TS + i) for i in range(150)]))
+        await engine.append(B, _timed("b", [("user", "audit of the accounts, a long look at them", BASE_TS + 500),
+                                            ("user", "audit of the accounts, a longer look at all them", BASE_TS + 1)]))
+        await engine.append(C, _timed("c", [("user", "audit of the accounts, a much longer look at them all",
+                                             BASE_TS + 600)]))
+        expected = [(A, 150, "a150"), (B, 2, "b1")]
+        result = await engine.search(query="audit", resultMode="sessions", limit=2)
+        assert _summary(result) == expected and result["truncated"] is True
+        assert _summary(await engine.search(query="audit", resultMode="sessions", limit=3)) == \
+            [*expected, (C, 1, "c1")]
+        await engine.optimize(min_docs=50, min_share=0)
+        await engine.search(query="audit")  # the store learns which words have postings
+        assert "audit" in (await engine.store("main"))._hot_seen[1]
+        again = await engine.search(query="audit", resultMode="sessions", limit=2)
+        assert _summary(again) == expected and again["truncated"] is True
+
+
 async def test_recent_order_ranks_sessions_by_their_newest_hit(tmp_path):
     async with engine_at(tmp_path) as engine:
         await _three(engine)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -74,6 +74,7 @@ class Outcome:
     more: bool = False
     dirty: dict[str, set[int]] = field(default_factory=dict)
     groups: list[SessionGroup] = field(default_factory=list)  # resultMode "sessions"
+    substrings: bool = False  # the hits came from the CJK substring retry
 
 
 def plan_scopes(req: SearchRequest, viewer: Viewer, view: "CatalogView", agents: list[str]) -> dict[str, Scope]:
@@ -154,6 +155,7 @@ async def run_query(engine: "Engine", query: ParsedQuery, req: SearchRequest, sc
             out.dirty[agent_id] = dirty
     if not out.hits and query.cjk_words:
         out.hits, out.more = await _cjk_retry(engine, query, req, scopes, deadline)
+        out.substrings = True
     out.hits.sort(key=lambda h: h.sort_key(req.order))
     if len(out.hits) > req.limit:
         out.more = True
@@ -208,52 +210,44 @@ async def _cjk_retry(engine: "Engine", query: ParsedQuery, req: SearchRequest, s
 
 async def run_sessions_query(engine: "Engine", query: ParsedQuery, req: SearchRequest, scopes: dict[str, Scope],
                              view: "CatalogView", versions: dict[str, int] | None, deadline: float) -> Outcome:
-    """resultMode "sessions": per session in scope, its hits in scope counted and the best one, the
-    sessions ordered by their best hits; raises MetaChanged as run_query does."""
-    out = Outcome()
-    if query.match is None:
-        return out
-    await check_empty_scopes(engine, scopes, versions, deadline)
+    """resultMode "sessions": the sessions in the order of their best hits, each with its hits in
+    scope counted; raises MetaChanged as run_query does.
 
-    async def agent_rows(scope: Scope, substrings: bool) -> tuple[str, list[tuple]]:
-        store = await engine.store(scope.agent_id)
+    A session's best hit is where it first appears in the messages order, so the top hits (exact,
+    postings included) give the first sessions; more are taken, four times as many each round,
+    until they hold one session past `limit` or every match. Counting needs no score: one cheap
+    statement per agent over the windows of the sessions chosen.
+    """
+    k = max(4 * (req.limit + 1), 32)
+    while True:
+        top = await run_query(engine, query, replace(req, limit=k), scopes, versions, deadline)
+        groups: dict[tuple[str, str], SessionGroup] = {}
+        for hit in top.hits:  # best first: a session's first hit is its best
+            win = view.agents[hit.agent_id].windows.get(wid_of(hit.rid))
+            if win is not None and (hit.agent_id, win.session_key) not in groups:
+                groups[(hit.agent_id, win.session_key)] = SessionGroup(hit.agent_id, win.session_key, 0, hit)
+        if len(groups) > req.limit or not top.more:
+            break
+        k *= 4
+    out = Outcome(more=len(groups) > req.limit, dirty=top.dirty)
+    out.groups = sorted(groups.values(), key=lambda g: g.sort_key(req.order))[:req.limit]
+    for agent_id in {g.agent_id for g in out.groups}:
+        scope, agent = scopes[agent_id], view.agents[agent_id]
+        mine = [g for g in out.groups if g.agent_id == agent_id]
+        wids = [w.wid for g in mine for w in agent.windows_by_key.get(g.session_key, ()) if w.wid in scope.wids]
+        store = await engine.store(agent_id)
+        # read a statement after the ranking: a message stored in between may be counted
         async with store.reader(deadline) as reader:
-            if substrings:  # the CJK retry, per window
+            if top.substrings:
                 _, rows = await store.scan_substrings(
-                    reader, query.cjk_words, query.without_cjk(), include=scope.include, exclude=scope.exclude,
-                    role=req.role, k=0, since=req.since, until=req.until, per_window=req.order)
+                    reader, query.cjk_words, query.without_cjk(), include=sorted(wids), exclude=None,
+                    role=req.role, k=0, since=req.since, until=req.until, per_window=True)
+                counts = dict(rows)
             else:
-                version, dirty, rows = await store.search_sessions(
-                    reader, query.match, order=req.order, include=scope.include, exclude=scope.exclude,
-                    role=req.role, since=req.since, until=req.until)
-                if versions is not None and version != versions.get(scope.agent_id):
-                    raise MetaChanged(scope.agent_id)
-                if dirty & scope.wids:
-                    out.dirty[scope.agent_id] = dirty & scope.wids
-        return scope.agent_id, [r for r in rows if wid_of(r[0]) in scope.wids]
-
-    live = [scope for scope in scopes.values() if scope.wids]
-    per_agent = await asyncio.gather(*(agent_rows(scope, False) for scope in live))
-    if not any(rows for _, rows in per_agent) and query.cjk_words:
-        per_agent = [await agent_rows(scope, True) for scope in live]
-    groups: dict[tuple[str, str], SessionGroup] = {}
-    for agent_id, rows in per_agent:
-        windows = view.agents[agent_id].windows
-        for rid, rank, mid, ts, text, n in rows:
-            win = windows.get(wid_of(rid))
-            if win is None:
-                continue
-            best = Hit(agent_id, rid, rank, mid, ts, text)
-            group = groups.get((agent_id, win.session_key))
-            if group is None:
-                groups[(agent_id, win.session_key)] = SessionGroup(agent_id, win.session_key, n, best)
-                continue
-            group.hits += n
-            if best.sort_key(req.order) < group.best.sort_key(req.order):
-                group.best = best
-    out.groups = sorted(groups.values(), key=lambda g: g.sort_key(req.order))
-    out.more = len(out.groups) > req.limit
-    out.groups = out.groups[:req.limit]
+                counts = await store.count_matches(reader, query.match, wids, role=req.role, since=req.since,
+                                                   until=req.until)
+        for group in mine:
+            group.hits = sum(counts.get(w.wid, 0) for w in agent.windows_by_key.get(group.session_key, ()))
     return out
 
 

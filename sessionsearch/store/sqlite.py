@@ -25,7 +25,7 @@ from ..indexer.events import Event
 from .base import AppendResult, ClaimInfo, SessionMeta, WindowMeta
 from .rowids import row_id, seq_sql, window_ranges
 from .scope import id_bounds, range_conditions, scope_arms, scope_conditions
-from .sqlite_sessions import sessions_top
+from .sqlite_sessions import count_matches
 from .sqlite_substrings import scan_substrings
 from .sqlite_hot import MAX_WORDS, MIN_DOCS, MIN_SHARE, common_words, hot_top, read_postings
 from .sqlite_writer import SqliteWriter, is_full
@@ -411,14 +411,11 @@ class SqliteAgentStore:
                 for rid, _ in top if rid in shown or not rid]
         return head[1], seen_dirty, hits
 
-    async def search_sessions(self, reader: _Reader, match: str, *, order: str, include: list[int] | None,
-                              exclude: list[int] | None, role: str | None, since: int | None = None,
-                              until: int | None = None) -> tuple[int, frozenset[int], list[tuple]]:
-        """The meta version, the dirty windows, and each window's best match in scope with its count
-        (sqlite_sessions.py); windows needing reconciliation never match."""
-        return await sessions_top(reader.conn, match, order=order, include=include, exclude=exclude, role=role,
-                                  since=since, until=until, head_sql=self._HEAD_SQL, ts_join=self._TS_JOIN,
-                                  hot_seen=self._hot_seen[0])
+    async def count_matches(self, reader: _Reader, match: str, wids: list[int], *, role: str | None,
+                            since: int | None = None, until: int | None = None) -> dict[int, int]:
+        """Matching rows per window of `wids` (sqlite_sessions.py), for resultMode "sessions"."""
+        return await count_matches(reader.conn, match, wids, role=role, since=since, until=until,
+                                   ts_join=self._TS_JOIN)
 
     async def _ranked_shown(self, reader: _Reader, match: str, k: int, order: str, arms: list[tuple[str, list[str]]],
                             params: dict[str, Any], seen_version: int | None, ranged: bool = False
@@ -491,7 +488,7 @@ class SqliteAgentStore:
     async def scan_substrings(self, reader: _Reader, needles: list[str], match: str | None, *,
                               include: list[int] | None, exclude: list[int] | None, role: str | None,
                               k: int, since: int | None = None, until: int | None = None,
-                              per_window: str | None = None) -> tuple[int, list[tuple]]:
+                              per_window: bool = False) -> tuple[int, list[tuple]]:
         """The CJK retry (sqlite_substrings.py)."""
         return await scan_substrings(reader.conn, needles, match, include=include, exclude=exclude, role=role, k=k,
                                      since=since, until=until, per_window=per_window)
