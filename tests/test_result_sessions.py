@@ -75,7 +75,7 @@ async def test_sessions_found_only_far_down_the_hits_are_reached_exactly(tmp_pat
     async with engine_at(tmp_path) as engine:
         await engine.append(A, _timed("a", [("user", "audit audit", BASE_TS + i) for i in range(150)]))
         await engine.append(B, _timed("b", [("user", "audit of the accounts, a long look at them", BASE_TS + 500),
-                                            ("user", "audit of the accounts, a longer look at all them", BASE_TS + 1)]))
+                                            ("user", "audit of the accounts, a longer look at all", BASE_TS + 1)]))
         await engine.append(C, _timed("c", [("user", "audit of the accounts, a much longer look at them all",
                                              BASE_TS + 600)]))
         expected = [(A, 150, "a150"), (B, 2, "b1")]

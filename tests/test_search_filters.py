@@ -127,7 +127,8 @@ async def test_common_words_with_postings_answer_a_range_exactly(tmp_path):
 def _oracle(db, word: str, since: int | None, until: int | None, order: str, limit: int) -> list[tuple]:
     """The expected hits from FTS5 alone, every match ranked and filtered in Python."""
     with sqlite3.connect(db) as conn:
-        rows = conn.execute("SELECT mid, bm25(msg_fts), ts FROM msg_fts WHERE msg_fts MATCH ?", (f'"{word}"',)).fetchall()
+        rows = conn.execute("SELECT mid, bm25(msg_fts), ts FROM msg_fts WHERE msg_fts MATCH ?",
+                            (f'"{word}"',)).fetchall()
     rows = [r for r in rows if (since is None or r[2] >= since) and (until is None or r[2] < until)]
     rows.sort(key=(lambda r: (-r[2], r[0])) if order == "recent" else (lambda r: (r[1], -r[2], r[0])))
     return [(mid, round(-rank, 6)) for mid, rank, _ in rows[:limit]]

@@ -373,9 +373,12 @@ class SqliteAgentStore:
             finally:
                 if reader.conn.in_transaction:
                     await reader.conn.execute("COMMIT")
+        # `recent` over a short range scores the few rows in it as it sorts them, sparing the
+        # statement below, whose cost is a walk of the word's whole doclist
+        scores: dict[int, float] | None = {} if order == "recent" and bounds is not None else None
         if top is None:
             top, shown, head = await self._ranked_shown(reader, match, k, order, arms, params, seen_version,
-                                                        ranged)
+                                                        ranged, scores)
         if top is None:  # a tie through the sorter's whole margin: every match in scope, both id ranges
             where = scope_conditions(include, exclude, role, params, dirty=filtered)
             where += range_conditions(since, until, bounds, params, "msg_fts.ts")
@@ -398,7 +401,9 @@ class SqliteAgentStore:
                                              role=role, hot=hot, since=since, until=until)
         await self._fit_mapping(reader, head[6])  # after the retry above, which fits it itself
         ranks = {r[0]: r[1] for r in top}
-        if order == "recent" and top:
+        if scores and all(rid in scores for rid, _ in top if rid):
+            ranks = scores
+        elif order == "recent" and top:
             # bm25 of the shown rows only: a walk of the doclist that reads no row, bm25 evaluated
             # where the id is listed. `+rowid` keeps the list from being handed to FTS5 as rowid
             # lookups, each of which would recount the phrase's documents (10x slower, measured).
@@ -418,7 +423,8 @@ class SqliteAgentStore:
                                    ts_join=self._TS_JOIN)
 
     async def _ranked_shown(self, reader: _Reader, match: str, k: int, order: str, arms: list[tuple[str, list[str]]],
-                            params: dict[str, Any], seen_version: int | None, ranged: bool = False
+                            params: dict[str, Any], seen_version: int | None, ranged: bool = False,
+                            scores: dict[int, float] | None = None
                             ) -> tuple[list[tuple] | None, dict[int, tuple], tuple | None]:
         """The ranking (bm25, or newest first for "recent"), what its rows show and the head row,
         in one statement: at least the top `k` as (id, sort value), plus (0, inf) when more matched.
@@ -426,19 +432,22 @@ class SqliteAgentStore:
         Each of `arms` (FROM clause, conditions) is ranked by its own bounded sorter; their rows
         are merged here. Returns (top, shown, head); all None/empty when a tie runs through the
         sorter's whole margin (`_materialized` then ranks every match, and a second statement reads
-        what those rows show). `ranged`: the conditions test `t.ts`, from the narrow index `recent`
-        sorts by (testing the FTS5 content rows' ts cost 4x as much for a 10% word). Wrapping the scan in a subquery costs it nothing measurable (0.3%
+        what those rows show). Wrapping the scan in a subquery costs it nothing measurable (0.3%
         and 1% words, mapped or not); the rows past the k-th fetch their text too, ~1 µs each.
+        `ranged`: the conditions test `t.ts`, from the narrow index `recent` sorts by (testing the
+        FTS5 content rows' ts cost 4x as much for a 10% word). `scores`, when given, receives the
+        bm25 of every row ranked (for `recent`, which does not sort by it).
         """
         key, direction = ("bm25(msg_fts)", "") if order != "recent" else ("t.ts", " DESC")
         join = self._TS_JOIN if order == "recent" or ranged else ""
+        score = "bm25(msg_fts)" if scores is not None else "NULL"
         params["k2"] = k + TIE_MARGIN
         sorters = " UNION ALL ".join(
-            f"SELECT * FROM (SELECT msg_fts.rowid AS id, {key} AS key FROM {source}{join} WHERE "
+            f"SELECT * FROM (SELECT msg_fts.rowid AS id, {key} AS key, {score} AS score FROM {source}{join} WHERE "
             f"{' AND '.join(['msg_fts MATCH :match', *where])} ORDER BY {key}{direction} LIMIT :k2)"
             for source, where in arms)
         rows = await reader.conn.execute_fetchall(
-            f"SELECT top.id, top.key, e.event_id, e.ts, e.text, NULL, NULL FROM ({sorters}) top "
+            f"SELECT top.id, top.key, e.event_id, e.ts, e.text, top.score, NULL FROM ({sorters}) top "
             f"LEFT JOIN events e ON e.id = top.id UNION ALL {self._HEAD_SQL}",
             {**params, "seen": seen_version, "hot_seen": self._hot_seen[0]})
         head = rows[-1]  # UNION ALL: the head row comes last
@@ -446,6 +455,8 @@ class SqliteAgentStore:
         top = self._cut([(r[0], r[1]) for r in ranked], k)
         if top is None:
             return None, {}, None
+        if scores is not None:
+            scores.update((r[0], r[5]) for r in ranked)
         # an index row whose transcript row is gone shows nothing, as with the inner join of the
         # second statement (events.ts is never NULL)
         return top, {r[0]: (r[0], r[2], r[3], r[4]) for r in ranked if r[3] is not None}, head
