@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 
-from .helpers import BASE_TS, chain, engine_at, ids, msg
+from .helpers import BASE_TS, chain, engine_at, ids, leaf, msg
 from .server import Server
 
 A, B, C = "agent:main:a", "agent:main:b", "agent:main:c"
@@ -143,6 +143,16 @@ async def test_windows_needing_reconciliation_are_left_out_and_the_agent_is_warn
         await engine.reconcile_pending()
         after = await engine.search(query="loan", resultMode="sessions", limit=25)
         assert ("agent:main:imported", 1, "i1") in _summary(after) and "indexing" not in after
+
+
+async def test_a_window_needing_reconciliation_is_not_counted_beside_a_clean_one(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        await engine.append(A, chain("old", [("user", "budget old")]), sessionId="w1")
+        await engine.rotate(A, "w2")
+        await engine.append(A, chain("new", [("user", "budget new"), ("assistant", "budget more")]), sessionId="w2")
+        await engine.append(A, [leaf("l1", "new2", "new1")], sessionId="w2")  # a rewind: w2 needs rebuilding
+        result = await engine.search(query="budget", resultMode="sessions")
+        assert _summary(result) == [(A, 1, "old1")] and result["indexing"] is True
 
 
 async def test_archived_sessions_are_counted_out_and_the_budget_holds(tmp_path):

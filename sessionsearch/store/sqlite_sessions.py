@@ -9,15 +9,16 @@ from .scope import id_bounds, range_conditions, scope_arms
 
 async def count_matches(conn, match: str, wids: list[int], *, role: str | None, since: int | None,
                         until: int | None, ts_join: str) -> dict[int, int]:
-    """How many rows of each window in `wids` match, in the role and the time range. No score is
-    computed, so this reads only the doclist (and the timestamps when ranged)."""
+    """How many rows of each window in `wids` match, in the role and the time range, leaving out
+    windows needing reconciliation (their rows may be stale). No score is computed, so this reads
+    only the doclist (and the timestamps when ranged)."""
     if not wids:
         return {}
     params: dict[str, Any] = {"match": match}
     ranged = since is not None or until is not None
     in_range = range_conditions(since, until, await id_bounds(conn, since, until) if ranged else None, params, "t.ts")
     counts: dict[int, int] = {}
-    for source, where in scope_arms(sorted(wids), None, role, params, dirty=False):
+    for source, where in scope_arms(sorted(wids), None, role, params):  # windows needing reconciliation: none
         cond = " AND ".join(["msg_fts MATCH :match", *where, *in_range])
         wid = wid_sql("msg_fts.rowid")
         for w, n in await conn.execute_fetchall(
