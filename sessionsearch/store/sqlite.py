@@ -25,9 +25,9 @@ from ..indexer.events import Event
 from .base import AppendResult, ClaimInfo, SessionMeta, WindowMeta
 from .rowids import row_id, seq_sql, window_ranges
 from .scope import id_bounds, range_conditions, scope_arms, scope_conditions
+from .sqlite_hot import MAX_WORDS, MIN_DOCS, MIN_SHARE, common_words, hot_top, read_postings
 from .sqlite_sessions import count_matches
 from .sqlite_substrings import scan_substrings
-from .sqlite_hot import MAX_WORDS, MIN_DOCS, MIN_SHARE, common_words, hot_top, read_postings
 from .sqlite_writer import SqliteWriter, is_full
 
 T = TypeVar("T")
