@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -36,6 +37,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=10)
     p.add_argument("--prefix", action="store_true", help="the last word may be a prefix")
     p.add_argument("--recent", action="store_true", help="newest first instead of by relevance")
+    p.add_argument("--since", help="only messages at or after this time (ISO 8601 like 2026-01-01, or epoch ms)")
+    p.add_argument("--until", help="only messages before this time (ISO 8601 or epoch ms)")
+    p.add_argument("--sessions", action="store_true",
+                   help="one result per session: its best hit and how many hits it has (limit counts sessions)")
     p.add_argument("--requester", help="search as this session key (visibility rules apply)")
 
     p = sub.add_parser("history", help="read a session's messages")
@@ -115,6 +120,10 @@ def _print_search(result: dict[str, Any]) -> None:
         print(f"{n:>2}. {_when(hit['timestamp'])}  {hit['role']:<9} {hit['sessionKey']}  "
               f"[{hit['sessionId']} / {hit['messageId']}]  score {hit['score']:.3f}")
         print(f"    {hit['snippet']}")
+    _print_notes(result)
+
+
+def _print_notes(result: dict[str, Any]) -> None:
     notes = []
     if result.get("truncated"):
         notes.append("more matches exist; refine the query")
@@ -124,6 +133,18 @@ def _print_search(result: dict[str, Any]) -> None:
         notes.append(f"{result['archivedTranscriptsExcluded']} archived transcript(s) not searched")
     for note in notes:
         print(f"({note})")
+
+
+def _print_sessions(result: dict[str, Any]) -> None:
+    if not result["results"]:
+        print("no matches")
+    for n, session in enumerate(result["results"], 1):
+        best = session["best"]
+        label = f"  \"{session['label']}\"" if session["label"] else ""
+        print(f"{n:>2}. {session['sessionKey']}{label}  {session['hits']} hit(s), best "
+              f"{_when(best['timestamp'])} {best['role']} [{best['sessionId']} / {best['messageId']}]")
+        print(f"    {best['snippet']}")
+    _print_notes(result)
 
 
 def _content_text(content: Any) -> str:
@@ -219,10 +240,16 @@ async def _run(args: argparse.Namespace) -> int:
             for name in ("agentId", "sessionKeys", "sessionId", "role"):
                 if getattr(args, name):
                     body[name] = getattr(args, name)
+            for name in ("since", "until"):  # digits alone are epoch ms
+                value = getattr(args, name)
+                if value is not None:
+                    body[name] = int(value) if re.fullmatch("-?[0-9]+", value) else value
+            if args.sessions:
+                body["resultMode"] = "sessions"
             if args.requester:
                 body["requester"] = {"sessionKey": args.requester}
             result = await engine.search(body)
-            _emit(args, result, _print_search)
+            _emit(args, result, _print_sessions if args.sessions else _print_search)
         elif args.command == "history":
             body = {"sessionKey": args.session_key}
             for name in ("messageId", "sessionId", "limit", "offset"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -26,10 +27,13 @@ def test_schemathesis_with_every_check_finds_the_server_and_its_document_in_agre
         assert server.post("sessions.upsert", upsert, headers=auth)[0] == 200
         cli = Path(sys.executable).parent / "schemathesis"
         # 40 examples per operation and phase keep the run near a minute on a busy 2-core machine
+        root = str(Path(__file__).resolve().parent.parent)
+        env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.schemathesis_hooks",
+               "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
         run = subprocess.run([str(cli), "run", f"{server.url}/openapi.json", "--checks", "all",
                               "-H", f"Authorization: Bearer {TOKEN}", "--max-examples", "40",
                               "--seed", "20261130", "--continue-on-failure"],
-                             capture_output=True, text=True, timeout=600, cwd=tmp_path)
+                             capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
         summary = re.search(r"(\d+) generated", run.stdout)
         print(f"schemathesis: {summary.group(0) if summary else run.stdout[-300:]}")
         assert run.returncode == 0, run.stdout[-8000:]

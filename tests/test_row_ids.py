@@ -116,7 +116,7 @@ async def test_a_window_past_the_low_region_is_searched_scoped_paged_rewound_and
 
 def _to_schema_5(db, cold_file) -> None:
     """Rewrite a store (and one cold file) as schema version 5 wrote them: every id `wid << 31 |
-    seq << 1 | assistant`, postings built, migrations 6 and 7 not recorded."""
+    seq << 1 | assistant`, postings built, migrations 6 onwards not recorded."""
     with sqlite3.connect(db) as conn:
         fts = conn.execute("SELECT rowid, text, ts, mid FROM msg_fts").fetchall()
         conn.execute("DELETE FROM msg_fts")
@@ -150,7 +150,7 @@ async def test_a_store_written_with_the_old_row_ids_is_migrated_on_open(tmp_path
 
     async with engine_at(tmp_path) as engine:
         store = await engine.store("main")
-        assert [v for v, _ in await store.applied_migrations()][-2:] == [6, 7]
+        assert [v for v, _ in await store.applied_migrations()][-3:] == [6, 7, 8]
         after = await engine.search(query="needle", limit=25)
         assert [(h["messageId"], h["score"]) for h in after["results"]] == \
             [(h["messageId"], h["score"]) for h in before["results"]]

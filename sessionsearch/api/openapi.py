@@ -13,6 +13,7 @@ from typing import Any
 from .. import __version__
 from ..indexer.events import EVENT_TYPES, MAX_TS_MS, MIN_TS_MS, RESET_REASONS, ROLES, TEXT_BLOCKS
 from ..search.query import MAX_LIMIT, MAX_QUERIES, MAX_QUERY_UNITS, MAX_SESSION_KEYS
+from ..search.timerange import ISO_PATTERN
 
 # The end of the text: `$` in a pattern also matches before a final newline in Python's re, which
 # schema tools use, and would let "main\n" pass for an agent id.
@@ -43,6 +44,10 @@ def _limit(maximum: int) -> dict[str, Any]:
 
 
 EPOCH_MS = {"type": "number", "minimum": MIN_TS_MS, "maximum": MAX_TS_MS}
+INSTANT = {"anyOf": [{"type": "integer", "minimum": MIN_TS_MS, "maximum": MAX_TS_MS},
+                     {"type": "string", "pattern": ISO_PATTERN}],
+           "description": "epoch milliseconds, or an ISO 8601 date (midnight UTC) or date and time (Z, an offset, "
+                          "or none for UTC)"}
 BLOCK = {"type": "object", "required": ["type"], "properties": {"type": STRING},
          "if": {"properties": {"type": {"enum": sorted(TEXT_BLOCKS)}}},
          "then": {"required": ["text"], "properties": {"text": STRING}}}
@@ -71,8 +76,13 @@ HIT = {"type": "object", "required": ["sessionKey", "sessionId", "messageId", "r
        "properties": {"sessionKey": {"type": "string"}, "sessionId": {"type": "string"},
                       "messageId": {"type": "string"}, "role": {"enum": ["user", "assistant"]},
                       "timestamp": {"type": "integer"}, "snippet": {"type": "string"}, "score": {"type": "number"}}}
+SESSION_RESULT = {"type": "object", "required": ["sessionKey", "sessionId", "label", "hits", "best"],
+                  "properties": {"sessionKey": {"type": "string"}, "sessionId": {"type": "string"},
+                                 "label": NULLABLE_STRING, "hits": {"type": "integer", "minimum": 1}, "best": HIT}}
 SEARCH_STATE = {"type": "object", "required": ["results"],
-                "properties": {"results": {"type": "array", "maxItems": 25, "items": HIT},
+                "description": "results are hits, or with resultMode sessions one entry per session",
+                "properties": {"results": {"type": "array", "maxItems": 25,
+                                           "items": {"anyOf": [HIT, SESSION_RESULT]}},
                                "indexing": {"const": True}, "truncated": {"const": True},
                                "archivedTranscriptsExcluded": {"type": "integer", "minimum": 1},
                                "warning": {"type": "string"}}}
@@ -99,7 +109,11 @@ SEARCH_REQUEST = {
                                       "items": SESSION_KEY}),
             "sessionId": _nullable(ID), "role": {"enum": ["user", "assistant", None]}, "limit": _limit(MAX_LIMIT),
             "match": {"enum": ["exact", "prefix"]}, "order": {"enum": ["relevance", "recent"]},
-            "palette": BOOLEAN, "requester": _nullable(REQUESTER)}),
+            "palette": BOOLEAN, "requester": _nullable(REQUESTER),
+            "since": _nullable({**INSTANT, "description": "hits at or after this time; " + INSTANT["description"]}),
+            "until": _nullable({**INSTANT, "description": "hits before this time, which must be later than since; "
+                                                          + INSTANT["description"]}),
+            "resultMode": {"enum": ["messages", "sessions"]}}),
     "oneOf": [{"required": ["query"]}, {"required": ["queries"]}],
 }
 HISTORY_REQUEST = {

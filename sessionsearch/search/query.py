@@ -10,6 +10,7 @@ from ..errors import InvalidRequest
 from ..keys import check_agent_id, check_session_key
 from ..values import check_text
 from .text import has_cjk, tokens, utf16_len
+from .timerange import parse_range
 
 MAX_QUERY_UNITS = 4096
 MAX_QUERIES = 8
@@ -22,7 +23,7 @@ DEFAULT_LIMIT = 10
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 SEARCH_FIELDS = {"query", "queries", "agentId", "sessionKeys", "sessionId", "role", "limit", "match", "order",
-                 "requester", "palette"}
+                 "requester", "palette", "since", "until", "resultMode"}
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,9 @@ class SearchRequest:
     order: str
     requester: Requester | None
     palette: bool = False
+    since: int | None = None  # epoch ms, inclusive, on the hit's timestamp
+    until: int | None = None  # epoch ms, exclusive
+    result_mode: str = "messages"  # or "sessions": the best hit per session
 
 
 def quote(word: str) -> str:
@@ -152,6 +156,9 @@ def parse_search(body: object) -> SearchRequest:
     if order not in ("relevance", "recent"):
         raise InvalidRequest('order must be "relevance" or "recent"', field="order")
     prefix = match == "prefix"
+    result_mode = body.get("resultMode", "messages")
+    if result_mode not in ("messages", "sessions"):
+        raise InvalidRequest('resultMode must be "messages" or "sessions"', field="resultMode")
     if ("query" in body) == ("queries" in body):
         raise InvalidRequest("give exactly one of query and queries", field="query")
     if "queries" in body:
@@ -183,5 +190,6 @@ def parse_search(body: object) -> SearchRequest:
     if not isinstance(palette, bool):
         raise InvalidRequest("palette must be a boolean", field="palette")
     limit = int_field(body, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
+    since, until = parse_range(body)  # top-level: they apply to every one of `queries`
     return SearchRequest(queries, "queries" in body, agent_id, keys, session_id, role, limit, prefix, order,
-                         parse_requester(body.get("requester")), palette)
+                         parse_requester(body.get("requester")), palette, since, until, result_mode)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Awaitable, Callable
 
 import structlog
@@ -58,10 +58,25 @@ class Hit:
 
 
 @dataclass
+class SessionGroup:
+    """A session's hits in scope (resultMode "sessions"): how many, and the best."""
+
+    agent_id: str
+    session_key: str
+    hits: int
+    best: Hit
+
+    def sort_key(self, order: str) -> tuple:
+        return (*self.best.sort_key(order), self.session_key)
+
+
+@dataclass
 class Outcome:
     hits: list[Hit] = field(default_factory=list)
     more: bool = False
     dirty: dict[str, set[int]] = field(default_factory=dict)
+    groups: list[SessionGroup] = field(default_factory=list)  # resultMode "sessions"
+    substrings: bool = False  # the hits came from the CJK substring retry
 
 
 def plan_scopes(req: SearchRequest, viewer: Viewer, view: CatalogView, agents: list[str]) -> dict[str, Scope]:
@@ -129,10 +144,7 @@ async def run_query(open_store: StoreLookup, catalog: CatalogCache, query: Parse
     if query.match is None:
         return out
     k = req.limit + 1
-    if versions is not None:  # a scope this view holds empty is checked before it answers nothing
-        for scope in scopes.values():
-            if not scope.wids and await catalog.meta_version(scope.agent_id, deadline) != versions.get(scope.agent_id):
-                raise MetaChanged(scope.agent_id)
+    await check_empty_scopes(catalog, scopes, versions, deadline)
     tasks = [_agent_top(open_store, scope, query, req, k, versions, deadline)
              for scope in scopes.values() if scope.wids]
     per_agent = [await tasks[0]] if len(tasks) == 1 else await asyncio.gather(*tasks)
@@ -143,11 +155,21 @@ async def run_query(open_store: StoreLookup, catalog: CatalogCache, query: Parse
             out.dirty[agent_id] = dirty
     if not out.hits and query.cjk_words:
         out.hits, out.more = await _cjk_retry(open_store, query, req, scopes, deadline)
+        out.substrings = True
     out.hits.sort(key=lambda h: h.sort_key(req.order))
     if len(out.hits) > req.limit:
         out.more = True
         out.hits = out.hits[:req.limit]
     return out
+
+
+async def check_empty_scopes(catalog: CatalogCache, scopes: dict[str, Scope], versions: dict[str, int] | None,
+                             deadline: float) -> None:
+    """A scope this view holds empty is checked before it answers nothing (MetaChanged if stale)."""
+    if versions is not None:
+        for scope in scopes.values():
+            if not scope.wids and await catalog.meta_version(scope.agent_id, deadline) != versions.get(scope.agent_id):
+                raise MetaChanged(scope.agent_id)
 
 
 async def _agent_top(open_store: StoreLookup, scope: Scope, query: ParsedQuery, req: SearchRequest, k: int,
@@ -156,7 +178,7 @@ async def _agent_top(open_store: StoreLookup, scope: Scope, query: ParsedQuery, 
     async with store.reader(deadline) as reader:
         version, dirty, rows = await store.search_top(
             reader, query.match, k=k, order=req.order, include=scope.include, exclude=scope.exclude, role=req.role,
-            hot=query.hot_token)
+            hot=query.hot_token, since=req.since, until=req.until)
     if versions is not None and version != versions.get(scope.agent_id):
         raise MetaChanged(scope.agent_id)
     # a row of a window no longer in the catalog (an orphan awaiting the sweep) is never a hit
@@ -179,42 +201,113 @@ async def _cjk_retry(open_store: StoreLookup, query: ParsedQuery, req: SearchReq
         store = await open_store(scope.agent_id)
         async with store.reader(deadline) as reader:
             total, rows = await store.scan_substrings(reader, query.cjk_words, rest, include=scope.include,
-                                                      exclude=scope.exclude, role=req.role, k=req.limit + 1)
+                                                      exclude=scope.exclude, role=req.role, k=req.limit + 1,
+                                                      since=req.since, until=req.until)
         more |= total > req.limit
         hits += [Hit(scope.agent_id, r[0], r[1], r[2], r[3], r[4]) for r in rows if wid_of(r[0]) in scope.wids]
     return hits, more
 
 
-def render(settings: Settings, outcome: Outcome, query: ParsedQuery, req: SearchRequest, view: CatalogView,
-           *, indexing: bool, archived: int, agent_facing: bool) -> dict[str, Any]:
-    """The response: hits with snippets, within the byte budget, and the flags."""
-    response: dict[str, Any] = {"results": []}
+async def run_sessions_query(open_store: StoreLookup, catalog: CatalogCache, query: ParsedQuery, req: SearchRequest, scopes: dict[str, Scope],
+                             view: CatalogView, versions: dict[str, int] | None, deadline: float) -> Outcome:
+    """resultMode "sessions": the sessions in the order of their best hits, each with its hits in
+    scope counted; raises MetaChanged as run_query does.
+
+    A session's best hit is where it first appears in the messages order, so the top hits (exact,
+    postings included) give the first sessions; more are taken, four times as many each round,
+    until they hold one session past `limit` or every match. Counting needs no score: one cheap
+    statement per agent over the windows of the sessions chosen.
+    """
+    k = max(4 * (req.limit + 1), 32)
+    while True:
+        top = await run_query(open_store, catalog, query, replace(req, limit=k), scopes, versions, deadline)
+        groups: dict[tuple[str, str], SessionGroup] = {}
+        for hit in top.hits:  # best first: a session's first hit is its best
+            win = view.agents[hit.agent_id].windows.get(wid_of(hit.rid))
+            if win is not None and (hit.agent_id, win.session_key) not in groups:
+                groups[(hit.agent_id, win.session_key)] = SessionGroup(hit.agent_id, win.session_key, 0, hit)
+        if len(groups) > req.limit or not top.more:
+            break
+        k *= 4
+    out = Outcome(more=len(groups) > req.limit, dirty=top.dirty)
+    out.groups = sorted(groups.values(), key=lambda g: g.sort_key(req.order))[:req.limit]
+    for agent_id in {g.agent_id for g in out.groups}:
+        scope, agent = scopes[agent_id], view.agents[agent_id]
+        mine = [g for g in out.groups if g.agent_id == agent_id]
+        wids = [w.wid for g in mine for w in agent.windows_by_key.get(g.session_key, ()) if w.wid in scope.wids]
+        store = await open_store(agent_id)
+        # read a statement after the ranking: a message stored in between may be counted
+        async with store.reader(deadline) as reader:
+            if top.substrings:
+                _, rows = await store.scan_substrings(
+                    reader, query.cjk_words, query.without_cjk(), include=sorted(wids), exclude=None,
+                    role=req.role, k=0, since=req.since, until=req.until, per_window=True)
+                counts = dict(rows)
+            else:
+                counts = await store.count_matches(reader, query.match, wids, role=req.role, since=req.since,
+                                                   until=req.until)
+        for group in mine:
+            group.hits = sum(counts.get(w.wid, 0) for w in agent.windows_by_key.get(group.session_key, ()))
+    return out
+
+
+def render_sessions(settings: Settings, outcome: Outcome, query: ParsedQuery, view: CatalogView,
+                    flags: dict[str, Any]) -> dict[str, Any]:
+    """resultMode "sessions": each session with its label, hit count and best hit, within the budget."""
+    terms = [fold(t) for t in query.terms]
+    items = []
+    for group in outcome.groups:
+        best = hit_item(settings, view, group.best, terms, query)
+        if best is None:
+            continue
+        meta = view.catalog.sessions.get(group.session_key)
+        items.append({"sessionKey": group.session_key, "sessionId": best["sessionId"],
+                      "label": meta.label if meta is not None else None, "hits": group.hits, "best": best})
+    return fit(settings, {"results": []}, flags, items, outcome.more)
+
+
+def response_flags(*, indexing: bool, archived: int, agent_facing: bool) -> dict[str, Any]:
     flags: dict[str, Any] = {}
-    truncated = outcome.more
     if indexing:
         flags["indexing"] = True
     if archived:
         flags["archivedTranscriptsExcluded"] = archived
     if indexing and agent_facing:
         flags["warning"] = INDEXING_WARNING
-    # reserve room for every flag that may still be set, so appending a hit never breaks the budget
-    envelope = len(json.dumps({**response, **flags, "truncated": True}, ensure_ascii=False).encode())
+    return flags
+
+
+def render(settings: Settings, outcome: Outcome, query: ParsedQuery, view: CatalogView, flags: dict[str, Any]
+           ) -> dict[str, Any]:
+    """The response: hits with snippets, within the byte budget, and the flags."""
     terms = [fold(t) for t in query.terms]
-    items = []
-    for hit in outcome.hits:
-        win = view.agents[hit.agent_id].windows.get(wid_of(hit.rid))
-        if win is None:
-            continue
-        text = redact(hit.text) if settings.redact_snippets else hit.text
-        items.append({
-            "sessionKey": win.session_key,
-            "sessionId": win.session_id,
-            "messageId": hit.message_id,
-            "role": "assistant" if hit.rid & 1 else "user",
-            "timestamp": hit.ts,
-            "snippet": snippet(text, terms, max_units=settings.snippet_max_units, prefix_last=query.prefix),
-            "score": round(-hit.rank, 6),
-        })
+    items = [item for hit in outcome.hits if (item := hit_item(settings, view, hit, terms, query)) is not None]
+    return fit(settings, {"results": []}, flags, items, outcome.more)
+
+
+def hit_item(settings: Settings, view: CatalogView, hit: Hit, terms: list[str], query: ParsedQuery
+             ) -> dict[str, Any] | None:
+    """A hit as the response shows it; None when its window left the catalog."""
+    win = view.agents[hit.agent_id].windows.get(wid_of(hit.rid))
+    if win is None:
+        return None
+    text = redact(hit.text) if settings.redact_snippets else hit.text
+    return {
+        "sessionKey": win.session_key,
+        "sessionId": win.session_id,
+        "messageId": hit.message_id,
+        "role": "assistant" if hit.rid & 1 else "user",
+        "timestamp": hit.ts,
+        "snippet": snippet(text, terms, max_units=settings.snippet_max_units, prefix_last=query.prefix),
+        "score": round(-hit.rank, 6),
+    }
+
+
+def fit(settings: Settings, response: dict[str, Any], flags: dict[str, Any], items: list[dict[str, Any]],
+        truncated: bool) -> dict[str, Any]:
+    """`response` with as many of `items` as the byte budget holds, then the flags."""
+    # reserve room for every flag that may still be set, so appending an item never breaks the budget
+    envelope = len(json.dumps({**response, **flags, "truncated": True}, ensure_ascii=False).encode())
     budget = settings.search_response_max_bytes
     if envelope + len(json.dumps(items, ensure_ascii=False).encode()) <= budget:
         response["results"] = items  # the usual case: all of it fits, measured once
@@ -241,18 +334,24 @@ async def search(req: SearchRequest, *, settings: Settings, catalog: CatalogCach
     is told each answer's latency."""
     started = time.monotonic()
     deadline = started + settings.search_time_limit_ms / 1000
+    sessions = req.result_mode == "sessions"
+
+    async def run(query: ParsedQuery, versions: dict[str, int] | None) -> Outcome:
+        if sessions:
+            return await run_sessions_query(open_store, catalog, query, req, scopes, view, versions, deadline)
+        return await run_query(open_store, catalog, query, req, scopes, versions, deadline)
+
     for attempt in range(4):
         view = await catalog.view(deadline, refresh=attempt > 0)
         viewer = Viewer(settings, req.requester, view.catalog)
         scopes = plan_scopes(req, viewer, view, view.agent_ids)
         try:
-            outcomes = [await run_query(open_store, catalog, q, req, scopes, view.versions, deadline)
-                        for q in req.queries]
+            outcomes = [await run(q, view.versions) for q in req.queries]
             break
         except MetaChanged:
             continue
     else:  # metadata kept changing: answer from the last scope rather than spin
-        outcomes = [await run_query(open_store, catalog, q, req, scopes, None, deadline) for q in req.queries]
+        outcomes = [await run(q, None) for q in req.queries]
     archived = sum(s.archived for s in scopes.values())
     dirty: dict[str, set[int]] = {}
     for outcome in outcomes:
@@ -262,7 +361,8 @@ async def search(req: SearchRequest, *, settings: Settings, catalog: CatalogCach
     if dirty:
         reachable = await enqueue(dirty)
     indexing = bool(dirty) or not reachable
-    states = [render(settings, o, q, req, view, indexing=indexing, archived=archived, agent_facing=agent_facing)
+    flags = response_flags(indexing=indexing, archived=archived, agent_facing=agent_facing)
+    states = [(render_sessions if sessions else render)(settings, o, q, view, dict(flags))
               for o, q in zip(outcomes, req.queries)]
     log.info("search.done", agents=len(scopes), queries=len(req.queries), indexing=indexing,
              hits=sum(len(s["results"]) for s in states), dirty_windows=sum(len(w) for w in dirty.values()),
@@ -272,3 +372,4 @@ async def search(req: SearchRequest, *, settings: Settings, catalog: CatalogCach
     if req.batch:
         return {"states": states}
     return states[0]
+

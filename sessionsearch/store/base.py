@@ -163,15 +163,23 @@ class AgentStore(Protocol):
 
     async def search_top(self, reader: Reader, match: str, *, k: int, order: str,
                          include: list[int] | None, exclude: list[int] | None,
-                         role: str | None, hot: str | None = None) -> tuple[int, frozenset[int], list[tuple]]:
+                         role: str | None, hot: str | None = None, since: int | None = None,
+                         until: int | None = None) -> tuple[int, frozenset[int], list[tuple]]:
         """(meta version, windows needing reconciliation, hits): at least the top `k` of `match`
-        over the clean windows in scope, by `order` ("relevance" or "recent"), hits as (row id,
-        bm25 lower-is-better, message id, ts, text); a row id 0 says more matched."""
+        over the clean windows in scope with a timestamp in [`since`, `until`) (epoch ms), by
+        `order` ("relevance" or "recent"), hits as (row id, bm25 lower-is-better over the whole
+        agent, message id, ts, text); a row id 0 says more matched."""
+
+    async def count_matches(self, reader: Reader, match: str, wids: list[int], *, role: str | None,
+                            since: int | None = None, until: int | None = None) -> dict[int, int]:
+        """Rows matching `match` per window of `wids` (resultMode "sessions"), none scored."""
 
     async def scan_substrings(self, reader: Reader, needles: list[str], match: str | None, *,
                               include: list[int] | None, exclude: list[int] | None, role: str | None,
-                              k: int) -> tuple[int, list[tuple]]:
-        """The CJK retry: (rows in scope containing every needle, the best `k` as hits)."""
+                              k: int, since: int | None = None, until: int | None = None,
+                              per_window: bool = False) -> tuple[int, list[tuple]]:
+        """The CJK retry: (rows in scope containing every needle, the best `k` as hits); with
+        `per_window`, (wid, rows) pairs instead of hits."""
 
     async def window_of(self, reader: Reader, key: str, session_id: str | None) -> tuple | None:
         """(wid, session_id, cold) of the key's current window, or of `session_id` if it is the key's."""

@@ -193,4 +193,9 @@ CREATE INDEX windows_long ON windows (wid) WHERE last_seq >= {LOW_SEQS};
 -- rows (whose text comes first), the sort costs half (bench/bench_search.py, recent class).
 CREATE INDEX events_ts ON events (id, ts) WHERE text IS NOT NULL;
 """),
+    (8, "time_ranges", """
+-- `since`/`until` narrow the FTS5 scan to the row ids of the messages in the time range, read from
+-- here (store/scope.py, id_bounds), instead of testing every row of a word against the range.
+CREATE INDEX events_by_ts ON events (ts) WHERE text IS NOT NULL;
+"""),
 )

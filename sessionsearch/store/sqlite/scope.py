@@ -55,3 +55,52 @@ def scope_arms(include: list[int] | None, exclude: list[int] | None, role: str |
         return [("msg_fts", scope_conditions(include, exclude, role, params, dirty=dirty))]
     return [("msg_fts", scope_conditions(include, exclude, role, params, dirty=dirty, region="low")),
             (LONG_IN_SCOPE, scope_conditions(include, exclude, role, params, dirty=dirty, region="high"))]
+
+
+# A time range narrows the scan to the id span of its messages (found in the events_by_ts index)
+# when it is short: it holds at most NARROW_MAX_ROWS messages and spans at most 1/NARROW_SHARE of
+# the agent's time; reading the span of a longer one costs more than the rows it would skip.
+NARROW_MAX_ROWS = 20_000
+NARROW_SHARE = 20
+MAX_ID = (1 << 63) - 1
+
+
+async def id_bounds(conn, since: int | None, until: int | None) -> tuple[int, int] | None:
+    """(lo, hi) holding the id of every indexed message with since <= ts < until, (1, 0) when there
+    is none, or None when the range is too long to be worth narrowing to. One statement: the time
+    span first (two index probes), the ids only for a range short against it."""
+    (first, last, lo, hi, n), = await conn.execute_fetchall(
+        "WITH span AS MATERIALIZED (SELECT "
+        "(SELECT min(ts) FROM events INDEXED BY events_by_ts WHERE text IS NOT NULL) AS first, "
+        "(SELECT max(ts) FROM events INDEXED BY events_by_ts WHERE text IS NOT NULL) AS last), "
+        "r AS MATERIALIZED (SELECT first, last, max(coalesce(:since, first), first) AS lo, "
+        "min(coalesce(:until, last + 1), last + 1) AS hi FROM span) "
+        "SELECT r.first, r.last, b.* FROM r, (SELECT min(id), max(id), count(*) FROM (SELECT e.id FROM r, "
+        "events AS e INDEXED BY events_by_ts WHERE e.text IS NOT NULL AND e.ts >= r.lo AND e.ts < r.hi "
+        "AND (r.hi - r.lo) * :share <= r.last + 1 - r.first LIMIT :cap)) AS b",
+        {"since": since, "until": until, "share": NARROW_SHARE, "cap": NARROW_MAX_ROWS})
+    if first is None:
+        return (1, 0)
+    lo_ts = first if since is None else max(since, first)
+    hi_ts = last + 1 if until is None else min(until, last + 1)
+    if lo_ts >= hi_ts:
+        return (1, 0)
+    if (hi_ts - lo_ts) * NARROW_SHARE > last + 1 - first or n >= NARROW_MAX_ROWS:
+        return None  # the statement read no ids (too long against the span), or stopped at the cap
+    return (lo, hi) if n else (1, 0)
+
+
+def range_conditions(since: int | None, until: int | None, bounds: tuple[int, int] | None,
+                     params: dict[str, Any], ts: str) -> list[str]:
+    """Conditions for since <= ts < until on the column `ts`, with the id span FTS5 can push down."""
+    where = []
+    if bounds is not None:
+        params.update(tlo=bounds[0], thi=bounds[1])
+        where.append("msg_fts.rowid BETWEEN :tlo AND :thi")
+    if since is not None:
+        params["since"] = since
+        where.append(f"{ts} >= :since")
+    if until is not None:
+        params["until"] = until
+        where.append(f"{ts} < :until")
+    return where

@@ -25,7 +25,9 @@ from ...indexer.events import Event
 from ..base import AppendResult, ClaimInfo, SessionMeta, WindowMeta
 from ..rowids import row_id, seq_sql, window_ranges
 from .hot import MAX_WORDS, MIN_DOCS, MIN_SHARE, common_words, hot_top, read_postings
-from .scope import scope_arms, scope_conditions
+from .scope import id_bounds, range_conditions, scope_arms, scope_conditions
+from .sessions import count_matches
+from .substrings import scan_substrings
 from .writer import SqliteWriter, is_full
 
 T = TypeVar("T")
@@ -329,7 +331,8 @@ class SqliteAgentStore:
 
     async def search_top(self, reader: _Reader, match: str, *, k: int, order: str,
                          include: list[int] | None, exclude: list[int] | None,
-                         role: str | None, hot: str | None = None) -> tuple[int, frozenset[int], list[tuple]]:
+                         role: str | None, hot: str | None = None, since: int | None = None,
+                         until: int | None = None) -> tuple[int, frozenset[int], list[tuple]]:
         """The meta version, the dirty windows and at least the top `k` hits, exactly ordered.
 
         Hits are (id, bm25, message id, ts, text); windows needing reconciliation never match. For
@@ -347,25 +350,41 @@ class SqliteAgentStore:
         `hot` is the FTS5 token of a one-word query: when the word has postings (hot.py) a
         relevance search over the whole agent (`include` None) ranks from them instead of scoring
         every row that holds the word.
+
+        `since` (inclusive) and `until` (exclusive), epoch ms, keep the rows whose timestamp is in
+        range, inside the ranking: `k` counts only those, and a short range is an id span FTS5
+        skips to (scope.id_bounds). Scores stay those of the whole agent.
         """
         seen_version, seen_dirty = self._dirty_seen
         filtered = seen_version is None or bool(seen_dirty)
         params: dict[str, Any] = {"match": match}
-        arms = scope_arms(include, exclude, role, params, dirty=filtered)  # ranked by a sorter each
+        ranged = since is not None or until is not None
+        # read a statement before the ranking: a message stored in between is left out, as if this
+        # search had come just before it
+        bounds = await id_bounds(reader.conn, since, until) if ranged else None
+        in_range = range_conditions(since, until, bounds, params, "t.ts")
+        arms = [(source, where + in_range)  # ranked by a sorter each
+                for source, where in scope_arms(include, exclude, role, params, dirty=filtered)]
         top = shown = head = None
-        # from postings only over the whole agent (less excluded windows): they are merged in the
-        # agent's score order, and a narrow scope would pass over most of what they hold
-        if hot is not None and order != "recent" and include is None and hot in self._hot_seen[1]:
+        # from postings only over the whole agent (less excluded windows) at any time: they are
+        # merged in the agent's score order, and a narrow scope would pass over most of what they hold
+        if (hot is not None and order != "recent" and include is None and not ranged
+                and hot in self._hot_seen[1]):
             await reader.conn.execute("BEGIN")  # one snapshot for the postings, the log and FTS5
             try:
                 top = await hot_top(reader.conn, hot, match, k, arms[0][1], params)  # one arm: no include
             finally:
                 if reader.conn.in_transaction:
                     await reader.conn.execute("COMMIT")
+        # `recent` over a short range scores the few rows in it as it sorts them, sparing the
+        # statement below, whose cost is a walk of the word's whole doclist
+        scores: dict[int, float] | None = {} if order == "recent" and bounds is not None else None
         if top is None:
-            top, shown, head = await self._ranked_shown(reader, match, k, order, arms, params, seen_version)
+            top, shown, head = await self._ranked_shown(reader, match, k, order, arms, params, seen_version,
+                                                        ranged, scores)
         if top is None:  # a tie through the sorter's whole margin: every match in scope, both id ranges
             where = scope_conditions(include, exclude, role, params, dirty=filtered)
+            where += range_conditions(since, until, bounds, params, "msg_fts.ts")
             top = await self._materialized(reader, match, k, order, where, params)
         ids = None if head is not None and order != "recent" else json.dumps([r[0] for r in top if r[0]])
         if head is None:
@@ -382,10 +401,12 @@ class SqliteAgentStore:
             self._dirty_seen = (dirty_version, seen_dirty)
             if not filtered and seen_dirty:  # a window turned dirty meanwhile: rank again, excluding it
                 return await self.search_top(reader, match, k=k, order=order, include=include, exclude=exclude,
-                                             role=role, hot=hot)
+                                             role=role, hot=hot, since=since, until=until)
         await self._fit_mapping(reader, head[6])  # after the retry above, which fits it itself
         ranks = {r[0]: r[1] for r in top}
-        if order == "recent" and top:
+        if scores and all(rid in scores for rid, _ in top if rid):
+            ranks = scores
+        elif order == "recent" and top:
             # bm25 of the shown rows only: a walk of the doclist that reads no row, bm25 evaluated
             # where the id is listed. `+rowid` keeps the list from being handed to FTS5 as rowid
             # lookups, each of which would recount the phrase's documents (10x slower, measured).
@@ -398,8 +419,15 @@ class SqliteAgentStore:
                 for rid, _ in top if rid in shown or not rid]
         return head[1], seen_dirty, hits
 
+    async def count_matches(self, reader: _Reader, match: str, wids: list[int], *, role: str | None,
+                            since: int | None = None, until: int | None = None) -> dict[int, int]:
+        """Matching rows per window of `wids` (sessions.py), for resultMode "sessions"."""
+        return await count_matches(reader.conn, match, wids, role=role, since=since, until=until,
+                                   ts_join=self._TS_JOIN)
+
     async def _ranked_shown(self, reader: _Reader, match: str, k: int, order: str, arms: list[tuple[str, list[str]]],
-                            params: dict[str, Any], seen_version: int | None
+                            params: dict[str, Any], seen_version: int | None, ranged: bool = False,
+                            scores: dict[int, float] | None = None
                             ) -> tuple[list[tuple] | None, dict[int, tuple], tuple | None]:
         """The ranking (bm25, or newest first for "recent"), what its rows show and the head row,
         in one statement: at least the top `k` as (id, sort value), plus (0, inf) when more matched.
@@ -409,15 +437,20 @@ class SqliteAgentStore:
         sorter's whole margin (`_materialized` then ranks every match, and a second statement reads
         what those rows show). Wrapping the scan in a subquery costs it nothing measurable (0.3%
         and 1% words, mapped or not); the rows past the k-th fetch their text too, ~1 µs each.
+        `ranged`: the conditions test `t.ts`, from the narrow index `recent` sorts by (testing the
+        FTS5 content rows' ts cost 4x as much for a 10% word). `scores`, when given, receives the
+        bm25 of every row ranked (for `recent`, which does not sort by it).
         """
-        key, direction, join = ("bm25(msg_fts)", "", "") if order != "recent" else ("t.ts", " DESC", self._TS_JOIN)
+        key, direction = ("bm25(msg_fts)", "") if order != "recent" else ("t.ts", " DESC")
+        join = self._TS_JOIN if order == "recent" or ranged else ""
+        score = "bm25(msg_fts)" if scores is not None else "NULL"
         params["k2"] = k + TIE_MARGIN
         sorters = " UNION ALL ".join(
-            f"SELECT * FROM (SELECT msg_fts.rowid AS id, {key} AS key FROM {source}{join} WHERE "
+            f"SELECT * FROM (SELECT msg_fts.rowid AS id, {key} AS key, {score} AS score FROM {source}{join} WHERE "
             f"{' AND '.join(['msg_fts MATCH :match', *where])} ORDER BY {key}{direction} LIMIT :k2)"
             for source, where in arms)
         rows = await reader.conn.execute_fetchall(
-            f"SELECT top.id, top.key, e.event_id, e.ts, e.text, NULL, NULL FROM ({sorters}) top "
+            f"SELECT top.id, top.key, e.event_id, e.ts, e.text, top.score, NULL FROM ({sorters}) top "
             f"LEFT JOIN events e ON e.id = top.id UNION ALL {self._HEAD_SQL}",
             {**params, "seen": seen_version, "hot_seen": self._hot_seen[0]})
         head = rows[-1]  # UNION ALL: the head row comes last
@@ -425,6 +458,8 @@ class SqliteAgentStore:
         top = self._cut([(r[0], r[1]) for r in ranked], k)
         if top is None:
             return None, {}, None
+        if scores is not None:
+            scores.update((r[0], r[5]) for r in ranked)
         # an index row whose transcript row is gone shows nothing, as with the inner join of the
         # second statement (events.ts is never NULL)
         return top, {r[0]: (r[0], r[2], r[3], r[4]) for r in ranked if r[3] is not None}, head
@@ -466,35 +501,11 @@ class SqliteAgentStore:
 
     async def scan_substrings(self, reader: _Reader, needles: list[str], match: str | None, *,
                               include: list[int] | None, exclude: list[int] | None, role: str | None,
-                              k: int) -> tuple[int, list[tuple]]:
-        """The CJK retry: indexed rows in scope containing every needle as a literal substring.
-
-        Needles are compared with ASCII case folded (CJK has no case). Returns how many rows
-        matched and the best `k` as (id, rank, message id, ts, text), rank lower-is-better by
-        occurrences per length, then newest first.
-        """
-        params: dict[str, Any] = {"k": k}
-        where = []
-        if match:
-            where.append("msg_fts MATCH :match")
-            params["match"] = match
-        counts = []
-        for i, needle in enumerate(needles):
-            where.append(f"instr(lower(msg_fts.text), :n{i}) > 0")
-            counts.append(f"(length(msg_fts.text) - length(replace(lower(msg_fts.text), :n{i}, ''))) / length(:n{i})")
-            params[f"n{i}"] = needle.lower()
-        occurrences = " + ".join(counts) or "0"
-        scans = " UNION ALL ".join(
-            f"SELECT msg_fts.rowid AS id, -1000.0 * ({occurrences}) / (length(msg_fts.text) + 100) AS rank, "
-            f"msg_fts.ts AS ts, msg_fts.mid AS mid FROM {source} WHERE {' AND '.join([*scope, *where])}"
-            for source, scope in scope_arms(include, exclude, role, params))
-        rows = await reader.conn.execute_fetchall(
-            f"WITH m AS MATERIALIZED ({scans}), "
-            "top AS MATERIALIZED (SELECT id, rank, mid, ts FROM m ORDER BY rank, ts DESC, mid LIMIT :k) "
-            "SELECT (SELECT count(*) FROM m), NULL, NULL, NULL, NULL "
-            "UNION ALL SELECT top.id, top.rank, top.mid, top.ts, f.text FROM top JOIN msg_fts f ON f.rowid = top.id",
-            params)
-        return rows[0][0], [tuple(r) for r in rows[1:]]
+                              k: int, since: int | None = None, until: int | None = None,
+                              per_window: bool = False) -> tuple[int, list[tuple]]:
+        """The CJK retry (substrings.py)."""
+        return await scan_substrings(reader.conn, needles, match, include=include, exclude=exclude, role=role, k=k,
+                                     since=since, until=until, per_window=per_window)
 
     async def window_of(self, reader: _Reader, key: str, session_id: str | None) -> tuple | None:
         """(wid, session_id, cold) of the key's current window, or of `session_id` if it is the key's."""

@@ -1,0 +1,202 @@
+"""`since` and `until` on sessions.search (SPEC §4): validation, the exact boundaries, and the range
+inside the ranking (limit counts only hits in range; scores are the whole agent's)."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+
+import pytest
+
+from sessionsearch import InvalidRequest
+from sessionsearch.indexer.events import MAX_TS_MS, MIN_TS_MS
+from sessionsearch.store.sqlite.scope import id_bounds
+
+from .helpers import BASE_TS, chain, engine_at, ids, msg
+
+KEY = "agent:main:main"
+DAY = 86_400_000
+JAN_2 = 1767312000000  # 2026-01-02T00:00:00Z
+
+
+def _timed(prefix: str, items: list[tuple[str, str, int]]) -> list[dict]:
+    """Messages in a chain with explicit timestamps: (role, text, ts)."""
+    out, parent = [], None
+    for i, (role, text, ts) in enumerate(items, 1):
+        out.append(msg(f"{prefix}{i}", role, text, parent, ts=ts))
+        parent = f"{prefix}{i}"
+    return out
+
+
+async def test_since_is_inclusive_and_until_exclusive_at_the_exact_millisecond(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        await engine.append(KEY, _timed("m", [("user", "tick", BASE_TS + i) for i in range(5)]))
+        found = await engine.search(query="tick", since=BASE_TS + 1, until=BASE_TS + 3, limit=25)
+        assert sorted(ids(found)) == ["m2", "m3"]  # BASE_TS + 1 and + 2; + 3 is the exclusive end
+        assert sorted(ids(await engine.search(query="tick", since=BASE_TS + 4))) == ["m5"]
+        assert sorted(ids(await engine.search(query="tick", until=BASE_TS + 1))) == ["m1"]
+        assert ids(await engine.search(query="tick", since=BASE_TS + 5)) == []
+
+
+async def test_iso_dates_times_offsets_and_integral_floats_name_the_same_instants(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        stamps = [JAN_2 - 1, JAN_2, JAN_2 + 3_600_000 + 5, JAN_2 + DAY]
+        await engine.append(KEY, _timed("m", [("user", "tick", ts) for ts in stamps]))
+
+        async def between(since, until=None):
+            return sorted(ids(await engine.search(query="tick", since=since, until=until, limit=25)))
+
+        assert await between("2026-01-02", "2026-01-03") == ["m2", "m3"]  # a date alone is midnight UTC
+        assert await between("2026-01-02T00:00:00Z", "2026-01-03T00:00Z") == ["m2", "m3"]
+        assert await between("2026-01-02 01:00:00.005") == ["m3", "m4"]  # no zone: UTC
+        assert await between("2026-01-02T02:00:00.005+01:00") == ["m3", "m4"]
+        assert await between("2026-01-01T20:00:00.006-0500") == ["m4"]
+        assert await between("2026-01-02T01:00:00.0041") == ["m3", "m4"]  # .0041 ms rounds up to .005
+        assert await between(float(JAN_2), JAN_2 + 1.0) == ["m2"]
+        assert await between("2026-01-01t23:59:59.999z", "2026-01-02") == ["m1"]
+
+
+@pytest.mark.parametrize(("fields", "field", "message"), [
+    ({"since": "yesterday"}, "since",
+     "since must be epoch milliseconds or an ISO 8601 date or time, not 'yesterday'"),
+    ({"until": "2026-02-30"}, "until",
+     "until must be epoch milliseconds or an ISO 8601 date or time, not '2026-02-30'"),
+    ({"since": "2026-1-2"}, "since", "not '2026-1-2'"),
+    ({"since": "1767312000000"}, "since", "since must be epoch milliseconds or an ISO 8601 date or time"),
+    ({"until": 1767312000000.5}, "until", "until must be epoch milliseconds or an ISO 8601 date or time"),
+    ({"since": True}, "since", "since must be epoch milliseconds or an ISO 8601 date or time"),
+    ({"since": ["2026-01-02"]}, "since", "since must be epoch milliseconds or an ISO 8601 date or time"),
+    ({"until": MAX_TS_MS + 1}, "until", f"until must be between {MIN_TS_MS} and {MAX_TS_MS} epoch milliseconds"),
+    ({"since": MIN_TS_MS - 1}, "since", "since must be between"),
+    ({"since": JAN_2, "until": JAN_2}, "since", "since must be earlier than until"),
+    ({"since": "2026-01-03", "until": "2026-01-02T23:00Z"}, "since", "since must be earlier than until"),
+    ({"resultMode": "session"}, "resultMode", 'resultMode must be "messages" or "sessions"'),
+])
+async def test_bad_ranges_and_result_modes_are_refused_naming_the_field(tmp_path, fields, field, message):
+    async with engine_at(tmp_path) as engine:
+        with pytest.raises(InvalidRequest) as caught:
+            await engine.search(query="tick", **fields)
+        assert message in caught.value.message and caught.value.field == field
+
+
+async def test_the_range_bounds_are_the_timestamp_range_events_accept(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        await engine.append(KEY, _timed("m", [("user", "edge", MIN_TS_MS), ("user", "edge", MAX_TS_MS)]))
+        assert sorted(ids(await engine.search(query="edge", since=MIN_TS_MS, until=MAX_TS_MS))) == ["m1"]
+        assert ids(await engine.search(query="edge", since=MAX_TS_MS)) == ["m2"]
+        # an offset past the first day's start names no instant any message can have: the nearest one
+        assert sorted(ids(await engine.search(query="edge", since="0001-01-01T00:00+01:00"))) == ["m1", "m2"]
+        assert ids(await engine.search(query="edge", since="9999-12-31T23:59:59.9991Z")) == []
+
+
+async def _outranked(engine) -> None:
+    """40 short messages that repeat `needle`, out of range, outrank 5 long ones in range."""
+    await engine.append(KEY, _timed("out", [("user", "needle needle needle", BASE_TS + i) for i in range(40)]))
+    filler = "some longer text around the word so that it ranks below the repeated ones"
+    await engine.append("agent:main:late", _timed("in", [("assistant", f"needle {filler} {i}", BASE_TS + DAY + i)
+                                                         for i in range(5)]))
+
+
+async def test_a_range_is_inside_the_ranking_so_limit_counts_only_hits_in_range(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        await _outranked(engine)
+        everything = await engine.search(query="needle", limit=25)
+        assert all(mid.startswith("out") for mid in ids(everything))  # the in-range hits rank below all 40
+        ranged = await engine.search(query="needle", since=BASE_TS + DAY, limit=3)
+        assert ids(ranged) == ["in5", "in4", "in3"] and ranged["truncated"] is True  # ties: newest first
+        recent = await engine.search(query="needle", until=BASE_TS + DAY, order="recent", limit=3)
+        assert ids(recent) == ["out40", "out39", "out38"]
+        # a filter does not change a hit's score: the same as over the whole agent
+        whole = {h["messageId"]: h["score"] for h in (await engine.search(query="needle", sessionKeys=[
+            "agent:main:late"], limit=25))["results"]}
+        assert {h["messageId"]: h["score"] for h in ranged["results"]} == {m: whole[m] for m in ids(ranged)}
+
+
+async def test_common_words_with_postings_answer_a_range_exactly(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        await _outranked(engine)
+        built = await engine.optimize(min_docs=10, min_share=0)
+        assert "needle" in built["agents"]["main"]["words"]
+        await engine.search(query="needle")  # the store learns which words have postings
+        assert "needle" in (await engine.store("main"))._hot_seen[1]
+        ranged = await engine.search(query="needle", since=BASE_TS + DAY, limit=3)
+        assert ids(ranged) == ["in5", "in4", "in3"] and ranged["truncated"] is True
+        assert len(ids(await engine.search(query="needle", until=BASE_TS + DAY, limit=25))) == 25
+
+
+def _oracle(db, word: str, since: int | None, until: int | None, order: str, limit: int) -> list[tuple]:
+    """The expected hits from FTS5 alone, every match ranked and filtered in Python."""
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT mid, bm25(msg_fts), ts FROM msg_fts WHERE msg_fts MATCH ?",
+                            (f'"{word}"',)).fetchall()
+    rows = [r for r in rows if (since is None or r[2] >= since) and (until is None or r[2] < until)]
+    rows.sort(key=(lambda r: (-r[2], r[0])) if order == "recent" else (lambda r: (r[1], -r[2], r[0])))
+    return [(mid, round(-rank, 6)) for mid, rank, _ in rows[:limit]]
+
+
+async def test_random_ranges_give_exactly_the_hits_of_ranking_everything_and_filtering(tmp_path):
+    """Timestamps out of order within windows, ranges narrow enough for the id span and wide ones,
+    both orders, before and after postings; each answer equal to the oracle's."""
+    rng = random.Random(20261130)
+    words = ["alpha", "beta", "gamma", "delta"]
+    span = 10_000_000
+    async with engine_at(tmp_path) as engine:
+        for s in range(6):
+            items = [(rng.choice(["user", "assistant"]), " ".join(rng.choices(words, k=rng.randint(1, 6))),
+                      BASE_TS + rng.randrange(span)) for _ in range(120)]
+            await engine.append(f"agent:main:s{s}", _timed(f"s{s}-", items))
+        store = await engine.store("main")
+        kinds = {"narrowed": 0, "whole": 0}
+        for phase in ("fts5", "postings"):
+            if phase == "postings":
+                assert len((await engine.optimize(min_docs=50, min_share=0))["agents"]["main"]["words"]) == 4
+            for _ in range(60):
+                width = rng.choice([rng.randrange(1, span // 40), rng.randrange(span // 10, span)])
+                since = BASE_TS + rng.randrange(-span // 10, span) if rng.random() < 0.8 else None
+                until = (since or BASE_TS) + width if since is None or rng.random() < 0.8 else None
+                word, order, limit = rng.choice(words), rng.choice(["relevance", "recent"]), rng.randint(1, 25)
+                async with store.reader() as reader:
+                    kinds["narrowed" if await id_bounds(reader.conn, since, until) else "whole"] += 1
+                got = await engine.search(query=word, since=since, until=until, order=order, limit=limit)
+                assert [(h["messageId"], h["score"]) for h in got["results"]] == \
+                    _oracle(tmp_path / "agents" / "main.db", word, since, until, order, limit)
+        assert kinds["narrowed"] >= 20 and kinds["whole"] >= 20, kinds
+
+
+async def test_a_narrow_range_is_an_id_span_holding_every_message_in_it(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        # timestamps falling then rising inside one window: the span comes from the rows, not their order
+        await engine.append(KEY, _timed("m", [("user", "w", BASE_TS + t) for t in (900, 5, 400, 1000, 1)]))
+        await engine.append("agent:main:b", _timed("b", [("user", "w", BASE_TS + 100_000 + i) for i in range(100)]))
+        store = await engine.store("main")
+        async with store.reader() as reader:
+            ids_in = [r[0] for r in await reader.conn.execute_fetchall(
+                "SELECT id FROM events WHERE text IS NOT NULL AND ts >= ? AND ts < ?", (BASE_TS + 2, BASE_TS + 950))]
+            lo, hi = await id_bounds(reader.conn, BASE_TS + 2, BASE_TS + 950)
+            assert len(ids_in) == 3 and lo == min(ids_in) and hi == max(ids_in)
+            assert await id_bounds(reader.conn, BASE_TS + 2000, BASE_TS + 3000) == (1, 0)  # none in range
+            assert await id_bounds(reader.conn, BASE_TS, BASE_TS + 100_000) is None  # most of the time span
+
+
+async def test_every_query_of_a_batch_takes_the_range(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        await engine.append(KEY, _timed("m", [("user", "red", BASE_TS), ("user", "blue", BASE_TS + 10),
+                                              ("user", "red", BASE_TS + 20), ("user", "blue", BASE_TS + 30)]))
+        states = (await engine.search(queries=["red", "blue"], since=BASE_TS + 10, until=BASE_TS + 21))["states"]
+        assert [ids(s) for s in states] == [["m3"], ["m2"]]
+
+
+async def test_the_cjk_substring_retry_keeps_to_the_range(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        await engine.append(KEY, _timed("m", [("user", "東京開会", BASE_TS), ("user", "明日東京へ", BASE_TS + DAY),
+                                              ("user", "東京駅", BASE_TS + 2 * DAY)]))
+        assert sorted(ids(await engine.search(query="東京", limit=25))) == ["m1", "m2", "m3"]
+        assert ids(await engine.search(query="東京", since=BASE_TS + DAY, until=BASE_TS + 2 * DAY)) == ["m2"]
+
+
+async def test_a_range_leaves_dirty_windows_out_and_says_indexing(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        await engine.append(KEY, chain("m", [("user", "ledger one")]))
+        await engine.append("agent:main:imported", chain("i", [("user", "ledger two")]), index=False)
+        result = await engine.search(query="ledger", since=BASE_TS)
+        assert ids(result) == ["m1"] and result["indexing"] is True
