@@ -364,6 +364,7 @@ class Engine:
         if method == "sessions.upsert":
             if "sessionKey" not in body:
                 raise InvalidRequest("sessionKey is required", field="sessionKey")
+            check_unknown(body, UPSERT_FIELDS)  # before the names become keywords (`self` would clash)
             return await self.upsert_session(**body)
         if method == "transcript.append":
             check_unknown(body, {"sessionKey", "sessionId", "events"})

@@ -187,6 +187,16 @@ def test_a_page_of_another_origin_or_a_rebound_name_is_refused_without_touching_
     assert exchange(server, "GET", "/healthz", headers={"Host": "evil.example"})[0] == 200  # probes stay open
 
 
+def test_with_a_token_a_page_of_another_origin_behind_a_proxy_is_answered(tmp_path):
+    server = Server(tmp_path / "data", tmp_path / "server.log", SESSIONSEARCH_API_TOKEN="t0ken")
+    try:
+        status, _, _ = exchange(server, "POST", "/v1/sessions.list", b"{}", {
+            "Authorization": "Bearer t0ken", "Origin": "https://search.example.com", "Host": "127.0.0.1:8780"})
+        assert status == 200
+    finally:
+        assert server.stop() == 0
+
+
 def test_a_request_that_conflicts_with_what_is_stored_is_409(server):
     """Well-formed requests a client cannot know to be wrong before it sends them: 409, not 400."""
     assert server.post("transcript.append", {"sessionKey": KEY, "sessionId": "s1", "events": []})[0] == 200

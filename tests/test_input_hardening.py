@@ -334,3 +334,9 @@ async def test_the_cli_prints_hits_and_history_whatever_their_timestamps(tmp_pat
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("ancient loan") == 5 and "0001-01-01 00:00" in result.stdout
     assert str(10**15) in result.stdout
+
+
+def test_an_upsert_naming_a_field_that_is_a_python_keyword_of_the_method_is_400(server):
+    for name in ("self", "sessionKey_", "fields"):
+        status, body = server.post("sessions.upsert", {"sessionKey": "agent:main:x", name: 1})
+        assert status == 400 and body["error"]["code"] == "INVALID_REQUEST" and name in body["error"]["message"], body

@@ -98,13 +98,15 @@ def browser_refusal(headers: Headers, token: str | None) -> str | None:
     A page on another origin can post to a loopback server without a CORS preflight (a form, or
     text/plain), and a name rebound to 127.0.0.1 makes a page look same-origin. Browsers name the
     page's origin in `Origin` on such requests, and send the page's own name as `Host`; gateways,
-    scripts and curl send no `Origin`. With a token nothing is ambient, so only the origin is checked.
+    scripts and curl send no `Origin`. With a token nothing is ambient, so nothing is checked.
     """
+    if token is not None:  # a page cannot attach the bearer token; behind a proxy Host is not the page's
+        return None
     host = headers.get("host", "")
     origin = headers.get("origin")
     if origin is not None and urlsplit(origin).netloc.lower() != host.lower():
         return f"cross-origin request refused: Origin {origin[:100]!r} is not this server ({host[:100]!r})"
-    if token is None and host and not _is_loopback_name(host):
+    if host and not _is_loopback_name(host):
         return (f"Host {host[:100]!r} is not a loopback name: without SESSIONSEARCH_API_TOKEN the server "
                 "answers only to 127.0.0.1, [::1] and localhost")
     return None

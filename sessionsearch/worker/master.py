@@ -6,6 +6,7 @@ killed when the wrapper dies (worker/lifeline.py); the wrapper passes its pid in
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import sys
 
@@ -16,6 +17,10 @@ PARENT_ENV = "SESSIONSEARCH_WORKER_WRAPPER_PID"
 
 def main() -> int:
     die_with_parent(int(os.environ[PARENT_ENV]))
+    # worker processes are this process's children (entry.py binds them to it by pid): Python 3.14
+    # would start them from a forkserver instead, whose pid they would then see as their parent's
+    if "--use-spawn" not in sys.argv:
+        multiprocessing.set_start_method("fork", force=True)
     import dramatiq.__main__
     from dramatiq.cli import main as dramatiq_main
 
