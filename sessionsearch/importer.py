@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator
 
 import structlog
 
-from .errors import InvalidRequest
+from .errors import InvalidRequest, Unavailable
 from .import_plan import ImportJob, Problem, describe_error, entry_meta, plan_import, shown
 from .indexer.events import Event, parse_event
 
@@ -249,6 +249,7 @@ class _Group:
                                            for s in steps])
         for step, result in zip(steps, results):
             if isinstance(result, Exception):
+                _stop_if_unavailable(result)
                 await self._salvage(store, step)
             else:
                 self._count(step, result)
@@ -259,6 +260,7 @@ class _Group:
 
     async def _attempt(self, store, step: _Step, meta: dict | None, events: list[Event], lines: int | None):
         (result,) = await store.import_many([(step.job.session_key, meta, events, step.job.session_id, lines)])
+        _stop_if_unavailable(result)
         return result
 
     async def _salvage(self, store, step: _Step) -> None:
@@ -295,6 +297,13 @@ class _Group:
 
     def _problem(self, step: _Step, line: int | None, message: str) -> None:
         self.report.problems.append(Problem(step.report.file, line, message))
+
+
+def _stop_if_unavailable(result: object) -> None:
+    """A database that cannot be written now (a full disk, a lock) refuses no line of its own: the
+    import stops there, and what it did not store stays unread, for the next run to take."""
+    if isinstance(result, Unavailable):
+        raise result
 
 
 def _message(exc: BaseException) -> str:

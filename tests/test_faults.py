@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from sessionsearch import Engine, Settings
+from sessionsearch import Engine, Settings, StorageFull
 from sessionsearch import metrics as ssmetrics
 from sessionsearch.importer import run_import
 from sessionsearch.queue import Pipeline
@@ -339,6 +339,37 @@ async def test_a_write_whose_checkpoint_meets_the_full_disk_is_answered_as_store
             assert answer["appended"] == stored == 500
             assert (await engine.append("agent:main:b", [msg("b501", "user", "after", "b500")]))["indexed"] == 1
         assert_index_invariant(db)
+
+
+# -- the disk fills up under an import ---------------------------------------------------------------
+
+def _stored_events(db: Path) -> dict[str, int]:
+    with closing(sqlite3.connect(db)) as conn:
+        return dict(conn.execute("SELECT w.session_id, count(*) FROM events e JOIN windows w USING (wid) "
+                                 "GROUP BY w.session_id"))
+
+
+async def test_an_import_that_meets_a_full_disk_stops_and_its_rerun_after_space_returns_loses_no_line(tmp_path):
+    events = write_backlog(tmp_path / "state", [3000, 2500, 2000] + [40] * 30, words=12)
+    with small_disk(tmp_path / "disk", 48) as disk:
+        async with Engine(settings=Settings(data_dir=str(disk))) as engine:
+            await engine.upsert_session("agent:main:seed", label="the database exists before the fault")
+            db = disk / "agents" / "main.db"
+            empty_wal(db)
+            filler = fill(disk, leave_bytes=2048 << 10)  # room for some steps, not for all of them
+            try:
+                with pytest.raises(StorageFull):
+                    await run_import(engine, tmp_path / "state")
+                during = _stored_events(db)
+            finally:
+                filler.unlink()
+            report = await run_import(engine, tmp_path / "state")
+        assert sum(f.bad for f in report.files) == 0 and report.problems == [], report.problems
+        assert _stored_events(db) == {sid: len(e) for sid, e in events.items()}
+        assert 0 < sum(during.values()) < sum(len(e) for e in events.values())  # it stopped part way
+    figures.record("faults", "disk full, importing", {
+        "eventsStoredBeforeTheFault": sum(during.values()), "eventsInStateDir": sum(len(e) for e in events.values()),
+        "eventsAfterRerun": sum(len(e) for e in events.values())})
 
 
 # -- the disk fills up under a reconciling worker --------------------------------------------------

@@ -122,7 +122,7 @@ class SqliteAgentStore:
             return await asyncio.get_running_loop().run_in_executor(self._executor, partial(fn, *args))
         except (sqlite3.Error, OSError) as exc:
             if is_full(exc):
-                raise StorageFull(self.agent_id) from exc
+                raise self._unavailable(exc) from exc
             raise
 
     @asynccontextmanager
@@ -197,8 +197,19 @@ class SqliteAgentStore:
         return await self._run(lambda: self._writer.all_source_lines())
 
     async def import_many(self, items: list[tuple]) -> list:
-        """Small import steps (key, fields, events, session_id, lines) in one transaction."""
-        return await self._run(lambda: self._writer.import_many(items))
+        """Small import steps (key, fields, events, session_id, lines) in one transaction; a step
+        that failed holds its error: a refusal of its data, or Unavailable (StorageFull) when the
+        database could not be written at all (a full disk, a lock held too long, I/O)."""
+        results = await self._run(lambda: self._writer.import_many(items))
+        return [self._unavailable(r) if isinstance(r, (sqlite3.Error, OSError)) else r for r in results]
+
+    def _unavailable(self, exc: BaseException) -> Unavailable:
+        if is_full(exc):
+            error: Unavailable = StorageFull(self.agent_id)
+        else:
+            error = Unavailable(f"agent {self.agent_id!r} database could not be written: {exc}")
+        error.__cause__ = exc
+        return error
 
     async def claim(self, wid: int, token: str, lease_s: float) -> ClaimInfo | None:
         """Take the window's claim if free or expired; None when another holder's lease is live."""
