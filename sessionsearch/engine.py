@@ -28,10 +28,11 @@ from .search.runner import search as run_search
 from .search.titles import title_matches
 from .search.catalog import CatalogCache, CatalogView
 from .search.visibility import Viewer
+from .session_meta import check_meta
 from .settings import Settings
 from .store import backend_for
 from .store.base import AgentStore
-from .values import check_text
+from .values import check_name, check_text
 
 log = structlog.get_logger("sessionsearch.engine")
 
@@ -41,7 +42,6 @@ Enqueuer = Callable[[dict[str, set[int]]], Awaitable[bool]]
 MAX_EVENTS_PER_APPEND = 10_000
 UPSERT_FIELDS = {"sessionKey", "sessionId", "label", "displayName", "spawnedBy", "parentSessionKey", "kind",
                  "group", "incognito"}
-KINDS = {"direct", "group", "subagent", "cron", "system"}
 
 
 class Engine:
@@ -123,7 +123,9 @@ class Engine:
         body = {"sessionKey": sessionKey, **fields}
         check_unknown(body, UPSERT_FIELDS)
         key = check_session_key(sessionKey)
-        _check_meta(fields)
+        _, problems = check_meta(fields)
+        if problems:
+            raise problems[0]
         store = await self.store(agent_of(key), create=True)
         created = await store.upsert_session(key, fields)
         self._meta_changed()
@@ -134,7 +136,7 @@ class Engine:
                      index: bool = True) -> dict[str, Any]:
         """Store events; a linear batch is indexed in the same transaction. All-or-nothing."""
         key = check_session_key(sessionKey)
-        _check_session_id(sessionId)
+        check_name(sessionId, "sessionId")
         if not isinstance(events, list):
             raise InvalidRequest("events must be a list of transcript events", field="events")
         if len(events) > MAX_EVENTS_PER_APPEND:
@@ -150,7 +152,7 @@ class Engine:
     async def rotate(self, sessionKey: str, sessionId: str | None = None,  # noqa: N803
                      reason: str | None = None) -> dict[str, Any]:
         key = check_session_key(sessionKey)
-        _check_session_id(sessionId)
+        check_name(sessionId, "sessionId")
         if reason is not None and not isinstance(reason, str):
             raise InvalidRequest("reason must be a string", field="reason")
         if reason is not None:
@@ -377,25 +379,3 @@ class Engine:
             handler = getattr(self, method.split(".")[1])
             return await handler(body.get("sessionKey"), **{k: v for k, v in body.items() if k != "sessionKey"})
         raise NotFound(f"unknown method {method!r}")
-
-
-def _check_session_id(session_id: object) -> None:
-    if session_id is not None and (not isinstance(session_id, str) or not session_id):
-        raise InvalidRequest("sessionId must be a non-empty string", field="sessionId")
-    if session_id is not None:
-        check_text(session_id, "sessionId")
-
-
-def _check_meta(fields: dict[str, Any]) -> None:
-    for name in ("label", "displayName", "group", "sessionId"):
-        if fields.get(name) is not None:
-            if not isinstance(fields[name], str):
-                raise InvalidRequest(f"{name} must be a string", field=name)
-            check_text(fields[name], name)
-    for name in ("spawnedBy", "parentSessionKey"):
-        if fields.get(name) is not None:
-            check_session_key(fields[name], field=name)
-    if fields.get("kind") is not None and (not isinstance(fields["kind"], str) or fields["kind"] not in KINDS):
-        raise InvalidRequest(f"kind must be one of {', '.join(sorted(KINDS))}", field="kind")
-    if "incognito" in fields and not isinstance(fields["incognito"], bool):
-        raise InvalidRequest("incognito must be a boolean", field="incognito")

@@ -17,11 +17,10 @@ from typing import Any
 from .errors import InvalidRequest
 from .indexer.events import epoch_ms
 from .keys import AGENT_ID_RE, agent_of, check_session_key
+from .session_meta import KEY_FIELDS, check_meta
 from .values import unpaired_surrogate
 
 ENTRY_FIELDS = ("label", "displayName", "spawnedBy", "parentSessionKey", "kind", "group", "incognito")
-TEXT_FIELDS = ("label", "displayName", "group")
-KINDS = ("direct", "group", "subagent", "cron", "system")
 AGENT_ID_RULE = "agentId must be 1..64 letters, digits, '_' or '-'"
 
 
@@ -244,12 +243,9 @@ def _entry_job(plan: ImportPlan, agent: str, sessions_dir: Path, index_path: Pat
         return skip(f": sessionId {session_id!r} {why}")
     full_key = key if key.startswith("agent:") else f"agent:{agent}:{key}"
     try:
-        check_session_key(full_key)
-        owner = agent_of(full_key)
+        owner = agent_of(check_session_key(full_key))
     except InvalidRequest as exc:
         return skip(f": {exc.message}")
-    if unpaired_surrogate(full_key) or not is_agent_id(owner):
-        return skip(": not a valid session key")
     if session_id in referenced:
         return skip(f": sessionId {session_id!r} is already the window of {referenced[session_id]!r}")
     referenced[session_id] = key
@@ -272,29 +268,10 @@ def _entry_job(plan: ImportPlan, agent: str, sessions_dir: Path, index_path: Pat
 
 def entry_meta(job: ImportJob, problems: list[Problem]) -> dict[str, Any]:
     """The session metadata of the job's sessions.json entry; a field that is wrong is reported and left out."""
-    entry, meta, where = job.entry, {}, f"entry {job.entry_key!r}: "
-    for name in ENTRY_FIELDS:
-        value = entry.get(name)
-        if value is None:
-            continue
-        if name == "incognito" and not isinstance(value, bool):
-            problems.append(Problem(job.index, None, f"{where}incognito must be a boolean; ignored"))
-            continue
-        if name == "kind" and (not isinstance(value, str) or value not in KINDS):
-            problems.append(Problem(job.index, None, f"{where}unknown kind {value!r}; ignored"))
-            continue
-        if name in TEXT_FIELDS and (not isinstance(value, str) or unpaired_surrogate(value)):
-            problems.append(Problem(job.index, None, f"{where}{name} must be a string; ignored"))
-            continue
-        if name in ("spawnedBy", "parentSessionKey"):
-            try:
-                check_session_key(value, field=name)
-                if unpaired_surrogate(value) or not is_agent_id(agent_of(value)):
-                    raise InvalidRequest(name, field=name)
-            except InvalidRequest:
-                problems.append(Problem(job.index, None, f"{where}{name} is not a session key; ignored"))
-                continue
-        meta[name] = value
+    entry, where = job.entry, f"entry {job.entry_key!r}: "
+    meta, refused = check_meta({name: entry[name] for name in ENTRY_FIELDS if entry.get(name) is not None})
+    for problem in sorted(refused, key=lambda p: ENTRY_FIELDS.index(p.field)):
+        problems.append(Problem(job.index, None, f"{where}{_ignored(problem.field, entry[problem.field])}; ignored"))
     updated = entry.get("updatedAt")
     if updated is not None:
         try:
@@ -304,3 +281,14 @@ def entry_meta(job: ImportJob, problems: list[Problem]) -> dict[str, Any]:
         except InvalidRequest:
             problems.append(Problem(job.index, None, f"{where}updatedAt must be epoch milliseconds; ignored"))
     return meta
+
+
+def _ignored(name: str, value: object) -> str:
+    """What an import says of a metadata field it leaves out (shorter than an upsert's error)."""
+    if name == "incognito":
+        return "incognito must be a boolean"
+    if name == "kind":
+        return f"unknown kind {value!r}"
+    if name in KEY_FIELDS:
+        return f"{name} is not a session key"
+    return f"{name} must be a string"

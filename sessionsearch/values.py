@@ -39,6 +39,17 @@ def check_text(value: str, field: str) -> str:
     return value
 
 
+def check_name(value: object, field: str) -> str | None:
+    """Return `value` (None when absent) if it is a non-empty string without unpaired surrogates,
+    else raise InvalidRequest naming `field`: the rule for the ids a client may name (sessionId,
+    messageId)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise InvalidRequest(f"{field} must be a non-empty string", field=field)
+    return check_text(value, field)
+
+
 def check_json(value: Any, where: str, *, max_depth: int = MAX_JSON_DEPTH) -> None:
     """Raise InvalidRequest unless `value` is JSON data that can be stored and answered back:
     text without unpaired surrogates, finite numbers, at most `max_depth` levels of containers.

@@ -10,7 +10,7 @@ from typing import Any, Awaitable, Callable
 from ..errors import Forbidden, InvalidRequest, NotFound
 from ..keys import agent_of, check_session_key
 from ..settings import Settings
-from ..values import check_text
+from ..values import check_name
 from .catalog import CatalogCache, StoreLookup
 from .query import Requester, check_unknown, int_field, parse_requester
 from .visibility import Viewer
@@ -40,15 +40,8 @@ def parse_history(body: object, default_limit: int) -> HistoryRequest:
     key = check_session_key(body.get("sessionKey"))
     limit = int_field(body, "limit", min(default_limit, MAX_LIMIT), 1, MAX_LIMIT)
     offset = int_field(body, "offset", None, 0, None)
-    message_id = body.get("messageId")
-    if message_id is not None and (not isinstance(message_id, str) or not message_id):
-        raise InvalidRequest("messageId must be a non-empty string", field="messageId")
-    session_id = body.get("sessionId")
-    if session_id is not None and (not isinstance(session_id, str) or not session_id):
-        raise InvalidRequest("sessionId must be a non-empty string", field="sessionId")
-    for name, value in (("messageId", message_id), ("sessionId", session_id)):
-        if value is not None:
-            check_text(value, name)
+    message_id = check_name(body.get("messageId"), "messageId")
+    session_id = check_name(body.get("sessionId"), "sessionId")
     if session_id is not None and message_id is None:
         raise InvalidRequest("sessionId requires messageId", field="sessionId")
     if offset is not None and message_id is not None:

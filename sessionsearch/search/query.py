@@ -8,7 +8,7 @@ from typing import Any
 
 from ..errors import InvalidRequest
 from ..keys import check_agent_id, check_session_key
-from ..values import check_text
+from ..values import check_name, check_text
 from .text import has_cjk, tokens, utf16_len
 from .timerange import parse_range
 
@@ -178,11 +178,7 @@ def parse_search(body: object) -> SearchRequest:
                                  field="sessionKeys")
         keys = [check_session_key(k, field=f"sessionKeys[{i}]") for i, k in enumerate(keys)]
         keys = list(dict.fromkeys(keys))
-    session_id = body.get("sessionId")
-    if session_id is not None and (not isinstance(session_id, str) or not session_id):
-        raise InvalidRequest("sessionId must be a non-empty string", field="sessionId")
-    if session_id is not None:
-        check_text(session_id, "sessionId")
+    session_id = check_name(body.get("sessionId"), "sessionId")
     role = body.get("role")
     if role is not None and role not in ("user", "assistant"):
         raise InvalidRequest('role must be "user" or "assistant"', field="role")
