@@ -77,19 +77,27 @@ def decode_object(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def _is_loopback_name(host: str) -> bool:
-    """Whether a Host header names this machine: `localhost`, 127.0.0.0/8 or [::1], with any port."""
-    if host.startswith("["):  # an IPv6 literal is always bracketed in Host
-        name = host[1:host.find("]")] if "]" in host else host
-    else:
-        name = host.rpartition(":")[0] if ":" in host else host
-    name = name.lower()
-    if name == "localhost" or name.endswith(".localhost"):
+def is_loopback_name(name: str, *, subdomains: bool = True) -> bool:
+    """Whether `name` (no port; an IPv6 address bare or in brackets) names this machine: localhost,
+    127.0.0.0/8 or ::1, and with `subdomains` any `*.localhost` too (browsers resolve those to
+    loopback themselves; a resolver asked to bind one may not)."""
+    if name == "localhost" or (subdomains and name.endswith(".localhost")):
         return True
+    if name.startswith("[") and name.endswith("]"):
+        name = name[1:-1]
     try:
         return ipaddress.ip_address(name).is_loopback
     except ValueError:
         return False
+
+
+def _host_is_loopback(host: str) -> bool:
+    """Whether a Host header names this machine, with any port."""
+    if host.startswith("["):  # an IPv6 literal is always bracketed in Host
+        name = host[1:host.find("]")] if "]" in host else host
+    else:
+        name = host.rpartition(":")[0] if ":" in host else host
+    return is_loopback_name(name.lower())
 
 
 def browser_refusal(headers: Headers, token: str | None) -> str | None:
@@ -106,7 +114,7 @@ def browser_refusal(headers: Headers, token: str | None) -> str | None:
     origin = headers.get("origin")
     if origin is not None and urlsplit(origin).netloc.lower() != host.lower():
         return f"cross-origin request refused: Origin {origin[:100]!r} is not this server ({host[:100]!r})"
-    if host and not _is_loopback_name(host):
+    if host and not _host_is_loopback(host):
         return (f"Host {host[:100]!r} is not a loopback name: without SESSIONSEARCH_API_TOKEN the server "
                 "answers only to 127.0.0.1, [::1] and localhost")
     return None

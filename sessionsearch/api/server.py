@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import json
 import os
 import shutil
@@ -22,6 +21,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from ..errors import InvalidRequest
 from ..settings import Settings
 from .app import create_app
+from .edge import is_loopback_name
 
 DEMO_DATA = Path(__file__).resolve().parent.parent / "demo_data"
 
@@ -57,12 +57,9 @@ class JSONErrorsH11(H11Protocol):
 
 
 def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+    """Whether binding `host` listens on loopback only; `*.localhost` is not taken on trust here,
+    since the resolver, not a browser, decides where such a name binds."""
+    return is_loopback_name(host, subdomains=False)
 
 
 def check_bind(settings: Settings) -> None:
