@@ -31,6 +31,15 @@ def chain(prefix: str, texts: list[tuple[str, str]], parent: str | None = None, 
     return out
 
 
+def timed(prefix: str, items: list[tuple[str, str, int]]) -> list[dict]:
+    """Messages m1..mn in a chain with explicit timestamps: (role, text, ts)."""
+    out, parent = [], None
+    for i, (role, text, ts) in enumerate(items, 1):
+        out.append(msg(f"{prefix}{i}", role, text, parent, ts=ts))
+        parent = f"{prefix}{i}"
+    return out
+
+
 def header(session_id: str) -> dict:
     return {"type": "session", "version": 3, "id": session_id, "timestamp": "2026-01-02T03:04:05Z"}
 

@@ -10,28 +10,20 @@ import os
 import subprocess
 import sys
 
-from .helpers import BASE_TS, chain, engine_at, ids, leaf, msg
+from .helpers import BASE_TS, chain, engine_at, ids, leaf, timed
 from .server import Server
 
 A, B, C = "agent:main:a", "agent:main:b", "agent:main:c"
 
 
-def _timed(prefix: str, items: list[tuple[str, str, int]]) -> list[dict]:
-    out, parent = [], None
-    for i, (role, text, ts) in enumerate(items, 1):
-        out.append(msg(f"{prefix}{i}", role, text, parent, ts=ts))
-        parent = f"{prefix}{i}"
-    return out
-
-
 async def _three(engine) -> None:
     """a: three hits, its best the short one; b: one strong hit; c: two weak hits, the newest."""
-    await engine.append(A, _timed("a", [("user", "loan approved after a long review of the file", BASE_TS + 1),
+    await engine.append(A, timed("a", [("user", "loan approved after a long review of the file", BASE_TS + 1),
                                         ("assistant", "loan", BASE_TS + 2),
                                         ("user", "loan paperwork and other papers to sign today", BASE_TS + 3),
                                         ("assistant", "nothing here", BASE_TS + 4)]))
-    await engine.append(B, _timed("b", [("user", "loan loan", BASE_TS + 10)]))
-    await engine.append(C, _timed("c", [("user", "a loan among many other words in a long message here", BASE_TS + 20),
+    await engine.append(B, timed("b", [("user", "loan loan", BASE_TS + 10)]))
+    await engine.append(C, timed("c", [("user", "a loan among many other words in a long message here", BASE_TS + 20),
                                         ("assistant", "and one more loan among many other words in a message",
                                          BASE_TS + 21)]))
     await engine.upsert_session(B, label="Bank call")
@@ -73,10 +65,10 @@ async def test_sessions_found_only_far_down_the_hits_are_reached_exactly(tmp_pat
     """150 strong hits in one session come before any other session's: the top hits are taken
     again, more each time, until they hold one session past the limit (with postings too)."""
     async with engine_at(tmp_path) as engine:
-        await engine.append(A, _timed("a", [("user", "audit audit", BASE_TS + i) for i in range(150)]))
-        await engine.append(B, _timed("b", [("user", "audit of the accounts, a long look at them", BASE_TS + 500),
+        await engine.append(A, timed("a", [("user", "audit audit", BASE_TS + i) for i in range(150)]))
+        await engine.append(B, timed("b", [("user", "audit of the accounts, a long look at them", BASE_TS + 500),
                                             ("user", "audit of the accounts, a longer look at all", BASE_TS + 1)]))
-        await engine.append(C, _timed("c", [("user", "audit of the accounts, a much longer look at them all",
+        await engine.append(C, timed("c", [("user", "audit of the accounts, a much longer look at them all",
                                              BASE_TS + 600)]))
         expected = [(A, 150, "a150"), (B, 2, "b1")]
         result = await engine.search(query="audit", resultMode="sessions", limit=2)

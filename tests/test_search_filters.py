@@ -12,25 +12,16 @@ from sessionsearch import InvalidRequest
 from sessionsearch.indexer.events import MAX_TS_MS, MIN_TS_MS
 from sessionsearch.store.sqlite.scope import id_bounds
 
-from .helpers import BASE_TS, chain, engine_at, ids, msg
+from .helpers import BASE_TS, chain, engine_at, ids, timed
 
 KEY = "agent:main:main"
 DAY = 86_400_000
 JAN_2 = 1767312000000  # 2026-01-02T00:00:00Z
 
 
-def _timed(prefix: str, items: list[tuple[str, str, int]]) -> list[dict]:
-    """Messages in a chain with explicit timestamps: (role, text, ts)."""
-    out, parent = [], None
-    for i, (role, text, ts) in enumerate(items, 1):
-        out.append(msg(f"{prefix}{i}", role, text, parent, ts=ts))
-        parent = f"{prefix}{i}"
-    return out
-
-
 async def test_since_is_inclusive_and_until_exclusive_at_the_exact_millisecond(tmp_path):
     async with engine_at(tmp_path) as engine:
-        await engine.append(KEY, _timed("m", [("user", "tick", BASE_TS + i) for i in range(5)]))
+        await engine.append(KEY, timed("m", [("user", "tick", BASE_TS + i) for i in range(5)]))
         found = await engine.search(query="tick", since=BASE_TS + 1, until=BASE_TS + 3, limit=25)
         assert sorted(ids(found)) == ["m2", "m3"]  # BASE_TS + 1 and + 2; + 3 is the exclusive end
         assert sorted(ids(await engine.search(query="tick", since=BASE_TS + 4))) == ["m5"]
@@ -41,7 +32,7 @@ async def test_since_is_inclusive_and_until_exclusive_at_the_exact_millisecond(t
 async def test_iso_dates_times_offsets_and_integral_floats_name_the_same_instants(tmp_path):
     async with engine_at(tmp_path) as engine:
         stamps = [JAN_2 - 1, JAN_2, JAN_2 + 3_600_000 + 5, JAN_2 + DAY]
-        await engine.append(KEY, _timed("m", [("user", "tick", ts) for ts in stamps]))
+        await engine.append(KEY, timed("m", [("user", "tick", ts) for ts in stamps]))
 
         async def between(since, until=None):
             return sorted(ids(await engine.search(query="tick", since=since, until=until, limit=25)))
@@ -81,7 +72,7 @@ async def test_bad_ranges_and_result_modes_are_refused_naming_the_field(tmp_path
 
 async def test_the_range_bounds_are_the_timestamp_range_events_accept(tmp_path):
     async with engine_at(tmp_path) as engine:
-        await engine.append(KEY, _timed("m", [("user", "edge", MIN_TS_MS), ("user", "edge", MAX_TS_MS)]))
+        await engine.append(KEY, timed("m", [("user", "edge", MIN_TS_MS), ("user", "edge", MAX_TS_MS)]))
         assert sorted(ids(await engine.search(query="edge", since=MIN_TS_MS, until=MAX_TS_MS))) == ["m1"]
         assert ids(await engine.search(query="edge", since=MAX_TS_MS)) == ["m2"]
         # an offset past the first day's start names no instant any message can have: the nearest one
@@ -91,9 +82,9 @@ async def test_the_range_bounds_are_the_timestamp_range_events_accept(tmp_path):
 
 async def _outranked(engine) -> None:
     """40 short messages that repeat `needle`, out of range, outrank 5 long ones in range."""
-    await engine.append(KEY, _timed("out", [("user", "needle needle needle", BASE_TS + i) for i in range(40)]))
+    await engine.append(KEY, timed("out", [("user", "needle needle needle", BASE_TS + i) for i in range(40)]))
     filler = "some longer text around the word so that it ranks below the repeated ones"
-    await engine.append("agent:main:late", _timed("in", [("assistant", f"needle {filler} {i}", BASE_TS + DAY + i)
+    await engine.append("agent:main:late", timed("in", [("assistant", f"needle {filler} {i}", BASE_TS + DAY + i)
                                                          for i in range(5)]))
 
 
@@ -144,7 +135,7 @@ async def test_random_ranges_give_exactly_the_hits_of_ranking_everything_and_fil
         for s in range(6):
             items = [(rng.choice(["user", "assistant"]), " ".join(rng.choices(words, k=rng.randint(1, 6))),
                       BASE_TS + rng.randrange(span)) for _ in range(120)]
-            await engine.append(f"agent:main:s{s}", _timed(f"s{s}-", items))
+            await engine.append(f"agent:main:s{s}", timed(f"s{s}-", items))
         store = await engine.store("main")
         kinds = {"narrowed": 0, "whole": 0}
         for phase in ("fts5", "postings"):
@@ -166,8 +157,8 @@ async def test_random_ranges_give_exactly_the_hits_of_ranking_everything_and_fil
 async def test_a_narrow_range_is_an_id_span_holding_every_message_in_it(tmp_path):
     async with engine_at(tmp_path) as engine:
         # timestamps falling then rising inside one window: the span comes from the rows, not their order
-        await engine.append(KEY, _timed("m", [("user", "w", BASE_TS + t) for t in (900, 5, 400, 1000, 1)]))
-        await engine.append("agent:main:b", _timed("b", [("user", "w", BASE_TS + 100_000 + i) for i in range(100)]))
+        await engine.append(KEY, timed("m", [("user", "w", BASE_TS + t) for t in (900, 5, 400, 1000, 1)]))
+        await engine.append("agent:main:b", timed("b", [("user", "w", BASE_TS + 100_000 + i) for i in range(100)]))
         store = await engine.store("main")
         async with store.reader() as reader:
             ids_in = [r[0] for r in await reader.conn.execute_fetchall(
@@ -180,7 +171,7 @@ async def test_a_narrow_range_is_an_id_span_holding_every_message_in_it(tmp_path
 
 async def test_every_query_of_a_batch_takes_the_range(tmp_path):
     async with engine_at(tmp_path) as engine:
-        await engine.append(KEY, _timed("m", [("user", "red", BASE_TS), ("user", "blue", BASE_TS + 10),
+        await engine.append(KEY, timed("m", [("user", "red", BASE_TS), ("user", "blue", BASE_TS + 10),
                                               ("user", "red", BASE_TS + 20), ("user", "blue", BASE_TS + 30)]))
         states = (await engine.search(queries=["red", "blue"], since=BASE_TS + 10, until=BASE_TS + 21))["states"]
         assert [ids(s) for s in states] == [["m3"], ["m2"]]
@@ -188,7 +179,7 @@ async def test_every_query_of_a_batch_takes_the_range(tmp_path):
 
 async def test_the_cjk_substring_retry_keeps_to_the_range(tmp_path):
     async with engine_at(tmp_path) as engine:
-        await engine.append(KEY, _timed("m", [("user", "東京開会", BASE_TS), ("user", "明日東京へ", BASE_TS + DAY),
+        await engine.append(KEY, timed("m", [("user", "東京開会", BASE_TS), ("user", "明日東京へ", BASE_TS + DAY),
                                               ("user", "東京駅", BASE_TS + 2 * DAY)]))
         assert sorted(ids(await engine.search(query="東京", limit=25))) == ["m1", "m2", "m3"]
         assert ids(await engine.search(query="東京", since=BASE_TS + DAY, until=BASE_TS + 2 * DAY)) == ["m2"]
