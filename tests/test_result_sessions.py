@@ -7,8 +7,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import subprocess
 import sys
+from dataclasses import replace
+
+from sessionsearch.search.query import parse_search
+from sessionsearch.search.runner import search as run_search
 
 from .helpers import BASE_TS, chain, engine_at, ids, leaf, timed
 from .server import Server
@@ -228,3 +233,98 @@ def test_the_cli_takes_since_until_and_sessions(tmp_path):
     assert '"Billing"' in human.stdout and "2 hit(s)" in human.stdout
     wrong = cli("invoice", "--since", "tomorrow")
     assert wrong.returncode == 2 and "since must be epoch milliseconds or an ISO 8601 date or time" in wrong.stderr
+
+
+async def test_hit_counts_are_read_in_the_snapshot_the_best_hits_came_from(tmp_path):
+    """A window turning dirty between the ranking and the count once left a session listed with
+    `hits: 0` beside its best hit: the rewind below lands right after the first statement that
+    matches, on whatever reader the search holds."""
+    async with engine_at(tmp_path) as engine:
+        await engine.append(A, chain("a", [("user", "budget one"), ("assistant", "budget two")]))
+        await engine.append(B, chain("b", [("user", "budget six")]))
+        store = await engine.store("main")
+        await engine.search(query="budget")  # the readers exist, and the store knows no window is dirty
+        rewound = []
+
+        def rewind_after_first_match(original):
+            async def execute_fetchall(sql, *args, **kwargs):
+                rows = await original(sql, *args, **kwargs)
+                if "MATCH" in sql and not rewound:
+                    rewound.append(sql)
+                    await engine.append(A, [leaf("l1", "a2", "a1")])  # a rewind: A's window needs rebuilding
+                return rows
+            return execute_fetchall
+
+        for reader in store._all_readers:
+            reader.conn.execute_fetchall = rewind_after_first_match(reader.conn.execute_fetchall)
+        result = await engine.search(query="budget", resultMode="sessions")
+        assert rewound  # the window turned dirty while the search ran
+        assert _summary(result) == [(A, 2, "a2"), (B, 1, "b1")]  # as if the search came just before it
+        after = await engine.search(query="budget", resultMode="sessions")
+        assert _summary(after) == [(B, 1, "b1")] and after["indexing"] is True
+
+
+# few words, short texts and few timestamps: scores and timestamps tie often, so the tie rules count
+VOCAB = ["alpha", "beta", "gamma", "delta", "alpha", "東京", "東京開会", "会議"]
+
+
+async def _random_corpus(engine, rng: random.Random) -> list[str]:
+    keys = [f"agent:{agent}:s{n}" for agent in ("main", "ops") for n in range(7)]
+    for key in keys:
+        for window in range(rng.choice([1, 1, 2, 3])):
+            if window:
+                await engine.rotate(key, f"{key}-w{window}")
+            items = [(rng.choice(["user", "assistant"]), " ".join(rng.choices(VOCAB, k=rng.randint(1, 5))),
+                      BASE_TS + rng.randint(0, 12)) for _ in range(rng.randint(1, 9))]
+            await engine.append(key, _timed(f"{key[-2:]}w{window}m", items), sessionId=f"{key}-w{window}")
+        if rng.random() < 0.3:
+            await engine.upsert_session(key, label=f"label {key[-2:]}")
+    return keys
+
+
+async def _grouped_messages(engine, body: dict) -> tuple[list[dict], bool]:
+    """The oracle: every hit in messages mode, in its order, grouped by session (the first hit of a
+    session is its best), the limit applied to the sessions."""
+    req = replace(parse_search({**body, "limit": 1}), limit=100_000, result_mode="messages")
+    answer = await run_search(req, settings=engine.settings, catalog=engine._catalog, open_store=engine.store,
+                              enqueue=engine.enqueue_reconcile)
+    assert "truncated" not in answer  # every hit came back
+    sessions: dict[str, dict] = {}
+    for hit in answer["results"]:
+        if hit["sessionKey"] in sessions:
+            sessions[hit["sessionKey"]]["hits"] += 1
+        else:
+            label = (await engine.catalog_view()).catalog.sessions[hit["sessionKey"]].label
+            sessions[hit["sessionKey"]] = {"sessionKey": hit["sessionKey"], "sessionId": hit["sessionId"],
+                                           "label": label, "hits": 1, "best": hit}
+    grouped = list(sessions.values())
+    return grouped[:body.get("limit", 10)], len(grouped) > body.get("limit", 10)
+
+
+async def test_sessions_mode_equals_messages_mode_grouped_by_session_on_random_data(tmp_path):
+    rng = random.Random(1315)
+    async with engine_at(tmp_path, search_response_max_bytes=50_000_000) as engine:
+        await _random_corpus(engine, rng)
+        compared = nonempty = truncated = 0
+        for _ in range(160):
+            body = {"query": " ".join(rng.sample(["alpha", "beta", "gamma", "delta", "東京", "会議", "開会"],
+                                                 rng.choice([1, 1, 2]))),
+                    "limit": rng.randint(1, 8), "resultMode": "sessions"}
+            if rng.random() < 0.5:
+                body["order"] = "recent"
+            if rng.random() < 0.3:
+                body["role"] = rng.choice(["user", "assistant"])
+            if rng.random() < 0.3:
+                body["since"] = BASE_TS + rng.randint(0, 6)
+                body["until"] = body["since"] + rng.randint(1, 8)
+            if rng.random() < 0.2:
+                body["agentId"] = rng.choice(["main", "ops"])
+            expected, more = await _grouped_messages(engine, body)
+            result = await engine.search(body)
+            assert result["results"] == expected, body
+            assert result.get("truncated", False) is more, body
+            compared += 1
+            nonempty += bool(expected)
+            truncated += more
+        print(f"compared {compared} searches: {nonempty} found sessions, {truncated} truncated")
+        assert nonempty > 100 and truncated > 30  # the data exercised what it was meant to

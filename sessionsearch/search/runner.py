@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
 import structlog
@@ -208,47 +208,52 @@ async def _cjk_retry(open_store: StoreLookup, query: ParsedQuery, req: SearchReq
     return hits, more
 
 
-async def run_sessions_query(open_store: StoreLookup, catalog: CatalogCache, query: ParsedQuery, req: SearchRequest, scopes: dict[str, Scope],
-                             view: CatalogView, versions: dict[str, int] | None, deadline: float) -> Outcome:
+async def run_sessions_query(open_store: StoreLookup, catalog: CatalogCache, query: ParsedQuery, req: SearchRequest,
+                             scopes: dict[str, Scope], view: CatalogView, versions: dict[str, int] | None,
+                             deadline: float) -> Outcome:
     """resultMode "sessions": the sessions in the order of their best hits, each with its hits in
     scope counted; raises MetaChanged as run_query does.
 
-    A session's best hit is where it first appears in the messages order, so the top hits (exact,
-    postings included) give the first sessions; more are taken, four times as many each round,
-    until they hold one session past `limit` or every match. Counting needs no score: one cheap
-    statement per agent over the windows of the sessions chosen.
+    One statement per agent ranks its sessions from every match's sort key (no text) and reads
+    text only for the best hits it keeps, in the snapshot it counted in, so a count and a best
+    hit always agree. Like run_query, CJK words fall back to literal substrings when no agent has
+    a word match; postings are not used (they rank single rows, not sessions).
     """
-    k = max(4 * (req.limit + 1), 32)
-    while True:
-        top = await run_query(open_store, catalog, query, replace(req, limit=k), scopes, versions, deadline)
-        groups: dict[tuple[str, str], SessionGroup] = {}
-        for hit in top.hits:  # best first: a session's first hit is its best
-            win = view.agents[hit.agent_id].windows.get(wid_of(hit.rid))
-            if win is not None and (hit.agent_id, win.session_key) not in groups:
-                groups[(hit.agent_id, win.session_key)] = SessionGroup(hit.agent_id, win.session_key, 0, hit)
-        if len(groups) > req.limit or not top.more:
-            break
-        k *= 4
-    out = Outcome(more=len(groups) > req.limit, dirty=top.dirty)
-    out.groups = sorted(groups.values(), key=lambda g: g.sort_key(req.order))[:req.limit]
-    for agent_id in {g.agent_id for g in out.groups}:
-        scope, agent = scopes[agent_id], view.agents[agent_id]
-        mine = [g for g in out.groups if g.agent_id == agent_id]
-        wids = [w.wid for g in mine for w in agent.windows_by_key.get(g.session_key, ()) if w.wid in scope.wids]
-        store = await open_store(agent_id)
-        # read a statement after the ranking: a message stored in between may be counted
-        async with store.reader(deadline) as reader:
-            if top.substrings:
-                _, rows = await store.scan_substrings(
-                    reader, query.cjk_words, query.without_cjk(), include=sorted(wids), exclude=None,
-                    role=req.role, k=0, since=req.since, until=req.until, per_window=True)
-                counts = dict(rows)
-            else:
-                counts = await store.count_matches(reader, query.match, wids, role=req.role, since=req.since,
-                                                   until=req.until)
-        for group in mine:
-            group.hits = sum(counts.get(w.wid, 0) for w in agent.windows_by_key.get(group.session_key, ()))
+    out = Outcome()
+    if query.match is None:
+        return out
+    await check_empty_scopes(catalog, scopes, versions, deadline)
+    found = await _sessions_top(open_store, query.match, None, req, scopes, versions, deadline)
+    for agent_id, _, dirty in found:
+        if dirty:
+            out.dirty[agent_id] = dirty
+    if not any(groups for _, groups, _ in found) and query.cjk_words:
+        found = await _sessions_top(open_store, query.without_cjk(), query.cjk_words, req, scopes, None, deadline)
+    groups = sorted((g for _, agent_groups, _ in found for g in agent_groups), key=lambda g: g.sort_key(req.order))
+    out.more = len(groups) > req.limit
+    out.groups = groups[:req.limit]
     return out
+
+
+async def _sessions_top(open_store: StoreLookup, match: str | None, needles: list[str] | None, req: SearchRequest,
+                        scopes: dict[str, Scope], versions: dict[str, int] | None, deadline: float
+                        ) -> list[tuple[str, list[SessionGroup], set[int]]]:
+    """Per agent in scope: its top `limit + 1` sessions and the dirty windows in scope."""
+    async def agent(scope: Scope) -> tuple[str, list[SessionGroup], set[int]]:
+        store = await open_store(scope.agent_id)
+        async with store.reader(deadline) as reader:
+            version, dirty, rows = await store.search_sessions(
+                reader, match, needles=needles, k=req.limit + 1, order=req.order, include=scope.include,
+                exclude=scope.exclude, role=req.role, since=req.since, until=req.until)
+        if versions is not None and version != versions.get(scope.agent_id):
+            raise MetaChanged(scope.agent_id)
+        # a best hit in a window no longer in the catalog (an orphan awaiting the sweep) shows nothing
+        groups = [SessionGroup(scope.agent_id, key, hits, Hit(scope.agent_id, *best))
+                  for key, hits, best in rows if wid_of(best[0]) in scope.wids]
+        return scope.agent_id, groups, scope.wids.intersection(dirty)
+
+    tasks = [agent(scope) for scope in scopes.values() if scope.wids]
+    return [await tasks[0]] if len(tasks) == 1 else list(await asyncio.gather(*tasks))
 
 
 def render_sessions(settings: Settings, outcome: Outcome, query: ParsedQuery, view: CatalogView,

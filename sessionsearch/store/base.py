@@ -170,16 +170,18 @@ class AgentStore(Protocol):
         `order` ("relevance" or "recent"), hits as (row id, bm25 lower-is-better over the whole
         agent, message id, ts, text); a row id 0 says more matched."""
 
-    async def count_matches(self, reader: Reader, match: str, wids: list[int], *, role: str | None,
-                            since: int | None = None, until: int | None = None) -> dict[int, int]:
-        """Rows matching `match` per window of `wids` (resultMode "sessions"), none scored."""
+    async def search_sessions(self, reader: Reader, match: str | None, *, needles: list[str] | None, k: int,
+                              order: str, include: list[int] | None, exclude: list[int] | None, role: str | None,
+                              since: int | None = None, until: int | None = None) -> tuple[int, frozenset[int], list]:
+        """(meta version, windows needing reconciliation, sessions) in one snapshot, for resultMode
+        "sessions": the best `k` sessions over the clean windows in scope, each (session key, rows
+        matched in scope, best hit as search_top's), ordered by best hit (`order`, then newer, then
+        message id), then key. `needles`: the CJK retry's literal substrings, ranked as scan_substrings."""
 
     async def scan_substrings(self, reader: Reader, needles: list[str], match: str | None, *,
                               include: list[int] | None, exclude: list[int] | None, role: str | None,
-                              k: int, since: int | None = None, until: int | None = None,
-                              per_window: bool = False) -> tuple[int, list[tuple]]:
-        """The CJK retry: (rows in scope containing every needle, the best `k` as hits); with
-        `per_window`, (wid, rows) pairs instead of hits."""
+                              k: int, since: int | None = None, until: int | None = None) -> tuple[int, list[tuple]]:
+        """The CJK retry: (rows in scope containing every needle, the best `k` as hits)."""
 
     async def window_of(self, reader: Reader, key: str, session_id: str | None) -> tuple | None:
         """(wid, session_id, cold) of the key's current window, or of `session_id` if it is the key's."""

@@ -26,7 +26,7 @@ from ..base import AppendResult, ClaimInfo, SessionMeta, WindowMeta
 from ..rowids import row_id, seq_sql, window_ranges
 from .hot import MAX_WORDS, MIN_DOCS, MIN_SHARE, common_words, hot_top, read_postings
 from .scope import id_bounds, range_conditions, scope_arms, scope_conditions
-from .sessions import count_matches
+from .sessions import search_sessions
 from .substrings import scan_substrings
 from .writer import SqliteWriter, is_full
 
@@ -430,11 +430,12 @@ class SqliteAgentStore:
                 for rid, _ in top if rid in shown or not rid]
         return head[1], seen_dirty, hits
 
-    async def count_matches(self, reader: _Reader, match: str, wids: list[int], *, role: str | None,
-                            since: int | None = None, until: int | None = None) -> dict[int, int]:
-        """Matching rows per window of `wids` (sessions.py), for resultMode "sessions"."""
-        return await count_matches(reader.conn, match, wids, role=role, since=since, until=until,
-                                   ts_join=self._TS_JOIN)
+    async def search_sessions(self, reader: _Reader, match: str | None, *, needles: list[str] | None, k: int,
+                              order: str, include: list[int] | None, exclude: list[int] | None, role: str | None,
+                              since: int | None = None, until: int | None = None) -> tuple[int, frozenset[int], list]:
+        """resultMode "sessions" (sessions.py), with the head row, all in one snapshot."""
+        return await search_sessions(reader.conn, self._HEAD_SQL, self._TS_JOIN, match, needles, k=k, order=order,
+                                     include=include, exclude=exclude, role=role, since=since, until=until)
 
     async def _ranked_shown(self, reader: _Reader, match: str, k: int, order: str, arms: list[tuple[str, list[str]]],
                             params: dict[str, Any], seen_version: int | None, ranged: bool = False,
@@ -512,11 +513,10 @@ class SqliteAgentStore:
 
     async def scan_substrings(self, reader: _Reader, needles: list[str], match: str | None, *,
                               include: list[int] | None, exclude: list[int] | None, role: str | None,
-                              k: int, since: int | None = None, until: int | None = None,
-                              per_window: bool = False) -> tuple[int, list[tuple]]:
+                              k: int, since: int | None = None, until: int | None = None) -> tuple[int, list[tuple]]:
         """The CJK retry (substrings.py)."""
         return await scan_substrings(reader.conn, needles, match, include=include, exclude=exclude, role=role, k=k,
-                                     since=since, until=until, per_window=per_window)
+                                     since=since, until=until)
 
     async def window_of(self, reader: _Reader, key: str, session_id: str | None) -> tuple | None:
         """(wid, session_id, cold) of the key's current window, or of `session_id` if it is the key's."""

@@ -5,20 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..rowids import wid_sql
 from .scope import id_bounds, range_conditions, scope_arms
 
 
 async def scan_substrings(conn, needles: list[str], match: str | None, *,
                           include: list[int] | None, exclude: list[int] | None, role: str | None,
-                          k: int, since: int | None = None, until: int | None = None,
-                          per_window: bool = False) -> tuple[int, list[tuple]]:
+                          k: int, since: int | None = None, until: int | None = None) -> tuple[int, list[tuple]]:
     """The CJK retry: indexed rows in scope containing every needle as a literal substring.
 
     Needles are compared with ASCII case folded (CJK has no case). Returns how many rows
     matched and the best `k` as (id, rank, message id, ts, text), rank lower-is-better by
-    occurrences per length, then newest first. `per_window` returns instead (window, rows
-    matched) for each window with any.
+    occurrences per length, then newest first.
     """
     params: dict[str, Any] = {"k": k}
     ranged = since is not None or until is not None
@@ -33,12 +30,6 @@ async def scan_substrings(conn, needles: list[str], match: str | None, *,
         counts.append(f"(length(msg_fts.text) - length(replace(lower(msg_fts.text), :n{i}, ''))) / length(:n{i})")
         params[f"n{i}"] = needle.lower()
     occurrences = " + ".join(counts) or "0"
-    if per_window:  # resultMode "sessions" counts them
-        scans = " UNION ALL ".join(f"SELECT {wid_sql('msg_fts.rowid')} AS w FROM {source} WHERE "
-                                   f"{' AND '.join([*scope, *where])}"
-                                   for source, scope in scope_arms(include, exclude, role, params))
-        rows = await conn.execute_fetchall(f"SELECT w, count(*) FROM ({scans}) GROUP BY w", params)
-        return sum(n for _, n in rows), [tuple(r) for r in rows]
     scans = " UNION ALL ".join(
         f"SELECT msg_fts.rowid AS id, -1000.0 * ({occurrences}) / (length(msg_fts.text) + 100) AS rank, "
         f"msg_fts.ts AS ts, msg_fts.mid AS mid FROM {source} WHERE {' AND '.join([*scope, *where])}"
