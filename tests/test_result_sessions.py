@@ -276,7 +276,7 @@ async def _random_corpus(engine, rng: random.Random) -> list[str]:
                 await engine.rotate(key, f"{key}-w{window}")
             items = [(rng.choice(["user", "assistant"]), " ".join(rng.choices(VOCAB, k=rng.randint(1, 5))),
                       BASE_TS + rng.randint(0, 12)) for _ in range(rng.randint(1, 9))]
-            await engine.append(key, _timed(f"{key[-2:]}w{window}m", items), sessionId=f"{key}-w{window}")
+            await engine.append(key, timed(f"{key[-2:]}w{window}m", items), sessionId=f"{key}-w{window}")
         if rng.random() < 0.3:
             await engine.upsert_session(key, label=f"label {key[-2:]}")
     return keys
