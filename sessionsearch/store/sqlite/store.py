@@ -28,7 +28,7 @@ from .hot import MAX_WORDS, MIN_DOCS, MIN_SHARE, common_words, hot_top, read_pos
 from .scope import id_bounds, range_conditions, scope_arms, scope_conditions
 from .sessions import search_sessions
 from .substrings import scan_substrings
-from .writer import SqliteWriter, is_full
+from .writer import SqliteWriter, is_full, unwritable
 
 T = TypeVar("T")
 TIE_MARGIN = 64  # rows kept past the cut so that ties at the cut are usually seen whole
@@ -122,7 +122,7 @@ class SqliteAgentStore:
             return await asyncio.get_running_loop().run_in_executor(self._executor, partial(fn, *args))
         except (sqlite3.Error, OSError) as exc:
             if is_full(exc):
-                raise self._unavailable(exc) from exc
+                raise unwritable(self.agent_id, exc) from exc
             raise
 
     @asynccontextmanager
@@ -201,15 +201,7 @@ class SqliteAgentStore:
         that failed holds its error: a refusal of its data, or Unavailable (StorageFull) when the
         database could not be written at all (a full disk, a lock held too long, I/O)."""
         results = await self._run(lambda: self._writer.import_many(items))
-        return [self._unavailable(r) if isinstance(r, (sqlite3.Error, OSError)) else r for r in results]
-
-    def _unavailable(self, exc: BaseException) -> Unavailable:
-        if is_full(exc):
-            error: Unavailable = StorageFull(self.agent_id)
-        else:
-            error = Unavailable(f"agent {self.agent_id!r} database could not be written: {exc}")
-        error.__cause__ = exc
-        return error
+        return [unwritable(self.agent_id, r) if isinstance(r, (sqlite3.Error, OSError)) else r for r in results]
 
     async def claim(self, wid: int, token: str, lease_s: float) -> ClaimInfo | None:
         """Take the window's claim if free or expired; None when another holder's lease is live."""

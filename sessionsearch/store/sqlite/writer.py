@@ -21,7 +21,7 @@ from typing import Any, Iterable, Iterator
 
 import structlog
 
-from ...errors import Conflict, InvalidRequest, NotFound, Unavailable
+from ...errors import Conflict, InvalidRequest, NotFound, StorageFull, Unavailable
 from ...indexer.events import Event
 from ...indexer.live import ids_to_resolve, plan_append
 from ..base import AppendResult
@@ -56,6 +56,14 @@ def is_full(exc: BaseException) -> bool:
     if isinstance(exc, sqlite3.Error):
         return (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF == sqlite3.SQLITE_FULL
     return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def unwritable(agent_id: str, exc: BaseException) -> Unavailable:
+    """The error for a database that could not be written (StorageFull when the disk is full)."""
+    error = StorageFull(agent_id) if is_full(exc) else Unavailable(
+        f"agent {agent_id!r} database could not be written: {exc}")
+    error.__cause__ = exc
+    return error
 
 
 @dataclass(slots=True)
