@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from sessionsearch.search.query import parse_search
 from sessionsearch.search.runner import search as run_search
+from sessionsearch.store.sqlite import sessions as sessions_sql
 
 from .helpers import BASE_TS, chain, engine_at, ids, leaf, timed
 from .server import Server
@@ -264,6 +265,36 @@ async def test_hit_counts_are_read_in_the_snapshot_the_best_hits_came_from(tmp_p
         assert _summary(after) == [(B, 1, "b1")] and after["indexing"] is True
 
 
+async def test_counts_of_sessions_read_off_the_top_hits_are_read_in_their_snapshot_too(tmp_path):
+    """limit 1: the top 8 of 13 hits hold A's best, then B's, so the answer is read off them and
+    only A's and B's matches are counted, in a second statement; A's window turning dirty between
+    the two must not leave A counted at 0 (or missing)."""
+    async with engine_at(tmp_path) as engine:
+        await engine.append(A, chain("a", [("user", "budget budget budget")]
+                                     + [("user", "budget of the whole year and more words")] * 11))
+        await engine.append(B, chain("b", [("user", "budget budget")]))
+        store = await engine.store("main")
+        await engine.search(query="budget")
+        rewound = []
+
+        def rewind_after_ranking(original):
+            async def execute_fetchall(sql, *args, **kwargs):
+                rows = await original(sql, *args, **kwargs)
+                if "MATCH" in sql and not rewound:
+                    rewound.append(sql)
+                    await engine.append(A, [leaf("l1", "a2", "a1")])
+                return rows
+            return execute_fetchall
+
+        for reader in store._all_readers:
+            reader.conn.execute_fetchall = rewind_after_ranking(reader.conn.execute_fetchall)
+        result = await engine.search(query="budget", resultMode="sessions", limit=1)
+        assert rewound
+        assert _summary(result) == [(A, 12, "a1")] and result["truncated"] is True  # as just before the rewind
+        after = await engine.search(query="budget", resultMode="sessions", limit=1)
+        assert _summary(after) == [(B, 1, "b1")] and after["indexing"] is True
+
+
 # few words, short texts and few timestamps: scores and timestamps tie often, so the tie rules count
 VOCAB = ["alpha", "beta", "gamma", "delta", "alpha", "東京", "東京開会", "会議"]
 
@@ -301,8 +332,20 @@ async def _grouped_messages(engine, body: dict) -> tuple[list[dict], bool]:
     return grouped[:body.get("limit", 10)], len(grouped) > body.get("limit", 10)
 
 
-async def test_sessions_mode_equals_messages_mode_grouped_by_session_on_random_data(tmp_path):
+async def test_sessions_mode_equals_messages_mode_grouped_by_session_on_random_data(tmp_path, monkeypatch):
     rng = random.Random(1315)
+    paths = {"read_off": 0, "counted": 0, "aggregate": 0}  # how each agent's sessions were found
+
+    def tally(name, original, path=None):
+        async def wrapped(*args, **kwargs):
+            result = await original(*args, **kwargs)
+            paths[path or name] += 1 if path is None or result is not None else 0
+            return result
+        monkeypatch.setattr(sessions_sql, name, wrapped)
+
+    tally("sessions_from_hits", sessions_sql.sessions_from_hits, "read_off")
+    tally("count_sessions", sessions_sql.count_sessions, "counted")
+    tally("top_sessions", sessions_sql.top_sessions, "aggregate")
     async with engine_at(tmp_path, search_response_max_bytes=50_000_000) as engine:
         await _random_corpus(engine, rng)
         compared = nonempty = truncated = 0
@@ -326,5 +369,8 @@ async def test_sessions_mode_equals_messages_mode_grouped_by_session_on_random_d
             compared += 1
             nonempty += bool(expected)
             truncated += more
-        print(f"compared {compared} searches: {nonempty} found sessions, {truncated} truncated")
+        print(f"compared {compared} searches: {nonempty} found sessions, {truncated} truncated; per agent: "
+              f"{paths['read_off'] - paths['counted']} read off the top hits with their counts, "
+              f"{paths['counted']} read off them and counted, {paths['aggregate']} by the aggregate")
         assert nonempty > 100 and truncated > 30  # the data exercised what it was meant to
+        assert paths["read_off"] - paths["counted"] > 20 and paths["counted"] > 20 and paths["aggregate"] > 20

@@ -214,16 +214,16 @@ async def run_sessions_query(open_store: StoreLookup, catalog: CatalogCache, que
     """resultMode "sessions": the sessions in the order of their best hits, each with its hits in
     scope counted; raises MetaChanged as run_query does.
 
-    One statement per agent ranks its sessions from every match's sort key (no text) and reads
-    text only for the best hits it keeps, in the snapshot it counted in, so a count and a best
-    hit always agree. Like run_query, CJK words fall back to literal substrings when no agent has
-    a word match; postings are not used (they rank single rows, not sessions).
+    Per agent, in one snapshot: messages mode's top hits (postings as it would use them), which
+    settle the sessions when they hold enough of them; else one statement ranking every match's
+    session (store/sqlite/sessions.py). Like run_query, CJK words fall back to literal substrings
+    when no agent has a word match.
     """
     out = Outcome()
     if query.match is None:
         return out
     await check_empty_scopes(catalog, scopes, versions, deadline)
-    found = await _sessions_top(open_store, query.match, None, req, scopes, versions, deadline)
+    found = await _sessions_top(open_store, query.match, None, req, scopes, versions, deadline, query.hot_token)
     for agent_id, _, dirty in found:
         if dirty:
             out.dirty[agent_id] = dirty
@@ -236,15 +236,15 @@ async def run_sessions_query(open_store: StoreLookup, catalog: CatalogCache, que
 
 
 async def _sessions_top(open_store: StoreLookup, match: str | None, needles: list[str] | None, req: SearchRequest,
-                        scopes: dict[str, Scope], versions: dict[str, int] | None, deadline: float
-                        ) -> list[tuple[str, list[SessionGroup], set[int]]]:
+                        scopes: dict[str, Scope], versions: dict[str, int] | None, deadline: float,
+                        hot: str | None = None) -> list[tuple[str, list[SessionGroup], set[int]]]:
     """Per agent in scope: its top `limit + 1` sessions and the dirty windows in scope."""
     async def agent(scope: Scope) -> tuple[str, list[SessionGroup], set[int]]:
         store = await open_store(scope.agent_id)
         async with store.reader(deadline) as reader:
             version, dirty, rows = await store.search_sessions(
                 reader, match, needles=needles, k=req.limit + 1, order=req.order, include=scope.include,
-                exclude=scope.exclude, role=req.role, since=req.since, until=req.until)
+                exclude=scope.exclude, role=req.role, since=req.since, until=req.until, hot=hot)
         if versions is not None and version != versions.get(scope.agent_id):
             raise MetaChanged(scope.agent_id)
         # a best hit in a window no longer in the catalog (an orphan awaiting the sweep) shows nothing

@@ -164,19 +164,22 @@ class AgentStore(Protocol):
     async def search_top(self, reader: Reader, match: str, *, k: int, order: str,
                          include: list[int] | None, exclude: list[int] | None,
                          role: str | None, hot: str | None = None, since: int | None = None,
-                         until: int | None = None) -> tuple[int, frozenset[int], list[tuple]]:
+                         until: int | None = None, ties: bool = True) -> tuple[int, frozenset[int], list[tuple]] | None:
         """(meta version, windows needing reconciliation, hits): at least the top `k` of `match`
         over the clean windows in scope with a timestamp in [`since`, `until`) (epoch ms), by
         `order` ("relevance" or "recent"), hits as (row id, bm25 lower-is-better over the whole
-        agent, message id, ts, text); a row id 0 says more matched."""
+        agent, message id, ts, text); a row id 0 says more matched. `ties` False: None where settling
+        ties at the cut would take ranking every match (search_sessions then ranks them its own way)."""
 
     async def search_sessions(self, reader: Reader, match: str | None, *, needles: list[str] | None, k: int,
                               order: str, include: list[int] | None, exclude: list[int] | None, role: str | None,
-                              since: int | None = None, until: int | None = None) -> tuple[int, frozenset[int], list]:
+                              since: int | None = None, until: int | None = None, hot: str | None = None
+                              ) -> tuple[int, frozenset[int], list]:
         """(meta version, windows needing reconciliation, sessions) in one snapshot, for resultMode
         "sessions": the best `k` sessions over the clean windows in scope, each (session key, rows
         matched in scope, best hit as search_top's), ordered by best hit (`order`, then newer, then
-        message id), then key. `needles`: the CJK retry's literal substrings, ranked as scan_substrings."""
+        message id), then key. `needles`: the CJK retry's literal substrings, ranked as scan_substrings.
+        `hot`: as search_top's, for the top hits the sessions may be read off."""
 
     async def scan_substrings(self, reader: Reader, needles: list[str], match: str | None, *,
                               include: list[int] | None, exclude: list[int] | None, role: str | None,

@@ -1,30 +1,114 @@
 """`resultMode: "sessions"` on SQLite: the top sessions by their best hits, each with its rows in
-scope counted, in one statement that reads message text only for the best hits it returns."""
+scope counted, all in one read snapshot.
+
+Messages mode's exact top hits come first, 4x as many as the sessions wanted: when they hold one
+session past the limit (or every match), the sessions' order and best hits are read off them and
+only the chosen sessions' matches are counted, text-free. Else (a few sessions holding most of the
+matches), or when those top hits would take ranking every match (ties through the bounded sorter's
+margin), one aggregate statement ranks every match's session, reading text only for the best hits.
+A common word over many sessions costs messages mode plus a small count that way, not the
+aggregate's scoring and grouping of every match; a few big sessions cost the aggregate plus one
+bounded sorter (bench/bench_sessions.py)."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Awaitable, Callable
 
-from ..rowids import wid_sql
+from ..rowids import wid_of, wid_sql
 from .scope import id_bounds, range_conditions, scope_arms
 
+HITS_PER_SESSION = 4  # messages mode's top hits read per session wanted
 
-async def search_sessions(conn, head_sql: str, ts_join: str, match: str | None, needles: list[str] | None, *,
-                          k: int, order: str, include: list[int] | None, exclude: list[int] | None,
-                          role: str | None, since: int | None, until: int | None
+# k -> (meta version, dirty windows, search_top's hits), or None when ranking them would mean
+# ranking every match (a tie through its sorter's margin): the aggregate does that for less
+TopHits = Callable[..., Awaitable[tuple[int, frozenset[int], list[tuple]]]]
+
+
+async def search_sessions(conn, head_sql: str, ts_join: str, top_hits: TopHits, match: str | None,
+                          needles: list[str] | None, *, k: int, order: str, include: list[int] | None,
+                          exclude: list[int] | None, role: str | None, since: int | None, until: int | None
                           ) -> tuple[int, frozenset[int], list[tuple]]:
-    """(meta version, windows needing reconciliation, top_sessions), read in one snapshot, so that
-    a session's count and best hit agree (hits >= 1) and both agree with the dirty windows."""
+    """(meta version, windows needing reconciliation, top_sessions' rows), read in one snapshot, so
+    that a session's count and best hit agree (hits >= 1) and both agree with the dirty windows.
+    `top_hits(k=n)`: messages mode's search_top over the same scope, run inside that snapshot."""
     await conn.execute("BEGIN")
     try:
-        groups = await top_sessions(conn, match, needles, k=k, order=order, include=include, exclude=exclude,
-                                    role=role, since=since, until=until, ts_join=ts_join)
-        (head,) = await conn.execute_fetchall(head_sql, {"seen": None, "hot_seen": None})
+        groups = found = None
+        if needles is None:
+            found = await top_hits(k=HITS_PER_SESSION * k)
+        if found is not None:
+            version, dirty, hits = found
+            groups = await sessions_from_hits(conn, ts_join, hits, HITS_PER_SESSION * k, match, k=k, order=order,
+                                              include=include, exclude=exclude, role=role, since=since, until=until)
+        if groups is None:
+            groups = await top_sessions(conn, match, needles, k=k, order=order, include=include, exclude=exclude,
+                                        role=role, since=since, until=until, ts_join=ts_join)
+        if found is None:
+            (head,) = await conn.execute_fetchall(head_sql, {"seen": None, "hot_seen": None})
+            version, dirty = head[1], frozenset(json.loads(head[3]))
     finally:
         if conn.in_transaction:
             await conn.execute("COMMIT")
-    return head[1], frozenset(json.loads(head[3])), groups
+    return version, dirty, groups
+
+
+async def sessions_from_hits(conn, ts_join: str, hits: list[tuple], asked: int, match: str | None, *, k: int,
+                             order: str, include: list[int] | None, exclude: list[int] | None, role: str | None,
+                             since: int | None, until: int | None) -> list[tuple] | None:
+    """top_sessions' answer from search_top's `hits` (at least the top `asked`, a row id 0 saying
+    more matched), or None when they do not settle it: fewer than `k` sessions among the top
+    `asked` while more matched.
+
+    A session's best hit is its first in the hits' order, so the first `k` sessions to appear are
+    the top `k`; with every match among the hits their counts are read off them too, else one
+    statement counts the matches in the chosen sessions' windows (no text, no bm25).
+    """
+    complete = len(hits) < asked  # search_top returned fewer than asked: every match in scope
+    real = [h for h in hits if h[0]]
+    keys = dict(await conn.execute_fetchall(
+        "SELECT win.wid, win.session_key FROM json_each(:w) j JOIN windows win ON win.wid = j.value "
+        "AND win.cold = 0", {"w": json.dumps(sorted({wid_of(h[0]) for h in real}))}))
+    if order == "recent":
+        ranked = sorted(real, key=lambda h: (-h[3], h[2], keys.get(wid_of(h[0]), "")))
+    else:
+        ranked = sorted(real, key=lambda h: (h[1], -h[3], h[2], keys.get(wid_of(h[0]), "")))
+    if not complete:
+        ranked = ranked[:asked]  # the exact top `asked`: rows past it only tie with the last
+    best: dict[str, tuple] = {}
+    counts: dict[str, int] = {}
+    for hit in ranked:
+        key = keys.get(wid_of(hit[0]))
+        if key is not None:  # else a window no longer in the catalog: no hit, as in messages mode
+            best.setdefault(key, hit)
+            counts[key] = counts.get(key, 0) + 1
+    chosen = list(best)[:k]
+    if not complete:
+        if len(chosen) < k:
+            return None
+        counts = await count_sessions(conn, ts_join, chosen, match, include=include, exclude=exclude, role=role,
+                                      since=since, until=until)
+    return [(key, counts[key], best[key]) for key in chosen]
+
+
+async def count_sessions(conn, ts_join: str, chosen: list[str], match: str | None, *, include: list[int] | None,
+                         exclude: list[int] | None, role: str | None, since: int | None, until: int | None
+                         ) -> dict[str, int]:
+    """Each chosen session's matches in scope, counted as messages mode would find them: in clean
+    hot windows in scope, in range, with their transcript row (the narrow ts index tells)."""
+    windows = await conn.execute_fetchall(
+        "SELECT wid FROM windows WHERE cold = 0 AND session_key IN (SELECT value FROM json_each(:keys))",
+        {"keys": json.dumps(chosen)})
+    inside = set(include) if include is not None else None
+    out = set(exclude or ())
+    wids = sorted(w for (w,) in windows if (inside is None or w in inside) and w not in out)
+    params: dict[str, Any] = {"match": match}
+    where = ["msg_fts MATCH :match", *range_conditions(since, until, None, params, "t.ts")]
+    scans = " UNION ALL ".join(
+        f"SELECT {wid_sql('msg_fts.rowid')} AS wid FROM {source}{ts_join} WHERE {' AND '.join([*scope, *where])}"
+        for source, scope in scope_arms(wids, None, role, params))
+    return dict(await conn.execute_fetchall(
+        f"SELECT win.session_key, count(*) FROM ({scans}) m JOIN windows win ON win.wid = m.wid GROUP BY 1", params))
 
 
 async def top_sessions(conn, match: str | None, needles: list[str] | None, *, k: int, order: str,

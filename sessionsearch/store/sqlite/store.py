@@ -335,7 +335,8 @@ class SqliteAgentStore:
     async def search_top(self, reader: _Reader, match: str, *, k: int, order: str,
                          include: list[int] | None, exclude: list[int] | None,
                          role: str | None, hot: str | None = None, since: int | None = None,
-                         until: int | None = None) -> tuple[int, frozenset[int], list[tuple]]:
+                         until: int | None = None, ties: bool = True
+                         ) -> tuple[int, frozenset[int], list[tuple]] | None:
         """The meta version, the dirty windows and at least the top `k` hits, exactly ordered.
 
         Hits are (id, bm25, message id, ts, text); windows needing reconciliation never match. For
@@ -373,18 +374,20 @@ class SqliteAgentStore:
         # merged in the agent's score order, and a narrow scope would pass over most of what they hold
         if (hot is not None and order != "recent" and include is None and not ranged
                 and hot in self._hot_seen[1]):
-            await reader.conn.execute("BEGIN")  # one snapshot for the postings, the log and FTS5
+            await reader.conn.execute("SAVEPOINT hot")  # one snapshot for postings, log and FTS5 (or the caller's)
             try:
                 top = await hot_top(reader.conn, hot, match, k, arms[0][1], params)  # one arm: no include
             finally:
                 if reader.conn.in_transaction:
-                    await reader.conn.execute("COMMIT")
+                    await reader.conn.execute("RELEASE hot")
         # `recent` over a short range scores the few rows in it as it sorts them, sparing the
         # statement below, whose cost is a walk of the word's whole doclist
         scores: dict[int, float] | None = {} if order == "recent" and bounds is not None else None
         if top is None:
             top, shown, head = await self._ranked_shown(reader, match, k, order, arms, params, seen_version,
                                                         ranged, scores)
+        if top is None and not ties:  # `ties` False: no ranking of every match (sessions.py has its own)
+            return None
         if top is None:  # a tie through the sorter's whole margin: every match in scope, both id ranges
             where = scope_conditions(include, exclude, role, params, dirty=filtered)
             where += range_conditions(since, until, bounds, params, "msg_fts.ts")
@@ -404,7 +407,7 @@ class SqliteAgentStore:
             self._dirty_seen = (dirty_version, seen_dirty)
             if not filtered and seen_dirty:  # a window turned dirty meanwhile: rank again, excluding it
                 return await self.search_top(reader, match, k=k, order=order, include=include, exclude=exclude,
-                                             role=role, hot=hot, since=since, until=until)
+                                             role=role, hot=hot, since=since, until=until, ties=ties)
         await self._fit_mapping(reader, head[6])  # after the retry above, which fits it itself
         ranks = {r[0]: r[1] for r in top}
         if scores and all(rid in scores for rid, _ in top if rid):
@@ -424,10 +427,12 @@ class SqliteAgentStore:
 
     async def search_sessions(self, reader: _Reader, match: str | None, *, needles: list[str] | None, k: int,
                               order: str, include: list[int] | None, exclude: list[int] | None, role: str | None,
-                              since: int | None = None, until: int | None = None) -> tuple[int, frozenset[int], list]:
-        """resultMode "sessions" (sessions.py), with the head row, all in one snapshot."""
-        return await search_sessions(reader.conn, self._HEAD_SQL, self._TS_JOIN, match, needles, k=k, order=order,
-                                     include=include, exclude=exclude, role=role, since=since, until=until)
+                              since: int | None = None, until: int | None = None, hot: str | None = None
+                              ) -> tuple[int, frozenset[int], list]:
+        """resultMode "sessions" (sessions.py) from messages mode's top hits when they suffice."""
+        scope = dict(order=order, include=include, exclude=exclude, role=role, since=since, until=until)
+        top = partial(self.search_top, reader, match, hot=hot, ties=False, **scope)  # given k=
+        return await search_sessions(reader.conn, self._HEAD_SQL, self._TS_JOIN, top, match, needles, k=k, **scope)
 
     async def _ranked_shown(self, reader: _Reader, match: str, k: int, order: str, arms: list[tuple[str, list[str]]],
                             params: dict[str, Any], seen_version: int | None, ranged: bool = False,
