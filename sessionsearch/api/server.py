@@ -149,10 +149,10 @@ async def run_demo(settings: Settings, *, query: str = "loan") -> int:
         sys.stdout.flush()
         await asyncio.sleep(0.2)
         result = await asyncio.to_thread(_post, url, "sessions.search", {"query": query}, token)
-    print(f'\n\n2. the same search, complete:')
+    print('\n\n2. the same search, complete:')
     _show(result)
     print("\nsearch complete." if not result.get("indexing") else "\nstill indexing; try again shortly.")
-    auth = f' -H "Authorization: Bearer $SESSIONSEARCH_API_TOKEN"' if token else ""
+    auth = ' -H "Authorization: Bearer $SESSIONSEARCH_API_TOKEN"' if token else ""
     print(f"\nThe server keeps running (Ctrl-C stops it). Try:\n"
           f"  curl -s {url}/v1/sessions.search{auth} -H 'Content-Type: application/json' "
           f"-d '{{\"query\": \"notary\"}}'\n"
