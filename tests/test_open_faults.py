@@ -13,7 +13,6 @@ import subprocess
 import sys
 import time
 from contextlib import closing
-from pathlib import Path
 
 import pytest
 

@@ -171,7 +171,8 @@ class Reconciler:
         self._recent_lock = threading.Lock()
         self.outbox = Outbox(self._deliver, wait_s=settings.redis_request_timeout_ms / 1000)
         self.exhausted = dramatiq.actor(self._exhausted, broker=broker, actor_name=EXHAUSTED_ACTOR, queue_name=QUEUE,
-                                        max_retries=MAX_RETRIES, min_backoff=1_000, max_backoff=60_000)
+                                        max_retries=MAX_RETRIES, min_backoff=1_000, max_backoff=60_000,
+                                        throws=(NotFound,))  # the agent is gone: nothing to note
         self.actor = dramatiq.actor(
             self._reconcile, broker=broker, actor_name="reconcile", queue_name=QUEUE,
             max_retries=MAX_RETRIES, min_backoff=1_000, max_backoff=60_000,
