@@ -7,12 +7,13 @@ agent id, and every entry or file that cannot be used is a reported problem, nev
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from .errors import InvalidRequest
 from .indexer.events import epoch_ms
@@ -53,6 +54,18 @@ class Problem:
         return {"file": self.file, "line": self.line, "message": self.message}
 
 
+REPLACED = "replaced since the import checked it"
+
+
+@dataclass(frozen=True)
+class Source:
+    """A transcript as checked when the import was planned: the read opens this very file or none."""
+
+    path: Path  # resolved: a regular file inside the state dir
+    dev: int
+    ino: int
+
+
 @dataclass
 class ImportJob:
     """One window to import: its transcript, and the sessions.json entry naming it."""
@@ -64,6 +77,7 @@ class ImportJob:
     entry: dict[str, Any]
     index: Path | None = None  # the sessions.json the entry is from, and its key there
     entry_key: str = ""
+    source: Source | None = None  # the file at `path` as checked (read with open_checked)
 
 
 @dataclass
@@ -143,15 +157,43 @@ def _outside(path: Path, root: Path) -> str | None:
 
 def _file_problem(path: Path, root: Path) -> str | None:
     """Why the file at `path` cannot be read, or None when it is a regular file inside `root`."""
+    return _check_file(path, root)[0]
+
+
+def _check_file(path: Path, root: Path) -> tuple[str | None, Source | None]:
+    """Why the file at `path` cannot be read, or the file it is: a regular file inside `root`."""
     why = _outside(path, root)
     if why:
-        return why
+        return why, None
     try:
-        if not stat.S_ISREG(path.stat().st_mode):  # a directory, or a FIFO whose open would wait forever
-            return "not a regular file"
+        real = path.resolve(strict=True)
+        st = os.lstat(real)
+    except (OSError, RuntimeError, ValueError) as exc:
+        return f"unreadable: {describe_error(exc)}", None
+    if not stat.S_ISREG(st.st_mode):  # a directory, or a FIFO whose open would wait forever
+        return "not a regular file", None
+    return None, Source(real, st.st_dev, st.st_ino)
+
+
+def open_checked(source: Source) -> BinaryIO:
+    """The transcript the plan checked, opened for reading. Its path may name something else by
+    now (swapped for a symbolic link out of the state dir, a FIFO, another file): that is refused
+    with OSError(REPLACED), never followed and never waited on."""
+    try:
+        fd = os.open(source.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
-        return f"unreadable: {describe_error(exc)}"
-    return None
+        if exc.errno == errno.ELOOP:  # O_NOFOLLOW met a symbolic link
+            raise OSError(exc.errno, REPLACED) from exc
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (source.dev, source.ino):
+            raise OSError(errno.ESTALE, REPLACED)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def describe_error(exc: BaseException) -> str:
@@ -217,11 +259,11 @@ def _agent_jobs(plan: ImportPlan, agent: str, sessions_dir: Path, only: Path | N
         if session_id in referenced:
             continue
         why = _session_id_problem(session_id)
-        why = f"file name {why}" if why else _file_problem(file, plan.root)
+        why, source = (f"file name {why}", None) if why else _check_file(file, plan.root)
         if why:
             plan.problems.append(Problem(file, None, f"{why}; skipped"))
             continue
-        plan.jobs.append(ImportJob(agent, f"agent:{agent}:imported:{session_id}", session_id, file, {}))
+        plan.jobs.append(ImportJob(agent, f"agent:{agent}:imported:{session_id}", session_id, file, {}, source=source))
 
 
 def _entry_job(plan: ImportPlan, agent: str, sessions_dir: Path, index_path: Path, key: str, entry: object,
@@ -256,14 +298,14 @@ def _entry_job(plan: ImportPlan, agent: str, sessions_dir: Path, index_path: Pat
         plan.notes.append(Problem(index_path, None,
                                   f"entry {key!r} names agent {owner}; stored under that agent"))
     transcript: Path | None = sessions_dir / f"{session_id}.jsonl"
-    why = _file_problem(transcript, plan.root)
+    why, source = _check_file(transcript, plan.root)
     if why == "missing":
         plan.problems.append(Problem(transcript, None, f"missing transcript of {full_key}"))
         transcript = None
     elif why:
         plan.problems.append(Problem(transcript, None, f"{why}; transcript of {full_key} skipped"))
         transcript = None
-    return ImportJob(owner, full_key, session_id, transcript, entry, index_path, key)
+    return ImportJob(owner, full_key, session_id, transcript, entry, index_path, key, source)
 
 
 def entry_meta(job: ImportJob, problems: list[Problem]) -> dict[str, Any]:

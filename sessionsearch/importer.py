@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator
 import structlog
 
 from .errors import InvalidRequest, Unavailable
-from .import_plan import ImportJob, Problem, describe_error, entry_meta, plan_import, shown
+from .import_plan import ImportJob, Problem, Source, describe_error, entry_meta, open_checked, plan_import, shown
 from .indexer.events import Event, parse_event
 
 __all__ = ["FileReport", "ImportReport", "Problem", "plan_import", "run_import"]
@@ -70,12 +70,12 @@ class ImportReport:
         }
 
 
-def _lines(path: Path, failed: list[OSError]) -> Iterator[tuple[bytes | None, int]]:
+def _lines(source: Source, failed: list[OSError]) -> Iterator[tuple[bytes | None, int]]:
     """Each line of the file and its size in bytes; None for a line over MAX_LINE_BYTES, read past
     in chunks and never held whole. A read that fails ends the lines and lands in `failed`."""
     limit = MAX_LINE_BYTES
     try:
-        with path.open("rb") as fh:
+        with open_checked(source) as fh:
             while True:
                 raw = fh.readline(limit + 1)
                 if not raw:
@@ -148,7 +148,7 @@ async def run_import(engine, path: Path, *, agent_id: str | None = None,
         now_ms = int(time.time() * 1000)
         line_no = 0
         failed: list[OSError] = []
-        for line_no, (raw, size) in enumerate(_lines(job.path, failed), 1):
+        for line_no, (raw, size) in enumerate(_lines(job.source, failed), 1):
             done_bytes += size
             if line_no <= consumed:
                 file_report.skipped_lines += 1
@@ -175,7 +175,8 @@ async def run_import(engine, path: Path, *, agent_id: str | None = None,
                     progress(done_bytes, total_bytes)
         if failed:  # what was read before the failure is still written
             report.problems.append(Problem(job.path, line_no + 1 if line_no else None,
-                                           f"unreadable: {describe_error(failed[0])}; rest of the file skipped"))
+                                           f"unreadable: {describe_error(failed[0])}; "
+                                           f"{'rest of the file skipped' if line_no else 'skipped'}"))
         file_report.lines = line_no
         if events or meta is not None or line_no > consumed:
             group.add(_Step(job, meta, events, event_lines, line_no, file_report))

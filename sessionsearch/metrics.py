@@ -31,6 +31,9 @@ class Metrics:
         self.reconciled_windows = Counter(
             "sessionsearch_reconciled_windows_total",
             "Windows reconciliation published (a job may publish small windows waiting beside its own).")
+        self.reconcile_dead_lettered = Counter(
+            "sessionsearch_reconcile_dead_lettered_total",
+            "Reconcile jobs that failed every retry; the sweep holds their window until it changes.")
         self.enqueues = Counter("sessionsearch_enqueues_total", "Reconcile jobs sent to the queue.")
         self.enqueues_deduplicated = Counter(
             "sessionsearch_enqueues_deduplicated_total",

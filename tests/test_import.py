@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
+from sessionsearch import importer
 from sessionsearch.importer import run_import
 
 from .helpers import engine_at, ids
@@ -496,3 +499,54 @@ def test_file_names_that_are_not_utf8_are_reported_readably_and_skipped(tmp_path
         ("bad-\\xff.jsonl", "file name is not UTF-8 text; skipped"),
         ("ag\\xfe", "not a valid agent id; skipped")}
     assert [f["session_key"] for f in report["files"]] == ["agent:main:imported:good-1"]
+
+
+HANG_S = 30  # only tells "read at once" from "waited on the FIFO for a writer"; the import takes ~1 s
+
+
+@pytest.mark.parametrize("swap", ["symlink outside", "fifo", "another file"])
+async def test_a_transcript_swapped_after_it_was_checked_is_refused_not_followed(tmp_path, monkeypatch, swap):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.jsonl").write_text(_line("x1", "alpha secret") + "\n")
+    state = tmp_path / "state"
+    sessions = _sessions_dir(state)
+    (sessions / "sessions.json").write_text(json.dumps({"agent:main:good": {"sessionId": "good-1"},
+                                                        "agent:main:swapped": {"sessionId": "swap-1"}}))
+    (sessions / "good-1.jsonl").write_text(_line("g1", "alpha good") + "\n")
+    target = sessions / "swap-1.jsonl"
+    target.write_text(_line("s1", "alpha checked") + "\n")
+    real_plan = importer.plan_import
+
+    def plan_then_swap(*args, **kwargs):  # between the checks of the plan and the reading
+        plan = real_plan(*args, **kwargs)
+        beside = sessions / "swap-1.new"
+        if swap == "symlink outside":
+            beside.symlink_to(outside / "secret.jsonl")
+        elif swap == "fifo":
+            os.mkfifo(beside)
+        else:
+            beside.write_text(_line("r1", "alpha replaced") + "\n")
+        os.replace(beside, target)  # made beside and renamed over it: another inode for sure
+        return plan
+
+    def give_the_fifo_a_writer() -> None:  # a hung open then sees end of file, and the test ends
+        unblocked.set()
+        with contextlib.suppress(OSError):
+            os.close(os.open(target, os.O_WRONLY | os.O_NONBLOCK))
+
+    monkeypatch.setattr(importer, "plan_import", plan_then_swap)
+    unblocked = threading.Event()
+    timer = threading.Timer(HANG_S, give_the_fifo_a_writer)
+    timer.start()
+    try:
+        async with engine_at(tmp_path / "data") as engine:
+            report = await run_import(engine, state)
+    finally:
+        timer.cancel()
+    assert not unblocked.is_set(), "the import waited on the FIFO"
+    print(swap, [str(p) for p in report.problems])
+    assert [(Path(p.file).name, p.line, p.message) for p in report.problems] == [
+        ("swap-1.jsonl", None, "unreadable: replaced since the import checked it; skipped")]
+    assert [(f.session_id, f.imported) for f in report.files] == [("good-1", 1), ("swap-1", 0)]
+    assert await _ids_found(tmp_path / "data", "alpha") == ["g1"]

@@ -22,7 +22,7 @@ from .. import metrics
 from ..engine import Engine
 from ..errors import NotFound
 from ..settings import Settings
-from .broker import NAMESPACE, QUEUE
+from .broker import EXHAUSTED_ACTOR, FAILING, NAMESPACE, QUEUE
 from .outbox import Outbox
 
 log = structlog.get_logger("sessionsearch.queue")
@@ -170,10 +170,13 @@ class Reconciler:
         self._last: tuple[dict[str, frozenset[int]], float] = ({}, 0.0)  # the last enqueue's windows, until
         self._recent_lock = threading.Lock()
         self.outbox = Outbox(self._deliver, wait_s=settings.redis_request_timeout_ms / 1000)
+        self.exhausted = dramatiq.actor(self._exhausted, broker=broker, actor_name=EXHAUSTED_ACTOR, queue_name=QUEUE,
+                                        max_retries=MAX_RETRIES, min_backoff=1_000, max_backoff=60_000,
+                                        throws=(NotFound,))  # the agent is gone: nothing to note
         self.actor = dramatiq.actor(
             self._reconcile, broker=broker, actor_name="reconcile", queue_name=QUEUE,
             max_retries=MAX_RETRIES, min_backoff=1_000, max_backoff=60_000,
-            time_limit=int(self.time_limit_s * 1000), throws=(NotFound,))
+            time_limit=int(self.time_limit_s * 1000), throws=(NotFound,), on_retry_exhausted=EXHAUSTED_ACTOR)
 
     @property
     def time_limit_s(self) -> float:
@@ -306,3 +309,16 @@ class Reconciler:
             self.actor.send(agent_id, wid)
             return
         self.markers.release_soon((agent_id, wid))
+
+    async def _exhausted(self, message: dict, retries: dict) -> None:
+        """A reconcile job failed every retry and is dead-lettered: note the window's generation, so
+        that the periodic sweep sends it again only once it changed (worker/sweep.py)."""
+        agent_id, wid = message["args"]
+        metrics.get().reconcile_dead_lettered.inc()
+        store = await (await self.engine()).store(agent_id)
+        gen = await store.window_gen(wid)
+        log.error("reconcile.dead_lettered", agent=agent_id, wid=wid, attempts=retries.get("retries", 0) + 1,
+                  error=(message.get("options", {}).get("traceback") or "").strip().rsplit("\n", 1)[-1],
+                  rebuild_gen=gen[0] if gen else None)
+        if gen is not None and gen[2] and self.markers.client is not None:
+            self.markers.client.hset(FAILING, Markers.key(agent_id, wid), gen[0])

@@ -13,6 +13,9 @@ from dramatiq.middleware.prometheus import Prometheus
 
 QUEUE = "reconcile"
 NAMESPACE = "sessionsearch"
+# "agent:wid" -> the window's rebuild_gen when its reconcile job was dead-lettered (worker/sweep.py)
+FAILING = f"{NAMESPACE}:failing"
+EXHAUSTED_ACTOR = "reconcile_exhausted"
 BACKGROUND_TIMEOUT_S = 5.0  # worker processes and sweeps: nobody waits on them, so a slow answer is still an answer
 
 
@@ -81,11 +84,9 @@ def pending_jobs(broker: dramatiq.Broker) -> set[tuple[str, int]]:
         ids = client.lrange(queue, 0, -1)
         for start in range(0, len(ids), 1000):
             for data in client.hmget(f"{queue}.msgs", ids[start:start + 1000]):
-                try:
-                    agent_id, wid = json.loads(data)["args"]
-                    out.add((str(agent_id), int(wid)))
-                except (ValueError, KeyError, TypeError):
-                    continue  # gone meanwhile, or not one of ours
+                window = _window_of(data)
+                if window is not None:
+                    out.add(window)
     return out
 
 
@@ -97,9 +98,35 @@ def unfinished_jobs(broker: dramatiq.Broker) -> set[tuple[str, int]]:
     out: set[tuple[str, int]] = set()
     for queue in (f"{NAMESPACE}:{QUEUE}", f"{NAMESPACE}:{QUEUE}.DQ"):
         for _id, data in broker.client.hscan_iter(f"{queue}.msgs", count=1000):
-            try:
-                agent_id, wid = json.loads(data)["args"]
-                out.add((str(agent_id), int(wid)))
-            except (ValueError, KeyError, TypeError):
-                continue  # not one of ours
+            window = _window_of(data)
+            if window is not None:
+                out.add(window)
     return out
+
+
+def _window_of(data: bytes | None) -> tuple[str, int] | None:
+    """(agent, window) of a queued message: a reconcile job's, or the window of the job whose
+    dead-lettering the message reports; None when gone meanwhile, or not one of ours."""
+    try:
+        message = json.loads(data)
+        args = message["args"][0]["args"] if message["actor_name"] == EXHAUSTED_ACTOR else message["args"]
+        agent_id, wid = args
+        return str(agent_id), int(wid)
+    except (ValueError, KeyError, TypeError, IndexError):
+        return None
+
+
+def failing_windows(broker: dramatiq.Broker) -> dict[tuple[str, int], int]:
+    """(agent, window) -> rebuild_gen of each window whose last reconcile job was dead-lettered."""
+    if not isinstance(broker, RedisBroker):
+        return {}
+    out = {}
+    for member, gen in broker.client.hgetall(FAILING).items():
+        agent_id, _, wid = member.decode().rpartition(":")
+        out[(agent_id, int(wid))] = int(gen)
+    return out
+
+
+def forget_failing(broker: dramatiq.Broker, windows: list[tuple[str, int]]) -> None:
+    if windows and isinstance(broker, RedisBroker):
+        broker.client.hdel(FAILING, *(f"{agent_id}:{wid}" for agent_id, wid in windows))

@@ -18,7 +18,7 @@ import time
 import structlog
 
 from ..engine import Engine
-from ..queue.broker import pending_jobs, unfinished_jobs
+from ..queue.broker import failing_windows, forget_failing, pending_jobs, unfinished_jobs
 from ..settings import Settings
 
 log = structlog.get_logger("sessionsearch.worker")
@@ -61,6 +61,10 @@ class Sweeper:
                         result = loop.run_until_complete(self.periodic())
                         if result["enqueued"]:
                             log.info("worker.sweep", **result)
+                        if result.get("failing"):  # every period: an operator has to look at them
+                            log.warning("worker.sweep_failing", windows=result["failing"],
+                                        sample=result["failingWindows"], why="their reconcile job was dead-lettered "
+                                        "and they have not changed since; a change or a worker restart sends them again")
                     wait = self.every_s
                 except Exception as exc:  # Redis down or hung, mostly: the sweep is tried again
                     wait = min(RETRY_S, self.every_s) if self.every_s > 0 else RETRY_S
@@ -109,8 +113,31 @@ class Sweeper:
             return {"pending": 0, "enqueued": 0}
         unfinished = unfinished_jobs(self.reconciler.broker)
         missing = {agent: {w for w in wids if (agent, w) not in unfinished} for agent, wids in pending.items()}
+        failing = await self._hold_failing(engine, pending, missing)
         missing = {agent: wids for agent, wids in missing.items() if wids}
         # force: the markers of lost jobs may still be there (Redis kept them, or the answer was lost)
         sent, _ = self.reconciler.enqueue_sync(missing, force=True) if missing else (0, 0)
-        return {"pending": sum(len(w) for w in pending.values()), "enqueued": sent,
+        return {"pending": sum(len(w) for w in pending.values()), "enqueued": sent, "failing": len(failing),
+                **({"failingWindows": failing[:20]} if failing else {}),
                 "ms": round((time.monotonic() - started) * 1000, 2)}
+
+    async def _hold_failing(self, engine: Engine, pending: dict[str, list[int]],
+                            missing: dict[str, set[int]]) -> list[str]:
+        """Take out of `missing` the windows whose last job was dead-lettered and that have not
+        changed since (a new chain of retries would fail the same way); returns them as "agent:wid".
+
+        They stay dirty, counted in the backlog. A change (an append, a rewind) moves the window's
+        generation and it is sent again; a worker's startup sweep sends them all (a new version may
+        reconcile them). Windows reconciled since are forgotten."""
+        noted = failing_windows(self.reconciler.broker)
+        if not noted:
+            return []
+        forget_failing(self.reconciler.broker, [(a, w) for a, w in noted if w not in pending.get(a, ())])
+        held = []
+        for (agent, wid), gen in sorted(noted.items()):
+            if wid in missing.get(agent, ()):
+                state = await (await engine.store(agent)).window_gen(wid)
+                if state is not None and state[0] == gen:
+                    missing[agent].discard(wid)
+                    held.append(f"{agent}:{wid}")
+        return held

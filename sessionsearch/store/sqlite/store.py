@@ -28,7 +28,7 @@ from .hot import MAX_WORDS, MIN_DOCS, MIN_SHARE, common_words, hot_top, read_pos
 from .scope import id_bounds, range_conditions, scope_arms, scope_conditions
 from .sessions import search_sessions
 from .substrings import scan_substrings
-from .writer import SqliteWriter, is_full, unwritable
+from .writer import SqliteWriter, create_database, is_full, unwritable
 
 T = TypeVar("T")
 TIE_MARGIN = 64  # rows kept past the cut so that ties at the cut are usually seen whole
@@ -84,22 +84,19 @@ class SqliteAgentStore:
 
     async def open(self) -> "SqliteAgentStore":
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        created = not self.path.exists()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"sessionsearch-writer-{self.agent_id}")
-        loop = asyncio.get_running_loop()
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"sessionsearch-writer-{self.agent_id}")
+        run, timeout_ms = partial(asyncio.get_running_loop().run_in_executor, executor), self._busy_timeout_ms
         try:
-            self._writer = await loop.run_in_executor(
-                self._executor, partial(SqliteWriter, self.path, self.cold_dir, busy_timeout_ms=self._busy_timeout_ms,
-                                        rows_in_sql=self._rows_in_sql))
-        except sqlite3.Error as exc:
-            self._executor.shutdown(wait=True)
-            self._executor = None
+            if not self.path.exists():
+                await run(partial(create_database, self.path, self.cold_dir, busy_timeout_ms=timeout_ms))
+            self._writer = await run(partial(SqliteWriter, self.path, self.cold_dir, busy_timeout_ms=timeout_ms,
+                                             rows_in_sql=self._rows_in_sql))
+        except (sqlite3.Error, OSError) as exc:  # OSError: the turnstile file could not be opened
+            executor.shutdown(wait=True)
             if is_full(exc):
-                if created:  # half made, it would list an agent that every search then fails to open
-                    for suffix in ("", "-wal", "-shm", "-journal", "-turn"):
-                        Path(f"{self.path}{suffix}").unlink(missing_ok=True)
                 raise StorageFull(self.agent_id) from exc
             raise Unavailable(f"cannot open {self.path}: {exc}") from exc
+        self._executor = executor
         return self
 
     async def close(self) -> None:

@@ -66,6 +66,32 @@ def unwritable(agent_id: str, exc: BaseException) -> Unavailable:
     return error
 
 
+def create_database(path: Path, cold_dir: Path, *, busy_timeout_ms: int) -> None:
+    """Make the agent database at `path`, whole or not at all.
+
+    It is built under a name of this process's own and linked into place once migrated: a database
+    that failed half way (a full disk) never shows as an agent, and only this process's own files
+    are removed after a failure. Another process that creates the same agent meanwhile wins the
+    link, and its database is the one used."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex}.new")
+    try:
+        writer = SqliteWriter(tmp, cold_dir, busy_timeout_ms=busy_timeout_ms, checkpoint_beside=False)
+        try:
+            # Everything into the database file itself: its WAL does not follow it through the link.
+            busy, frames, _copied = writer.c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            if busy or frames:
+                raise sqlite3.OperationalError(f"the new database {tmp} kept {frames} WAL frames")
+        finally:
+            writer.close()
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+    finally:
+        for suffix in ("", "-wal", "-shm", "-journal", "-turn"):
+            Path(f"{tmp}{suffix}").unlink(missing_ok=True)
+
+
 @dataclass(slots=True)
 class _WinState:
     session_key: str
@@ -90,24 +116,33 @@ class SqliteWriter(ReconcileWrites, HotWrites):
         self.rows_in_sql = rows_in_sql  # see ReconcileWrites._diff
         self.busy_timeout_ms = busy_timeout_ms
         self.c = sqlite3.connect(path, isolation_level=None)
-        self._turnstile = Turnstile(path)
-        self.c.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
-        self.c.execute("PRAGMA journal_mode = WAL")
-        self.c.execute("PRAGMA synchronous = NORMAL")
-        self._checkpoints = WalCheckpointer(path) if checkpoint_beside else None
-        if self._checkpoints is not None:  # checkpoints run beside the writer, not inside its commits
-            self.c.execute("PRAGMA wal_autocheckpoint = 0")
-            self.c.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
-        self._win: dict[int, _WinState] = {}
-        self._current: dict[str, int] = {}
-        self.lock_wait_s = 0.0
-        self.migrate()
+        self._turnstile: Turnstile | None = None
+        self._checkpoints: WalCheckpointer | None = None
+        try:
+            self._turnstile = Turnstile(path)
+            self.c.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
+            self.c.execute("PRAGMA journal_mode = WAL")
+            self.c.execute("PRAGMA synchronous = NORMAL")
+            self._checkpoints = WalCheckpointer(path) if checkpoint_beside else None
+            if self._checkpoints is not None:  # checkpoints run beside the writer, not inside its commits
+                self.c.execute("PRAGMA wal_autocheckpoint = 0")
+                self.c.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
+            self._win: dict[int, _WinState] = {}
+            self._current: dict[str, int] = {}
+            self.lock_wait_s = 0.0
+            self.migrate()
+        except BaseException:
+            # A migration that meets a full disk, say: the caller never gets this object to close,
+            # and the checkpoint thread (started by the first migration's commit) would wait forever.
+            self.close()
+            raise
 
     def close(self) -> None:
         if self._checkpoints is not None:
             self._checkpoints.close()
         self.c.close()
-        self._turnstile.close()
+        if self._turnstile is not None:
+            self._turnstile.close()
 
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
