@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_search import built_data, pick_words  # noqa: E402
 
-from sessionsearch.search.query import quote  # noqa: E402
+from sessionsearch.store.sqlite.fts import quote  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 HIGH = 1 << 62

@@ -1,4 +1,4 @@
-"""Search requests: validation, and turning user words into a literal FTS5 expression."""
+"""Search requests: validation, and the words each query matches (a store.Match)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 
 from ..errors import InvalidRequest
 from ..keys import check_agent_id, check_session_key
+from ..store.base import Match
 from ..values import check_name, check_text
 from .text import has_cjk, tokens, utf16_len
 from .timerange import parse_range
@@ -34,12 +35,12 @@ class Requester:
 
 @dataclass
 class ParsedQuery:
-    """One query's words and the FTS5 expression that matches them literally."""
+    """One query's words and what they match."""
 
     text: str
     words: list[str]  # words that hold at least one token
     prefix: bool
-    match: str | None  # None: nothing could match (only punctuation)
+    match: Match | None  # None: nothing could match (only punctuation)
     terms: list[str] = field(default_factory=list)  # folded tokens, for snippets
 
     @property
@@ -55,8 +56,8 @@ class ParsedQuery:
     def cjk_words(self) -> list[str]:
         return [w for w in self.words if has_cjk(w)]
 
-    def without_cjk(self) -> str | None:
-        """The expression for the words that are not CJK (the substring retry keeps these)."""
+    def without_cjk(self) -> Match | None:
+        """The words that are not CJK (the substring retry keeps these)."""
         rest = [w for w in self.words if not has_cjk(w)]
         prefix = self.prefix and bool(self.words) and not has_cjk(self.words[-1])
         return build_match(rest, prefix)
@@ -80,18 +81,8 @@ class SearchRequest:
     result_mode: str = "messages"  # or "sessions": the best hit per session
 
 
-def quote(word: str) -> str:
-    """An FTS5 string literal: the word in double quotes, inner quotes doubled. Never syntax."""
-    return '"' + word.replace('"', '""') + '"'
-
-
-def build_match(words: list[str], prefix: bool) -> str | None:
-    if not words:
-        return None
-    parts = [quote(w) for w in words]
-    if prefix:
-        parts[-1] += " *"
-    return " AND ".join(parts)
+def build_match(words: list[str], prefix: bool) -> Match | None:
+    return Match(tuple(words), prefix) if words else None
 
 
 def parse_query(raw: object, *, prefix: bool, where: str = "query") -> ParsedQuery:

@@ -13,6 +13,7 @@ import structlog
 from ..errors import Forbidden, NotFound
 from ..keys import agent_of
 from ..settings import Settings
+from ..store.base import Match
 from ..store.rowids import wid_of
 from .catalog import CatalogCache, CatalogView, StoreLookup
 from .query import ParsedQuery, SearchRequest
@@ -235,7 +236,7 @@ async def run_sessions_query(open_store: StoreLookup, catalog: CatalogCache, que
     return out
 
 
-async def _sessions_top(open_store: StoreLookup, match: str | None, needles: list[str] | None, req: SearchRequest,
+async def _sessions_top(open_store: StoreLookup, match: Match | None, needles: list[str] | None, req: SearchRequest,
                         scopes: dict[str, Scope], versions: dict[str, int] | None, deadline: float,
                         hot: str | None = None) -> list[tuple[str, list[SessionGroup], set[int]]]:
     """Per agent in scope: its top `limit + 1` sessions and the dirty windows in scope."""

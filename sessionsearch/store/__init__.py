@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..settings import Settings
-from .base import AgentStore, AppendResult, Backend, ClaimInfo, Reader, SessionMeta, WindowMeta
+from .base import AgentStore, AppendResult, Backend, ClaimInfo, Match, Reader, SessionMeta, WindowMeta
 from .sqlite import SqliteAgentStore, SqliteBackend
 
 
@@ -23,5 +23,5 @@ def backend_for(settings: Settings, *, data_dir: str | Path | None = None, rows_
                          rows_in_sql=rows_in_sql)
 
 
-__all__ = ["AgentStore", "AppendResult", "Backend", "ClaimInfo", "Reader", "SessionMeta", "SqliteAgentStore",
+__all__ = ["AgentStore", "AppendResult", "Backend", "ClaimInfo", "Match", "Reader", "SessionMeta", "SqliteAgentStore",
            "SqliteBackend", "WindowMeta", "backend_for"]

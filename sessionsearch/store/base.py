@@ -15,6 +15,16 @@ if TYPE_CHECKING:
     from ..indexer.events import Event
 
 
+@dataclass(frozen=True, slots=True)
+class Match:
+    """What a query matches, in no backend's syntax: every word literally (folded as the index
+    folds it), the last one also as a prefix when `prefix`. Each store turns it into its own query
+    (SQLite: quoted FTS5 strings), so no user text ever reaches a query language."""
+
+    words: tuple[str, ...]
+    prefix: bool = False
+
+
 @dataclass(slots=True)
 class AppendResult:
     appended: int
@@ -161,7 +171,7 @@ class AgentStore(Protocol):
         """(meta version, whole, sessions, windows, deleted keys, deleted wids): everything, or only
         what changed after meta version `since` (whole False) while the store still knows."""
 
-    async def search_top(self, reader: Reader, match: str, *, k: int, order: str,
+    async def search_top(self, reader: Reader, match: Match, *, k: int, order: str,
                          include: list[int] | None, exclude: list[int] | None,
                          role: str | None, hot: str | None = None, since: int | None = None,
                          until: int | None = None, ties: bool = True) -> tuple[int, frozenset[int], list[tuple]] | None:
@@ -171,7 +181,7 @@ class AgentStore(Protocol):
         agent, message id, ts, text); a row id 0 says more matched. `ties` False: None where settling
         ties at the cut would take ranking every match (search_sessions then ranks them its own way)."""
 
-    async def search_sessions(self, reader: Reader, match: str | None, *, needles: list[str] | None, k: int,
+    async def search_sessions(self, reader: Reader, match: Match | None, *, needles: list[str] | None, k: int,
                               order: str, include: list[int] | None, exclude: list[int] | None, role: str | None,
                               since: int | None = None, until: int | None = None, hot: str | None = None
                               ) -> tuple[int, frozenset[int], list]:
@@ -181,7 +191,7 @@ class AgentStore(Protocol):
         message id), then key. `needles`: the CJK retry's literal substrings, ranked as scan_substrings.
         `hot`: as search_top's, for the top hits the sessions may be read off."""
 
-    async def scan_substrings(self, reader: Reader, needles: list[str], match: str | None, *,
+    async def scan_substrings(self, reader: Reader, needles: list[str], match: Match | None, *,
                               include: list[int] | None, exclude: list[int] | None, role: str | None,
                               k: int, since: int | None = None, until: int | None = None) -> tuple[int, list[tuple]]:
         """The CJK retry: (rows in scope containing every needle, the best `k` as hits)."""

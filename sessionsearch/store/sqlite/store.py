@@ -22,8 +22,9 @@ import aiosqlite
 
 from ...errors import SearchTimeout, StorageFull, Unavailable
 from ...indexer.events import Event
-from ..base import AppendResult, ClaimInfo, SessionMeta, WindowMeta
+from ..base import AppendResult, ClaimInfo, Match, SessionMeta, WindowMeta
 from ..rowids import row_id, seq_sql, window_ranges
+from .fts import fts5_match
 from .hot import MAX_WORDS, MIN_DOCS, MIN_SHARE, common_words, hot_top, read_postings
 from .scope import id_bounds, range_conditions, scope_arms, scope_conditions
 from .sessions import search_sessions
@@ -329,7 +330,7 @@ class SqliteAgentStore:
         "ELSE (SELECT json_group_array(word) FROM hot_words WHERE log_seq >= 0) END, "
         "(SELECT data_version FROM pragma_data_version)")
 
-    async def search_top(self, reader: _Reader, match: str, *, k: int, order: str,
+    async def search_top(self, reader: _Reader, match: Match, *, k: int, order: str,
                          include: list[int] | None, exclude: list[int] | None,
                          role: str | None, hot: str | None = None, since: int | None = None,
                          until: int | None = None, ties: bool = True
@@ -356,9 +357,10 @@ class SqliteAgentStore:
         range, inside the ranking: `k` counts only those, and a short range is an id span FTS5
         skips to (scope.id_bounds). Scores stay those of the whole agent.
         """
+        expr = fts5_match(match)
         seen_version, seen_dirty = self._dirty_seen
         filtered = seen_version is None or bool(seen_dirty)
-        params: dict[str, Any] = {"match": match}
+        params: dict[str, Any] = {"match": expr}
         ranged = since is not None or until is not None
         # read a statement before the ranking: a message stored in between is left out, as if this
         # search had come just before it
@@ -373,7 +375,7 @@ class SqliteAgentStore:
                 and hot in self._hot_seen[1]):
             await reader.conn.execute("SAVEPOINT hot")  # one snapshot for postings, log and FTS5 (or the caller's)
             try:
-                top = await hot_top(reader.conn, hot, match, k, arms[0][1], params)  # one arm: no include
+                top = await hot_top(reader.conn, hot, expr, k, arms[0][1], params)  # one arm: no include
             finally:
                 if reader.conn.in_transaction:
                     await reader.conn.execute("RELEASE hot")
@@ -381,14 +383,14 @@ class SqliteAgentStore:
         # statement below, whose cost is a walk of the word's whole doclist
         scores: dict[int, float] | None = {} if order == "recent" and bounds is not None else None
         if top is None:
-            top, shown, head = await self._ranked_shown(reader, match, k, order, arms, params, seen_version,
+            top, shown, head = await self._ranked_shown(reader, expr, k, order, arms, params, seen_version,
                                                         ranged, scores)
         if top is None and not ties:  # `ties` False: no ranking of every match (sessions.py has its own)
             return None
         if top is None:  # a tie through the sorter's whole margin: every match in scope, both id ranges
             where = scope_conditions(include, exclude, role, params, dirty=filtered)
             where += range_conditions(since, until, bounds, params, "msg_fts.ts")
-            top = await self._materialized(reader, match, k, order, where, params)
+            top = await self._materialized(reader, expr, k, order, where, params)
         ids = None if head is not None and order != "recent" else json.dumps([r[0] for r in top if r[0]])
         if head is None:
             rows = await reader.conn.execute_fetchall(
@@ -415,21 +417,22 @@ class SqliteAgentStore:
             # lookups, each of which would recount the phrase's documents (10x slower, measured).
             ranks = dict(await reader.conn.execute_fetchall(
                 "SELECT rowid, bm25(msg_fts) FROM msg_fts WHERE msg_fts MATCH :match "
-                "AND +rowid IN (SELECT value FROM json_each(:ids))", {"match": match, "ids": ids}))
+                "AND +rowid IN (SELECT value FROM json_each(:ids))", {"match": expr, "ids": ids}))
         # a row id of 0 is a sentinel (no window has id 0): it says more matched than the top k; an
         # index row whose transcript row is gone (an orphan awaiting the sweep) is no hit
         hits = [(rid, ranks.get(rid, 0.0), *shown[rid][1:]) if rid else (0, math.inf, "", 0, "")
                 for rid, _ in top if rid in shown or not rid]
         return head[1], seen_dirty, hits
 
-    async def search_sessions(self, reader: _Reader, match: str | None, *, needles: list[str] | None, k: int,
+    async def search_sessions(self, reader: _Reader, match: Match | None, *, needles: list[str] | None, k: int,
                               order: str, include: list[int] | None, exclude: list[int] | None, role: str | None,
                               since: int | None = None, until: int | None = None, hot: str | None = None
                               ) -> tuple[int, frozenset[int], list]:
         """resultMode "sessions" (sessions.py) from messages mode's top hits when they suffice."""
         scope = dict(order=order, include=include, exclude=exclude, role=role, since=since, until=until)
         top = partial(self.search_top, reader, match, hot=hot, ties=False, **scope)  # given k=
-        return await search_sessions(reader.conn, self._HEAD_SQL, self._TS_JOIN, top, match, needles, k=k, **scope)
+        return await search_sessions(reader.conn, self._HEAD_SQL, self._TS_JOIN, top, fts5_match(match), needles, k=k,
+                                     **scope)
 
     async def _ranked_shown(self, reader: _Reader, match: str, k: int, order: str, arms: list[tuple[str, list[str]]],
                             params: dict[str, Any], seen_version: int | None, ranged: bool = False,
@@ -505,12 +508,12 @@ class SqliteAgentStore:
                    "(SELECT rank FROM m ORDER BY rank LIMIT 1 OFFSET :k - 1) ORDER BY rank, ts DESC, mid LIMIT :k")
         return list(await reader.conn.execute_fetchall(sql, params)) + [(0, math.inf)]
 
-    async def scan_substrings(self, reader: _Reader, needles: list[str], match: str | None, *,
+    async def scan_substrings(self, reader: _Reader, needles: list[str], match: Match | None, *,
                               include: list[int] | None, exclude: list[int] | None, role: str | None,
                               k: int, since: int | None = None, until: int | None = None) -> tuple[int, list[tuple]]:
         """The CJK retry (substrings.py)."""
-        return await scan_substrings(reader.conn, needles, match, include=include, exclude=exclude, role=role, k=k,
-                                     since=since, until=until)
+        return await scan_substrings(reader.conn, needles, fts5_match(match), include=include, exclude=exclude,
+                                     role=role, k=k, since=since, until=until)
 
     async def window_of(self, reader: _Reader, key: str, session_id: str | None) -> tuple | None:
         """(wid, session_id, cold) of the key's current window, or of `session_id` if it is the key's."""
