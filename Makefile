@@ -1,17 +1,18 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   - install into .venv and run the embedded demo (no Redis needed)
 #   make test   - install into .venv, start Redis/PostgreSQL if they are not running, run the tests
+# and for the docs site: make docs (serve it on 127.0.0.1:8000), make plots (redraw its plots)
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench figures install clean
+.PHONY: demo test bench figures plots docs install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,docs]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -26,8 +27,16 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/bench_search.py
 
+# the docs site (mkdocs.yml, docs/), served with live reload; tests/test_docs.py builds it --strict
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
+
+# the Performance page's plots, redrawn from bench/results/*.json into docs/img/
+plots: $(STAMP)
+	$(BIN)/python bench/plots.py
+
 clean:
-	rm -rf $(VENV) data .pytest_cache .hypothesis
+	rm -rf $(VENV) data .pytest_cache .hypothesis site
 
 # the figures the fault and fuzz tests measure, kept in bench/results/*.json
 figures: $(STAMP)
