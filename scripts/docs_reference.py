@@ -13,6 +13,7 @@ import inspect
 import json
 import os
 import re
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -66,11 +67,12 @@ def metric_families() -> list[dict[str, Any]]:
 
     families = []
     for obj in vars(metrics.get()).values():
+        if not hasattr(obj, "_labelnames"):
+            continue  # not a metric object
         suffix = "_total" if obj._type == "counter" else ""
         families.append({"name": obj._name + suffix, "type": obj._type, "help": obj._documentation,
                          "labels": list(obj._labelnames)})
-    status = {"pending": 0, "windows": 0, "messages": 0, "indexed_messages": 0, "postings_usable": 0,
-              "postings_stale": 0, "index_log_rows": 0}
+    status = defaultdict(int)  # one agent with nothing stored: every family, with its labels
     collector = metrics.PipelineCollector(lambda: [("main", status)], lambda: {"default": 0})
     CollectorRegistry().register(collector)  # what the web process does: the collector must register
     for family in collector.collect():
@@ -208,7 +210,7 @@ def http_api() -> str:
             schemas["answer"] = content.get("application/json", {}).get("schema")
             if any(schemas.values()):
                 dumped = json.dumps({k: v for k, v in schemas.items() if v}, indent=2, ensure_ascii=False)
-                out.append('??? note "JSON schema"\n\n    ```json\n'
+                out.append('??? note "JSON schema"\n\n    ```text\n'
                            + "\n".join("    " + line for line in dumped.splitlines()) + "\n    ```\n")
     return "\n".join(out)
 
