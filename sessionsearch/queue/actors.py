@@ -314,11 +314,13 @@ class Reconciler:
         """A reconcile job failed every retry and is dead-lettered: note the window's generation, so
         that the periodic sweep sends it again only once it changed (worker/sweep.py)."""
         agent_id, wid = message["args"]
-        metrics.get().reconcile_dead_lettered.inc()
-        store = await (await self.engine()).store(agent_id)
-        gen = await store.window_gen(wid)
-        log.error("reconcile.dead_lettered", agent=agent_id, wid=wid, attempts=retries.get("retries", 0) + 1,
-                  error=(message.get("options", {}).get("traceback") or "").strip().rsplit("\n", 1)[-1],
-                  rebuild_gen=gen[0] if gen else None)
-        if gen is not None and gen[2] and self.markers.client is not None:
-            self.markers.client.hset(FAILING, Markers.key(agent_id, wid), gen[0])
+        try:
+            store = await (await self.engine()).store(agent_id)
+            gen = await store.window_gen(wid)
+            log.error("reconcile.dead_lettered", agent=agent_id, wid=wid, attempts=retries.get("retries", 0) + 1,
+                      error=(message.get("options", {}).get("traceback") or "").strip().rsplit("\n", 1)[-1],
+                      rebuild_gen=gen[0] if gen else None)
+            if gen is not None and gen[2] and self.markers.client is not None:
+                self.markers.client.hset(FAILING, Markers.key(agent_id, wid), gen[0])
+        finally:  # counted last: whoever waits on the count finds the note written
+            metrics.get().reconcile_dead_lettered.inc()
