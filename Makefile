@@ -14,12 +14,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
+# the Control UI tests drive Debian's chromium through Playwright (never `playwright install`)
 install: $(STAMP)
+	./scripts/chromium
 
 demo: $(STAMP)
 	$(BIN)/sessionsearch demo
 
-test: $(STAMP)
+test: install
 	./scripts/services
 	$(BIN)/python -m pytest -q
 

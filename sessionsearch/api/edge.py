@@ -139,9 +139,11 @@ class Guard:
     client waits for `100 Continue` before sending, the answer goes at once with `Connection: close`.
     """
 
-    def __init__(self, app: ASGIApp, *, token: str | None) -> None:
+    def __init__(self, app: ASGIApp, *, token: str | None, public: frozenset[str] = frozenset()) -> None:
+        """`public`: paths served without the token (the Control UI's static page, which asks for it)."""
         self.app = app
         self.token = token
+        self.public = public
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -182,7 +184,7 @@ class Guard:
             if refusal is not None:
                 await error(403, "FORBIDDEN", refusal)(scope, tracked, answer)
                 return
-            if not token_matches(self.token, headers.get("authorization")):
+            if scope["path"] not in self.public and not token_matches(self.token, headers.get("authorization")):
                 response = error(401, "UNAUTHORIZED", "a valid bearer token is required", {"WWW-Authenticate": "Bearer"})
                 await response(scope, tracked, answer)
                 return
