@@ -84,8 +84,9 @@ export function drawChart() {
   const chart = svg("svg", { viewBox: `0 0 ${width} ${height}`, role: "img",
                              "aria-label": `Backlog over the last ${s.length} samples, now ${s.length ? s[s.length - 1].backlog : 0}` });
   const max = Math.max(1, ...s.map((x) => x.backlog));
-  const span = (CHART_SAMPLES - 1) * STATUS_MS;
   const end = s.length ? s[s.length - 1].time : 0;
+  // the samples so far (at least 20 s), up to two minutes
+  const span = Math.max(20000, Math.min((CHART_SAMPLES - 1) * STATUS_MS, s.length ? end - s[0].time : 0));
   const x = (t) => pad.left + (width - pad.left - pad.right) * (1 - (end - t) / span);
   const y = (v) => pad.top + (height - pad.top - pad.bottom) * (1 - v / max);
   chart.append(svg("line", { class: "chart-axis", x1: pad.left, x2: width - pad.right, y1: y(0), y2: y(0) }));
@@ -94,7 +95,7 @@ export function drawChart() {
   label(String(max), { x: pad.left - 6, y: y(max) + 4, "text-anchor": "end" });
   label("0", { x: pad.left - 6, y: y(0) + 4, "text-anchor": "end" });
   label("now", { x: width - pad.right, y: height - 4, "text-anchor": "end" });
-  label(`${Math.round(span / 60000)} min ago`, { x: pad.left, y: height - 4 });
+  label(span >= 60000 ? `${Math.round(span / 60000)} min ago` : `${Math.round(span / 1000)} s ago`, { x: pad.left, y: height - 4 });
   if (s.length) {
     const points = s.map((p) => `${x(p.time).toFixed(1)},${y(p.backlog).toFixed(1)}`);
     if (s.length === 1) points.unshift(`${(x(end) - 2).toFixed(1)},${y(s[0].backlog).toFixed(1)}`);
