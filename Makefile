@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench figures install clean
+.PHONY: demo test bench figures screenshots install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,3 +35,7 @@ clean:
 figures: $(STAMP)
 	./scripts/services
 	SESSIONSEARCH_SAVE_FIGURES=1 $(BIN)/python -m pytest -q -s tests/test_faults.py tests/test_broker_faults.py tests/test_fuzz.py
+
+# the Control UI screenshots docs/ui.md shows, taken by its browser tests
+screenshots: install
+	SESSIONSEARCH_SAVE_SCREENSHOTS=1 $(BIN)/python -m pytest -q tests/test_ui.py
