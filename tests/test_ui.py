@@ -233,6 +233,9 @@ def test_the_status_view_shows_the_backlog_draining_live(server, page, tmp_path)
     ys = [float(p.split(",")[1]) for p in points]
     assert len(points) >= 3 and min(ys) < ys[-1] == max(ys), points  # SVG y grows downwards
     expect(page.locator("#chart text").first).to_have_text("12")
+    if SAVE_SHOTS:  # one more refresh, so that the picture shows the drained backlog staying at zero
+        page.wait_for_function("n => document.querySelector('#chart polyline').getAttribute('points')"
+                               ".split(' ').length > n", arg=len(points))
     shot(page, "status")
     page.console.check()
 
@@ -283,14 +286,19 @@ def test_an_api_error_is_shown_with_its_message(server, page):
     page.console.check(400)
 
 
-def test_the_page_fits_a_phone_and_answers_with_a_strict_policy(server, page):
+def test_the_page_fits_a_phone_shows_markup_as_text_and_has_a_strict_policy(server, page):
     lisbon(server)
+    server.post("transcript.append", {"sessionKey": "agent:main:html", "events": chain("h", [
+        ("user", 'Paste: <img src=x onerror="document.title=1"> and <b>Lisbon</b> budgeting')])})
     page.set_viewport_size({"width": 390, "height": 800})
     answer = page.goto(f"{server.url}/ui")
     policy = answer.headers["content-security-policy"]
     assert "script-src 'self'" in policy and "default-src 'none'" in policy and "unsafe" not in policy
     page.locator("#q").fill("lisbon budg")
-    expect(page.locator("#results .hit")).to_have_count(2)
+    expect(page.locator("#results .hit")).to_have_count(3)
+    markup = page.locator("#results .hit").filter(has_text="Paste:")
+    expect(markup).to_contain_text('<img src=x onerror="document.title=1"> and <b>Lisbon</b> budgeting')
+    assert page.locator("#results img, #results b").count() == 0  # text, never markup
     assert page.evaluate("document.documentElement.scrollWidth") <= 390  # nothing runs off the side
     shot(page, "phone")
     page.console.check()

@@ -131,8 +131,8 @@ def token_matches(token: str | None, authorization: str | None) -> bool:
 class Guard:
     """ASGI middleware before the routes: the token, and the rest of a body taken in before an answer.
 
-    With a token configured, every path but the health probes needs it, unknown paths too (so that
-    a caller without it learns nothing of the routes). An answer given before the body was read
+    With a token configured, every path but the health probes and `public` needs it, unknown paths
+    too (so that a caller without it learns nothing of the routes). An answer given before the body was read
     (401, 404, 405, 413) first reads and drops what the client is still sending, up to
     DISCARD_BYTES: most clients (urllib among them) send the whole body before they read, and a
     connection closed on unread data is reset, which loses the answer. Past that bound, or when the

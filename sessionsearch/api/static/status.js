@@ -97,7 +97,9 @@ export function drawChart() {
   label("now", { x: width - pad.right, y: height - 4, "text-anchor": "end" });
   label(span >= 60000 ? `${Math.round(span / 60000)} min ago` : `${Math.round(span / 1000)} s ago`, { x: pad.left, y: height - 4 });
   if (s.length) {
-    const points = s.map((p) => `${x(p.time).toFixed(1)},${y(p.backlog).toFixed(1)}`);
+    // steps: a sample holds until the next one (the backlog between samples is not known)
+    const at = (t, v) => `${x(t).toFixed(1)},${y(v).toFixed(1)}`;
+    const points = s.flatMap((p, i) => (i ? [at(p.time, s[i - 1].backlog), at(p.time, p.backlog)] : [at(p.time, p.backlog)]));
     if (s.length === 1) points.unshift(`${(x(end) - 2).toFixed(1)},${y(s[0].backlog).toFixed(1)}`);
     const first = points[0].split(",")[0];
     const last = points[points.length - 1].split(",")[0];

@@ -11,7 +11,7 @@ const HISTORY_LIMIT = 30;    // messages per history read
 
 /* ---------- search ---------- */
 
-const search = { seq: 0, timer: null, again: null, controller: null, mode: "prefix", hits: [], query: "" };
+const search = { seq: 0, timer: null, again: null, controller: null, mode: "prefix" };
 
 function searchBody(query, mode) {
   const body = { query, match: mode, order: $("order").value, limit: LIMIT };
@@ -61,8 +61,6 @@ async function runSearch(mode, { again = false } = {}) {
   }
   if (seq !== search.seq) return;
   stateNode.removeAttribute("aria-busy");
-  search.hits = result.results;
-  search.query = query;
   renderResults(result.results, queryTerms(query), mode === "prefix");
   const n = result.results.length;
   const archived = result.archivedTranscriptsExcluded
