@@ -95,10 +95,20 @@ export function agentsKnown() {
   return agentsLoaded;
 }
 
+const unlisted = new Set();  // keys a reload did not list (past the newest 1,000): not asked again
+
 export async function loadSessions() {
   const listed = await api("/v1/sessions.list", { limit: 1000 });
   sessions.clear();
   for (const s of listed.sessions) sessions.set(s.sessionKey, s);
+}
+
+/** Reload the sessions when a hit names one not seen yet, so that it shows with its label and kind. */
+export async function learnSessions(keys) {
+  const unknown = keys.filter((key) => !sessions.has(key) && !unlisted.has(key));
+  if (!unknown.length) return;
+  await loadSessions();
+  for (const key of unknown) if (!sessions.has(key)) unlisted.add(key);
 }
 
 export function fillAgents(agentIds) {

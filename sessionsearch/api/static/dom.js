@@ -97,7 +97,7 @@ export function highlighted(text, terms, prefixLast) {
 }
 
 export function snippetNode(snippet, terms, prefixLast) {
-  const p = el("p", { class: "snippet" });
+  const p = el("span", { class: "snippet" });  // inside a button: phrasing content only
   let body = snippet;
   let lead = "";
   let tail = "";

@@ -1,7 +1,7 @@
 // sessionsearch Control UI: search, history around a hit, index status. Plain JS modules, no build step.
 // Untrusted text (snippets, labels, messages, error messages) only ever becomes DOM text nodes.
 import { $, el, queryTerms, setState, snippetNode, when } from "./dom.js";
-import { TOKEN_KEY, agentsKnown, api, fillAgents, loadSessions, sessions, titleOf } from "./api.js";
+import { TOKEN_KEY, agentsKnown, api, fillAgents, learnSessions, loadSessions, sessions, titleOf } from "./api.js";
 import { drawChart, startStatus, stopStatus } from "./status.js";
 
 const LIMIT = 25;            // the API's most hits per search
@@ -51,7 +51,7 @@ async function runSearch(mode, { again = false } = {}) {
   let result;
   try {
     result = await api("/v1/sessions.search", searchBody(query, mode), { signal: controller.signal });
-    if (result.results.some((hit) => !sessions.has(hit.sessionKey))) await loadSessions();
+    await learnSessions(result.results.map((hit) => hit.sessionKey));
   } catch (error) {
     if (seq !== search.seq || error.name === "AbortError") return;
     stateNode.removeAttribute("aria-busy");
@@ -80,6 +80,7 @@ async function runSearch(mode, { again = false } = {}) {
 
 function renderResults(hits, terms, prefixLast) {
   const list = $("results");
+  const focused = [...list.querySelectorAll(".hit")].indexOf(document.activeElement);  // kept across a re-search
   list.replaceChildren(...hits.map((hit, i) => {
     const s = sessions.get(hit.sessionKey);
     const kind = s && s.kind;
@@ -94,6 +95,7 @@ function renderResults(hits, terms, prefixLast) {
     button.addEventListener("click", () => openHistory(hit, button));
     return el("li", {}, button);
   }));
+  if (focused >= 0) (list.querySelectorAll(".hit")[focused] || $("q")).focus();
 }
 
 function moveAmongHits(event) {
@@ -130,10 +132,10 @@ function showView(name) {
   $("view-history").hidden = name !== "history";
   $("view-status").hidden = name !== "status";
   const tab = name === "status" ? "status" : "search";
-  $("tab-search").toggleAttribute("aria-current", tab === "search");
-  $("tab-status").toggleAttribute("aria-current", tab === "status");
-  if (tab === "search") $("tab-search").setAttribute("aria-current", "page");
-  if (tab === "status") $("tab-status").setAttribute("aria-current", "page");
+  for (const id of ["search", "status"]) {
+    if (id === tab) $(`tab-${id}`).setAttribute("aria-current", "page");
+    else $(`tab-${id}`).removeAttribute("aria-current");
+  }
   if (name === "status") startStatus(); else stopStatus();
 }
 
@@ -149,6 +151,7 @@ async function openHistory(hit, from) {
   setState($("history-state"), "loading", "Loading the conversation around this message…");
   try {
     const page = await readAround(hit.messageId);
+    if (reading.hit !== hit) return;  // another hit was opened meanwhile
     merge(page, "both");
     setState($("history-state"), "ok", "");
     renderHistory();
@@ -158,7 +161,7 @@ async function openHistory(hit, from) {
       anchor.focus({ preventScroll: true });
     }
   } catch (error) {
-    setState($("history-state"), "error", error.message);
+    if (reading.hit === hit) setState($("history-state"), "error", error.message);
   }
 }
 
@@ -229,6 +232,7 @@ async function page(side) {
   button.disabled = true;
   try {
     const got = await readAround(edge.messageId);
+    if (!reading.messages.includes(edge)) return;  // another hit was opened meanwhile
     const at = got.messages.findIndex((m) => m.messageId === edge.messageId);
     const part = side === "older" ? got.messages.slice(0, Math.max(at, 0)) : got.messages.slice(at + 1);
     merge({ ...got, messages: part }, side);
@@ -245,6 +249,7 @@ async function page(side) {
 
 function backToResults() {
   showView("search");
+  if ($("search-state").dataset.state === "indexing") runSearch(search.mode, { again: true });
   if (reading.from && document.contains(reading.from)) reading.from.focus();
   else $("q").focus();
 }
