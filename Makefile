@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench figures plots docs install clean
+.PHONY: demo test bench figures plots docs screenshots install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,12 +15,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test,docs]'
 	touch $(STAMP)
 
+# the Control UI tests drive Debian's chromium through Playwright (never `playwright install`)
 install: $(STAMP)
+	./scripts/chromium
 
 demo: $(STAMP)
 	$(BIN)/sessionsearch demo
 
-test: $(STAMP)
+test: install
 	./scripts/services
 	$(BIN)/python -m pytest -q
 
@@ -42,3 +44,7 @@ clean:
 figures: $(STAMP)
 	./scripts/services
 	SESSIONSEARCH_SAVE_FIGURES=1 $(BIN)/python -m pytest -q -s tests/test_faults.py tests/test_broker_faults.py tests/test_fuzz.py
+
+# the Control UI screenshots docs/ui.md shows, taken by its browser tests
+screenshots: install
+	SESSIONSEARCH_SAVE_SCREENSHOTS=1 $(BIN)/python -m pytest -q tests/test_ui.py

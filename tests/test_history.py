@@ -142,3 +142,24 @@ async def test_responses_stay_within_80_kib_and_paging_skips_nothing(tmp_path):
                 break
             offset = page["nextOffset"]
         assert seen == [f"m{i}" for i in range(1, 61)] and pages > 1
+
+
+def marks(result: dict) -> list[tuple]:
+    return [(m["resetId"], m["afterMessageId"], m["beforeMessageId"]) for m in result["resets"]]
+
+
+async def test_history_names_where_resets_fall_among_the_messages_it_returns(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        await _reset_session(engine)
+        # the current view: the reset that opened it, before its first message
+        assert marks(await engine.history(sessionKey=KEY)) == [("r2", None, "c1")]
+        # a kept row's view: kept a3, the reset after it, then b1..b3; r2 closes it at the end
+        middle = await engine.history(sessionKey=KEY, messageId="b2")
+        assert mids(middle) == ["a3", "b1", "b2", "b3"]
+        assert marks(middle) == [("r1", "a3", "b1"), ("r2", "b3", None)]
+        # the first view ends at r1; a smaller window names only resets next to what it returned
+        assert marks(await engine.history(sessionKey=KEY, messageId="a1")) == [("r1", "a3", None)]
+        assert marks(await engine.history(sessionKey=KEY, messageId="a1", limit=2)) == []
+        # a session that was never reset has no marks
+        await engine.append("agent:main:plain", chain("p", [("user", "p one"), ("assistant", "p two")]))
+        assert marks(await engine.history(sessionKey="agent:main:plain", messageId="p1")) == []

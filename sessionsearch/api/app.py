@@ -1,7 +1,8 @@
 """The HTTP API: `POST /v1/<method>` onto the engine, the agent tools, metrics, health, OpenAPI.
 
 Errors are mapped from the error tree to status codes here and nowhere else. A token, when
-configured, is required on every route but the health probes (edge.Guard, before the routes).
+configured, is required on every route but the health probes and the Control UI's static page (edge.Guard,
+before the routes).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ..worker.optimize import PeriodicOptimize
 from .edge import BadBody, CompactJSON, Guard, decode_object
 from .edge import error as _error  # the name the handlers below have always used
 from .openapi import METHODS, openapi_document
+from .ui import PAGE_PATHS, ui_routes
 
 log = structlog.get_logger("sessionsearch.api")
 
@@ -175,6 +177,7 @@ def create_app(settings: Settings | None = None, *, max_body_bytes: int | None =
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
+        *ui_routes(state, lambda: state["engine"].index_status()),
     ]
 
     async def not_found(request: Request, exc: Exception) -> Response:
@@ -191,5 +194,5 @@ def create_app(settings: Settings | None = None, *, max_body_bytes: int | None =
         return _error(500, "INTERNAL", "internal error; the server log has the details")
 
     return Starlette(routes=routes, lifespan=lifespan,
-                     middleware=[Middleware(Guard, token=settings.api_token or None)],
+                     middleware=[Middleware(Guard, token=settings.api_token or None, public=PAGE_PATHS)],
                      exception_handlers={404: not_found, 405: not_allowed, 500: crashed})

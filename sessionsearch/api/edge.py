@@ -131,17 +131,19 @@ def token_matches(token: str | None, authorization: str | None) -> bool:
 class Guard:
     """ASGI middleware before the routes: the token, and the rest of a body taken in before an answer.
 
-    With a token configured, every path but the health probes needs it, unknown paths too (so that
-    a caller without it learns nothing of the routes). An answer given before the body was read
+    With a token configured, every path but the health probes and `public` needs it, unknown paths
+    too (so that a caller without it learns nothing of the routes). An answer given before the body was read
     (401, 404, 405, 413) first reads and drops what the client is still sending, up to
     DISCARD_BYTES: most clients (urllib among them) send the whole body before they read, and a
     connection closed on unread data is reset, which loses the answer. Past that bound, or when the
     client waits for `100 Continue` before sending, the answer goes at once with `Connection: close`.
     """
 
-    def __init__(self, app: ASGIApp, *, token: str | None) -> None:
+    def __init__(self, app: ASGIApp, *, token: str | None, public: frozenset[str] = frozenset()) -> None:
+        """`public`: paths served without the token (the Control UI's static page, which asks for it)."""
         self.app = app
         self.token = token
+        self.public = public
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -182,7 +184,7 @@ class Guard:
             if refusal is not None:
                 await error(403, "FORBIDDEN", refusal)(scope, tracked, answer)
                 return
-            if not token_matches(self.token, headers.get("authorization")):
+            if scope["path"] not in self.public and not token_matches(self.token, headers.get("authorization")):
                 response = error(401, "UNAUTHORIZED", "a valid bearer token is required", {"WWW-Authenticate": "Bearer"})
                 await response(scope, tracked, answer)
                 return

@@ -149,6 +149,11 @@ REQUESTS: dict[str, dict[str, Any]] = {
 }
 BODY_REQUIRED = {name: bool(schema["required"]) or "oneOf" in schema for name, schema in REQUESTS.items()}
 
+# where a reset falls among the returned messages (history.py's _reset_marks)
+RESET_MARK = {"type": "object", "required": ["resetId", "afterMessageId", "beforeMessageId"],
+              "properties": {"resetId": {"type": "string"}, "afterMessageId": NULLABLE_STRING,
+                             "beforeMessageId": NULLABLE_STRING}}
+
 RESPONSES: dict[str, dict[str, Any]] = {
     "sessions.search": {"oneOf": [SEARCH_STATE, {"type": "object", "required": ["states"],
                                                  "properties": {"states": {"type": "array", "items": SEARCH_STATE}}}]},
@@ -158,7 +163,8 @@ RESPONSES: dict[str, dict[str, Any]] = {
                                         "truncated": {"type": "boolean"}, "totalMessages": {"type": "integer"},
                                         "offset": {"type": "integer"}, "nextOffset": {"type": "integer"},
                                         "hasMore": {"type": "boolean"}, "anchorMessageId": {"type": "string"},
-                                        "hasOlder": {"type": "boolean"}, "hasNewer": {"type": "boolean"}}},
+                                        "hasOlder": {"type": "boolean"}, "hasNewer": {"type": "boolean"},
+                                        "resets": {"type": "array", "items": RESET_MARK}}},
     "sessions.list": {"type": "object", "required": ["sessions"], "properties": {"sessions": {"type": "array", "items": {
         "type": "object", "required": ["sessionKey", "sessionId", "label", "displayName", "kind", "group", "spawnedBy",
                                        "updatedAt", "archived"],

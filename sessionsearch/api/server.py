@@ -158,6 +158,7 @@ async def run_demo(settings: Settings, *, query: str = "loan") -> int:
           f"-d '{{\"query\": \"notary\"}}'\n"
           f"  curl -s {url}/v1/sessions.history{auth} -H 'Content-Type: application/json' "
           f"-d '{{\"sessionKey\": \"agent:main:main\"}}'\n"
-          f"  curl -s {url}/metrics | grep sessionsearch_\n", flush=True)
+          f"  curl -s {url}/metrics | grep sessionsearch_\n"
+          f"or open {url}/ui in a browser (the Control UI).\n", flush=True)
     await serving
     return 0

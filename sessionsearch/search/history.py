@@ -174,6 +174,32 @@ async def history(req: HistoryRequest, *, settings: Settings, catalog: CatalogCa
             "totalMessages": 0, "anchorMessageId": req.message_id, "hasOlder": False, "hasNewer": False}
 
 
+def _reset_marks(branch: list[tuple], shown: list[int], lo: int, hi: int) -> list[dict[str, Any]]:
+    """Where resets fall among the returned messages shown[lo:hi], so that a reader can mark them.
+
+    A reset between two returned messages is always named; at an edge, only the nearest reset
+    before the first (or after the last) returned message, and only when no unreturned shown
+    message lies between. Each mark names the returned messages on either side (None at an edge).
+    """
+    resets = [i for i, row in enumerate(branch) if row[2] == "reset"]
+    if not resets or lo >= hi:
+        return []
+    first, last = shown[lo], shown[hi - 1]
+    before = [r for r in resets if r < first]
+    after = [r for r in resets if r > last]
+    low = shown[lo - 1] if lo > 0 else (before[-1] - 1 if before else -1)
+    high = shown[hi] if hi < len(shown) else (after[0] + 1 if after else len(branch))
+    returned = shown[lo:hi]
+    marks = []
+    for r in resets:
+        if low < r < high:
+            older = [i for i in returned if i < r]
+            newer = [i for i in returned if i > r]
+            marks.append({"resetId": branch[r][1], "afterMessageId": branch[older[-1]][1] if older else None,
+                          "beforeMessageId": branch[newer[0]][1] if newer else None})
+    return marks
+
+
 def _messages(branch: list[tuple], start: int, end: int, include_tools: bool) -> list[int]:
     """Indexes of the message rows in branch[start:end] that history shows."""
     return [i for i in range(start, end)
@@ -203,7 +229,7 @@ async def _tail(settings: Settings, store, reader, req: HistoryRequest, wid: int
     next_offset = offset + len(kept)
     return {"sessionKey": req.session_key, "sessionId": session_id, "messages": kept,
             "truncated": shaper.cut, "totalMessages": total, "offset": offset, "nextOffset": next_offset,
-            "hasMore": next_offset < total}
+            "hasMore": next_offset < total, "resets": _reset_marks(branch, shown, end - len(kept), end)}
 
 
 async def _anchored(settings: Settings, store, reader, req: HistoryRequest, wid: int, session_id: str,
@@ -241,4 +267,4 @@ async def _anchored(settings: Settings, store, reader, req: HistoryRequest, wid:
     messages = list(reversed(older)) + [anchor_item] + newer
     return {"sessionKey": req.session_key, "sessionId": session_id, "messages": messages,
             "truncated": shaper.cut, "totalMessages": len(shown), "anchorMessageId": req.message_id,
-            "hasOlder": i >= 0, "hasNewer": j < len(shown)}
+            "hasOlder": i >= 0, "hasNewer": j < len(shown), "resets": _reset_marks(branch, shown, i + 1, j)}
