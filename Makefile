@@ -5,6 +5,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# the official MCP Inspector CLI, which tests/test_mcp_inspector.py runs (npm writes the inner lock file)
+NODE_STAMP := tests/node/node_modules/.package-lock.json
 
 .PHONY: demo test bench figures install clean
 
@@ -14,12 +16,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-install: $(STAMP)
+$(NODE_STAMP): tests/node/package.json tests/node/package-lock.json
+	cd tests/node && npm ci --no-audit --no-fund --loglevel=error
+
+install: $(STAMP) $(NODE_STAMP)
 
 demo: $(STAMP)
 	$(BIN)/sessionsearch demo
 
-test: $(STAMP)
+test: $(STAMP) $(NODE_STAMP)
 	./scripts/services
 	$(BIN)/python -m pytest -q
 
@@ -27,7 +32,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_search.py
 
 clean:
-	rm -rf $(VENV) data .pytest_cache .hypothesis
+	rm -rf $(VENV) data .pytest_cache .hypothesis tests/node/node_modules
 
 # the figures the fault and fuzz tests measure, kept in bench/results/*.json
 figures: $(STAMP)

@@ -26,7 +26,7 @@ from ..settings import Settings
 from ..worker.optimize import PeriodicOptimize
 from .edge import BadBody, CompactJSON, Guard, caller_of, decode_object
 from .edge import error as _error  # the name the handlers below have always used
-from .mcp_server import build_mcp, http_routes
+from .mcp_mount import LazyMCP
 from .openapi import METHODS, openapi_document
 from .tools import AGENT_TOOLS, run_tool
 
@@ -59,7 +59,7 @@ def create_app(settings: Settings | None = None, *, max_body_bytes: int | None =
     limit = max_body_bytes or int(os.environ.get("SESSIONSEARCH_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES))
     credentials = Credentials(settings.api_token, settings.auth_tokens)
     state: dict[str, Any] = {}
-    mcp = build_mcp(lambda: state["engine"], lambda ctx: caller_of(ctx.request_context.request.scope))
+    mcp = LazyMCP(lambda: state["engine"], max_body_bytes=limit)
 
     @asynccontextmanager
     async def lifespan(app: Starlette):
@@ -85,7 +85,7 @@ def create_app(settings: Settings | None = None, *, max_body_bytes: int | None =
                 log.info("api.sweep", windows=sum(len(w) for w in pending.values()))
         log.info("api.started", mode="embedded" if pipeline.embedded else "redis", data_dir=settings.data_dir)
         try:
-            async with mcp.session_manager.run():
+            async with mcp.lifespan():
                 yield
         finally:
             if optimizer is not None:
@@ -178,7 +178,7 @@ def create_app(settings: Settings | None = None, *, max_body_bytes: int | None =
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
-        *http_routes(mcp, max_body_bytes=limit),
+        Route("/mcp", mcp),
     ]
 
     async def not_found(request: Request, exc: Exception) -> Response:

@@ -18,10 +18,10 @@ import structlog
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.tools import Tool
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import ConfigDict
-from starlette.routing import BaseRoute
 
 from .. import __version__
 from ..auth import Caller
@@ -80,17 +80,17 @@ REQUESTER = (
     "session may name only its own.")
 
 FIELDS = {
-    "query": "literal words, all of which must appear in a message",
+    "query": "literal words, all of which must appear in a message (at most 4096 characters)",
     "queries": "up to 8 queries answered at once (instead of query)",
     "agentId": "only this agent's conversations",
     "sessionKeys": "only these conversations (1..200 session keys, which may span agents)",
-    "sessionId": "only this window (one transcript generation) of a conversation",
+    "sessionId": "a window (one transcript generation) of the conversation: a hit's sessionId",
     "role": "only messages of this role",
     "limit": "how many results",
     "match": "exact (default): whole words; prefix: the last word may be a prefix",
     "order": "relevance (default) or recent (newest first)",
     "resultMode": "messages (default): hits; sessions: one entry per conversation",
-    "sessionKey": "the conversation, agent:<agentId>:<rest>",
+    "sessionKey": "the conversation's session key, agent:<agentId>:<rest> (a hit's sessionKey)",
     "messageId": "read the messages around this one (a search hit's messageId)",
     "offset": "skip this many of the newest messages (paging back without messageId)",
     "includeTools": "include tool calls and tool results",
@@ -100,19 +100,34 @@ FIELDS = {
 UI_ONLY = ("palette",)  # the Control UI's scope; not a model's concern
 
 
+def _without_null(schema: dict[str, Any]) -> dict[str, Any]:
+    """A property schema without its `null` alternative: to the engine null and absent are the same, and
+    a single `type` is what every client's schema dialect can read (the Inspector's --strict checks it)."""
+    branches = [b for b in schema.get("anyOf", ()) if b != {"type": "null"}]
+    if "anyOf" in schema and len(branches) == 1:
+        rest = {k: v for k, v in schema.items() if k != "anyOf"}
+        schema = {**branches[0], **rest}
+    if isinstance(schema.get("type"), list):
+        types = [t for t in schema["type"] if t != "null"]
+        schema = {**schema, "type": types[0] if len(types) == 1 else types}
+    if "enum" in schema:
+        schema = {**schema, "enum": [v for v in schema["enum"] if v is not None]}
+    return schema
+
+
 def input_schema(method: str) -> dict[str, Any]:
-    """The wire schema of `method` (api/openapi.py), with descriptions for a model and no top-level
-    combinators (some model APIs refuse a tool schema with oneOf/allOf at the top)."""
+    """The wire schema of `method` (api/openapi.py), with descriptions for a model, no `null`
+    alternatives and no top-level combinators (some model APIs refuse a tool schema with oneOf/allOf
+    at the top; the engine answers those rules itself)."""
     schema = copy.deepcopy(REQUESTS[method])
     for key in ("oneOf", "allOf", "anyOf"):
         schema.pop(key, None)
-    properties = schema["properties"]
-    for name in UI_ONLY:
-        properties.pop(name, None)
+    properties = {name: _without_null(prop) for name, prop in schema["properties"].items() if name not in UI_ONLY}
+    schema["properties"] = properties
     for name, prop in properties.items():
         text = REQUESTER if name == "requester" else FIELDS.get(name)
-        if text is not None:
-            prop["description"] = text if "description" not in prop else f"{text}; {prop['description']}"
+        if text is not None:  # a new dict: the wire schemas share their parts
+            properties[name] = {**prop, "description": text}
     return schema
 
 
@@ -149,13 +164,13 @@ def build_mcp(engine: Callable[[], Engine], caller: Callable[[Context], Caller])
     return MCPServer("sessionsearch", instructions=INSTRUCTIONS, version=__version__, tools=tools)
 
 
-def http_routes(server: MCPServer, *, max_body_bytes: int) -> list[BaseRoute]:
-    """The `/mcp` route of the web process (stateless, JSON responses); run `server.session_manager.run()`
-    for the app's lifespan. The Guard in front checks the token, the Host and the Origin."""
-    app = server.streamable_http_app(
+def http_manager(server: MCPServer, *, max_body_bytes: int) -> StreamableHTTPSessionManager:
+    """What answers `/mcp` on the web process: stateless, JSON responses. Requests go to its
+    `handle_request` while its `run()` is entered. The Guard in front checks the token, Host and Origin."""
+    server.streamable_http_app(
         streamable_http_path="/mcp", json_response=True, stateless_http=True, max_request_body_size=max_body_bytes,
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
-    return list(app.routes)
+    return server.session_manager
 
 
 async def serve_stdio(settings: Settings, caller: Caller) -> int:
