@@ -163,6 +163,8 @@ async def test_mcp_over_http_is_stateless_json_behind_the_operator_token(tmp_pat
         status, body = srv.request("POST", "/mcp", listing, headers={
             **auth, "Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-06-18"})
         assert status == 200 and len(body["result"]["tools"]) == 3
+        status, body = srv.get("/mcp", headers={**auth, "Accept": "text/event-stream"})
+        assert status == 405 and "use POST" in body["error"]["message"]  # no stream left open
     finally:
         stop(srv)
 

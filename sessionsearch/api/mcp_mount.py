@@ -16,7 +16,7 @@ from anyio.abc import TaskGroup
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..engine import Engine
-from .edge import caller_of
+from .edge import caller_of, error
 
 
 class LazyMCP:
@@ -60,6 +60,11 @@ class LazyMCP:
         return manager.handle_request
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["method"] != "POST":  # stateless: no SSE stream to GET (which would hang), no session to DELETE
+            message = (f"{scope['method']} is not allowed on /mcp; use POST (stateless streamable HTTP: "
+                       "no SSE stream, no sessions)")
+            await error(405, "INVALID_REQUEST", message, {"Allow": "POST"})(scope, receive, send)
+            return
         if self._handle is None:
             async with self._lock:
                 if self._handle is None:
