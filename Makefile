@@ -6,6 +6,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# the official MCP Inspector CLI, which tests/test_mcp_inspector.py runs (npm writes the inner lock file)
+NODE_STAMP := tests/node/node_modules/.package-lock.json
 
 .PHONY: demo test bench figures plots docs screenshots install clean
 
@@ -16,7 +18,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # the Control UI tests drive Debian's chromium through Playwright (never `playwright install`)
-install: $(STAMP)
+install: $(STAMP) $(NODE_STAMP)
 	./scripts/chromium
 
 demo: $(STAMP)
@@ -38,7 +40,7 @@ plots: $(STAMP)
 	$(BIN)/python bench/plots.py
 
 clean:
-	rm -rf $(VENV) data .pytest_cache .hypothesis site
+	rm -rf $(VENV) data .pytest_cache .hypothesis site tests/node/node_modules
 
 # the figures the fault and fuzz tests measure, kept in bench/results/*.json
 figures: $(STAMP)

@@ -13,7 +13,8 @@ from typing import Any
 
 from . import logging as sslogging
 from .engine import Engine
-from .errors import SessionSearchError
+from .auth import new_token
+from .errors import InvalidRequest, SessionSearchError
 from .settings import Settings
 
 
@@ -81,6 +82,20 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--port", type=int, help="port to bind (SESSIONSEARCH_PORT, default 8780)")
         if name == "serve":
             p.add_argument("--workers", type=int, default=1, help="web processes (default 1)")
+
+    p = sub.add_parser("mcp", help="serve the MCP tools on stdin/stdout, for MCP clients that spawn a process")
+    p.add_argument("--data-dir", help="data directory (SESSIONSEARCH_DATA_DIR, default ./data)")
+    p.add_argument("--config", help="TOML settings file (SESSIONSEARCH_CONFIG)")
+    p.add_argument("--requester", help="answer as this session key (its visibility rules apply); "
+                                       "without it, as the operator")
+    p.add_argument("--sandboxed", action="store_true", help="the requester is sandboxed")
+
+    p = sub.add_parser("token", help="scoped tokens: bound to one requester, for the agent tools and MCP")
+    tokens = p.add_subparsers(dest="token_command", required=True)
+    p = tokens.add_parser("new", help="print a fresh token and the [[auth.tokens]] entry that grants it")
+    p.add_argument("--requester", required=True, help="the session key the token acts as")
+    p.add_argument("--sandboxed", action="store_true", help="the requester is sandboxed")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
 
     p = sub.add_parser("worker", help="run Dramatiq reconcile workers against Redis")
     _common(p)
@@ -290,6 +305,27 @@ def _print_optimize(result: dict[str, Any]) -> None:
               + (f"; dropped {', '.join(done['dropped'])}" if done["dropped"] else ""))
 
 
+def _mcp(args: argparse.Namespace) -> int:
+    from .api.mcp_server import serve_stdio
+    from .auth import OPERATOR, Caller
+    from .search.query import parse_requester
+
+    if args.sandboxed and not args.requester:
+        raise InvalidRequest("--sandboxed needs --requester", field="sandboxed")
+    settings = Settings.load(config=args.config, data_dir=args.data_dir)
+    caller = OPERATOR
+    if args.requester:
+        caller = Caller(parse_requester({"sessionKey": args.requester, "sandboxed": args.sandboxed}))
+    sslogging.configure(settings.log_level)  # stderr: stdout carries the protocol
+    return asyncio.run(serve_stdio(settings, caller))
+
+
+def _print_token(result: dict[str, Any]) -> None:
+    print(f"token (give it to the client; it is not stored anywhere):\n  {result['token']}\n")
+    print("add to the config file (SESSIONSEARCH_CONFIG) and restart the web processes:\n")
+    print(result["toml"], end="")
+
+
 def _emit(args: argparse.Namespace, result: dict[str, Any], human) -> None:
     if args.json:
         json.dump(result, sys.stdout, ensure_ascii=False)
@@ -308,6 +344,11 @@ def main(argv: list[str] | None = None) -> int:
             if args.command == "serve":
                 return run_server(settings, workers=args.workers)
             return asyncio.run(run_demo(settings))
+        if args.command == "mcp":
+            return _mcp(args)
+        if args.command == "token":
+            _emit(args, new_token(args.requester, sandboxed=args.sandboxed), _print_token)
+            return 0
         if args.command == "worker":
             settings = Settings.load(config=args.config, data_dir=args.data_dir, worker_cpu_priority=args.cpu_priority)
             sslogging.configure(settings.log_level)

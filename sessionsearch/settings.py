@@ -24,6 +24,8 @@ class Setting:
     env: str | None = None
     toml: str | None = None  # dotted path in the config file
     parse: Callable[[str], Any] = str
+    # a TOML value that is not a scalar (an array of tables): checks it, given the value and the file
+    toml_value: Callable[[Any, str], Any] | None = None
 
 
 def _bool(text: str) -> bool:
@@ -68,6 +70,12 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _scoped_tokens(value: Any, where: str) -> tuple:
+    from .auth import parse_scoped_tokens  # here: auth needs the search package, which needs settings
+
+    return parse_scoped_tokens(value, where)
+
+
 def _choice(*allowed: str) -> Callable[[str], str]:
     def parse(text: str) -> str:
         if text not in allowed:
@@ -88,6 +96,9 @@ SETTINGS: tuple[Setting, ...] = (
             "without it.", env="SESSIONSEARCH_REDIS_REQUEST_TIMEOUT_MS", parse=_positive_ms),
     Setting("api_token", None, "Bearer token required on the HTTP API; unset binds loopback only.",
             env="SESSIONSEARCH_API_TOKEN"),
+    Setting("auth_tokens", (),
+            "Scoped tokens, each bound to one requester: [[auth.tokens]] token_sha256, requester, sandboxed "
+            "(`sessionsearch token new` prints an entry).", toml="auth.tokens", toml_value=_scoped_tokens),
     Setting("log_level", "INFO", "Log level of the JSON logs.", env="SESSIONSEARCH_LOG_LEVEL"),
     # visibility (SPEC §6), named as the gateway names them
     Setting("visibility", "all", "Which sessions a requester may search: all, agent, tree or self.",
@@ -161,6 +172,7 @@ class Settings:
     redis_url: str | None = None
     redis_request_timeout_ms: int = 200
     api_token: str | None = None
+    auth_tokens: tuple = ()  # of auth.ScopedToken
     log_level: str = "INFO"
     visibility: str = "all"
     agent_to_agent_enabled: bool = True
@@ -242,6 +254,8 @@ def _from_toml(path: Path) -> dict[str, Any]:
 
 
 def _check_toml_value(s: Setting, value: Any, path: Path) -> Any:
+    if s.toml_value is not None:
+        return s.toml_value(value, str(path))
     where = f"{path}: {s.toml}"
     expected = type(s.default)
     if isinstance(s.default, tuple):

@@ -20,14 +20,17 @@ from starlette.middleware import Middleware
 from starlette.routing import Route
 
 from .. import metrics
+from ..auth import Credentials, bind_requester
 from ..engine import Engine
 from ..errors import Conflict, Forbidden, InvalidRequest, NotFound, SearchTimeout, SessionSearchError, Unavailable
 from ..settings import Settings
 from ..worker.optimize import PeriodicOptimize
-from .edge import BadBody, CompactJSON, Guard, decode_object
+from .edge import BadBody, CompactJSON, Guard, caller_of, decode_object
 from .edge import error as _error  # the name the handlers below have always used
+from .mcp_mount import LazyMCP
 from .openapi import METHODS, openapi_document
 from .ui import PAGE_PATHS, ui_routes
+from .tools import AGENT_TOOLS, run_tool
 
 log = structlog.get_logger("sessionsearch.api")
 
@@ -56,7 +59,9 @@ def create_app(settings: Settings | None = None, *, max_body_bytes: int | None =
     """
     settings = settings or Settings.load()
     limit = max_body_bytes or int(os.environ.get("SESSIONSEARCH_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES))
+    credentials = Credentials(settings.api_token, settings.auth_tokens)
     state: dict[str, Any] = {}
+    mcp = LazyMCP(lambda: state["engine"], max_body_bytes=limit)
 
     @asynccontextmanager
     async def lifespan(app: Starlette):
@@ -82,7 +87,8 @@ def create_app(settings: Settings | None = None, *, max_body_bytes: int | None =
                 log.info("api.sweep", windows=sum(len(w) for w in pending.values()))
         log.info("api.started", mode="embedded" if pipeline.embedded else "redis", data_dir=settings.data_dir)
         try:
-            yield
+            async with mcp.lifespan():
+                yield
         finally:
             if optimizer is not None:
                 await asyncio.to_thread(optimizer.stop)
@@ -121,25 +127,22 @@ def create_app(settings: Settings | None = None, *, max_body_bytes: int | None =
             return _error(500, "INTERNAL", "internal error; the server log has the details")
 
     async def tool(request: Request) -> Response:
-        """The agent-facing tools: denials and errors in the body, never as HTTP errors."""
+        """The agent-facing tools: denials and errors in the body, never as HTTP errors; but a scoped
+        token's body that names another requester is refused (403) as any wrong credential is."""
         name = request.path_params["tool"]
-        if name not in ("sessions_search", "sessions_history"):
+        if name not in AGENT_TOOLS:
             return _error(404, "NOT_FOUND", f"unknown tool {name!r}")
         body = await read_body(request)
         if isinstance(body, Response):
             return body
-        engine: Engine = state["engine"]
+        caller = caller_of(request.scope)
         try:
-            if name == "sessions_search":
-                return CompactJSON(await engine.search(body, agent_facing=True))
-            return CompactJSON(await engine.history(body))
+            bind_requester(body, caller)
         except Forbidden as exc:
-            return CompactJSON({"status": "forbidden", "error": exc.message})
-        except SessionSearchError as exc:
-            return CompactJSON({"status": "error", "error": exc.message})
-        except Exception:
-            log.exception("api.tool_failed", tool=name)
-            return CompactJSON({"status": "error", "error": "internal error"})
+            return error_response(exc)
+        except SessionSearchError:
+            pass  # a malformed requester: the tool answers it in its own shape
+        return CompactJSON(await run_tool(state["engine"], name, body, caller))
 
     async def healthz(request: Request) -> Response:
         return CompactJSON({"status": "ok"})
@@ -168,7 +171,7 @@ def create_app(settings: Settings | None = None, *, max_body_bytes: int | None =
         return Response(own + pipeline_gauges, media_type=content_type)
 
     async def openapi(request: Request) -> Response:
-        return CompactJSON(openapi_document(token=bool(settings.api_token)))
+        return CompactJSON(openapi_document(token=credentials.required))
 
     routes = [
         Route("/v1/tools/{tool}", tool, methods=["POST"]),
@@ -178,6 +181,7 @@ def create_app(settings: Settings | None = None, *, max_body_bytes: int | None =
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
         *ui_routes(state, lambda: state["engine"].index_status()),
+        Route("/mcp", mcp),
     ]
 
     async def not_found(request: Request, exc: Exception) -> Response:
@@ -194,5 +198,5 @@ def create_app(settings: Settings | None = None, *, max_body_bytes: int | None =
         return _error(500, "INTERNAL", "internal error; the server log has the details")
 
     return Starlette(routes=routes, lifespan=lifespan,
-                     middleware=[Middleware(Guard, token=settings.api_token or None, public=PAGE_PATHS)],
+                     middleware=[Middleware(Guard, credentials=credentials, public=PAGE_PATHS)],
                      exception_handlers={404: not_found, 405: not_allowed, 500: crashed})

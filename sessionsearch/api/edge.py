@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
 import ipaddress
 import json
 from typing import Any
@@ -12,8 +11,15 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..auth import OPERATOR, Caller, Credentials
+
 # The probes a supervisor or load balancer calls without credentials; they tell nothing stored.
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+# What a scoped token (bound to one requester) may call: the agent tools, over HTTP and MCP
+SCOPED_PATHS = frozenset({"/mcp", "/mcp/"})
+SCOPED_PREFIX = "/v1/tools/"
+# Where the Guard leaves the caller in the ASGI scope for the routes (auth.Caller)
+CALLER_KEY = "sessionsearch.caller"
 # How much of a refused body is read and dropped so that the client sees the answer: eight times
 # the default body limit, a few tenths of a second on a LAN, and never held in memory.
 DISCARD_BYTES = 64 * 1024 * 1024
@@ -100,7 +106,7 @@ def _host_is_loopback(host: str) -> bool:
     return is_loopback_name(name.lower())
 
 
-def browser_refusal(headers: Headers, token: str | None) -> str | None:
+def browser_refusal(headers: Headers, token_required: bool) -> str | None:
     """Why a request that a web page may have sent is refused, else None.
 
     A page on another origin can post to a loopback server without a CORS preflight (a form, or
@@ -108,7 +114,7 @@ def browser_refusal(headers: Headers, token: str | None) -> str | None:
     page's origin in `Origin` on such requests, and send the page's own name as `Host`; gateways,
     scripts and curl send no `Origin`. With a token nothing is ambient, so nothing is checked.
     """
-    if token is not None:  # a page cannot attach the bearer token; behind a proxy Host is not the page's
+    if token_required:  # a page cannot attach the bearer token; behind a proxy Host is not the page's
         return None
     host = headers.get("host", "")
     origin = headers.get("origin")
@@ -120,29 +126,32 @@ def browser_refusal(headers: Headers, token: str | None) -> str | None:
     return None
 
 
-def token_matches(token: str | None, authorization: str | None) -> bool:
-    """Whether an Authorization header carries the bearer token (always, when none is configured)."""
-    if token is None:
-        return True
-    scheme, _, given = (authorization or "").partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode())
+def caller_of(scope: Scope) -> Caller:
+    """The caller the Guard identified for this request."""
+    return scope.get(CALLER_KEY, OPERATOR)
+
+
+def scoped_path(path: str) -> bool:
+    """Whether a token bound to a requester may call `path`."""
+    return path in SCOPED_PATHS or path.startswith(SCOPED_PREFIX)
 
 
 class Guard:
     """ASGI middleware before the routes: the token, and the rest of a body taken in before an answer.
 
-    With a token configured, every path but the health probes and `public` needs it, unknown paths
-    too (so that a caller without it learns nothing of the routes). An answer given before the body was read
+    With a token configured, every path but the health probes and `public` needs one, unknown paths
+    too (so that a caller without it learns nothing of the routes); a scoped token reaches only the
+    agent tools and `/mcp`, and the caller it names is left in the scope (CALLER_KEY). An answer given before the body was read
     (401, 404, 405, 413) first reads and drops what the client is still sending, up to
     DISCARD_BYTES: most clients (urllib among them) send the whole body before they read, and a
     connection closed on unread data is reset, which loses the answer. Past that bound, or when the
     client waits for `100 Continue` before sending, the answer goes at once with `Connection: close`.
     """
 
-    def __init__(self, app: ASGIApp, *, token: str | None, public: frozenset[str] = frozenset()) -> None:
-        """`public`: paths served without the token (the Control UI's static page, which asks for it)."""
+    def __init__(self, app: ASGIApp, *, credentials: Credentials, public: frozenset[str] = frozenset()) -> None:
+        """`public`: paths served without a token (the Control UI's static page, which asks for it)."""
         self.app = app
-        self.token = token
+        self.credentials = credentials
         self.public = public
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -179,13 +188,20 @@ class Guard:
                 message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
             await send(message)
 
-        if scope["path"] not in OPEN_PATHS:
-            refusal = browser_refusal(headers, self.token)
+        if scope["path"] not in OPEN_PATHS and scope["path"] not in self.public:
+            refusal = browser_refusal(headers, self.credentials.required)
             if refusal is not None:
                 await error(403, "FORBIDDEN", refusal)(scope, tracked, answer)
                 return
-            if scope["path"] not in self.public and not token_matches(self.token, headers.get("authorization")):
+            caller = self.credentials.identify(headers.get("authorization"))
+            if caller is None:
                 response = error(401, "UNAUTHORIZED", "a valid bearer token is required", {"WWW-Authenticate": "Bearer"})
                 await response(scope, tracked, answer)
                 return
+            if not caller.operator and not scoped_path(scope["path"]):
+                message = (f"this token is scoped to requester {caller.requester.session_key[:200]!r}: it may call "
+                           "only the agent tools (POST /v1/tools/<name>) and /mcp")
+                await error(403, "FORBIDDEN", message)(scope, tracked, answer)
+                return
+            scope = {**scope, CALLER_KEY: caller}
         await self.app(scope, tracked, answer)

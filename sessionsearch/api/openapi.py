@@ -206,7 +206,8 @@ def _json(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 READS = ("sessions.search", "sessions.history", "sessions.list")
-ERROR_TEXT = {400: "invalid request", 401: "missing or wrong bearer token", 403: "forbidden: by visibility, or a cross-origin request",
+ERROR_TEXT = {400: "invalid request", 401: "missing or wrong bearer token",
+              403: "forbidden: by visibility, a cross-origin request, or a scoped token outside the agent tools",
               404: "no such session, agent or method", 409: "conflicts with what is stored",
               413: "request body too large",
               503: "a backing service is unavailable", 504: "timed out"}
