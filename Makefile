@@ -17,6 +17,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test,docs]'
 	touch $(STAMP)
 
+$(NODE_STAMP): tests/node/package.json tests/node/package-lock.json
+	cd tests/node && npm ci --no-audit --no-fund --loglevel=error
+
 # the Control UI tests drive Debian's chromium through Playwright (never `playwright install`)
 install: $(STAMP) $(NODE_STAMP)
 	./scripts/chromium
