@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..rowids import LOW_SEQS, from_v1_sql, is_low_v1_sql
+from ..rowids import HIGH, LOW_BITS, LOW_SEQS, SEQ_BITS, from_v1_sql, is_low_v1_sql
 
 MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (1, "transcripts_and_index", """
@@ -197,5 +197,20 @@ CREATE INDEX events_ts ON events (id, ts) WHERE text IS NOT NULL;
 -- `since`/`until` narrow the FTS5 scan to the row ids of the messages in the time range, read from
 -- here (store/scope.py, id_bounds), instead of testing every row of a word against the range.
 CREATE INDEX events_by_ts ON events (ts) WHERE text IS NOT NULL;
+"""),
+    (10, "window_ts_max", f"""
+-- `recent` visits only the windows that can hold the newest matches (store/sqlite/recent.py): each
+-- window's ts_max bounds the timestamps of its messages. A trigger keeps it on every insert (no
+-- write path can forget); it never goes down, a bound is all a search needs.
+ALTER TABLE windows ADD COLUMN ts_max INTEGER;
+UPDATE windows SET ts_max = (SELECT max(ts) FROM (
+    SELECT max(ts) AS ts FROM events AS e INDEXED BY events_ts WHERE e.text IS NOT NULL
+        AND e.id BETWEEN windows.wid << {LOW_BITS} AND ((windows.wid + 1) << {LOW_BITS}) - 1
+    UNION ALL SELECT max(ts) FROM events AS e INDEXED BY events_ts WHERE e.text IS NOT NULL
+        AND e.id BETWEEN {HIGH} | (windows.wid << {SEQ_BITS + 1}) AND {HIGH} | (((windows.wid + 1) << {SEQ_BITS + 1}) - 1)));
+CREATE INDEX windows_by_ts_max ON windows (ts_max, wid);
+CREATE TRIGGER events_ts_max AFTER INSERT ON events WHEN NEW.text IS NOT NULL BEGIN
+    UPDATE windows SET ts_max = NEW.ts WHERE wid = NEW.wid AND (ts_max IS NULL OR ts_max < NEW.ts);
+END;
 """),
 )
