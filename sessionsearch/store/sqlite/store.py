@@ -25,6 +25,7 @@ from ...indexer.events import Event
 from ..base import AppendResult, ClaimInfo, Match, SessionMeta, WindowMeta
 from ..rowids import row_id, seq_sql, window_ranges
 from .fts import fts5_match
+from .postings_due import BUILT_ROWS_KEY, built_rows, postings_due, words_to_build
 from .hot import MAX_WORDS, MIN_DOCS, MIN_SHARE, common_words, hot_top, read_postings
 from .ranking import TS_JOIN, materialized, ranked_shown
 from .recent import RecentScores
@@ -246,27 +247,35 @@ class SqliteAgentStore:
         return await self._run(lambda: self._writer.sweep_orphans())
 
     async def optimize(self, *, min_docs: int = MIN_DOCS, min_share: float = MIN_SHARE,
-                       max_words: int = MAX_WORDS) -> dict[str, Any]:
-        """Build postings for the words common enough (hot.py), from scratch, and drop those
-        of words no longer among them. Reads run on a connection of their own, on a thread."""
+                       max_words: int = MAX_WORDS, incremental: bool = False) -> dict[str, Any]:
+        """Build postings for the words common enough (hot.py) and drop those of words no longer
+        among them; `incremental`: only the words without usable postings or about to lose them
+        (postings_due.py), the others kept. Reads run on a connection of their own, on a thread."""
+        rows = await asyncio.to_thread(built_rows, self.path)
         words = await asyncio.to_thread(common_words, self.path, min_docs=min_docs, min_share=min_share,
                                         max_words=max_words)
         dropped = await self._run(lambda: self._writer.drop_hot_words({w for w, _ in words}))
-        if words:
+        todo = await asyncio.to_thread(words_to_build, self.path, words) if incremental else words
+        if todo:
             await self._run(lambda: self._writer.start_index_log())
         built = {}
-        for word, _docs in words:
+        for word, _docs in todo:
             started = time.monotonic()
             log_seq, postings = await asyncio.to_thread(read_postings, self.path, word)
             await self._run(lambda: self._writer.store_hot_word(word, log_seq, postings))
             built[word] = {"rows": len(postings) // 3, "seconds": round(time.monotonic() - started, 3)}
-        return {"words": built, "dropped": dropped}
+        await self.execute_write("INSERT OR REPLACE INTO meta VALUES (?, ?)", (BUILT_ROWS_KEY, rows))
+        return {"words": built, "dropped": dropped, "kept": len(words) - len(todo)}
+
+    async def postings_due(self, *, min_docs: int, grow_share: float) -> str | None:
+        """Why building postings would pay off now, or None (postings_due.py)."""
+        return await asyncio.to_thread(postings_due, self.path, min_docs=min_docs, grow_share=grow_share)
 
     async def dirty_windows(self) -> list[int]:
         return await self._run(lambda: self._writer.dirty_windows())
 
     async def execute_write(self, sql: str, params: tuple = ()) -> None:
-        """Run one statement in its own write transaction (tests and maintenance only)."""
+        """Run one statement in its own write transaction (tests and maintenance)."""
         def job() -> None:
             with self._writer.tx() as c:
                 c.execute(sql, params)
