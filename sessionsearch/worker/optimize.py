@@ -61,17 +61,22 @@ def _child(settings: Settings, agents: dict[str, str] | None, conn) -> None:
         conn.close()
 
 
-def build_in_child(settings: Settings, agents: dict[str, str] | None, timeout_s: float | None = None) -> dict:
+def build_in_child(settings: Settings, agents: dict[str, str] | None, stop: threading.Event | None = None) -> dict:
     """`build` in a child process at idle priority (spawned: nothing of the parent's state is
-    shared); waits for it and returns its outcome."""
+    shared); waits for it and returns its outcome. `stop` set: the child is ended (a build
+    stopped midway leaves each word's postings whole: each is one transaction)."""
     ctx = multiprocessing.get_context("spawn")
     ours, theirs = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(settings, agents, theirs), name="sessionsearch-postings", daemon=True)
     proc.start()
     theirs.close()
     try:
-        if not ours.poll(timeout_s):
-            raise TimeoutError(f"postings build in child {proc.pid} still running after {timeout_s} s")
+        while not ours.poll(0.5):
+            if stop is not None and stop.is_set():
+                proc.terminate()
+                raise InterruptedError(f"postings build in child {proc.pid} stopped")
+            if not proc.is_alive() and not ours.poll(0):
+                raise EOFError
         result = ours.recv()
     except EOFError:
         result = {"error": f"postings build in child {proc.pid} exited with {proc.exitcode}"}
@@ -128,13 +133,15 @@ class PeriodicOptimize:
                     next_full = time.monotonic() + self.every_s
                 elif self.check_s > 0 and (due := self._due()):
                     self.once(due)
+            except InterruptedError:  # stopping
+                break
             except Exception:  # logged; the next round tries again
                 log.exception("optimize.failed")
 
     def once(self, due: dict[str, str] | None = None) -> dict:
         """One build: of the `due` agents' missing words, or (None) of everything."""
         if self.in_child:
-            result = build_in_child(self.settings, due)
+            result = build_in_child(self.settings, due, self._stop)
         else:
             result = build(self.settings, due, self.cpu_priority)
         for agent, done in result["agents"].items():
