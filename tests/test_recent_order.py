@@ -95,3 +95,20 @@ async def test_recent_scores_follow_the_index_as_it_changes(tmp_path):
 def test_only_plain_words_are_scored_outside_fts5():
     assert phrases(Match(("alpha", "beta"), prefix=True)) == ['"alpha"', '"beta" *']
     assert phrases(Match(("per-session",), prefix=False)) is None  # a phrase of two tokens: FTS5 scores it
+
+
+async def test_a_restored_session_is_found_newest_first(tmp_path):
+    """ts_max comes back with a restored window's rows, even for one archived before there was one."""
+    db = tmp_path / "agents" / "main.db"
+    async with engine_at(tmp_path) as engine:
+        await engine.append("agent:main:late", timed("l", [("user", "alpha late", BASE_TS + 10**6)] * 1))
+        await engine.archive("agent:main:late")
+        for n in range(3):  # newer windows, many matches: the bound stops above the restored one
+            await engine.append(f"agent:main:s{n}", timed(f"s{n}-", [("user", "alpha", BASE_TS + n * 1000 + i)
+                                                                   for i in range(100)]))
+        store = await engine.store("main")
+        await store.execute_write("UPDATE windows SET ts_max = NULL WHERE session_key = 'agent:main:late'")
+        await engine.restore("agent:main:late")
+        await engine.reconcile_pending()
+        got = _got(await engine.search(query="alpha", order="recent", limit=25))
+        assert got[0][0] == "l1" and got == _brute(db, '"alpha"')

@@ -129,8 +129,7 @@ def _to_schema_5(db, cold_file) -> None:
         conn.execute("INSERT INTO hot_postings VALUES (1, 1, 3, ?)", (fts[0][0],))
         conn.execute("DROP INDEX windows_long")
         conn.execute("DROP INDEX events_ts")
-        conn.execute("DROP TRIGGER events_ts_max")  # migration 10's, on the windows table that 6 keeps
-        conn.execute("DROP INDEX windows_by_ts_max")
+        conn.execute("DROP INDEX windows_by_ts_max")  # migration 10's, on the windows table that 6 keeps
         conn.execute("ALTER TABLE windows DROP COLUMN ts_max")
         conn.execute("DELETE FROM schema_migrations WHERE version >= 6")
     with gzip.open(cold_file, "rt", encoding="utf-8") as fh:
