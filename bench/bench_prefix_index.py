@@ -59,7 +59,7 @@ def main() -> None:
                     times.append(time.perf_counter() - t)
                     if label == "walk":
                         row[f"{prefix}_share"] = result[0][0] / total
-                row[f"{prefix}_{label}_p50_ms"] = statistics.median(times) * 1000
+                row[f"{prefix}_{label}_ms"] = statistics.median(times) * 1000
         conn.close()
         path.unlink()
         out[name] = row
