@@ -41,18 +41,22 @@ MARK = "\x01"  # highlight's opening mark: one character per phrase instance
 
 
 def recent_sorter(n: int, source: str, where: list[str], ts_join: str) -> tuple[str, str]:
-    """(CTE, sorter) of arm `n` (its FROM clause and conditions), as described above. The CTE
-    gives T (MIN_TS when fewer matched or a row shows no timestamp) and the lowest row id."""
+    """(CTE, sorter) of arm `n` (its FROM clause and conditions), as described above. When the
+    walk of step 1 saw every match (fewer than k + margin) they are sorted as they are, and
+    step 2 opens no FTS5 cursor at all (an empty table joined first); when a row it saw shows no
+    timestamp (its transcript row is gone), step 2 sorts every match."""
     cond = " AND ".join(["msg_fts MATCH :match", *where])
     cte = (f"last_{n} AS MATERIALIZED (SELECT msg_fts.rowid AS id FROM {source} WHERE {cond} "
            "ORDER BY msg_fts.rowid DESC LIMIT :k2), "
-           f"floor_{n} AS MATERIALIZED (SELECT CASE WHEN count(t.ts) = :k2 THEN min(t.ts) END AS ts FROM last_{n} "
-           f"JOIN events AS t INDEXED BY events_ts ON t.id = last_{n}.id AND t.text IS NOT NULL), "
+           f"floor_{n} AS MATERIALIZED (SELECT count(*) AS seen, CASE WHEN count(t.ts) = :k2 THEN min(t.ts) END AS ts "
+           f"FROM last_{n} LEFT JOIN events AS t INDEXED BY events_ts ON t.id = last_{n}.id AND t.text IS NOT NULL), "
            f"bound_{n} AS MATERIALIZED (SELECT coalesce(f.ts, {MIN_TS}) AS ts, coalesce((SELECT min(wid) FROM windows "
-           f"INDEXED BY windows_by_ts_max WHERE ts_max >= f.ts) << 17, 0) AS lo FROM floor_{n} f)")
-    sorter = (f"SELECT * FROM (SELECT msg_fts.rowid AS id, t.ts AS key, NULL AS score FROM {source}{ts_join} "
-              f"WHERE {cond} AND msg_fts.rowid >= (SELECT lo FROM bound_{n}) AND t.ts >= (SELECT ts FROM bound_{n}) "
-              "ORDER BY t.ts DESC LIMIT :k2)")
+           f"INDEXED BY windows_by_ts_max WHERE ts_max >= f.ts) << 17, 0) AS lo FROM floor_{n} f WHERE f.seen = :k2)")
+    sorter = (f"SELECT * FROM (SELECT l.id, t.ts AS key, NULL AS score FROM last_{n} l JOIN events AS t INDEXED BY "
+              f"events_ts ON t.id = l.id AND t.text IS NOT NULL WHERE (SELECT seen FROM floor_{n}) < :k2 "
+              f"UNION ALL SELECT msg_fts.rowid AS id, t.ts AS key, NULL AS score FROM bound_{n} CROSS JOIN "
+              f"{source}{ts_join} WHERE {cond} AND msg_fts.rowid >= bound_{n}.lo AND t.ts >= bound_{n}.ts "
+              "ORDER BY key DESC LIMIT :k2)")
     return cte, sorter
 
 
