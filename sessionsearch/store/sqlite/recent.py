@@ -2,8 +2,9 @@
 
 Row ids are packed by window (rowids.py), so FTS5's rowid order is not time order, and sorting
 every match by timestamp costs ~2 µs a match (45 ms for a word in 10% of 200,000 messages). But
-each window keeps `ts_max`, a bound on the timestamps of its messages (migration 10, kept by a
-trigger on every insert). The sorter of an arm then runs in two steps of one statement:
+each window keeps `ts_max`, a bound on the timestamps of its messages (migration 10, raised by
+each append and recomputed by a restore). The sorter of an arm then runs in two steps of one
+statement:
 
 1. The last k + margin matches in rowid order, the walk bare FTS5's `ORDER BY rowid DESC` does
    without reading a row; T is the oldest timestamp among them. At least k + margin matches are
