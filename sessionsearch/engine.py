@@ -345,6 +345,16 @@ class Engine:
         agents = [check_agent_id(agent_id)] if agent_id else self.agent_ids_on_disk()
         return {"agents": {a: await (await self.store(a)).optimize(**limits) for a in agents}}
 
+    async def postings_due(self) -> dict[str, str]:
+        """The agents whose postings would pay off now, each with why (store.postings_due)."""
+        due = {}
+        for agent in self.agent_ids_on_disk():
+            why = await (await self.store(agent)).postings_due(min_docs=self.settings.postings_min_docs,
+                                                               grow_share=self.settings.postings_grow_share)
+            if why is not None:
+                due[agent] = why
+        return due
+
     def observe_search(self, seconds: float, indexing: bool) -> None:
         if self.search_observer is not None:
             self.search_observer(seconds, indexing)

@@ -153,6 +153,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("optimize_every_s", 3600.0,
             "Seconds between rebuilds of the common words' postings by `worker` and embedded `serve` (0: never).",
             env="SESSIONSEARCH_OPTIMIZE_EVERY_S", toml="search.optimizeEveryS", parse=float),
+    Setting("postings_check_every_s", 30.0,
+            "Seconds between checks whether an agent's postings would pay off (a reconciliation backlog drained, "
+            "the index grew by postingsGrowShare, words about to lose theirs); 0: the hourly rebuild only.",
+            env="SESSIONSEARCH_POSTINGS_CHECK_EVERY_S", toml="search.postingsCheckEveryS", parse=float),
+    Setting("postings_grow_share", 0.2,
+            "Build postings again once an agent's index has grown by this share of its rows at the last build.",
+            env="SESSIONSEARCH_POSTINGS_GROW_SHARE", toml="search.postingsGrowShare", parse=float),
     Setting("worker_cpu_priority", "idle",
             "CPU scheduling of worker processes: idle (reconcile on CPU time that searches and appends "
             "leave) or normal.", env="SESSIONSEARCH_WORKER_CPU_PRIORITY", toml="reconcile.cpuPriority",
@@ -194,6 +201,8 @@ class Settings:
     reconcile_sweep_every_s: float = 30.0
     postings_min_docs: int = 5000
     optimize_every_s: float = 3600.0
+    postings_check_every_s: float = 30.0
+    postings_grow_share: float = 0.2
     worker_cpu_priority: str = "idle"
     config_path: str | None = field(default=None)
 

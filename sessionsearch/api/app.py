@@ -76,7 +76,10 @@ def create_app(settings: Settings | None = None, *, max_body_bytes: int | None =
         optimizer = None
         if pipeline.embedded:
             pipeline.start_embedded_worker()
-            optimizer = PeriodicOptimize(settings)
+            loop = asyncio.get_running_loop()
+            # the check is a few reads on this process's stores; each build runs in a child at idle priority
+            optimizer = PeriodicOptimize(settings, in_child=True, due=lambda: asyncio.run_coroutine_threadsafe(
+                engine.postings_due(), loop).result(timeout=60))
             optimizer.start()
         registry = CollectorRegistry(auto_describe=False)
         registry.register(metrics.PipelineCollector(engine.backend.agent_status, pipeline.queue_depth))

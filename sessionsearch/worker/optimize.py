@@ -1,16 +1,26 @@
-"""`optimize` on a schedule: the common words' postings rebuilt beside the work of a process.
+"""The common words' postings built when they pay off, and rebuilt on a schedule.
 
 A word's postings answer its one-word searches while fewer than FRESH_LIMIT rows were indexed
-after their build (store/sqlite/hot.py); rebuilding them every so often keeps them in use, and
-picks up words that became common. `sessionsearch worker` runs this on a thread of its own, at the
-workers' CPU priority; `serve` in the embedded mode runs it too, at normal priority (a thread at
-idle priority holding the interpreter lock would stall the web process's event loop).
+after their build (store/sqlite/hot.py). Every `postings_check_every_s` this asks each agent's
+store whether a build would pay off now (store/sqlite/postings_due.py: a reconciliation backlog
+drained after an import, the index grown by `postings_grow_share`, words about to lose their
+postings) and builds just those words; every `optimize_every_s` it rebuilds everything.
+
+Where the build runs: `sessionsearch worker` runs it on a thread of its own at the workers' CPU
+priority (a worker process serves no searches). The embedded `serve` runs it in a child process
+at idle priority: in the web process, a build's Python work holds the interpreter lock the event
+loop needs (searches 2-3.5x slower for the build's duration at 1,000,000 messages), and a thread
+cannot be given a lower priority without stalling the loop whenever it holds the lock.
 """
 
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
+import os
 import threading
+import time
+from typing import Callable
 
 import structlog
 
@@ -22,16 +32,86 @@ log = structlog.get_logger("sessionsearch.optimize")
 FIRST_AFTER_S = 60.0  # after a start, let the first reconciliation and searches go first
 
 
+def build(settings: Settings, agents: dict[str, str] | None, cpu_priority: str) -> dict:
+    """Build postings in this process at `cpu_priority`: for `agents` ({agent: why}) only what
+    is missing or about to be given up, or (None) every agent from scratch. Returns the outcome
+    per agent, with this process's id and the priority that took effect."""
+    from ..engine import Engine
+
+    took = apply_cpu_priority(cpu_priority)  # this thread (a child process: all of it)
+
+    async def run() -> dict:
+        async with Engine(settings=settings) as engine:
+            if agents is None:
+                return (await engine.optimize())["agents"]
+            return {agent: await (await engine.store(agent)).optimize(min_docs=settings.postings_min_docs,
+                                                                     incremental=True) for agent in agents}
+
+    started = time.monotonic()
+    done = asyncio.run(run())
+    return {"agents": done, "pid": os.getpid(), "cpu_priority": took, "seconds": time.monotonic() - started}
+
+
+def _child(settings: Settings, agents: dict[str, str] | None, conn) -> None:
+    try:
+        conn.send(build(settings, agents, "idle"))
+    except Exception as exc:  # the parent logs it
+        conn.send({"error": f"{type(exc).__name__}: {exc}"})
+    finally:
+        conn.close()
+
+
+def build_in_child(settings: Settings, agents: dict[str, str] | None, stop: threading.Event | None = None) -> dict:
+    """`build` in a child process at idle priority (spawned: nothing of the parent's state is
+    shared); waits for it and returns its outcome. `stop` set: the child is ended (a build
+    stopped midway leaves each word's postings whole: each is one transaction)."""
+    ctx = multiprocessing.get_context("spawn")
+    ours, theirs = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child, args=(settings, agents, theirs), name="sessionsearch-postings", daemon=True)
+    proc.start()
+    theirs.close()
+    try:
+        while not ours.poll(0.5):
+            if stop is not None and stop.is_set():
+                proc.terminate()
+                raise InterruptedError(f"postings build in child {proc.pid} stopped")
+            if not proc.is_alive() and not ours.poll(0):
+                raise EOFError
+        result = ours.recv()
+    except EOFError:
+        result = {"error": f"postings build in child {proc.pid} exited with {proc.exitcode}"}
+    finally:
+        ours.close()
+        proc.join(timeout=5)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+    if "error" in result:
+        raise RuntimeError(result["error"])
+    return result
+
+
 class PeriodicOptimize:
-    def __init__(self, settings: Settings, *, cpu_priority: str = "normal") -> None:
+    """Builds postings when due and on a schedule, on a thread that mostly sleeps.
+
+    `due` returns the agents whose postings would pay off now ({agent: why}); by default it asks
+    a fresh Engine. `in_child`: each build runs in a child process at idle priority.
+    """
+
+    def __init__(self, settings: Settings, *, cpu_priority: str = "normal", in_child: bool = False,
+                 due: Callable[[], dict[str, str]] | None = None) -> None:
         self.settings = settings
         self.every_s = settings.optimize_every_s
+        self.check_s = settings.postings_check_every_s
         self.cpu_priority = cpu_priority
+        self.in_child = in_child
+        self._due = due or self._due_here
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.builds: list[dict] = []  # the outcome of each build, newest last (the last few)
 
     def start(self) -> None:
-        if self.every_s > 0 and self._thread is None:
+        if (self.every_s > 0 or self.check_s > 0) and self._thread is None:
             self._thread = threading.Thread(target=self._run, name="sessionsearch-optimize", daemon=True)
             self._thread.start()
 
@@ -42,22 +122,40 @@ class PeriodicOptimize:
             self._thread = None
 
     def _run(self) -> None:
-        apply_cpu_priority(self.cpu_priority)  # this thread only
-        wait = min(FIRST_AFTER_S, self.every_s)
-        while not self._stop.wait(wait):
+        if not self.in_child:
+            apply_cpu_priority(self.cpu_priority)  # this thread only
+        next_full = time.monotonic() + min(FIRST_AFTER_S, self.every_s) if self.every_s > 0 else float("inf")
+        while not self._stop.wait(min(self.check_s if self.check_s > 0 else self.every_s,
+                                      max(0.0, next_full - time.monotonic()))):
             try:
-                asyncio.run(self.once())
+                if time.monotonic() >= next_full:
+                    self.once()
+                    next_full = time.monotonic() + self.every_s
+                elif self.check_s > 0 and (due := self._due()):
+                    self.once(due)
+            except InterruptedError:  # stopping
+                break
             except Exception:  # logged; the next round tries again
                 log.exception("optimize.failed")
-            wait = self.every_s
 
-    async def once(self) -> dict:
+    def once(self, due: dict[str, str] | None = None) -> dict:
+        """One build: of the `due` agents' missing words, or (None) of everything."""
+        if self.in_child:
+            result = build_in_child(self.settings, due, self._stop)
+        else:
+            result = build(self.settings, due, self.cpu_priority)
+        for agent, done in result["agents"].items():
+            log.info("optimize.done", agent=agent, why=(due or {}).get(agent, "schedule"), words=len(done["words"]),
+                     kept=done.get("kept", 0), dropped=len(done["dropped"]),
+                     rows=sum(w["rows"] for w in done["words"].values()), seconds=round(result["seconds"], 2),
+                     pid=result["pid"], cpu_priority=result["cpu_priority"])
+        self.builds = [*self.builds[-9:], {**result, "due": due}]
+        return result
+
+    def _due_here(self) -> dict[str, str]:
         from ..engine import Engine
 
-        async with Engine(settings=self.settings) as engine:
-            result = await engine.optimize()
-        for agent, done in result["agents"].items():
-            log.info("optimize.done", agent=agent, words=len(done["words"]), dropped=len(done["dropped"]),
-                     rows=sum(w["rows"] for w in done["words"].values()),
-                     seconds=round(sum(w["seconds"] for w in done["words"].values()), 2))
-        return result
+        async def check() -> dict[str, str]:
+            async with Engine(settings=self.settings) as engine:
+                return await engine.postings_due()
+        return asyncio.run(check())

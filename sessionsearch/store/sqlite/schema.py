@@ -2,7 +2,22 @@
 
 from __future__ import annotations
 
-from ..rowids import LOW_SEQS, from_v1_sql, is_low_v1_sql
+from ..rowids import HIGH, LOW_BITS, LOW_SEQS, SEQ_BITS, from_v1_sql, is_low_v1_sql
+
+
+
+def ts_max_of(wid: str) -> str:
+    """SQL for the newest timestamp among the messages of window `wid` (an SQL expression), read
+    from events_ts over the window's two id ranges."""
+    return (f"(SELECT max(ts) FROM (SELECT max(ts) AS ts FROM events AS e INDEXED BY events_ts WHERE e.text IS NOT NULL "
+            f"AND e.id BETWEEN {wid} << {LOW_BITS} AND (({wid} + 1) << {LOW_BITS}) - 1 "
+            f"UNION ALL SELECT max(ts) FROM events AS e INDEXED BY events_ts WHERE e.text IS NOT NULL "
+            f"AND e.id BETWEEN {HIGH} | ({wid} << {SEQ_BITS + 1}) AND {HIGH} | ((({wid} + 1) << {SEQ_BITS + 1}) - 1)))")
+
+
+# a window's ts_max raised to its messages' newest (a restore brings rows back)
+TS_MAX_SQL = ("UPDATE windows SET ts_max = max(coalesce(ts_max, {x}), coalesce({x}, ts_max)) "
+              "WHERE wid = :wid").format(x=ts_max_of(":wid"))
 
 MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (1, "transcripts_and_index", """
@@ -197,5 +212,13 @@ CREATE INDEX events_ts ON events (id, ts) WHERE text IS NOT NULL;
 -- `since`/`until` narrow the FTS5 scan to the row ids of the messages in the time range, read from
 -- here (store/scope.py, id_bounds), instead of testing every row of a word against the range.
 CREATE INDEX events_by_ts ON events (ts) WHERE text IS NOT NULL;
+"""),
+    (10, "window_ts_max", f"""
+-- `recent` visits only the windows that can hold the newest matches (store/sqlite/recent.py): each
+-- window's ts_max bounds the timestamps of its messages. Appends raise it (the window's own UPDATE)
+-- and a restore sets it from the rows brought back; it never goes down, a bound is all it must be.
+ALTER TABLE windows ADD COLUMN ts_max INTEGER;
+UPDATE windows SET ts_max = {ts_max_of("windows.wid")};
+CREATE INDEX windows_by_ts_max ON windows (ts_max, wid);
 """),
 )

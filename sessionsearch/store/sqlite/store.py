@@ -25,14 +25,16 @@ from ...indexer.events import Event
 from ..base import AppendResult, ClaimInfo, Match, SessionMeta, WindowMeta
 from ..rowids import row_id, seq_sql, window_ranges
 from .fts import fts5_match
+from .postings_due import BUILT_ROWS_KEY, built_rows, postings_due, words_to_build
 from .hot import MAX_WORDS, MIN_DOCS, MIN_SHARE, common_words, hot_top, read_postings
+from .ranking import TS_JOIN, materialized, ranked_shown
+from .recent import RecentScores
 from .scope import id_bounds, range_conditions, scope_arms, scope_conditions
 from .sessions import search_sessions
 from .substrings import scan_substrings
 from .writer import SqliteWriter, create_database, is_full, unwritable
 
 T = TypeVar("T")
-TIE_MARGIN = 64  # rows kept past the cut so that ties at the cut are usually seen whole
 # The deadline is checked every this many VM steps: often enough to stop within a millisecond or
 # so, rarely enough that the Python callback costs nothing measurable (at 2,000 it cost 30%).
 PROGRESS_OPS = 200_000
@@ -80,6 +82,7 @@ class SqliteAgentStore:
         self._dirty_seen: tuple[int | None, frozenset[int]] = (None, frozenset())  # (dirty_version, windows)
         # (hot_version, usable words with postings) as the last search saw them
         self._hot_seen: tuple[int | None, frozenset[str]] = (None, frozenset())
+        self._recent_scores = RecentScores()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -244,27 +247,35 @@ class SqliteAgentStore:
         return await self._run(lambda: self._writer.sweep_orphans())
 
     async def optimize(self, *, min_docs: int = MIN_DOCS, min_share: float = MIN_SHARE,
-                       max_words: int = MAX_WORDS) -> dict[str, Any]:
-        """Build postings for the words common enough (hot.py), from scratch, and drop those
-        of words no longer among them. Reads run on a connection of their own, on a thread."""
+                       max_words: int = MAX_WORDS, incremental: bool = False) -> dict[str, Any]:
+        """Build postings for the words common enough (hot.py) and drop those of words no longer
+        among them; `incremental`: only the words without usable postings or about to lose them
+        (postings_due.py), the others kept. Reads run on a connection of their own, on a thread."""
+        rows = await asyncio.to_thread(built_rows, self.path)
         words = await asyncio.to_thread(common_words, self.path, min_docs=min_docs, min_share=min_share,
                                         max_words=max_words)
         dropped = await self._run(lambda: self._writer.drop_hot_words({w for w, _ in words}))
-        if words:
+        todo = await asyncio.to_thread(words_to_build, self.path, words) if incremental else words
+        if todo:
             await self._run(lambda: self._writer.start_index_log())
         built = {}
-        for word, _docs in words:
+        for word, _docs in todo:
             started = time.monotonic()
             log_seq, postings = await asyncio.to_thread(read_postings, self.path, word)
             await self._run(lambda: self._writer.store_hot_word(word, log_seq, postings))
             built[word] = {"rows": len(postings) // 3, "seconds": round(time.monotonic() - started, 3)}
-        return {"words": built, "dropped": dropped}
+        await self.execute_write("INSERT OR REPLACE INTO meta VALUES (?, ?)", (BUILT_ROWS_KEY, rows))
+        return {"words": built, "dropped": dropped, "kept": len(words) - len(todo)}
+
+    async def postings_due(self, *, min_docs: int, grow_share: float) -> str | None:
+        """Why building postings would pay off now, or None (postings_due.py)."""
+        return await asyncio.to_thread(postings_due, self.path, min_docs=min_docs, grow_share=grow_share)
 
     async def dirty_windows(self) -> list[int]:
         return await self._run(lambda: self._writer.dirty_windows())
 
     async def execute_write(self, sql: str, params: tuple = ()) -> None:
-        """Run one statement in its own write transaction (tests and maintenance only)."""
+        """Run one statement in its own write transaction (tests and maintenance)."""
         def job() -> None:
             with self._writer.tx() as c:
                 c.execute(sql, params)
@@ -311,10 +322,7 @@ class SqliteAgentStore:
         windows = await conn.execute_fetchall("SELECT wid, session_key, session_id, cold FROM windows")
         return version, True, [SessionMeta(*r) for r in sessions], [WindowMeta(*r) for r in windows], [], []
 
-    # The timestamps `recent` sorts by, from the narrow index migration 7 made (13.2 -> 6.7 ms for a
-    # 0.3% word against the ts column of the FTS5 content rows); an index row whose transcript row
-    # is gone drops out here.
-    _TS_JOIN = " CROSS JOIN events AS t INDEXED BY events_ts ON t.id = msg_fts.rowid AND t.text IS NOT NULL"
+    _TS_JOIN = TS_JOIN
 
     # What a search reads beside its hits, as one row: the meta version, the dirty windows (their
     # list only when its version moved past :seen), the usable words with postings (likewise past
@@ -383,14 +391,15 @@ class SqliteAgentStore:
         # statement below, whose cost is a walk of the word's whole doclist
         scores: dict[int, float] | None = {} if order == "recent" and bounds is not None else None
         if top is None:
-            top, shown, head = await self._ranked_shown(reader, expr, k, order, arms, params, seen_version,
-                                                        ranged, scores)
+            top, shown, head = await ranked_shown(reader.conn, self._HEAD_SQL,
+                                                  {"seen": seen_version, "hot_seen": self._hot_seen[0]},
+                                                  k, order, arms, params, ranged, scores)
         if top is None and not ties:  # `ties` False: no ranking of every match (sessions.py has its own)
             return None
         if top is None:  # a tie through the sorter's whole margin: every match in scope, both id ranges
             where = scope_conditions(include, exclude, role, params, dirty=filtered)
             where += range_conditions(since, until, bounds, params, "msg_fts.ts")
-            top = await self._materialized(reader, expr, k, order, where, params)
+            top = await materialized(reader.conn, expr, k, order, where, params)
         ids = None if head is not None and order != "recent" else json.dumps([r[0] for r in top if r[0]])
         if head is None:
             rows = await reader.conn.execute_fetchall(
@@ -411,6 +420,9 @@ class SqliteAgentStore:
         ranks = {r[0]: r[1] for r in top}
         if scores and all(rid in scores for rid, _ in top if rid):
             ranks = scores
+        elif order == "recent" and top and (fast := await self._recent_scores.scores(
+                reader.conn, match, [rid for rid, _ in top if rid in shown])) is not None:
+            ranks = fast
         elif order == "recent" and top:
             # bm25 of the shown rows only: a walk of the doclist that reads no row, bm25 evaluated
             # where the id is listed. `+rowid` keeps the list from being handed to FTS5 as rowid
@@ -434,56 +446,6 @@ class SqliteAgentStore:
         return await search_sessions(reader.conn, self._HEAD_SQL, self._TS_JOIN, top, fts5_match(match), needles, k=k,
                                      **scope)
 
-    async def _ranked_shown(self, reader: _Reader, match: str, k: int, order: str, arms: list[tuple[str, list[str]]],
-                            params: dict[str, Any], seen_version: int | None, ranged: bool = False,
-                            scores: dict[int, float] | None = None
-                            ) -> tuple[list[tuple] | None, dict[int, tuple], tuple | None]:
-        """The ranking (bm25, or newest first for "recent"), what its rows show and the head row,
-        in one statement: at least the top `k` as (id, sort value), plus (0, inf) when more matched.
-
-        Each of `arms` (FROM clause, conditions) is ranked by its own bounded sorter; their rows
-        are merged here. Returns (top, shown, head); all None/empty when a tie runs through the
-        sorter's whole margin (`_materialized` then ranks every match, and a second statement reads
-        what those rows show). Wrapping the scan in a subquery costs it nothing measurable (0.3%
-        and 1% words, mapped or not); the rows past the k-th fetch their text too, ~1 µs each.
-        `ranged`: the conditions test `t.ts`, from the narrow index `recent` sorts by (testing the
-        FTS5 content rows' ts cost 4x as much for a 10% word). `scores`, when given, receives the
-        bm25 of every row ranked (for `recent`, which does not sort by it).
-        """
-        key, direction = ("bm25(msg_fts)", "") if order != "recent" else ("t.ts", " DESC")
-        join = self._TS_JOIN if order == "recent" or ranged else ""
-        score = "bm25(msg_fts)" if scores is not None else "NULL"
-        params["k2"] = k + TIE_MARGIN
-        sorters = " UNION ALL ".join(
-            f"SELECT * FROM (SELECT msg_fts.rowid AS id, {key} AS key, {score} AS score FROM {source}{join} WHERE "
-            f"{' AND '.join(['msg_fts MATCH :match', *where])} ORDER BY {key}{direction} LIMIT :k2)"
-            for source, where in arms)
-        rows = await reader.conn.execute_fetchall(
-            f"SELECT top.id, top.key, e.event_id, e.ts, e.text, top.score, NULL FROM ({sorters}) top "
-            f"LEFT JOIN events e ON e.id = top.id UNION ALL {self._HEAD_SQL}",
-            {**params, "seen": seen_version, "hot_seen": self._hot_seen[0]})
-        head = rows[-1]  # UNION ALL: the head row comes last
-        ranked = sorted(rows[:-1], key=lambda r: r[1], reverse=order == "recent")[:params["k2"]]
-        top = self._cut([(r[0], r[1]) for r in ranked], k)
-        if top is None:
-            return None, {}, None
-        if scores is not None:
-            scores.update((r[0], r[5]) for r in ranked)
-        # an index row whose transcript row is gone shows nothing, as with the inner join of the
-        # second statement (events.ts is never NULL)
-        return top, {r[0]: (r[0], r[2], r[3], r[4]) for r in ranked if r[3] is not None}, head
-
-    @staticmethod
-    def _cut(top: list[tuple], k: int) -> list[tuple] | None:
-        """A bounded sorter's rows (sorted, at most k + TIE_MARGIN) cut to the top k, the rows tied
-        with the k-th, then (0, inf) when more matched; None when a tie runs through the margin."""
-        if len(top) == k + TIE_MARGIN and top[k - 1][1] == top[-1][1]:
-            return None
-        if len(top) <= k:
-            return list(top)
-        # rows past the k-th only tell that more matched, unless they tie with it
-        return list(top[:k]) + [r for r in top[k:] if r[1] == top[k - 1][1]] + [(0, math.inf)]
-
     async def _fit_mapping(self, reader: _Reader, data_version: int) -> None:
         """Map the database into the reader while it stays unchanged; stop at a change."""
         reader.quiet = reader.quiet + 1 if data_version == reader.data_version else 0
@@ -492,21 +454,6 @@ class SqliteAgentStore:
         if want != reader.mmap_bytes:
             await reader.conn.execute(f"PRAGMA mmap_size = {int(want)}")
             reader.mmap_bytes = want
-
-    async def _materialized(self, reader: _Reader, match: str, k: int, order: str, where: list[str],
-                            params: dict[str, Any]) -> list[tuple]:
-        """The top `k` (id, sort value) of every match ranked with the whole tie rule (newer, then
-        message id), plus (0, inf): for a tie that ran through the bounded sorter's margin."""
-        cond = " AND ".join(["msg_fts MATCH :match", *where])
-        params["k"] = k
-        if order == "recent":
-            sql = (f"WITH m AS MATERIALIZED (SELECT rowid AS id, ts, mid FROM msg_fts WHERE {cond}) "
-                   "SELECT id, ts FROM m ORDER BY ts DESC, mid LIMIT :k")
-        else:
-            sql = (f"WITH m AS MATERIALIZED (SELECT rowid AS id, bm25(msg_fts) AS rank, ts, mid FROM msg_fts "
-                   f"WHERE {cond}) SELECT id, rank FROM m WHERE rank <= "
-                   "(SELECT rank FROM m ORDER BY rank LIMIT 1 OFFSET :k - 1) ORDER BY rank, ts DESC, mid LIMIT :k")
-        return list(await reader.conn.execute_fetchall(sql, params)) + [(0, math.inf)]
 
     async def scan_substrings(self, reader: _Reader, needles: list[str], match: Match | None, *,
                               include: list[int] | None, exclude: list[int] | None, role: str | None,

@@ -1,0 +1,106 @@
+"""Postings for common words built when they pay off: once an import's reconciliation drains,
+when the index has grown, only the words that need it, and (embedded `serve`) in a child
+process at idle priority."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+
+from sessionsearch.store.sqlite.hot import FRESH_LIMIT
+from sessionsearch.worker.optimize import PeriodicOptimize
+
+from .helpers import chain, engine_at, ids
+from .server import Server
+
+COMMON = ["apple", "pear"]  # in every message: common at any size
+
+
+def _texts(n: int, start: int = 0) -> list[tuple[str, str]]:
+    return [("user" if i % 2 == 0 else "assistant", f"apple pear word{i % 7} item{i}") for i in range(start, start + n)]
+
+
+def _hot(db) -> dict[str, int]:
+    with sqlite3.connect(db) as conn:
+        return dict(conn.execute("SELECT word, docs FROM hot_words"))
+
+
+async def test_a_build_is_due_once_an_import_drains_and_then_when_the_index_grows(tmp_path):
+    async with engine_at(tmp_path, postings_min_docs=40, postings_grow_share=0.5) as engine:
+        assert await engine.postings_due() == {}  # no agent yet
+        await engine.append("agent:main:a", chain("a", _texts(60)), index=False)  # an import: a backlog
+        assert await engine.pending() == {"main": [1]}
+        assert await engine.postings_due() == {}  # not while the index is being rebuilt
+        await engine.reconcile_pending()
+        assert await engine.postings_due() == {"main": "first"}
+        store = await engine.store("main")
+        done = await store.optimize(min_docs=40, min_share=0.0, incremental=True)
+        assert set(done["words"]) == set(COMMON) and done["kept"] == 0
+        assert await engine.postings_due() == {}
+        await engine.append("agent:main:b", chain("b", _texts(20, 60)))  # +33%: not yet
+        assert await engine.postings_due() == {}
+        await engine.append("agent:main:c", chain("c", _texts(20, 80)))  # +67%
+        assert await engine.postings_due() == {"main": "grown"}
+        # the words built before are exact through the index log: kept, not read again
+        again = await store.optimize(min_docs=40, min_share=0.0, incremental=True)
+        assert again["words"] == {} and again["kept"] == 2
+        assert await engine.postings_due() == {}
+        # the answers from postings are those of FTS5 alone
+        assert ids(await engine.search(query="apple", limit=25)) == ids(
+            await engine.search(query="apple", limit=25, sessionKeys=["agent:main:a", "agent:main:b", "agent:main:c"]))
+
+
+async def test_words_about_to_lose_their_postings_make_a_build_due(tmp_path):
+    async with engine_at(tmp_path, postings_min_docs=40, postings_grow_share=100.0) as engine:
+        await engine.append("agent:main:a", chain("a", _texts(60)))
+        store = await engine.store("main")
+        await store.optimize(min_docs=40, min_share=0.0)
+        assert await engine.postings_due() == {}
+        await engine.append("agent:main:b", chain("b", _texts(1)))  # listed in the index log
+        assert await engine.postings_due() == {}
+        # as if half the rows a build's log may hold had been indexed since
+        await store.execute_write("UPDATE sqlite_sequence SET seq = seq + ? WHERE name = 'index_log'", (FRESH_LIMIT // 2,))
+        assert await engine.postings_due() == {"main": "stale"}
+        done = await store.optimize(min_docs=40, min_share=0.0, incremental=True)
+        assert set(done["words"]) == set(COMMON)
+        assert await engine.postings_due() == {}
+
+
+async def test_the_embedded_build_runs_in_a_child_process_at_idle_priority(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        await engine.append("agent:main:a", chain("a", _texts(60)), index=False)
+        await engine.reconcile_pending()
+        settings = engine.settings.replace(postings_min_docs=40, postings_check_every_s=0.1, optimize_every_s=0)
+        optimizer = PeriodicOptimize(settings, in_child=True)
+        optimizer.start()
+        try:
+            deadline = time.monotonic() + 60
+            while not optimizer.builds and time.monotonic() < deadline:
+                time.sleep(0.05)
+        finally:
+            optimizer.stop()
+        (build,) = optimizer.builds
+        assert build["due"] == {"main": "first"} and build["pid"] != os.getpid()
+        assert build["cpu_priority"] in ("idle", "nice 19")
+        assert set(build["agents"]["main"]["words"]) == set(COMMON)
+        assert set(_hot(tmp_path / "agents" / "main.db")) == set(COMMON)
+
+
+def test_serve_builds_postings_after_appends_without_an_optimize(tmp_path):
+    server = Server(tmp_path / "data", tmp_path / "serve.log", SESSIONSEARCH_POSTINGS_MIN_DOCS="40",
+                    SESSIONSEARCH_POSTINGS_CHECK_EVERY_S="0.2")
+    try:
+        status, body = server.post("transcript.append", {"sessionKey": "agent:main:a", "events": chain("a", _texts(60))})
+        assert status == 200, body
+        deadline = time.monotonic() + 60
+        db = tmp_path / "data" / "agents" / "main.db"
+        while time.monotonic() < deadline and set(_hot(db)) != set(COMMON):
+            time.sleep(0.1)
+        assert set(_hot(db)) == set(COMMON)
+    finally:
+        server.stop()
+    done = [json.loads(line) for line in server.log_path.read_text().splitlines() if "optimize.done" in line]
+    assert done and done[0]["why"] == "first" and done[0]["cpu_priority"] in ("idle", "nice 19"), done
+    assert done[0]["pid"] != server.proc.pid  # a child's

@@ -1,0 +1,114 @@
+"""`order: "recent"` against a brute-force ranking: every match sorted by (newest, message id),
+scored by FTS5's own bm25, over windows written at once, out of order and long after they began."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+
+from sessionsearch.store.sqlite.recent import phrases
+from sessionsearch.store.base import Match
+
+from .helpers import BASE_TS, engine_at, timed
+
+WORDS = ["alpha", "beta", "gamma", "delta", "omega", "zeta"]  # alpha the most frequent, zeta the rarest
+WEIGHTS = [40, 20, 10, 4, 2, 1]
+
+
+def _texts(rng: random.Random, n: int) -> list[str]:
+    return [" ".join(rng.choices(WORDS, WEIGHTS, k=rng.randint(1, 9))) for _ in range(n)]
+
+
+async def _corpus(engine, rng: random.Random) -> None:
+    """An old window written over most of the time span, windows one after another, one with its
+    timestamps shuffled, and ties on the timestamp."""
+    span = 100_000
+    old = [("user", t, BASE_TS + rng.randrange(span * 4 // 5)) for t in _texts(rng, 150)]
+    old.sort(key=lambda r: r[2])
+    await engine.append("agent:main:old", timed("o", old[:100]), sessionId="w-old")
+    for n in range(8):
+        lo = BASE_TS + n * span // 8
+        items = [("assistant" if i % 2 else "user", t, lo + i * 50) for i, t in enumerate(_texts(rng, 60))]
+        if n == 3:
+            rng.shuffle(items)
+        if n == 5:
+            items = [(r, t, lo) for r, t, _ in items]  # every timestamp the same
+        await engine.append(f"agent:main:s{n}", timed(f"s{n}-", items), sessionId=f"w{n}")
+    await engine.append("agent:main:old", timed("o", old)[100:], sessionId="w-old")  # the old window, later
+
+
+def _brute(db, query: str, role: str | None = None, keys: list[str] | None = None) -> list[tuple[str, float]]:
+    """(message id, score) of the 25 newest matches: every match read, sorted here, bm25 by FTS5."""
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute(
+            "SELECT f.mid, f.ts, bm25(msg_fts), e.role, w.session_key FROM msg_fts f "
+            "JOIN events e ON e.id = f.rowid JOIN windows w ON w.wid = e.wid WHERE msg_fts MATCH ?",
+            (query,)).fetchall()
+    rows = [r for r in rows if (role is None or r[3] == role) and (keys is None or r[4] in keys)]
+    rows.sort(key=lambda r: (-r[1], r[0]))
+    return [(r[0], round(-r[2], 6)) for r in rows[:25]]
+
+
+def _got(result: dict) -> list[tuple[str, float]]:
+    return [(h["messageId"], h["score"]) for h in result["results"]]
+
+
+async def test_recent_equals_every_match_sorted_for_each_word_and_scope(tmp_path):
+    rng = random.Random(13)
+    db = tmp_path / "agents" / "main.db"
+    async with engine_at(tmp_path) as engine:
+        await _corpus(engine, rng)
+        for word in WORDS:
+            assert _got(await engine.search(query=word, order="recent", limit=25)) == _brute(db, f'"{word}"'), word
+            got = await engine.search(query=word, order="recent", limit=25, role="assistant")
+            assert _got(got) == _brute(db, f'"{word}"', role="assistant"), word
+            keys = ["agent:main:old", "agent:main:s3"]
+            got = await engine.search(query=word, order="recent", limit=25, sessionKeys=keys)
+            assert _got(got) == _brute(db, f'"{word}"', keys=keys), word
+        assert _got(await engine.search(query="alpha zeta", order="recent", limit=25)) == \
+            _brute(db, '"alpha" AND "zeta"')
+        assert _got(await engine.search(query="alpha ze", order="recent", match="prefix", limit=25)) == \
+            _brute(db, '"alpha" AND "ze" *')
+        # the scores came from the counts kept, not from FTS5's bm25 (which would equal them too)
+        assert set((await engine.store("main"))._recent_scores._counts) >= {f'"{w}"' for w in WORDS} | {'"ze" *'}
+
+
+async def test_recent_scores_follow_the_index_as_it_changes(tmp_path):
+    """The document counts behind the scores are cached per state of the index: a write that
+    changes a word's count changes its scores at once."""
+    rng = random.Random(7)
+    db = tmp_path / "agents" / "main.db"
+    async with engine_at(tmp_path) as engine:
+        await _corpus(engine, rng)
+        before = _got(await engine.search(query="delta", order="recent", limit=25))
+        assert before == _brute(db, '"delta"')
+        await engine.append("agent:main:new", timed("n", [("user", "delta delta", BASE_TS + 10**6)] * 1
+                                                      + [("user", f"delta {w}", BASE_TS + 10**6 + i)
+                                                         for i, w in enumerate(WORDS * 20)]), sessionId="w-new")
+        after = _got(await engine.search(query="delta", order="recent", limit=25))
+        assert after == _brute(db, '"delta"')
+        assert after[0][0].startswith("n") and dict(before).keys() != dict(after).keys()
+        await engine.delete("agent:main:new")
+        assert _got(await engine.search(query="delta", order="recent", limit=25)) == before
+
+
+def test_only_plain_words_are_scored_outside_fts5():
+    assert phrases(Match(("alpha", "beta"), prefix=True)) == ['"alpha"', '"beta" *']
+    assert phrases(Match(("per-session",), prefix=False)) is None  # a phrase of two tokens: FTS5 scores it
+
+
+async def test_a_restored_session_is_found_newest_first(tmp_path):
+    """ts_max comes back with a restored window's rows, even for one archived before there was one."""
+    db = tmp_path / "agents" / "main.db"
+    async with engine_at(tmp_path) as engine:
+        await engine.append("agent:main:late", timed("l", [("user", "alpha late", BASE_TS + 10**6)] * 1))
+        await engine.archive("agent:main:late")
+        for n in range(3):  # newer windows, many matches: the bound stops above the restored one
+            await engine.append(f"agent:main:s{n}", timed(f"s{n}-", [("user", "alpha", BASE_TS + n * 1000 + i)
+                                                                   for i in range(100)]))
+        store = await engine.store("main")
+        await store.execute_write("UPDATE windows SET ts_max = NULL WHERE session_key = 'agent:main:late'")
+        await engine.restore("agent:main:late")
+        await engine.reconcile_pending()
+        got = _got(await engine.search(query="alpha", order="recent", limit=25))
+        assert got[0][0] == "l1" and got == _brute(db, '"alpha"')
