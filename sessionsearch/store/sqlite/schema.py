@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..rowids import LOW_SEQS, from_v1_sql, is_low_v1_sql
+from .fts import NEEDS_FOLD_GLOB
 
 MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (1, "transcripts_and_index", """
@@ -197,5 +198,15 @@ CREATE INDEX events_ts ON events (id, ts) WHERE text IS NOT NULL;
 -- `since`/`until` narrow the FTS5 scan to the row ids of the messages in the time range, read from
 -- here (store/scope.py, id_bounds), instead of testing every row of a word against the range.
 CREATE INDEX events_by_ts ON events (ts) WHERE text IS NOT NULL;
+"""),
+    (9, "cjk_shadow_tokens", f"""
+-- Index rows hold the index form of their text (store/cjk.py: folded, each CJK run replaced by its
+-- shadow tokens). The windows with a row whose text it changes are handed to reconciliation, which
+-- rebuilds them: searches leave them out and answer `indexing: true` meanwhile. Nothing else is
+-- rewritten here, so opening an upgraded store costs one scan of the message text.
+UPDATE windows SET needs_rebuild = 1, rebuild_gen = rebuild_gen + 1
+    WHERE needs_rebuild = 0 AND cold = 0 AND wid IN (
+        SELECT DISTINCT wid FROM events WHERE text IS NOT NULL AND on_branch = 1 AND text GLOB '{NEEDS_FOLD_GLOB}');
+UPDATE meta SET value = value + 1 WHERE key = 'dirty_version';
 """),
 )
