@@ -201,12 +201,14 @@ CREATE INDEX events_by_ts ON events (ts) WHERE text IS NOT NULL;
 """),
     (9, "cjk_shadow_tokens", f"""
 -- Index rows hold the index form of their text (store/cjk.py: folded, each CJK run replaced by its
--- shadow tokens). The windows with a row whose text it changes are handed to reconciliation, which
--- rebuilds them: searches leave them out and answer `indexing: true` meanwhile. Nothing else is
--- rewritten here, so opening an upgraded store costs one scan of the message text.
+-- shadow tokens). The rows whose text it changes are dropped from the index and their windows handed
+-- to reconciliation, which indexes them again: searches leave those windows out and answer
+-- `indexing: true` meanwhile. The rest of the index stays as it is, so opening an upgraded store costs
+-- one scan of the message text and the deletion of its CJK rows, not a rebuild.
 UPDATE windows SET needs_rebuild = 1, rebuild_gen = rebuild_gen + 1
     WHERE needs_rebuild = 0 AND cold = 0 AND wid IN (
         SELECT DISTINCT wid FROM events WHERE text IS NOT NULL AND on_branch = 1 AND text GLOB '{NEEDS_FOLD_GLOB}');
+DELETE FROM msg_fts WHERE rowid IN (SELECT id FROM events WHERE text IS NOT NULL AND text GLOB '{NEEDS_FOLD_GLOB}');
 UPDATE meta SET value = value + 1 WHERE key = 'dirty_version';
 """),
 )
