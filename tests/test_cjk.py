@@ -105,6 +105,15 @@ async def test_sessions_mode_and_ranges_count_cjk_hits_through_the_index(tmp_pat
             [("agent:main:a", 2), ("agent:main:b", 1)]
 
 
+async def test_common_cjk_tokens_get_no_postings_a_search_could_not_use(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        await engine.append(KEY, chain("m", [("user", f"東京の会議 report {n}") for n in range(60)]))
+        built = await engine.optimize(min_docs=50, min_share=0.0)
+        assert set(built["agents"]["main"]["words"]) == {"report"}  # not 東, 京, 東京, 京の, …
+        result = await engine.search(query="京の")
+        assert len(result["results"]) == 10 and result["truncated"] is True
+
+
 # -- substring semantics as a property ------------------------------------------------------------
 
 HAN = "东京会议开部署失败東議"
