@@ -10,6 +10,7 @@ import sqlite3
 import time
 import unicodedata
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -112,6 +113,22 @@ async def test_common_cjk_tokens_get_no_postings_a_search_could_not_use(tmp_path
         assert set(built["agents"]["main"]["words"]) == {"report"}  # not 東, 京, 東京, 京の, …
         result = await engine.search(query="京の")
         assert len(result["results"]) == 10 and result["truncated"] is True
+
+
+@pytest.mark.parametrize("rows_in_sql", [False, True], ids=["executemany", "insert-select"])
+async def test_reconciliation_indexes_the_shadow_tokens_either_way_it_inserts(tmp_path, rows_in_sql):
+    engine = await Engine(tmp_path, settings=Settings(data_dir=str(tmp_path), reconcile_batch_rows=2),
+                          reconcile_rows_in_sql=rows_in_sql).open()
+    try:
+        await engine.append(KEY, chain("m", [("user", "开会 x 会议"), ("user", "明天开会议程"), ("user", "plain words"),
+                                             ("user", "Ｒｅｄｉｓ ｶﾞｲﾄﾞ")]), index=False)
+        await engine.reconcile_pending()
+        assert await _found(engine, "开会议") == ["m2"]
+        assert await _found(engine, "会议") == ["m1", "m2"]
+        assert await _found(engine, "words") == ["m3"]
+        assert await _found(engine, "redis ガイド") == ["m4"]
+    finally:
+        await engine.close()
 
 
 # -- substring semantics as a property ------------------------------------------------------------
