@@ -217,10 +217,10 @@ async def measure(work: Path, reps: int, total: int) -> dict:
 def to_schema_8(db: Path) -> int:
     """Rewrite a store as the code before migration 9 wrote it (CJK rows indexed as they stand)."""
     conn = sqlite3.connect(db, isolation_level=None)
+    conn.create_function("needs_fold", 1, cjk.needs_fold, deterministic=True)
     conn.execute("BEGIN")
-    rows = conn.execute(f"SELECT e.id, e.text, e.ts, e.event_id FROM events e JOIN msg_fts f ON f.rowid = e.id "
-                        f"WHERE e.text GLOB '*[{''.join(f'{chr(a)}-{chr(b)}' for a, b in cjk.FOLD_RANGES)}]*'"
-                        ).fetchall()
+    rows = conn.execute("SELECT e.id, e.text, e.ts, e.event_id FROM events e JOIN msg_fts f ON f.rowid = e.id "
+                        "WHERE needs_fold(e.text)").fetchall()
     conn.executemany("DELETE FROM msg_fts WHERE rowid = ?", [(r[0],) for r in rows])
     conn.executemany("INSERT INTO msg_fts (rowid, text, ts, mid) VALUES (?, ?, ?, ?)", rows)
     conn.execute("DELETE FROM schema_migrations WHERE version >= 9")

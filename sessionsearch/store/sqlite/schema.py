@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..rowids import LOW_SEQS, from_v1_sql, is_low_v1_sql
-from .fts import NEEDS_FOLD_GLOB
+from .fts import ASCII_SQL
 
 MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (1, "transcripts_and_index", """
@@ -205,10 +205,13 @@ CREATE INDEX events_by_ts ON events (ts) WHERE text IS NOT NULL;
 -- to reconciliation, which indexes them again: searches leave those windows out and answer
 -- `indexing: true` meanwhile. The rest of the index stays as it is, so opening an upgraded store costs
 -- one scan of the message text and the deletion of its CJK rows, not a rebuild.
+-- `needs_fold` is store/cjk.py's, registered on the writer's connection.
+CREATE TEMP TABLE cjk_rows AS SELECT id, wid, on_branch FROM events
+    WHERE text IS NOT NULL AND NOT {ASCII_SQL} AND needs_fold(text);
 UPDATE windows SET needs_rebuild = 1, rebuild_gen = rebuild_gen + 1
-    WHERE needs_rebuild = 0 AND cold = 0 AND wid IN (
-        SELECT DISTINCT wid FROM events WHERE text IS NOT NULL AND on_branch = 1 AND text GLOB '{NEEDS_FOLD_GLOB}');
-DELETE FROM msg_fts WHERE rowid IN (SELECT id FROM events WHERE text IS NOT NULL AND text GLOB '{NEEDS_FOLD_GLOB}');
+    WHERE needs_rebuild = 0 AND cold = 0 AND wid IN (SELECT wid FROM cjk_rows WHERE on_branch = 1);
+DELETE FROM msg_fts WHERE rowid IN (SELECT id FROM cjk_rows);
+DROP TABLE cjk_rows;
 UPDATE meta SET value = value + 1 WHERE key = 'dirty_version';
 """),
 )
