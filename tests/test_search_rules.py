@@ -314,7 +314,7 @@ async def test_snippets_keep_credentials_unless_redaction_is_on(tmp_path):
 
 async def test_a_search_past_its_time_budget_is_a_timeout_not_a_hang(tmp_path):
     async with engine_at(tmp_path) as engine:
-        texts = [("user", "日本語のテキスト" * 40)] * 2000  # a 4-bigram phrase in every row: positions read
+        texts = [("user", "日本語のテキスト" * 40)] * 2000  # a phrase of 3 bigrams in every row: positions read
         for start in range(0, 30000, 2000):
             await engine.append(f"agent:main:s{start}", chain(f"m{start}-", texts))
         assert (await engine.search(query="テキスト"))["results"]  # warm: the catalog is read
