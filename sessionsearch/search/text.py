@@ -8,6 +8,7 @@ from functools import lru_cache
 
 from ..store import cjk
 
+
 def utf16_len(text: str) -> int:
     return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
