@@ -216,7 +216,7 @@ async def test_migrations_are_recorded_and_the_database_uses_wal(tmp_path):
     with sqlite3.connect(tmp_path / "agents" / "main.db") as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     async with engine_at(tmp_path) as engine:  # reopening applies nothing twice
-        assert [v for v, _ in await (await engine.store("main")).applied_migrations()] == [1, 2, 3, 4, 5, 6, 7, 8]
+        assert [v for v, _ in await (await engine.store("main")).applied_migrations()] == [1, 2, 3, 4, 5, 6, 7, 8, 9]
         assert ids(await engine.search(query="x")) == ["m1"]
 
 
