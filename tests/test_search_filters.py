@@ -177,7 +177,7 @@ async def test_every_query_of_a_batch_takes_the_range(tmp_path):
         assert [ids(s) for s in states] == [["m3"], ["m2"]]
 
 
-async def test_the_cjk_substring_retry_keeps_to_the_range(tmp_path):
+async def test_cjk_substrings_keep_to_the_range(tmp_path):
     async with engine_at(tmp_path) as engine:
         await engine.append(KEY, timed("m", [("user", "東京開会", BASE_TS), ("user", "明日東京へ", BASE_TS + DAY),
                                               ("user", "東京駅", BASE_TS + 2 * DAY)]))

@@ -10,7 +10,7 @@ from ..errors import InvalidRequest
 from ..keys import check_agent_id, check_session_key
 from ..store.base import Match
 from ..values import check_name, check_text
-from .text import has_cjk, tokens, utf16_len
+from .text import term_pieces, tokens, utf16_len
 from .timerange import parse_range
 
 MAX_QUERY_UNITS = 4096
@@ -52,16 +52,6 @@ class ParsedQuery:
         word = self.words[0]
         return word.lower() if word.isascii() and word.isalnum() else None
 
-    @property
-    def cjk_words(self) -> list[str]:
-        return [w for w in self.words if has_cjk(w)]
-
-    def without_cjk(self) -> Match | None:
-        """The words that are not CJK (the substring retry keeps these)."""
-        rest = [w for w in self.words if not has_cjk(w)]
-        prefix = self.prefix and bool(self.words) and not has_cjk(self.words[-1])
-        return build_match(rest, prefix)
-
 
 @dataclass
 class SearchRequest:
@@ -94,7 +84,7 @@ def parse_query(raw: object, *, prefix: bool, where: str = "query") -> ParsedQue
     if utf16_len(text) > MAX_QUERY_UNITS:
         raise InvalidRequest(f"query must not exceed {MAX_QUERY_UNITS} characters", field=where)
     words = [w for w in text.split() if tokens(w)]
-    terms = [t for w in words for t in tokens(w)]
+    terms = [t for w in words for t in term_pieces(w)]
     return ParsedQuery(text, words, prefix, build_match(words, prefix), terms)
 
 

@@ -77,7 +77,6 @@ class Outcome:
     more: bool = False
     dirty: dict[str, set[int]] = field(default_factory=dict)
     groups: list[SessionGroup] = field(default_factory=list)  # resultMode "sessions"
-    substrings: bool = False  # the hits came from the CJK substring retry
 
 
 def plan_scopes(req: SearchRequest, viewer: Viewer, view: CatalogView, agents: list[str]) -> dict[str, Scope]:
@@ -154,9 +153,6 @@ async def run_query(open_store: StoreLookup, catalog: CatalogCache, query: Parse
         out.more |= more
         if dirty:
             out.dirty[agent_id] = dirty
-    if not out.hits and query.cjk_words:
-        out.hits, out.more = await _cjk_retry(open_store, query, req, scopes, deadline)
-        out.substrings = True
     out.hits.sort(key=lambda h: h.sort_key(req.order))
     if len(out.hits) > req.limit:
         out.more = True
@@ -187,28 +183,6 @@ async def _agent_top(open_store: StoreLookup, scope: Scope, query: ParsedQuery, 
     return scope.agent_id, hits, len(rows) >= k, scope.wids.intersection(dirty)
 
 
-async def _cjk_retry(open_store: StoreLookup, query: ParsedQuery, req: SearchRequest, scopes: dict[str, Scope],
-                     deadline: float) -> tuple[list[Hit], bool]:
-    """CJK words as literal substrings (other words keep word matching), within the scope.
-
-    Substring hits have no BM25: they rank by occurrences per length, then newest first.
-    """
-    rest = query.without_cjk()
-    hits: list[Hit] = []
-    more = False
-    for scope in scopes.values():
-        if not scope.wids:
-            continue
-        store = await open_store(scope.agent_id)
-        async with store.reader(deadline) as reader:
-            total, rows = await store.scan_substrings(reader, query.cjk_words, rest, include=scope.include,
-                                                      exclude=scope.exclude, role=req.role, k=req.limit + 1,
-                                                      since=req.since, until=req.until)
-        more |= total > req.limit
-        hits += [Hit(scope.agent_id, r[0], r[1], r[2], r[3], r[4]) for r in rows if wid_of(r[0]) in scope.wids]
-    return hits, more
-
-
 async def run_sessions_query(open_store: StoreLookup, catalog: CatalogCache, query: ParsedQuery, req: SearchRequest,
                              scopes: dict[str, Scope], view: CatalogView, versions: dict[str, int] | None,
                              deadline: float) -> Outcome:
@@ -217,26 +191,23 @@ async def run_sessions_query(open_store: StoreLookup, catalog: CatalogCache, que
 
     Per agent, in one snapshot: messages mode's top hits (postings as it would use them), which
     settle the sessions when they hold enough of them; else one statement ranking every match's
-    session (store/sqlite/sessions.py). Like run_query, CJK words fall back to literal substrings
-    when no agent has a word match.
+    session (store/sqlite/sessions.py).
     """
     out = Outcome()
     if query.match is None:
         return out
     await check_empty_scopes(catalog, scopes, versions, deadline)
-    found = await _sessions_top(open_store, query.match, None, req, scopes, versions, deadline, query.hot_token)
+    found = await _sessions_top(open_store, query.match, req, scopes, versions, deadline, query.hot_token)
     for agent_id, _, dirty in found:
         if dirty:
             out.dirty[agent_id] = dirty
-    if not any(groups for _, groups, _ in found) and query.cjk_words:
-        found = await _sessions_top(open_store, query.without_cjk(), query.cjk_words, req, scopes, None, deadline)
     groups = sorted((g for _, agent_groups, _ in found for g in agent_groups), key=lambda g: g.sort_key(req.order))
     out.more = len(groups) > req.limit
     out.groups = groups[:req.limit]
     return out
 
 
-async def _sessions_top(open_store: StoreLookup, match: Match | None, needles: list[str] | None, req: SearchRequest,
+async def _sessions_top(open_store: StoreLookup, match: Match, req: SearchRequest,
                         scopes: dict[str, Scope], versions: dict[str, int] | None, deadline: float,
                         hot: str | None = None) -> list[tuple[str, list[SessionGroup], set[int]]]:
     """Per agent in scope: its top `limit + 1` sessions and the dirty windows in scope."""
@@ -244,7 +215,7 @@ async def _sessions_top(open_store: StoreLookup, match: Match | None, needles: l
         store = await open_store(scope.agent_id)
         async with store.reader(deadline) as reader:
             version, dirty, rows = await store.search_sessions(
-                reader, match, needles=needles, k=req.limit + 1, order=req.order, include=scope.include,
+                reader, match, k=req.limit + 1, order=req.order, include=scope.include,
                 exclude=scope.exclude, role=req.role, since=req.since, until=req.until, hot=hot)
         if versions is not None and version != versions.get(scope.agent_id):
             raise MetaChanged(scope.agent_id)

@@ -6,6 +6,9 @@ import re
 import unicodedata
 from functools import lru_cache
 
+from ..store import cjk
+
+
 def utf16_len(text: str) -> int:
     return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
@@ -29,9 +32,12 @@ def cut_utf16(text: str, units: int) -> str:
 
 @lru_cache(maxsize=65536)
 def fold_char(ch: str) -> str:
-    """Case- and diacritic-folded form of one character (as unicode61 remove_diacritics 2 sees it)."""
+    """Case- and diacritic-folded form of one character (as unicode61 remove_diacritics 2 sees it),
+    full-width and half-width forms as their usual ones (as the index folds them, store/cjk.py)."""
     if ch.isascii():
         return ch.lower()
+    if cjk.needs_fold(ch) and (usual := cjk.fold(ch)) != ch:
+        return "".join(fold_char(c) for c in usual)
     decomposed = unicodedata.normalize("NFD", ch)
     return "".join(c for c in decomposed if not unicodedata.combining(c)).casefold()
 
@@ -62,30 +68,14 @@ def tokens(text: str) -> list[str]:
     return [t for t in out if t]
 
 
-def is_cjk(ch: str) -> bool:
-    o = ord(ch)
-    return (0x4E00 <= o <= 0x9FFF or 0x3400 <= o <= 0x4DBF or 0x20000 <= o <= 0x2FFFF
-            or 0xF900 <= o <= 0xFAFF or 0x3040 <= o <= 0x30FF or 0x31F0 <= o <= 0x31FF
-            or 0xFF66 <= o <= 0xFF9F or 0xAC00 <= o <= 0xD7AF or 0x1100 <= o <= 0x11FF
-            or 0x3130 <= o <= 0x318F)
+def term_pieces(word: str) -> list[str]:
+    """The folded pieces of a query word a snippet looks for: each CJK run whole (found as a
+    substring) and the tokens of the text around them (found as words)."""
+    return [piece for kind, text in cjk.query_parts(word) for piece in ([text] if kind == "cjk" else tokens(text))]
 
 
-def has_cjk(text: str) -> bool:
-    return any(is_cjk(ch) for ch in text)
-
-
-def cjk_runs(text: str) -> list[str]:
-    """Maximal runs of CJK characters in `text`."""
-    runs, buf = [], []
-    for ch in text:
-        if is_cjk(ch):
-            buf.append(ch)
-        elif buf:
-            runs.append("".join(buf))
-            buf = []
-    if buf:
-        runs.append("".join(buf))
-    return runs
+def _is_run(term: str) -> bool:
+    return cjk.runs(term) == [term]
 
 
 def _find_term(folded: str, term: str, prefix: bool) -> int:
@@ -95,9 +85,10 @@ def _find_term(folded: str, term: str, prefix: bool) -> int:
         i = folded.find(term, start)
         if i < 0:
             return -1
-        before_ok = i == 0 or not is_token_char(folded[i - 1]) or has_cjk(term)
+        substring = _is_run(term)
+        before_ok = i == 0 or not is_token_char(folded[i - 1]) or substring
         end = i + len(term)
-        after_ok = prefix or end >= len(folded) or not is_token_char(folded[end]) or has_cjk(term)
+        after_ok = prefix or end >= len(folded) or not is_token_char(folded[end]) or substring
         if before_ok and after_ok:
             return i
         start = i + 1

@@ -17,9 +17,10 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class Match:
-    """What a query matches, in no backend's syntax: every word literally (folded as the index
-    folds it), the last one also as a prefix when `prefix`. Each store turns it into its own query
-    (SQLite: quoted FTS5 strings), so no user text ever reaches a query language."""
+    """What a query matches, in no backend's syntax: every word (as the user typed it), the last
+    one also as a prefix when `prefix`. Each store turns it into its own query (SQLite: quoted FTS5
+    strings), so no user text ever reaches a query language; a word's CJK runs match as substrings
+    and the rest as words (store/cjk.py, the scheme every backend indexes by)."""
 
     words: tuple[str, ...]
     prefix: bool = False
@@ -187,20 +188,15 @@ class AgentStore(Protocol):
         agent, message id, ts, text); a row id 0 says more matched. `ties` False: None where settling
         ties at the cut would take ranking every match (search_sessions then ranks them its own way)."""
 
-    async def search_sessions(self, reader: Reader, match: Match | None, *, needles: list[str] | None, k: int,
+    async def search_sessions(self, reader: Reader, match: Match, *, k: int,
                               order: str, include: list[int] | None, exclude: list[int] | None, role: str | None,
                               since: int | None = None, until: int | None = None, hot: str | None = None
                               ) -> tuple[int, frozenset[int], list]:
         """(meta version, windows needing reconciliation, sessions) in one snapshot, for resultMode
         "sessions": the best `k` sessions over the clean windows in scope, each (session key, rows
         matched in scope, best hit as search_top's), ordered by best hit (`order`, then newer, then
-        message id), then key. `needles`: the CJK retry's literal substrings, ranked as scan_substrings.
+        message id), then key.
         `hot`: as search_top's, for the top hits the sessions may be read off."""
-
-    async def scan_substrings(self, reader: Reader, needles: list[str], match: Match | None, *,
-                              include: list[int] | None, exclude: list[int] | None, role: str | None,
-                              k: int, since: int | None = None, until: int | None = None) -> tuple[int, list[tuple]]:
-        """The CJK retry: (rows in scope containing every needle, the best `k` as hits)."""
 
     async def window_of(self, reader: Reader, key: str, session_id: str | None) -> tuple | None:
         """(wid, session_id, cold) of the key's current window, or of `session_id` if it is the key's."""

@@ -76,7 +76,10 @@ def common_words(path: Path, *, min_docs: int, min_share: float, max_words: int)
         rows = varint(blob, 0)[0] if blob else 0
         floor = max(min_docs, int(min_share * rows))
         return [tuple(r) for r in conn.execute(
-            "SELECT term, doc FROM temp.hot_vr WHERE doc >= ? ORDER BY doc DESC, term LIMIT ?", (floor, max_words))]
+            # only what a one-word search can rank from postings (query.hot_token: ASCII letters and
+            # digits), not the CJK shadow tokens, however common
+            "SELECT term, doc FROM temp.hot_vr WHERE doc >= ? AND NOT term GLOB '*[^a-z0-9]*' "
+            "ORDER BY doc DESC, term LIMIT ?", (floor, max_words))]
     finally:
         conn.close()
 

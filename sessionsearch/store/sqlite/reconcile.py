@@ -11,7 +11,9 @@ import sqlite3
 import time
 
 from ..base import ClaimInfo
+from ..cjk import index_text
 from ..rowids import MAX_SEQ, seq_ranges, wid_sql
+from .fts import INDEX_TEXT_SQL
 
 INDEXABLE = "on_branch = 1 AND text IS NOT NULL"
 COALESCE_WINDOWS = 64  # most windows one reconciliation transaction rebuilds
@@ -152,7 +154,9 @@ class ReconcileWrites:
         return deleted, inserted
 
     def _diff_range(self, lo: int, hi: int) -> tuple[int, int]:
-        select = f"SELECT id, text, ts, event_id FROM events WHERE id BETWEEN :lo AND :hi AND {INDEXABLE}"
+        # the index form of the text (store/cjk.py): in SQL, or in Python for executemany
+        text = INDEX_TEXT_SQL if self.rows_in_sql else "text"
+        select = f"SELECT id, {text}, ts, event_id FROM events WHERE id BETWEEN :lo AND :hi AND {INDEXABLE}"
         if self.c.execute("SELECT 1 FROM msg_fts WHERE rowid BETWEEN ? AND ? LIMIT 1", (lo, hi)).fetchone() is None:
             deleted = 0  # nothing indexed here yet (an import): a plain insert, no diff to compute
         else:
@@ -165,7 +169,8 @@ class ReconcileWrites:
             self._log_indexed_sql(select, {"lo": lo, "hi": hi})  # before: the select skips indexed rows
             return deleted, self.c.execute(f"INSERT INTO msg_fts (rowid, text, ts, mid) {select}",
                                            {"lo": lo, "hi": hi}).rowcount
-        rows = self.c.execute(select, {"lo": lo, "hi": hi}).fetchall()
+        rows = [(rid, index_text(body), ts, mid)
+                for rid, body, ts, mid in self.c.execute(select, {"lo": lo, "hi": hi}).fetchall()]
         self.c.executemany("INSERT INTO msg_fts (rowid, text, ts, mid) VALUES (?, ?, ?, ?)", rows)
         self._log_indexed([r[0] for r in rows])
         return deleted, len(rows)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..rowids import HIGH, LOW_BITS, LOW_SEQS, SEQ_BITS, from_v1_sql, is_low_v1_sql
-
+from .fts import ASCII_SQL
 
 
 def ts_max_of(wid: str) -> str:
@@ -212,6 +212,21 @@ CREATE INDEX events_ts ON events (id, ts) WHERE text IS NOT NULL;
 -- `since`/`until` narrow the FTS5 scan to the row ids of the messages in the time range, read from
 -- here (store/scope.py, id_bounds), instead of testing every row of a word against the range.
 CREATE INDEX events_by_ts ON events (ts) WHERE text IS NOT NULL;
+"""),
+    (9, "cjk_shadow_tokens", f"""
+-- Index rows hold the index form of their text (store/cjk.py: folded, each CJK run replaced by its
+-- shadow tokens). The rows whose text it changes are dropped from the index and their windows handed
+-- to reconciliation, which indexes them again: searches leave those windows out and answer
+-- `indexing: true` meanwhile. The rest of the index stays as it is, so opening an upgraded store costs
+-- one scan of the message text and the deletion of its CJK rows, not a rebuild.
+-- `needs_fold` is store/cjk.py's, registered on the writer's connection.
+CREATE TEMP TABLE cjk_rows AS SELECT id, wid, on_branch FROM events
+    WHERE text IS NOT NULL AND NOT {ASCII_SQL} AND needs_fold(text);
+UPDATE windows SET needs_rebuild = 1, rebuild_gen = rebuild_gen + 1
+    WHERE needs_rebuild = 0 AND cold = 0 AND wid IN (SELECT wid FROM cjk_rows WHERE on_branch = 1);
+DELETE FROM msg_fts WHERE rowid IN (SELECT id FROM cjk_rows);
+DROP TABLE cjk_rows;
+UPDATE meta SET value = value + 1 WHERE key = 'dirty_version';
 """),
     (10, "window_ts_max", f"""
 -- `recent` visits only the windows that can hold the newest matches (store/sqlite/recent.py): each

@@ -25,24 +25,22 @@ HITS_PER_SESSION = 4  # messages mode's top hits read per session wanted
 TopHits = Callable[..., Awaitable[tuple[int, frozenset[int], list[tuple]]]]
 
 
-async def search_sessions(conn, head_sql: str, ts_join: str, top_hits: TopHits, match: str | None,
-                          needles: list[str] | None, *, k: int, order: str, include: list[int] | None,
-                          exclude: list[int] | None, role: str | None, since: int | None, until: int | None
-                          ) -> tuple[int, frozenset[int], list[tuple]]:
+async def search_sessions(conn, head_sql: str, ts_join: str, top_hits: TopHits, match: str, *, k: int,
+                          order: str, include: list[int] | None, exclude: list[int] | None, role: str | None,
+                          since: int | None, until: int | None) -> tuple[int, frozenset[int], list[tuple]]:
     """(meta version, windows needing reconciliation, top_sessions' rows), read in one snapshot, so
     that a session's count and best hit agree (hits >= 1) and both agree with the dirty windows.
     `top_hits(k=n)`: messages mode's search_top over the same scope, run inside that snapshot."""
     await conn.execute("BEGIN")
     try:
-        groups = found = None
-        if needles is None:
-            found = await top_hits(k=HITS_PER_SESSION * k)
+        groups = None
+        found = await top_hits(k=HITS_PER_SESSION * k)
         if found is not None:
             version, dirty, hits = found
             groups = await sessions_from_hits(conn, ts_join, hits, HITS_PER_SESSION * k, match, k=k, order=order,
                                               include=include, exclude=exclude, role=role, since=since, until=until)
         if groups is None:
-            groups = await top_sessions(conn, match, needles, k=k, order=order, include=include, exclude=exclude,
+            groups = await top_sessions(conn, match, k=k, order=order, include=include, exclude=exclude,
                                         role=role, since=since, until=until, ts_join=ts_join)
         if found is None:
             (head,) = await conn.execute_fetchall(head_sql, {"seen": None, "hot_seen": None})
@@ -111,16 +109,14 @@ async def count_sessions(conn, ts_join: str, chosen: list[str], match: str | Non
         f"SELECT win.session_key, count(*) FROM ({scans}) m JOIN windows win ON win.wid = m.wid GROUP BY 1", params))
 
 
-async def top_sessions(conn, match: str | None, needles: list[str] | None, *, k: int, order: str,
+async def top_sessions(conn, match: str, *, k: int, order: str,
                        include: list[int] | None, exclude: list[int] | None, role: str | None,
                        since: int | None, until: int | None, ts_join: str) -> list[tuple]:
     """The best `k` sessions in scope as (session key, rows matched, best hit), the hit as
     search_top's (id, rank, message id, ts, text); sessions ordered by their best hits (rank or
     newest, then newer, then message id), then by key.
 
-    `needles` None: rows matching `match`, ranked by bm25 over the whole agent (as search_top).
-    Else the CJK retry: rows in scope holding every needle as a literal substring (and matching
-    `match` when given), ranked by occurrences per length (as substrings.py).
+    Rows matching `match`, ranked by bm25 over the whole agent (as search_top).
 
     Every match in scope is read once for its sort key (bm25, or the timestamp from the narrow
     index for "recent"; no text) and folded into one row per window: its best key and its count.
@@ -131,28 +127,13 @@ async def top_sessions(conn, match: str | None, needles: list[str] | None, *, k:
     params: dict[str, Any] = {"k": k}
     ranged = since is not None or until is not None
     recent = order == "recent"
-    if needles:
-        where = range_conditions(since, until, await id_bounds(conn, since, until) if ranged else None,
-                                 params, "msg_fts.ts")
-        if match:
-            where.append("msg_fts MATCH :match")
-            params["match"] = match
-        counts = []
-        for i, needle in enumerate(needles):
-            where.append(f"instr(lower(msg_fts.text), :n{i}) > 0")
-            counts.append(f"(length(msg_fts.text) - length(replace(lower(msg_fts.text), :n{i}, ''))) "
-                          f"/ length(:n{i})")
-            params[f"n{i}"] = needle.lower()
-        score = f"-1000.0 * ({' + '.join(counts)}) / (length(msg_fts.text) + 100)"
-        key, join = ("-msg_fts.ts" if recent else score), ""
-    else:
-        where = range_conditions(since, until, await id_bounds(conn, since, until) if ranged else None,
-                                 params, "t.ts")
-        where.append("msg_fts MATCH :match")
-        params["match"] = match
-        # "recent" scores only the rows it shows, afterwards: bm25 for every match costs a lookup each
-        score = "NULL" if recent else "bm25(msg_fts)"
-        key, join = ("-t.ts" if recent else score), (ts_join if recent or ranged else "")
+    where = range_conditions(since, until, await id_bounds(conn, since, until) if ranged else None,
+                             params, "t.ts")
+    where.append("msg_fts MATCH :match")
+    params["match"] = match
+    # "recent" scores only the rows it shows, afterwards: bm25 for every match costs a lookup each
+    score = "NULL" if recent else "bm25(msg_fts)"
+    key, join = ("-t.ts" if recent else score), (ts_join if recent or ranged else "")
     scans = " UNION ALL ".join(
         f"SELECT msg_fts.rowid AS id, {wid_sql('msg_fts.rowid')} AS wid, {key} AS r, {score} AS s "
         f"FROM {source}{join} WHERE {' AND '.join([*scope, *where])}"
@@ -174,7 +155,7 @@ async def top_sessions(conn, match: str | None, needles: list[str] | None, *, k:
         "SELECT b.key, b.n, b.id, b.s, b.mid, b.ts, e.text FROM b JOIN events e ON e.id = b.id "
         "WHERE b.nth = 1 ORDER BY b.r, b.ts DESC, b.mid, b.key LIMIT :k", params)
     scores = {r[2]: r[3] for r in rows}
-    if recent and not needles and rows:
+    if recent and rows:
         # bm25 of the best hits only, as search_top's "recent" (`+rowid`: see there)
         scores = dict(await conn.execute_fetchall(
             "SELECT rowid, bm25(msg_fts) FROM msg_fts WHERE msg_fts MATCH :match "

@@ -31,7 +31,6 @@ from .ranking import TS_JOIN, materialized, ranked_shown
 from .recent import RecentScores
 from .scope import id_bounds, range_conditions, scope_arms, scope_conditions
 from .sessions import search_sessions
-from .substrings import scan_substrings
 from .writer import SqliteWriter, create_database, is_full, unwritable
 
 T = TypeVar("T")
@@ -436,14 +435,14 @@ class SqliteAgentStore:
                 for rid, _ in top if rid in shown or not rid]
         return head[1], seen_dirty, hits
 
-    async def search_sessions(self, reader: _Reader, match: Match | None, *, needles: list[str] | None, k: int,
+    async def search_sessions(self, reader: _Reader, match: Match, *, k: int,
                               order: str, include: list[int] | None, exclude: list[int] | None, role: str | None,
                               since: int | None = None, until: int | None = None, hot: str | None = None
                               ) -> tuple[int, frozenset[int], list]:
         """resultMode "sessions" (sessions.py) from messages mode's top hits when they suffice."""
         scope = dict(order=order, include=include, exclude=exclude, role=role, since=since, until=until)
         top = partial(self.search_top, reader, match, hot=hot, ties=False, **scope)  # given k=
-        return await search_sessions(reader.conn, self._HEAD_SQL, self._TS_JOIN, top, fts5_match(match), needles, k=k,
+        return await search_sessions(reader.conn, self._HEAD_SQL, self._TS_JOIN, top, fts5_match(match), k=k,
                                      **scope)
 
     async def _fit_mapping(self, reader: _Reader, data_version: int) -> None:
@@ -455,12 +454,6 @@ class SqliteAgentStore:
             await reader.conn.execute(f"PRAGMA mmap_size = {int(want)}")
             reader.mmap_bytes = want
 
-    async def scan_substrings(self, reader: _Reader, needles: list[str], match: Match | None, *,
-                              include: list[int] | None, exclude: list[int] | None, role: str | None,
-                              k: int, since: int | None = None, until: int | None = None) -> tuple[int, list[tuple]]:
-        """The CJK retry (substrings.py)."""
-        return await scan_substrings(reader.conn, needles, fts5_match(match), include=include, exclude=exclude,
-                                     role=role, k=k, since=since, until=until)
 
     async def window_of(self, reader: _Reader, key: str, session_id: str | None) -> tuple | None:
         """(wid, session_id, cold) of the key's current window, or of `session_id` if it is the key's."""

@@ -25,6 +25,7 @@ from ...errors import Conflict, InvalidRequest, NotFound, StorageFull, Unavailab
 from ...indexer.events import Event
 from ...indexer.live import ids_to_resolve, plan_append
 from ..base import AppendResult
+from ..cjk import index_text, needs_fold
 from ..rowids import MAX_SEQ, MAX_WID, from_v1, id_sql, is_v1, row_id, seq_sql, window_ranges
 from .checkpoint import WalCheckpointer
 from .hot import HotWrites
@@ -121,6 +122,8 @@ class SqliteWriter(ReconcileWrites, HotWrites):
         try:
             self._turnstile = Turnstile(path)
             self.c.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
+            self.c.create_function("index_text", 1, index_text, deterministic=True)  # fts.INDEX_TEXT_SQL
+            self.c.create_function("needs_fold", 1, needs_fold, deterministic=True)  # migration 9
             self.c.execute("PRAGMA journal_mode = WAL")
             self.c.execute("PRAGMA synchronous = NORMAL")
             self._checkpoints = WalCheckpointer(path) if checkpoint_beside else None
@@ -409,7 +412,8 @@ class SqliteWriter(ReconcileWrites, HotWrites):
                  r.event.role, r.event.ts, int(r.on_branch), r.event.text, r.event.raw or _COMPACT.encode(r.event.body))
                 for r in plan.rows])
         if to_index:
-            indexed = [(row_id(wid, r.seq, r.event.role), r.event.text, r.event.ts, r.event.event_id) for r in to_index]
+            indexed = [(row_id(wid, r.seq, r.event.role), index_text(r.event.text), r.event.ts, r.event.event_id)
+                       for r in to_index]
             c.executemany("INSERT INTO msg_fts (rowid, text, ts, mid) VALUES (?, ?, ?, ?)", indexed)
             self._log_indexed([r[0] for r in indexed])
         if not plan.linear:
