@@ -43,8 +43,8 @@ async def _branch_ids(engine, wid: int) -> list[int]:
     return [r[0] for r in rows]
 
 
-async def test_imported_windows_are_reported_with_indexing_until_reconciled(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_imported_windows_are_reported_with_indexing_until_reconciled(backend):
+    async with engine_at(backend) as engine:
         await engine.append("agent:main:live", chain("l", [("user", "topic3 live")]))
         wid = await _unindexed_window(engine)
         partial = await engine.search(query="topic3")
@@ -55,8 +55,8 @@ async def test_imported_windows_are_reported_with_indexing_until_reconciled(tmp_
         assert "indexing" not in complete and len(complete["results"]) == 25 and complete["truncated"]
 
 
-async def test_reconciling_a_clean_window_changes_nothing(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_reconciling_a_clean_window_changes_nothing(backend):
+    async with engine_at(backend) as engine:
         wid = await _unindexed_window(engine, 20)
         await engine.reconcile("main", wid)
         before = await _index_rows(engine, wid)
@@ -64,10 +64,10 @@ async def test_reconciling_a_clean_window_changes_nothing(tmp_path):
         assert await _index_rows(engine, wid) == before == await _branch_ids(engine, wid)
 
 
-async def test_concurrent_reconciliation_of_one_window_gives_exactly_192_rows(tmp_path):
-    async with engine_at(tmp_path, reconcile_batch_rows=16) as first:
+async def test_concurrent_reconciliation_of_one_window_gives_exactly_192_rows(backend):
+    async with engine_at(backend, reconcile_batch_rows=16) as first:
         wid = await _unindexed_window(first)
-        async with engine_at(tmp_path, reconcile_batch_rows=16) as second:
+        async with engine_at(backend, reconcile_batch_rows=16) as second:
             stores = [await first.store("main"), await second.store("main")]
             # a lease of zero makes every claim instantly expired: the two keep taking it over
             results = await asyncio.gather(*(reconcile_window(s, wid, batch_rows=16, lease_s=0.0)
@@ -80,8 +80,8 @@ async def test_concurrent_reconciliation_of_one_window_gives_exactly_192_rows(tm
             assert len(await _index_rows(first, wid)) == 192
 
 
-async def test_small_windows_waiting_beside_a_job_are_published_in_its_transaction(tmp_path):
-    async with engine_at(tmp_path, reconcile_batch_rows=100) as engine:
+async def test_small_windows_waiting_beside_a_job_are_published_in_its_transaction(backend):
+    async with engine_at(backend, reconcile_batch_rows=100) as engine:
         for n, size in enumerate([10, 10, 10, 10, 95, 10]):
             texts = [("user", f"window{n} row {i} shared") for i in range(size)]
             await engine.append(f"agent:main:s{n}", chain(f"w{n}-", texts), index=False)
@@ -107,8 +107,8 @@ async def test_small_windows_waiting_beside_a_job_are_published_in_its_transacti
             assert await _index_rows(engine, wid) == await _branch_ids(engine, wid)
 
 
-async def test_a_job_with_time_left_goes_on_with_the_windows_waiting_after_its_own(tmp_path):
-    async with engine_at(tmp_path, reconcile_batch_rows=25) as engine:
+async def test_a_job_with_time_left_goes_on_with_the_windows_waiting_after_its_own(backend):
+    async with engine_at(backend, reconcile_batch_rows=25) as engine:
         for n in range(12):  # 10 rows each: a transaction holds two windows and a half
             texts = [("user", f"window{n} row {i} shared") for i in range(10)]
             await engine.append(f"agent:main:s{n}", chain(f"w{n}-", texts), index=False)
@@ -127,8 +127,8 @@ async def test_a_job_with_time_left_goes_on_with_the_windows_waiting_after_its_o
             assert (await engine.reconcile("main", wid)).outcome == "clean"  # their own jobs: nothing to do
 
 
-async def test_a_job_stops_going_on_once_another_process_holds_the_write_lock_first(tmp_path, monkeypatch):
-    async with engine_at(tmp_path, reconcile_batch_rows=25) as engine:
+async def test_a_job_stops_going_on_once_another_process_holds_the_write_lock_first(backend, monkeypatch):
+    async with engine_at(backend, reconcile_batch_rows=25) as engine:
         for n in range(12):
             await engine.append(f"agent:main:s{n}", chain(f"w{n}-", [("user", f"w{n} r{i}") for i in range(10)]),
                                 index=False)
@@ -148,8 +148,8 @@ async def test_a_job_stops_going_on_once_another_process_holds_the_write_lock_fi
         assert len((await engine.pending("main"))["main"]) == 8  # the rest is left to the jobs of those windows
 
 
-async def test_a_job_whose_window_is_being_rebuilt_beside_another_ends_at_once(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_a_job_whose_window_is_being_rebuilt_beside_another_ends_at_once(backend):
+    async with engine_at(backend) as engine:
         wid = await _unindexed_window(engine, 30)
         store = await engine.store("main")
         store._writer.rebuilding = frozenset({wid})  # as inside another job's running transaction
@@ -160,8 +160,8 @@ async def test_a_job_whose_window_is_being_rebuilt_beside_another_ends_at_once(t
         assert (await engine.reconcile("main", wid)).outcome == "published"
 
 
-async def test_a_live_claim_is_respected_and_an_expired_one_taken_over(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_a_live_claim_is_respected_and_an_expired_one_taken_over(backend):
+    async with engine_at(backend) as engine:
         wid = await _unindexed_window(engine, 30)
         store = await engine.store("main")
         assert await store.claim(wid, "other-worker", 60.0) is not None
@@ -191,8 +191,8 @@ async def test_both_ways_of_inserting_rows_leave_the_index_equal_to_the_branch(t
         await engine.close()
 
 
-async def test_publish_waits_for_a_rewind_that_arrived_meanwhile(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_publish_waits_for_a_rewind_that_arrived_meanwhile(backend):
+    async with engine_at(backend) as engine:
         wid = await _unindexed_window(engine, 10)
         store = await engine.store("main")
         claim = await store.claim(wid, "me", 60.0)
@@ -205,8 +205,8 @@ async def test_publish_waits_for_a_rewind_that_arrived_meanwhile(tmp_path):
         assert ids(await engine.search(query="number 9")) == []
 
 
-async def test_linear_appends_during_reconciliation_do_not_restart_it(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_linear_appends_during_reconciliation_do_not_restart_it(backend):
+    async with engine_at(backend) as engine:
         wid = await _unindexed_window(engine, 10)
         store = await engine.store("main")
         claim = await store.claim(wid, "me", 60.0)
@@ -217,8 +217,8 @@ async def test_linear_appends_during_reconciliation_do_not_restart_it(tmp_path):
         assert await _index_rows(engine, wid) == await _branch_ids(engine, wid)
 
 
-async def test_sweep_removes_index_rows_whose_transcript_is_gone(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_sweep_removes_index_rows_whose_transcript_is_gone(backend):
+    async with engine_at(backend) as engine:
         await engine.append("agent:main:a", chain("a", [("user", "real row")]))
         store = await engine.store("main")
         await store.execute_write("INSERT INTO msg_fts (rowid, text) VALUES (?, 'ghost row')", (row_id(999, 1, "user"),))
@@ -228,8 +228,8 @@ async def test_sweep_removes_index_rows_whose_transcript_is_gone(tmp_path):
             assert await reader.conn.execute_fetchall("SELECT count(*) FROM msg_fts") == [(1,)]
 
 
-async def test_an_index_row_whose_transcript_row_is_gone_is_never_a_hit(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_an_index_row_whose_transcript_row_is_gone_is_never_a_hit(backend):
+    async with engine_at(backend) as engine:
         await engine.append("agent:main:a", chain("a", [("user", "real row")]))
         store = await engine.store("main")
         async with store.reader() as reader:
@@ -242,8 +242,8 @@ async def test_an_index_row_whose_transcript_row_is_gone_is_never_a_hit(tmp_path
             json.dumps(found, allow_nan=False)  # no score of an infinite rank either
 
 
-async def test_stopping_between_batches_releases_the_claim(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_stopping_between_batches_releases_the_claim(backend):
+    async with engine_at(backend) as engine:
         wid = await _unindexed_window(engine, 50)
         store = await engine.store("main")
         result = await reconcile_window(store, wid, batch_rows=10, should_stop=lambda: True)
@@ -273,11 +273,11 @@ print(count, stop.exists())
 """
 
 
-async def test_an_append_takes_its_turn_between_another_process_s_back_to_back_transactions(tmp_path):
+async def test_an_append_takes_its_turn_between_another_process_s_back_to_back_transactions(backend, tmp_path):
     """SQLite's lock is no queue: without turns, a process that commits and begins again at once
     keeps it from another that sleeps between tries (a worker draining a backlog starved gateway
     appends for seconds)."""
-    async with engine_at(tmp_path) as engine:
+    async with engine_at(backend) as engine:
         await engine.append("agent:main:live", chain("a", [("user", "first")]))
         store = await engine.store("main")
         stop, started = tmp_path / "stop", tmp_path / "started"
