@@ -96,3 +96,11 @@ async def engine_at(path, **settings: Any):
 
 def ids(result: dict) -> list[str]:
     return [hit["messageId"] for hit in result["results"]]
+
+
+async def sql_rows(store, sqlite_sql: str, pg_sql: str, params: tuple = ()) -> list[tuple]:
+    """Rows of a read on the store's own tables, in its backend's SQL (checks in tests only)."""
+    async with store.reader() as reader:
+        if hasattr(reader, "all"):  # PostgreSQL's reader
+            return [tuple(r) for r in await reader.all(pg_sql, params or None)]
+        return [tuple(r) for r in await reader.conn.execute_fetchall(sqlite_sql, params)]

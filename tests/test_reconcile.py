@@ -14,6 +14,7 @@ import pytest
 from sessionsearch import Engine, Settings
 from sessionsearch.indexer.events import parse_event
 from sessionsearch.indexer.reconcile import reconcile_window
+from sessionsearch.store.postgres import PgAgentStore
 from sessionsearch.store.sqlite import reconcile as sqlite_reconcile
 from sessionsearch.store.rowids import row_id
 
@@ -38,9 +39,31 @@ async def _index_rows(engine, wid: int) -> list[int]:
 async def _branch_ids(engine, wid: int) -> list[int]:
     store = await engine.store("main")
     async with store.reader() as reader:
-        rows = await reader.conn.execute_fetchall(
-            "SELECT id FROM events WHERE wid = ? AND on_branch = 1 AND text IS NOT NULL ORDER BY id", (wid,))
+        if isinstance(store, PgAgentStore):
+            rows = await reader.all("SELECT id FROM ss_events WHERE wid = %s AND on_branch = 1 AND text IS NOT NULL "
+                                    "ORDER BY id", (wid,))
+        else:
+            rows = await reader.conn.execute_fetchall(
+                "SELECT id FROM events WHERE wid = ? AND on_branch = 1 AND text IS NOT NULL ORDER BY id", (wid,))
     return [r[0] for r in rows]
+
+
+async def _ghost_row(store, wid: int, seq: int) -> None:
+    """An index row for "ghost row" whose transcript row does not exist."""
+    if isinstance(store, PgAgentStore):
+        await store.execute_write("INSERT INTO ss_index (id, ano, wid, ts, mid, dl, tf, tsv) VALUES "
+                                  "(%s, %s, %s, 0, 'g', 2, '{\"ghost\": 1, \"row\": 1}', 'ghost:1 row:2')",
+                                  (row_id(wid, seq, "user"), store.ano, wid))
+    else:
+        await store.execute_write("INSERT INTO msg_fts (rowid, text, ts, mid) VALUES (?, 'ghost row', 0, 'g')",
+                                  (row_id(wid, seq, "user"),))
+
+
+async def _index_count(store) -> int:
+    async with store.reader() as reader:
+        if isinstance(store, PgAgentStore):
+            return (await reader.one("SELECT count(*) FROM ss_index"))[0]
+        return (await reader.conn.execute_fetchall("SELECT count(*) FROM msg_fts"))[0][0]
 
 
 async def test_imported_windows_are_reported_with_indexing_until_reconciled(backend):
@@ -127,8 +150,8 @@ async def test_a_job_with_time_left_goes_on_with_the_windows_waiting_after_its_o
             assert (await engine.reconcile("main", wid)).outcome == "clean"  # their own jobs: nothing to do
 
 
-async def test_a_job_stops_going_on_once_another_process_holds_the_write_lock_first(backend, monkeypatch):
-    async with engine_at(backend, reconcile_batch_rows=25) as engine:
+async def test_a_job_stops_going_on_once_another_process_holds_the_write_lock_first(tmp_path, monkeypatch):  # SQLite only: SQLite's one write lock per agent database
+    async with engine_at(tmp_path, reconcile_batch_rows=25) as engine:
         for n in range(12):
             await engine.append(f"agent:main:s{n}", chain(f"w{n}-", [("user", f"w{n} r{i}") for i in range(10)]),
                                 index=False)
@@ -152,11 +175,12 @@ async def test_a_job_whose_window_is_being_rebuilt_beside_another_ends_at_once(b
     async with engine_at(backend) as engine:
         wid = await _unindexed_window(engine, 30)
         store = await engine.store("main")
-        store._writer.rebuilding = frozenset({wid})  # as inside another job's running transaction
+        holder = store._reconcile if isinstance(store, PgAgentStore) else store._writer
+        holder.rebuilding = frozenset({wid})  # as inside another job's running transaction
         result = await engine.reconcile("main", wid)
         assert result.outcome == "beside" and result.rows_inserted == 0
         assert (await engine.pending("main"))["main"] == [wid]  # that transaction publishes it, not this job
-        store._writer.rebuilding = frozenset()
+        holder.rebuilding = frozenset()
         assert (await engine.reconcile("main", wid)).outcome == "published"
 
 
@@ -221,11 +245,10 @@ async def test_sweep_removes_index_rows_whose_transcript_is_gone(backend):
     async with engine_at(backend) as engine:
         await engine.append("agent:main:a", chain("a", [("user", "real row")]))
         store = await engine.store("main")
-        await store.execute_write("INSERT INTO msg_fts (rowid, text) VALUES (?, 'ghost row')", (row_id(999, 1, "user"),))
+        await _ghost_row(store, 999, 1)
         assert ids(await engine.search(query="row")) == ["a1"]  # no window: never a hit
         assert (await engine.reconcile_pending())["swept"] == 1
-        async with store.reader() as reader:
-            assert await reader.conn.execute_fetchall("SELECT count(*) FROM msg_fts") == [(1,)]
+        assert await _index_count(store) == 1
 
 
 async def test_an_index_row_whose_transcript_row_is_gone_is_never_a_hit(backend):
@@ -233,9 +256,8 @@ async def test_an_index_row_whose_transcript_row_is_gone_is_never_a_hit(backend)
         await engine.append("agent:main:a", chain("a", [("user", "real row")]))
         store = await engine.store("main")
         async with store.reader() as reader:
-            (wid,), = await reader.conn.execute_fetchall("SELECT wid FROM windows")
-        await store.execute_write("INSERT INTO msg_fts (rowid, text, ts, mid) VALUES (?, 'ghost row', 0, 'g')",
-                                  (row_id(wid, 50, "user"),))
+            ((wid, _, _),) = await store.windows_of(reader, "agent:main:a")
+        await _ghost_row(store, wid, 50)
         for order in ("relevance", "recent"):
             found = await engine.search(query="row", order=order)
             assert ids(found) == ["a1"], order
@@ -273,11 +295,11 @@ print(count, stop.exists())
 """
 
 
-async def test_an_append_takes_its_turn_between_another_process_s_back_to_back_transactions(backend, tmp_path):
+async def test_an_append_takes_its_turn_between_another_process_s_back_to_back_transactions(tmp_path):  # SQLite only: SQLite's one write lock per agent database
     """SQLite's lock is no queue: without turns, a process that commits and begins again at once
     keeps it from another that sleeps between tries (a worker draining a backlog starved gateway
     appends for seconds)."""
-    async with engine_at(backend) as engine:
+    async with engine_at(tmp_path) as engine:
         await engine.append("agent:main:live", chain("a", [("user", "first")]))
         store = await engine.store("main")
         stop, started = tmp_path / "stop", tmp_path / "started"

@@ -10,8 +10,9 @@ import pytest
 from sessionsearch import Forbidden, InvalidRequest, NotFound, Settings
 from sessionsearch.store.sqlite import checkpoint
 from sessionsearch.store.sqlite import writer as sqlite_writer
+from sessionsearch.store.postgres import writer as pg_writer
 
-from .helpers import chain, engine_at, header, ids, leaf, msg, reset
+from .helpers import chain, engine_at, header, ids, leaf, msg, reset, sql_rows
 
 KEY = "agent:main:main"
 
@@ -149,9 +150,8 @@ async def test_delete_removes_hits_and_leaves_no_flag(backend):
         result = await engine.search(query="words")
         assert ids(result) == ["o1"] and "indexing" not in result
         store = await engine.store("main")
-        async with store.reader() as reader:
-            assert await reader.conn.execute_fetchall("SELECT count(*) FROM msg_fts") == [(1,)]
-            assert await reader.conn.execute_fetchall("SELECT count(*) FROM events") == [(1,)]
+        assert await sql_rows(store, "SELECT count(*) FROM msg_fts", "SELECT count(*) FROM ss_index") == [(1,)]
+        assert await sql_rows(store, "SELECT count(*) FROM events", "SELECT count(*) FROM ss_events") == [(1,)]
         with pytest.raises(NotFound):
             await engine.delete(KEY)
 
@@ -179,7 +179,10 @@ async def test_archived_transcripts_are_left_out_and_counted_until_restored(back
         assert (await engine.archive(KEY))["archivedWindows"] == 1
         result = await engine.search(query="storage")
         assert ids(result) == ["b1"] and result["archivedTranscriptsExcluded"] == 1
-        assert (tmp_path / "cold" / "main").is_dir() and list((tmp_path / "cold" / "main").iterdir())
+        if backend.kind == "sqlite":  # a gzip file per window; PostgreSQL: a bytea row per window
+            assert (tmp_path / "cold" / "main").is_dir() and list((tmp_path / "cold" / "main").iterdir())
+        else:
+            assert await sql_rows(await engine.store("main"), "", "SELECT count(*) FROM ss_cold") == [(1,)]
         history = await engine.history(sessionKey=KEY)  # opening the session restores it
         assert [m["messageId"] for m in history["messages"]] == ["m1"]
         restored = await engine.search(query="storage")
@@ -205,8 +208,8 @@ async def test_a_session_id_of_another_key_is_rejected(backend):
             await engine.append("agent:main:other", chain("o", [("user", "y")]), sessionId="s1")
 
 
-async def test_migrations_are_recorded_and_the_database_uses_wal(backend, tmp_path):
-    async with engine_at(backend) as engine:
+async def test_migrations_are_recorded_and_the_database_uses_wal(tmp_path):  # SQLite only: SQLite's files, WAL and mmap
+    async with engine_at(tmp_path) as engine:
         await engine.append(KEY, chain("m", [("user", "x")]))
         store = await engine.store("main")
         assert await store.applied_migrations() == [(1, "transcripts_and_index"), (2, "dirty_version"),
@@ -215,17 +218,17 @@ async def test_migrations_are_recorded_and_the_database_uses_wal(backend, tmp_pa
                                                     (8, "time_ranges")]
     with sqlite3.connect(tmp_path / "agents" / "main.db") as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    async with engine_at(backend) as engine:  # reopening applies nothing twice
+    async with engine_at(tmp_path) as engine:  # reopening applies nothing twice
         assert [v for v, _ in await (await engine.store("main")).applied_migrations()] == [1, 2, 3, 4, 5, 6, 7, 8]
         assert ids(await engine.search(query="x")) == ["m1"]
 
 
-async def test_checkpoints_beside_the_writer_keep_the_wal_bounded(backend, tmp_path, monkeypatch):
+async def test_checkpoints_beside_the_writer_keep_the_wal_bounded(tmp_path, monkeypatch):  # SQLite only: SQLite's files, WAL and mmap
     """The writer's own automatic checkpoint is off; the thread beside it copies the WAL back and
     the writer rewinds it when it outgrows the limit, under a stream of commits with no pause."""
     monkeypatch.setattr(checkpoint, "INLINE_PAGES", 100)  # 400 KiB instead of 32 MiB
     text = " ".join(f"word{i}" for i in range(60))
-    async with engine_at(backend) as engine:
+    async with engine_at(tmp_path) as engine:
         store = await engine.store("main", create=True)
         for batch in range(300):  # ~100 MB of WAL frames written in all
             await engine.append(KEY, chain(f"b{batch}-", [("user", f"{text} batch{batch}")] * 100,
@@ -239,7 +242,7 @@ async def test_checkpoints_beside_the_writer_keep_the_wal_bounded(backend, tmp_p
         assert any(t.name.startswith("sessionsearch-checkpoint") for t in threading.enumerate())
         assert store.path.stat().st_size > 20 << 20  # the frames were copied into the database file
     assert not any(t.name.startswith("sessionsearch-checkpoint") for t in threading.enumerate())
-    async with engine_at(backend) as engine:
+    async with engine_at(tmp_path) as engine:
         assert (await engine.index_status())["agents"][0]["messages"] == 30_000
 
 
@@ -254,11 +257,11 @@ async def test_readers_map_the_database_as_configured(backend):
     assert Settings.load(env={"SESSIONSEARCH_READER_MMAP_MB": "0"}).reader_mmap_mb == 0
 
 
-async def test_a_reader_maps_the_database_while_nothing_is_written_and_stops_at_a_change(backend, tmp_path):
+async def test_a_reader_maps_the_database_while_nothing_is_written_and_stops_at_a_change(tmp_path):  # SQLite only: SQLite's files, WAL and mmap
     async def mapped(store) -> set[int]:
         return {(await r.conn.execute_fetchall("PRAGMA mmap_size"))[0][0] for r in store._all_readers}
 
-    async with engine_at(backend, reader_quiet_mmap_mb=16) as engine:
+    async with engine_at(tmp_path, reader_quiet_mmap_mb=16) as engine:
         await engine.append(KEY, chain("m", [("user", "mapped words")]))
         store = await engine.store("main")
         for _ in range(3):  # the first search has no earlier version to compare; then two quiet ones
@@ -270,12 +273,12 @@ async def test_a_reader_maps_the_database_while_nothing_is_written_and_stops_at_
         await engine.append(KEY, chain("n", [("assistant", "mapped again")], parent="m1"))
         assert sorted(ids(await engine.search(query="mapped"))) == ["m1", "n1"]  # sees the commit, unmaps
         assert await mapped(store) == {0}
-    async with engine_at(backend / "never", reader_quiet_mmap_mb=0) as engine:
+    async with engine_at(tmp_path / "never", reader_quiet_mmap_mb=0) as engine:
         await engine.append(KEY, chain("m", [("user", "mapped words")]))
         for _ in range(6):
             await engine.search(query="mapped")
         assert await mapped(await engine.store("main")) == {0}
-    async with engine_at(backend / "always", reader_mmap_mb=8, reader_quiet_mmap_mb=0) as engine:
+    async with engine_at(tmp_path / "always", reader_mmap_mb=8, reader_quiet_mmap_mb=0) as engine:
         await engine.append(KEY, chain("m", [("user", "mapped words")]))
         for _ in range(6):  # mapped all along: quiet or not, never less than search.readerMmapMb
             await engine.search(query="mapped")
@@ -291,8 +294,8 @@ async def test_a_reader_maps_the_database_while_nothing_is_written_and_stops_at_
         Settings.load(config=str(config), env={})
 
 
-async def test_each_agent_has_its_own_database(backend, tmp_path):
-    async with engine_at(backend) as engine:
+async def test_each_agent_has_its_own_database(tmp_path):  # SQLite only: SQLite's files, WAL and mmap
+    async with engine_at(tmp_path) as engine:
         await engine.append("agent:work_bot:dm", chain("w", [("user", "agent words")]))
         await engine.append("global", chain("g", [("user", "agent words")]))  # no prefix: agent main
         assert sorted(p.name for p in (tmp_path / "agents").glob("*.db")) == ["main.db", "work_bot.db"]
@@ -338,6 +341,7 @@ async def test_catalog_refresh_reads_only_changes_and_matches_a_full_read(backen
 
 async def test_deletion_tombstones_are_pruned_and_an_older_view_reads_whole(backend, tmp_path, monkeypatch):
     monkeypatch.setattr(sqlite_writer, "TOMBSTONES_KEPT", 8)
+    monkeypatch.setattr(pg_writer, "TOMBSTONES_KEPT", 8)
     async with engine_at(backend) as reader_engine, engine_at(backend) as writer:
         await writer.append("agent:main:keep", chain("k", [("user", "kept note")]))
         await writer.append("agent:main:gone0", chain("g", [("user", "gone note")]))
@@ -346,9 +350,10 @@ async def test_deletion_tombstones_are_pruned_and_an_older_view_reads_whole(back
         for n in range(12):  # each deletion leaves a session and a window tombstone
             await writer.append(f"agent:main:gone{n}", chain(f"g{n}-", [("user", "gone note")]))
             await writer.delete(f"agent:main:gone{n}")
-        with sqlite3.connect(tmp_path / "agents" / "main.db") as conn:
-            kept = conn.execute("SELECT count(*) FROM catalog_deleted").fetchone()[0]
-            horizon = conn.execute("SELECT value FROM meta WHERE key = 'deleted_from'").fetchone()[0]
+        store = await writer.store("main")
+        ((kept,),) = await sql_rows(store, "SELECT count(*) FROM catalog_deleted", "SELECT count(*) FROM ss_deleted")
+        ((horizon,),) = await sql_rows(store, "SELECT value FROM meta WHERE key = 'deleted_from'",
+                                       "SELECT deleted_from FROM ss_agents")
         assert kept <= 8 and horizon > before.agents["main"].version  # gone0's tombstones were pruned
         after = await reader_engine.catalog_view(refresh=True)  # by changes it would miss gone0's deletion
         async with engine_at(backend) as fresh:

@@ -70,7 +70,8 @@ class Query:
         row = await reader.one(
             "SELECT coalesce(sum(idx_rows), 0)::bigint, coalesce(sum(idx_tokens), 0)::bigint"
             + "".join(", " + p for p in parts) + " FROM ss_windows WHERE ano = %(ano)s", {**self.params, "ano": ano})
-        n_rows, n_tokens, dfs = row[0], row[1], row[2:]
+        # counters and index agree but for rows written around them (never by this store's writes)
+        n_rows, n_tokens, dfs = max(row[0], *row[2:]), row[1], row[2:]
         self.params["avgdl"] = n_tokens / n_rows if n_rows else 1.0
         for i, df in enumerate(dfs):
             idf = math.log((n_rows - df + 0.5) / (df + 0.5))
