@@ -28,6 +28,7 @@ from sessionsearch.store.postgres.lexemes import tokens as pg_tokens
 
 from .helpers import BASE_TS, Where, chain, engine_at, ids, leaf, msg, timed
 from .pg_proxy import PgProxy
+from .server import Server
 from .services import create_pg_database, drop_pg_database, pg_url
 
 KEY = "agent:main:pg"
@@ -286,3 +287,32 @@ async def test_postgresql_going_away_answers_unavailable_and_the_pool_recovers_b
     finally:
         await engine.close()
         proxy.stop()
+
+
+def test_over_http_an_outage_is_503_unavailable_and_readyz_says_so_until_it_is_back(pg, tmp_path):
+    proxy = PgProxy()
+    proxy.start()
+    url = pg.database_url.replace(":5432/", f":{proxy.port}/")
+    server = Server(tmp_path / "data", tmp_path / "server.log", SESSIONSEARCH_DATABASE_URL=url)
+    try:
+        body = {"sessionKey": KEY, "events": [msg("a1", "user", "before the outage")]}
+        assert server.post("transcript.append", body)[0] == 200
+        proxy.stop()
+        status, answer = server.post("transcript.append", {"sessionKey": KEY, "events": [msg("a2", "user", "lost")]})
+        assert status == 503 and answer["error"]["code"] == "UNAVAILABLE", answer
+        status, ready = server.get("/readyz")
+        assert status == 503 and "PostgreSQL" in ready["reason"], ready
+        proxy.start()
+        deadline = time.monotonic() + 30
+        while server.get("/readyz")[0] != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert server.post("transcript.append", {"sessionKey": KEY, "events": [msg("a3", "user", "after")]})[0] == 200
+        status, found = server.post("sessions.search", {"query": "outage after", "match": "prefix"})
+        assert status == 200 and [h["messageId"] for h in found["results"]] == []
+        assert [h["messageId"] for h in server.post("sessions.search", {"query": "outage"})[1]["results"]] == ["a1"]
+    finally:
+        assert server.stop() == 0
+        proxy.stop()
+    log = (tmp_path / "server.log").read_text()
+    assert "api.crashed" not in log, log[-3000:]
