@@ -102,10 +102,15 @@ class Query:
 
 
 def scope_sql(include: list[int] | None, exclude: list[int] | None, role: str | None, since: int | None,
-              until: int | None, params: dict[str, Any], m: str = "m") -> list[str]:
-    """Conditions on the index rows `m` (joined with their window as `w`) for a search's scope:
-    clean windows only, the windows in or out, the role bit, the time range."""
-    where = [f"{m}.ano = %(ano)s", "w.needs_rebuild = 0", "w.cold = 0"]
+              until: int | None, params: dict[str, Any], dirty: frozenset[int], m: str = "m") -> list[str]:
+    """Conditions on the index rows `m` for a search's scope: not in the windows needing
+    reconciliation (`dirty`, read in the same snapshot; cold windows have no index rows), the
+    windows in or out, the role bit, the time range. No join with the windows: with statistics
+    not yet analyzed (a fresh import) the planner would walk the word once per window."""
+    where = [f"{m}.ano = %(ano)s"]
+    if dirty:
+        where.append(f"NOT ({m}.wid = ANY(%(dirty)s::bigint[]))")
+        params["dirty"] = sorted(dirty)
     if include is not None:
         where.append(f"{m}.wid = ANY(%(incl)s::bigint[])")
         params["incl"] = list(include)
@@ -135,21 +140,20 @@ async def search_top(reader: Reader, ano: int, match: Match, *, k: int, order: s
                      since, until) -> tuple[int, frozenset[int], list[tuple]]:
     """The exact top `k` hits (id, bm25, message id, ts, text) by `order`, then (0, inf) when more matched."""
     q = Query(match)
+    version, dirty = await head(reader, ano)
     if not q.lexemes:
-        version, dirty = await head(reader, ano)
         return version, dirty, []
     await q.load_stats(reader, ano)
     params = {**q.params, "ano": ano, "k": k + 1}
-    where = scope_sql(include, exclude, role, since, until, params)
+    where = scope_sql(include, exclude, role, since, until, params, dirty)
     score = q.score_sql()
     params.update(q.params)
     key = "s, m.ts DESC, m.mid" if order != "recent" else "m.ts DESC, m.mid"
     outer = "t.s, t.ts DESC, t.mid" if order != "recent" else "t.ts DESC, t.mid"
     rows = await reader.all(
         f"SELECT t.id, t.s, e.event_id, e.ts, e.text FROM (SELECT m.id, {score} AS s, m.ts, m.mid "
-        f"FROM ss_index m JOIN ss_windows w ON w.wid = m.wid WHERE m.tsv @@ {q.tsquery} AND {' AND '.join(where)} "
+        f"FROM ss_index m WHERE m.tsv @@ {q.tsquery} AND {' AND '.join(where)} "
         f"ORDER BY {key} {MID} LIMIT %(k)s) t JOIN ss_events e ON e.id = t.id ORDER BY {outer} {MID}", params)
-    version, dirty = await head(reader, ano)
     hits = [tuple(r) for r in rows[:k]]
     if len(rows) > k:
         hits.append((0, math.inf, "", 0, ""))
