@@ -47,11 +47,9 @@ async def search_sessions(reader: Reader, ano: int, match: Match | None, *, need
                           order: str, include, exclude, role, since, until) -> tuple[int, frozenset[int], list]:
     params: dict[str, Any] = {"ano": ano, "k": k}
     query = Query(match) if match is not None and match.words else None
-    version, dirty = await head(reader, ano)
     if (query is not None and not query.lexemes) or (query is None and not needles):
-        return version, dirty, []
-    if query is not None:
-        await query.load_stats(reader, ano)
+        return (*await head(reader, ano), [])
+    version, dirty = await query.load_stats(reader, ano) if query is not None else await head(reader, ano)
     scan = _matches(match, needles, order=order, include=include, exclude=exclude, role=role, since=since,
                     until=until, params=params, query=query, dirty=dirty)
     rows = await reader.all(
