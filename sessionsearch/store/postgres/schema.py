@@ -156,6 +156,14 @@ CREATE TRIGGER ss_windows_stamp_update BEFORE UPDATE ON ss_windows FOR EACH ROW
 CREATE TRIGGER ss_windows_gone AFTER DELETE ON ss_windows
     FOR EACH ROW EXECUTE FUNCTION ss_tombstone('window', 'wid');
 """),
+    (2, "gin_without_pending_list", """
+-- With fastupdate on, rows indexed since the last vacuum wait in the GIN index's pending list,
+-- which every search reads whole: 24 ms for a word in 5 rows at 20,000 fresh messages. Live
+-- indexing keeps that list full, so each row goes into the index tree at once instead.
+ALTER INDEX ss_index_tsv SET (fastupdate = off);
+SELECT gin_clean_pending_list('ss_index_tsv'::regclass);
+DROP INDEX IF EXISTS ss_index_recent;
+"""),
 )
 
 LATEST = MIGRATIONS[-1][0]
