@@ -87,6 +87,9 @@ def _choice(*allowed: str) -> Callable[[str], str]:
 SETTINGS: tuple[Setting, ...] = (
     Setting("data_dir", "./data", "Directory holding one SQLite database per agent.",
             env="SESSIONSEARCH_DATA_DIR"),
+    Setting("database_url", None, "PostgreSQL URL (postgresql://user@host:5432/db) holding every agent; "
+            "unset keeps one SQLite database per agent under data_dir.", env="SESSIONSEARCH_DATABASE_URL",
+            toml="database.url"),
     Setting("host", "127.0.0.1", "Address the HTTP server binds.", env="SESSIONSEARCH_HOST"),
     Setting("port", 8780, "Port the HTTP server binds.", env="SESSIONSEARCH_PORT", parse=int),
     Setting("redis_url", None, "Redis broker URL; unset runs reconciliation in-process (embedded).",
@@ -174,6 +177,7 @@ class Settings:
     """Resolved settings; build with `Settings.load()` at process entry, or directly in tests."""
 
     data_dir: str = "./data"
+    database_url: str | None = None
     host: str = "127.0.0.1"
     port: int = 8780
     redis_url: str | None = None
