@@ -83,6 +83,7 @@ def run_server(settings: Settings, *, workers: int = 1) -> int:
     folder.mkdir(parents=True)
     os.environ.update(PROMETHEUS_MULTIPROC_DIR=str(folder), SESSIONSEARCH_DATA_DIR=str(Path(settings.data_dir).resolve()))
     for name, env in (("redis_url", "SESSIONSEARCH_REDIS_URL"), ("api_token", "SESSIONSEARCH_API_TOKEN"),
+                      ("database_url", "SESSIONSEARCH_DATABASE_URL"),
                       ("config_path", "SESSIONSEARCH_CONFIG")):
         if getattr(settings, name):
             os.environ[env] = str(getattr(settings, name))
