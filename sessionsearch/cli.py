@@ -254,8 +254,7 @@ def _print_migrate(result: dict[str, Any]) -> None:
 async def _migrate(args: argparse.Namespace, settings: Settings) -> int:
     from .store import backend_for
 
-    backend = backend_for(settings)
-    await backend.open()
+    backend = backend_for(settings)  # not opened: opening a store migrates already
     try:
         done = await backend.migrate()
         schema = await backend.schema_version()

@@ -55,7 +55,6 @@ def _whole(unit: str, minimum: int, shown: str) -> Callable[[str], int]:
 
 
 _mib = _whole("MiB", 0, "0 MiB")
-_connections = _whole("connections", 0, "0 connections")
 _positive_ms = _whole("milliseconds", 1, "1 ms")
 
 
@@ -90,16 +89,6 @@ SETTINGS: tuple[Setting, ...] = (
             "PostgreSQL connections each process (web, worker, CLI) may hold at most.",
             env="SESSIONSEARCH_DATABASE_POOL_MAX_CONNECTIONS", toml="database.poolMaxConnections",
             parse=_whole("connections", 1, "1 connection")),
-    Setting("database_pool_min_connections", 1, "PostgreSQL connections each process keeps open while idle.",
-            env="SESSIONSEARCH_DATABASE_POOL_MIN_CONNECTIONS", toml="database.poolMinConnections",
-            parse=_connections),
-    Setting("database_connect_timeout_s", 5.0,
-            "Seconds a request waits for a PostgreSQL connection before it answers 503 UNAVAILABLE.",
-            env="SESSIONSEARCH_DATABASE_CONNECT_TIMEOUT_S", toml="database.connectTimeoutS", parse=_seconds),
-    Setting("database_prepared_statements", True,
-            "Whether PostgreSQL connections prepare statements; turn off behind a PgBouncer in transaction "
-            "pooling mode that does not track them (before 1.21).",
-            env="SESSIONSEARCH_DATABASE_PREPARED_STATEMENTS", toml="database.preparedStatements", parse=_bool),
     Setting("port", 8780, "Port the HTTP server binds.", env="SESSIONSEARCH_PORT", parse=int),
     Setting("redis_url", None, "Redis broker URL; unset runs reconciliation in-process (embedded).",
             env="SESSIONSEARCH_REDIS_URL"),
@@ -179,9 +168,6 @@ class Settings:
     host: str = "127.0.0.1"
     database_url: str | None = field(default=None, repr=False)  # holds a password: kept out of reprs
     database_pool_max_connections: int = 10
-    database_pool_min_connections: int = 1
-    database_connect_timeout_s: float = 5.0
-    database_prepared_statements: bool = True
     port: int = 8780
     redis_url: str | None = None
     redis_request_timeout_ms: int = 200

@@ -24,9 +24,9 @@ def backend_for(settings: Settings, *, data_dir: str | Path | None = None, rows_
     """
     if settings.database_url:
         url = check_database_url(settings.database_url)
-        from .postgres import PostgresBackend  # the driver is needed only in this shape
+        from .postgres import PgBackend  # psycopg is imported only when PostgreSQL is used
 
-        return PostgresBackend(url, settings)
+        return PgBackend(url, settings, pool_size=settings.database_pool_max_connections)
     return SqliteBackend(Path(data_dir if data_dir is not None else settings.data_dir), settings,
                          rows_in_sql=rows_in_sql)
 

@@ -1,0 +1,149 @@
+"""The PostgreSQL shape: every agent in one database, one connection pool per process.
+
+`open` applies the pending migrations (schema.py, under an advisory lock) and opens the pool.
+The agent listing is read with a short synchronous query (the Backend interface reads it without
+an event loop), on one small connection of its own that is remade after a failure; when the
+database does not answer, the last listing read is kept.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Iterable
+
+import psycopg
+
+from ...errors import NotFound, Unavailable
+from ...settings import Settings
+from .db import CONNECT_TIMEOUT_S, Db, connect_kwargs, unavailable
+from ..urls import redact
+from .schema import LATEST, migrate, migrate_connection, schema_version
+from .store import PgAgentStore
+
+POOL_SIZE = 10  # connections per process at most (docs/postgres.md)
+RETRY_S = 1.0  # after a failed listing read, the cached listing is answered this long
+
+
+class _Probe:
+    """A synchronous connection for the reads made without an event loop (listing, metrics)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._conn: psycopg.Connection | None = None
+        self._lock = threading.Lock()
+        self._failed_at = 0.0
+
+    def rows(self, sql: str, params: tuple = ()) -> list[tuple] | None:
+        """The rows of one statement, or None when the database does not answer now."""
+        with self._lock:
+            if time.monotonic() - self._failed_at < RETRY_S:
+                return None
+            try:
+                if self._conn is None or self._conn.closed:
+                    self._conn = psycopg.connect(self.url, **connect_kwargs())
+                return self._conn.execute(sql, params).fetchall()
+            except psycopg.Error:
+                self._failed_at = time.monotonic()
+                if self._conn is not None:
+                    self._conn.close()
+                self._conn = None
+                return None
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+
+class PgBackend:
+    """The agents of one PostgreSQL database (a Backend, store/base.py)."""
+
+    def __init__(self, url: str, settings: Settings, *, pool_size: int = POOL_SIZE) -> None:
+        self.url = url
+        self.settings = settings
+        self.db = Db(url, max_size=pool_size)
+        self._probe = _Probe(url)
+        self._agents: dict[str, int] = {}  # as last read
+
+    async def open(self) -> None:
+        try:
+            async with await psycopg.AsyncConnection.connect(self.url, **connect_kwargs()) as conn:
+                await migrate_connection(conn)
+        except psycopg.OperationalError as exc:
+            raise unavailable(exc) from exc
+        await self.db.open()
+
+    async def close(self) -> None:
+        await self.db.close()
+        self._probe.close()
+
+    def describe(self) -> str:
+        return f"PostgreSQL {redact(self.url)}"
+
+    async def schema_version(self) -> dict[str, Any]:
+        try:
+            version = await schema_version(self.url)
+        except psycopg.OperationalError as exc:
+            raise unavailable(exc) from exc
+        return {"store": "postgresql", "database": self.describe(), "version": version, "latest": LATEST}
+
+    async def migrate(self) -> list[dict[str, Any]]:
+        try:
+            before, after = await migrate(self.url)
+        except psycopg.OperationalError as exc:
+            raise unavailable(exc) from exc
+        return [{"database": redact(self.url), "from": before, "to": after}]
+
+    def _listing(self) -> dict[str, int]:
+        rows = self._probe.rows("SELECT agent_id, ano FROM ss_agents ORDER BY agent_id")
+        if rows is not None:
+            self._agents = dict(rows)
+        return self._agents
+
+    def agent_ids(self) -> list[str]:
+        return sorted(self._listing())
+
+    def listing_version(self) -> int:
+        """The highest agent number: agents are only ever added."""
+        rows = self._probe.rows("SELECT coalesce(max(ano), 0) FROM ss_agents")
+        return rows[0][0] if rows else max(self._agents.values(), default=0)
+
+    async def open_store(self, agent_id: str, *, create: bool = False) -> PgAgentStore:
+        async def find(conn) -> int | None:
+            if create:
+                await conn.execute("INSERT INTO ss_agents (agent_id, created_at) VALUES (%s, "
+                                   "(extract(epoch FROM clock_timestamp()) * 1000)::bigint) ON CONFLICT DO NOTHING",
+                                   (agent_id,))
+            row = await (await conn.execute("SELECT ano FROM ss_agents WHERE agent_id = %s", (agent_id,))).fetchone()
+            return row[0] if row else None
+        ano = await self.db.tx(find)
+        if ano is None:
+            raise NotFound(f"agent {agent_id!r} not found")
+        self._agents[agent_id] = ano
+        return PgAgentStore(self.db, agent_id, ano)
+
+    async def check_ready(self) -> None:
+        async def ping(conn) -> None:
+            await conn.execute("SELECT 1 FROM ss_agents LIMIT 1")
+        try:
+            await self.db.tx(ping)
+        except Unavailable:
+            raise
+        except Exception as exc:  # e.g. the schema is missing
+            raise unavailable(exc) from exc
+
+    def agent_status(self) -> Iterable[tuple[str, dict[str, int]]]:
+        """Per agent: window and message counts, one short query (no event loop needed)."""
+        rows = self._probe.rows(
+            "SELECT a.agent_id, count(w.wid), coalesce(sum(w.needs_rebuild), 0), coalesce(sum(w.messages), 0), "
+            "coalesce(sum(w.messages) FILTER (WHERE w.needs_rebuild = 0), 0) FROM ss_agents a "
+            "LEFT JOIN ss_windows w ON w.ano = a.ano GROUP BY a.agent_id ORDER BY a.agent_id")
+        for agent_id, windows, pending, messages, indexed in rows or []:
+            yield agent_id, {"windows": windows, "pending": int(pending), "messages": int(messages),
+                             "indexed_messages": int(indexed), "postings_usable": 0, "postings_stale": 0,
+                             "index_log_rows": 0}
+
+
+__all__ = ["CONNECT_TIMEOUT_S", "PgBackend"]

@@ -1,0 +1,132 @@
+"""The connection pool of a PostgreSQL backend, and the two ways the store uses it: a write
+transaction (retried on deadlock or serialization failure) and a reader block (one REPEATABLE
+READ snapshot, stopped at its deadline by `statement_timeout`).
+
+Connections are made with `prepare_threshold=None`: psycopg then never creates server-side
+prepared statements, which PgBouncer in transaction pooling cannot follow (a statement prepared
+on one server connection is unknown on the next). Session state is never set either: timeouts are
+`SET LOCAL`, locks are transaction-level.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import time
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
+
+import psycopg
+from psycopg import errors as pgerrors
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from ...errors import SearchTimeout, Unavailable
+
+T = TypeVar("T")
+RETRIES = 8  # attempts of a write transaction that met a deadlock or a serialization failure
+CONNECT_TIMEOUT_S = 3
+WAIT_S = 5.0  # how long a write waits for a pooled connection before answering Unavailable
+RETRYABLE = (pgerrors.DeadlockDetected, pgerrors.SerializationFailure)
+
+
+def connect_kwargs() -> dict[str, Any]:
+    return {"autocommit": True, "prepare_threshold": None, "connect_timeout": CONNECT_TIMEOUT_S}
+
+
+def make_pool(url: str, *, max_size: int) -> AsyncConnectionPool:
+    """A pool that checks a connection before lending it, so one broken by a server restart is
+    replaced instead of failing the request that drew it."""
+    return AsyncConnectionPool(url, min_size=1, max_size=max_size, kwargs=connect_kwargs(), open=False,
+                               check=AsyncConnectionPool.check_connection, timeout=WAIT_S,
+                               reconnect_timeout=0)  # keep trying to reconnect for ever
+
+
+def unavailable(exc: BaseException) -> Unavailable:
+    error = Unavailable(f"PostgreSQL is unavailable: {str(exc).strip() or type(exc).__name__}")
+    error.__cause__ = exc
+    return error
+
+
+class Reader:
+    """A pooled connection inside a read-only snapshot (an opaque Reader above the seam)."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: psycopg.AsyncConnection) -> None:
+        self.conn = conn
+
+    async def all(self, sql: str, params: Any = None) -> list[tuple]:
+        cur = await self.conn.execute(sql, params)
+        return await cur.fetchall()
+
+    async def one(self, sql: str, params: Any = None) -> tuple | None:
+        cur = await self.conn.execute(sql, params)
+        return await cur.fetchone()
+
+
+class Db:
+    """One pool per process and database URL, shared by every agent's store."""
+
+    def __init__(self, url: str, *, max_size: int) -> None:
+        self.url = url
+        self.pool = make_pool(url, max_size=max_size)
+
+    async def open(self) -> None:
+        await self.pool.open(wait=False)
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+    async def tx(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """Run `fn(conn, *args)` in one transaction; a deadlock or serialization failure rolls it
+        back and runs it again (a few times, with jitter); a lost server raises Unavailable."""
+        for attempt in range(RETRIES):
+            try:
+                async with self.pool.connection() as conn:
+                    async with conn.transaction():
+                        return await fn(conn, *args)
+            except RETRYABLE as exc:
+                if attempt == RETRIES - 1:
+                    raise unavailable(exc) from exc
+                await asyncio.sleep(random.uniform(0, 0.005 * 2 ** attempt))
+            except (PoolTimeout, psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                raise unavailable(exc) from exc
+        raise AssertionError("unreachable")
+
+    @asynccontextmanager
+    async def reader(self, deadline: float = math.inf) -> AsyncIterator[Reader]:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise SearchTimeout()
+        try:
+            async with self.pool.connection(timeout=min(remaining, WAIT_S)) as conn:
+                async with conn.transaction():
+                    await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                    if not math.isinf(deadline):
+                        ms = max(1, int((deadline - time.monotonic()) * 1000))
+                        await conn.execute(f"SET LOCAL statement_timeout = {ms}")
+                    yield Reader(conn)
+        except pgerrors.QueryCanceled:
+            raise SearchTimeout() from None
+        except PoolTimeout as exc:
+            if time.monotonic() >= deadline:
+                raise SearchTimeout() from None
+            raise unavailable(exc) from exc
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            raise unavailable(exc) from exc
+
+
+async def one(conn: psycopg.AsyncConnection, sql: str, params: Any = None) -> tuple | None:
+    cur = await conn.execute(sql, params)
+    return await cur.fetchone()
+
+
+async def all_rows(conn: psycopg.AsyncConnection, sql: str, params: Any = None) -> list[tuple]:
+    cur = await conn.execute(sql, params)
+    return await cur.fetchall()
+
+
+async def now_s(conn: psycopg.AsyncConnection) -> float:
+    """The database's clock (epoch s): leases compare against one clock, whichever host writes."""
+    return (await one(conn, "SELECT extract(epoch FROM clock_timestamp())::float8"))[0]

@@ -1,0 +1,136 @@
+"""Searches on PostgreSQL: BM25 exactly as SQLite FTS5's `bm25()` computes it, over the rows of
+clean windows in scope, all reads of a search in one REPEATABLE READ snapshot.
+
+BM25 (k1 1.2, b 0.75): for each query word i, idf_i = ln((N - df_i + 0.5) / (df_i + 0.5)) (1e-6
+when not positive) and the row scores -sum(idf_i * tf_i * (k1 + 1) / (tf_i + k1 * (1 - b + b *
+dl / avgdl))), lower is better. N and avgdl are the agent's indexed rows and tokens, summed from
+the per-window counters every index write keeps (ss_windows.idx_rows, idx_tokens); df_i is counted
+exactly from the GIN index for each search's words. As in FTS5 these cover every index row of the
+agent, including those of windows awaiting reconciliation, and the terms are evaluated in FTS5's
+order so scores agree to the last bit or nearly (tests/test_store_parity.py).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..base import Match
+from .db import Reader
+from .lexemes import query_lexemes
+
+K1, B = 1.2, 0.75
+MID = "COLLATE \"C\" NULLS FIRST"  # SQLite's order of message ids: bytes, NULL first
+
+
+def tsquery_sql(words: str, prefix: str) -> str:
+    """A tsquery built in SQL from the bound text[] `words` (lexemes), all required, the last a
+    prefix when the bound boolean `prefix`: each lexeme single-quoted, quotes and backslashes
+    doubled, as tsquery input reads them. No user text is ever parsed as tsquery syntax."""
+    return ("(SELECT string_agg('''' || replace(replace(w, '\\', '\\\\'), '''', '''''') || '''' || "
+            f"CASE WHEN %({prefix})s AND o = cardinality(%({words})s::text[]) THEN ':*' ELSE '' END, ' & ' "
+            f"ORDER BY o) FROM unnest(%({words})s::text[]) WITH ORDINALITY AS u(w, o))::tsquery")
+
+
+class Query:
+    """A Match made ready for SQL: its lexemes, tsquery and BM25 expression, with their parameters."""
+
+    def __init__(self, match: Match) -> None:
+        self.lexemes = query_lexemes(match.words)
+        self.prefix = match.prefix
+        self.params: dict[str, Any] = {"q_words": self.lexemes, "q_prefix": self.prefix,
+                                       "k1": K1, "k1p1": K1 + 1.0, "omb": 1 - B, "b": B}
+        self.tsquery = tsquery_sql("q_words", "q_prefix")
+
+    async def load_stats(self, reader: Reader, ano: int) -> None:
+        """N, avgdl and each word's df (FTS5 counts a word's rows over the whole agent)."""
+        parts = []
+        for i, lex in enumerate(self.lexemes):
+            self.params[f"w{i}"] = [lex]
+            self.params[f"p{i}"] = self.prefix and i == len(self.lexemes) - 1
+            parts.append(f"(SELECT count(*) FROM ss_index WHERE ano = %(ano)s AND tsv @@ {tsquery_sql(f'w{i}', f'p{i}')})")
+        row = await reader.one(
+            "SELECT coalesce(sum(idx_rows), 0)::bigint, coalesce(sum(idx_tokens), 0)::bigint"
+            + "".join(", " + p for p in parts) + " FROM ss_windows WHERE ano = %(ano)s", {**self.params, "ano": ano})
+        n_rows, n_tokens, dfs = row[0], row[1], row[2:]
+        self.params["avgdl"] = n_tokens / n_rows if n_rows else 1.0
+        for i, df in enumerate(dfs):
+            idf = math.log((n_rows - df + 0.5) / (df + 0.5))
+            self.params[f"idf{i}"] = idf if idf > 0.0 else 1e-6
+
+    def score_sql(self, m: str = "m") -> str:
+        """The row's bm25 (lower is better), term by term in FTS5's order of evaluation."""
+        terms = []
+        for i in range(len(self.lexemes)):
+            if self.prefix and i == len(self.lexemes) - 1:
+                tf = (f"(SELECT coalesce(sum(value::float8), 0) FROM jsonb_each_text({m}.tf) "
+                      f"WHERE starts_with(key, %(w{i}_0)s))")
+                self.params[f"w{i}_0"] = self.lexemes[i]
+            else:
+                tf = f"coalesce(({m}.tf ->> %(w{i}_0)s)::float8, 0)"
+                self.params[f"w{i}_0"] = self.lexemes[i]
+            terms.append(f"%(idf{i})s::float8 * (({tf} * %(k1p1)s::float8) / ({tf} + %(k1)s::float8 * "
+                         f"(%(omb)s::float8 + %(b)s::float8 * {m}.dl / %(avgdl)s::float8)))")
+        return "(-1.0::float8 * " + _sum(terms) + ")"
+
+
+def _sum(terms: list[str]) -> str:
+    expr = "0.0::float8"
+    for t in terms:
+        expr = f"({expr} + {t})"
+    return expr
+
+
+def scope_sql(include: list[int] | None, exclude: list[int] | None, role: str | None, since: int | None,
+              until: int | None, params: dict[str, Any], m: str = "m") -> list[str]:
+    """Conditions on the index rows `m` (joined with their window as `w`) for a search's scope:
+    clean windows only, the windows in or out, the role bit, the time range."""
+    where = [f"{m}.ano = %(ano)s", "w.needs_rebuild = 0", "w.cold = 0"]
+    if include is not None:
+        where.append(f"{m}.wid = ANY(%(incl)s::bigint[])")
+        params["incl"] = list(include)
+    if exclude:
+        where.append(f"NOT ({m}.wid = ANY(%(excl)s::bigint[]))")
+        params["excl"] = list(exclude)
+    if role is not None:
+        where.append(f"({m}.id & 1) = %(rb)s")
+        params["rb"] = 1 if role == "assistant" else 0
+    if since is not None:
+        where.append(f"{m}.ts >= %(since)s")
+        params["since"] = since
+    if until is not None:
+        where.append(f"{m}.ts < %(until)s")
+        params["until"] = until
+    return where
+
+
+async def head(reader: Reader, ano: int) -> tuple[int, frozenset[int]]:
+    """The agent's meta version and its windows needing reconciliation, in the reader's snapshot."""
+    row = await reader.one("SELECT meta_version, (SELECT coalesce(array_agg(wid), '{}') FROM ss_windows "
+                           "WHERE ano = %(ano)s AND needs_rebuild = 1) FROM ss_agents WHERE ano = %(ano)s", {"ano": ano})
+    return row[0], frozenset(row[1])
+
+
+async def search_top(reader: Reader, ano: int, match: Match, *, k: int, order: str, include, exclude, role,
+                     since, until) -> tuple[int, frozenset[int], list[tuple]]:
+    """The exact top `k` hits (id, bm25, message id, ts, text) by `order`, then (0, inf) when more matched."""
+    q = Query(match)
+    if not q.lexemes:
+        version, dirty = await head(reader, ano)
+        return version, dirty, []
+    await q.load_stats(reader, ano)
+    params = {**q.params, "ano": ano, "k": k + 1}
+    where = scope_sql(include, exclude, role, since, until, params)
+    score = q.score_sql()
+    params.update(q.params)
+    key = "s, m.ts DESC, m.mid" if order != "recent" else "m.ts DESC, m.mid"
+    outer = "t.s, t.ts DESC, t.mid" if order != "recent" else "t.ts DESC, t.mid"
+    rows = await reader.all(
+        f"SELECT t.id, t.s, e.event_id, e.ts, e.text FROM (SELECT m.id, {score} AS s, m.ts, m.mid "
+        f"FROM ss_index m JOIN ss_windows w ON w.wid = m.wid WHERE m.tsv @@ {q.tsquery} AND {' AND '.join(where)} "
+        f"ORDER BY {key} {MID} LIMIT %(k)s) t JOIN ss_events e ON e.id = t.id ORDER BY {outer} {MID}", params)
+    version, dirty = await head(reader, ano)
+    hits = [tuple(r) for r in rows[:k]]
+    if len(rows) > k:
+        hits.append((0, math.inf, "", 0, ""))
+    return version, dirty, hits

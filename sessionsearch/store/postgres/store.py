@@ -1,0 +1,178 @@
+"""One agent's store on PostgreSQL (an AgentStore, store/base.py): its rows are those of the
+shared tables keyed by its number; the pool is the backend's, shared by every agent."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ...indexer.events import Event
+from ..base import AppendResult, ClaimInfo, Match
+from . import reads
+from .db import Db, Reader
+from .reconcile import ReconcileWrites
+from .search import search_top
+from .sessions import scan_substrings, search_sessions
+from .writer import Writes
+
+
+class PgAgentStore:
+    def __init__(self, db: Db, agent_id: str, ano: int) -> None:
+        self.db = db
+        self.agent_id = agent_id
+        self.ano = ano
+        self._writes = Writes(agent_id, ano)
+        self._reconcile = ReconcileWrites(ano)
+
+    async def close(self) -> None:
+        """Nothing of its own to release: the pool is the backend's."""
+
+    def reader(self, deadline: float = math.inf):
+        return self.db.reader(deadline)
+
+    # -- writes ------------------------------------------------------------------------------
+
+    async def upsert_session(self, key: str, fields: dict[str, Any]) -> bool:
+        return await self.db.tx(self._writes.upsert_session, key, fields)
+
+    async def append(self, key: str, events: list[Event], *, session_id: str | None = None,
+                     index: bool = True, source_lines: int | None = None) -> AppendResult:
+        return await self.db.tx(self._writes.append, key, events, session_id, index, source_lines)
+
+    async def rotate(self, key: str, session_id: str | None) -> tuple[str, str | None]:
+        return await self.db.tx(self._writes.rotate, key, session_id)
+
+    async def delete_session(self, key: str) -> bool:
+        return await self.db.tx(self._writes.delete_session, key)
+
+    async def archive(self, key: str) -> int:
+        return await self.db.tx(self._writes.archive, key)
+
+    async def restore(self, key: str) -> list[int]:
+        return await self.db.tx(self._writes.restore, key)
+
+    async def all_source_lines(self) -> dict[str, int]:
+        async with self.reader() as r:
+            return dict(await r.all("SELECT session_id, source_lines FROM ss_windows WHERE ano = %s", (self.ano,)))
+
+    async def import_many(self, items: list[tuple]) -> list:
+        """Import steps in one transaction; when it fails, each step alone (its slot then holds
+        its error)."""
+        async def together(conn) -> list:
+            return [await self._writes.import_step(conn, *item) for item in items]
+        try:
+            return await self.db.tx(together)
+        except Exception:
+            pass
+        out: list = []
+        for item in items:
+            try:
+                out.append(await self.db.tx(self._writes.import_step, *item))
+            except Exception as exc:  # reported by the importer against that file
+                out.append(exc)
+        return out
+
+    async def dirty_windows(self) -> list[int]:
+        return await self.db.tx(self._reconcile.dirty_windows)
+
+    async def optimize(self, *, min_docs: int = 0, min_share: float = 0.0, max_words: int = 0) -> dict[str, Any]:
+        """Nothing to build: PostgreSQL ranks common words from the GIN index (docs/postgres.md)."""
+        return {"words": {}, "dropped": []}
+
+    # -- reconciliation ----------------------------------------------------------------------
+
+    async def claim(self, wid: int, token: str, lease_s: float) -> ClaimInfo | None:
+        return await self.db.tx(self._reconcile.claim, wid, token, lease_s)
+
+    async def claim_and_reconcile_small(self, wid: int, token: str, lease_s: float, max_rows: int):
+        try:
+            return await self.db.tx(self._reconcile.claim_and_reconcile_small, wid, token, lease_s, max_rows)
+        finally:
+            self._reconcile.rebuilding = frozenset()
+
+    async def reconcile_batch(self, wid: int, token: str, first_seq: int, last_seq: int,
+                              lease_s: float) -> tuple[int, int] | None:
+        return await self.db.tx(self._reconcile.reconcile_batch, wid, token, first_seq, last_seq, lease_s)
+
+    async def publish(self, wid: int, token: str, rebuild_gen: int) -> str:
+        return await self.db.tx(self._reconcile.publish, wid, token, rebuild_gen)
+
+    async def release(self, wid: int, token: str) -> None:
+        await self.db.tx(self._reconcile.release, wid, token)
+
+    async def window_gen(self, wid: int) -> tuple[int, int, bool] | None:
+        return await self.db.tx(self._reconcile.window_gen, wid)
+
+    async def reconcile_next(self, after: int, max_rows: int) -> tuple[list[int], int, int, bool]:
+        try:
+            return await self.db.tx(self._reconcile.reconcile_next, after, max_rows)
+        finally:
+            self._reconcile.rebuilding = frozenset()
+
+    def rebuilding_beside(self, wid: int) -> bool:
+        return wid in self._reconcile.rebuilding
+
+    async def is_clean(self, wid: int) -> bool:
+        async with self.reader() as r:
+            return await r.one("SELECT 1 FROM ss_windows WHERE wid = %s AND needs_rebuild = 0 AND (claim_token IS NULL "
+                               "OR claim_expires_at < extract(epoch FROM clock_timestamp()))", (wid,)) is not None
+
+    async def sweep_orphans(self) -> int:
+        return await self.db.tx(self._reconcile.sweep_orphans)
+
+    # -- reads -------------------------------------------------------------------------------
+
+    async def ping(self, reader: Reader) -> None:
+        await reader.one("SELECT 1 FROM ss_agents WHERE ano = %s", (self.ano,))
+
+    async def meta_version(self, reader: Reader) -> int:
+        return await reads.meta_version(reader, self.ano)
+
+    async def meta_snapshot(self, reader: Reader, since: int | None = None):
+        return await reads.meta_snapshot(reader, self.ano, since)
+
+    async def search_top(self, reader: Reader, match: Match, *, k: int, order: str, include: list[int] | None,
+                         exclude: list[int] | None, role: str | None, hot: str | None = None,
+                         since: int | None = None, until: int | None = None, ties: bool = True):
+        return await search_top(reader, self.ano, match, k=k, order=order, include=include, exclude=exclude,
+                                role=role, since=since, until=until)
+
+    async def search_sessions(self, reader: Reader, match: Match | None, *, needles: list[str] | None, k: int,
+                              order: str, include: list[int] | None, exclude: list[int] | None, role: str | None,
+                              since: int | None = None, until: int | None = None, hot: str | None = None):
+        return await search_sessions(reader, self.ano, match, needles=needles, k=k, order=order, include=include,
+                                     exclude=exclude, role=role, since=since, until=until)
+
+    async def scan_substrings(self, reader: Reader, needles: list[str], match: Match | None, *,
+                              include: list[int] | None, exclude: list[int] | None, role: str | None,
+                              k: int, since: int | None = None, until: int | None = None):
+        return await scan_substrings(reader, self.ano, needles, match, include=include, exclude=exclude, role=role,
+                                     k=k, since=since, until=until)
+
+    async def window_of(self, reader: Reader, key: str, session_id: str | None) -> tuple | None:
+        return await reads.window_of(reader, self.ano, key, session_id)
+
+    async def windows_of(self, reader: Reader, key: str) -> list[tuple]:
+        return await reads.windows_of(reader, self.ano, key)
+
+    async def branch_rows(self, reader: Reader, wid: int) -> list[tuple]:
+        return await reads.branch_rows(reader, wid)
+
+    async def message_rows(self, reader: Reader, wid: int, seqs: list[int]) -> list[tuple]:
+        return await reads.message_rows(reader, wid, seqs)
+
+    async def activity(self, reader: Reader) -> tuple[int, dict[str, int]]:
+        return await reads.activity(reader, self.ano)
+
+    async def status(self, reader: Reader) -> dict[str, int]:
+        return await reads.status(reader, self.ano)
+
+    async def index_rows(self, reader: Reader, wid: int) -> list[int]:
+        """Ids of the index rows of a window (checks and tests)."""
+        return await reads.index_rows(reader, wid)
+
+    async def execute_write(self, sql: str, params: tuple = ()) -> None:
+        """Run one statement in its own transaction (tests and maintenance only)."""
+        async def job(conn) -> None:
+            await conn.execute(sql, params or None)
+        await self.db.tx(job)

@@ -1,0 +1,308 @@
+"""Write transactions of the PostgreSQL store: sessions, windows, appends, delete, archive.
+
+Each public function is the body of one transaction (`Db.tx` runs it). Writers of one session
+take its session row first (`FOR UPDATE`), then its window row: concurrent appends to one
+session from several processes queue on those locks, and each allocates its seqs from the
+window row it holds, so none is lost, duplicated or reordered. Appends to other sessions take
+no common row.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import time
+import uuid
+from typing import Any, Iterable
+
+import psycopg
+
+from ...errors import Conflict, InvalidRequest, NotFound, Unavailable
+from ...indexer.events import Event
+from ...indexer.live import ids_to_resolve, plan_append
+from ..base import AppendResult
+from ..rowids import MAX_SEQ, MAX_WID, id_sql, row_id, seq_sql, window_ranges
+from .db import all_rows, one
+from .lexemes import index_fields
+
+SESSION_COLUMNS = {  # wire name -> column
+    "label": "label", "displayName": "display_name", "spawnedBy": "spawned_by",
+    "parentSessionKey": "parent_session_key", "kind": "kind", "group": "grp",
+    "incognito": "incognito", "archivedAt": "archived_at", "updatedAt": "updated_at",
+}
+EVENT_COLUMNS = "id, wid, event_id, parent_seq, node_seq, type, role, ts, on_branch, text, body"
+INSERT_EVENT = f"INSERT INTO ss_events ({EVENT_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+INSERT_INDEX = ("INSERT INTO ss_index (id, ano, wid, ts, mid, dl, tf, tsv) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s::jsonb, array_to_tsvector(%s::text[]))")
+INDEXABLE = "on_branch = 1 AND text IS NOT NULL"
+TOMBSTONES_KEPT = 20_000
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+async def insert_index(conn: psycopg.AsyncConnection, ano: int, wid: int,
+                       rows: Iterable[tuple[int, str, int, str | None]]) -> tuple[int, int]:
+    """Index (id, text, ts, mid) rows of window `wid`; (rows, tokens) added, for its counters."""
+    data, tokens = [], 0
+    for rid, text, ts, mid in rows:
+        dl, tf, lexes = index_fields(text)
+        tokens += dl
+        data.append((rid, ano, wid, ts, mid, dl, tf, lexes))
+    if data:
+        async with conn.cursor() as cur:
+            await cur.executemany(INSERT_INDEX, data)
+    return len(data), tokens
+
+
+async def count_index(conn: psycopg.AsyncConnection, wid: int, rows: int, tokens: int) -> None:
+    if rows or tokens:
+        await conn.execute("UPDATE ss_windows SET idx_rows = idx_rows + %s, idx_tokens = idx_tokens + %s "
+                           "WHERE wid = %s", (rows, tokens, wid))
+
+
+async def delete_index(conn: psycopg.AsyncConnection, where: str, params: dict[str, Any]) -> dict[int, tuple[int, int]]:
+    """Delete the index rows `where` selects; (rows, tokens) removed per window, counters updated."""
+    cur = await conn.execute(f"WITH d AS (DELETE FROM ss_index WHERE {where} RETURNING wid, dl) "
+                             "SELECT wid, count(*), coalesce(sum(dl), 0) FROM d GROUP BY wid", params)
+    gone = {wid: (n, int(t)) for wid, n, t in await cur.fetchall()}
+    for wid, (n, t) in gone.items():
+        await count_index(conn, wid, -n, -t)
+    return gone
+
+
+class Writes:
+    """The write transactions of one agent (`ano`); methods take the transaction's connection."""
+
+    def __init__(self, agent_id: str, ano: int) -> None:
+        self.agent_id = agent_id
+        self.ano = ano
+
+    # -- sessions and windows ----------------------------------------------------------------
+
+    async def _lock_session(self, conn, key: str) -> tuple[bool, int | None]:
+        """Lock the session row, creating it when missing: (created, current wid)."""
+        q = "SELECT current_wid FROM ss_sessions WHERE ano = %s AND session_key = %s FOR UPDATE"
+        row = await one(conn, q, (self.ano, key))
+        if row is not None:
+            return False, row[0]
+        cur = await conn.execute("INSERT INTO ss_sessions (ano, session_key, updated_at) VALUES (%s, %s, %s) "
+                                 "ON CONFLICT DO NOTHING", (self.ano, key, now_ms()))
+        created = cur.rowcount > 0
+        row = await one(conn, q, (self.ano, key))
+        return created, row[0]
+
+    async def upsert_session(self, conn, key: str, fields: dict[str, Any]) -> bool:
+        cols = {SESSION_COLUMNS[k]: (int(bool(v)) if k == "incognito" else v)
+                for k, v in fields.items() if k in SESSION_COLUMNS}
+        extra = {k: v for k, v in fields.items() if k not in SESSION_COLUMNS and k != "sessionId"}
+        if extra:
+            cols["extra"] = json.dumps(extra, ensure_ascii=False)
+        cols.setdefault("updated_at", now_ms())
+        created, _ = await self._lock_session(conn, key)
+        sets = ", ".join(f"{col} = %s" for col in cols)
+        await conn.execute(f"UPDATE ss_sessions SET {sets} WHERE ano = %s AND session_key = %s",
+                           (*cols.values(), self.ano, key))
+        session_id = fields.get("sessionId")
+        if isinstance(session_id, str) and session_id:
+            await self._window_for_write(conn, key, session_id)
+        return created
+
+    async def _window_for_write(self, conn, key: str, session_id: str | None) -> int:
+        """The window a write to `key` goes to, creating session and window as needed."""
+        _, current = await self._lock_session(conn, key)
+        if session_id is not None:
+            found = await one(conn, "SELECT wid, session_key FROM ss_windows WHERE ano = %s AND session_id = %s",
+                              (self.ano, session_id))
+            if found:
+                if found[1] != key:
+                    raise Conflict(f"sessionId {session_id!r} belongs to another session key", field="sessionId")
+                if current is None:
+                    await conn.execute("UPDATE ss_sessions SET current_wid = %s WHERE ano = %s AND session_key = %s",
+                                       (found[0], self.ano, key))
+                return found[0]
+        elif current is not None:
+            return current
+        return await self._create_window(conn, key, session_id or str(uuid.uuid4()))
+
+    async def _create_window(self, conn, key: str, session_id: str) -> int:
+        now = now_ms()
+        (wid,) = await one(conn, "INSERT INTO ss_windows (ano, session_key, session_id, created_at, updated_at) "
+                                 "VALUES (%s, %s, %s, %s, %s) RETURNING wid", (self.ano, key, session_id, now, now))
+        if wid > MAX_WID:  # the ids of its rows would not hold it (rowids.py)
+            raise Unavailable(f"this database has used all {MAX_WID} session window numbers")
+        await conn.execute("UPDATE ss_sessions SET current_wid = %s, updated_at = %s WHERE ano = %s AND session_key = %s",
+                           (wid, now, self.ano, key))
+        return wid
+
+    async def rotate(self, conn, key: str, session_id: str | None) -> tuple[str, str | None]:
+        row = await one(conn, "SELECT w.session_id FROM ss_sessions s LEFT JOIN ss_windows w ON w.wid = s.current_wid "
+                              "WHERE s.ano = %s AND s.session_key = %s FOR UPDATE OF s", (self.ano, key))
+        if row is None:
+            raise NotFound(f"session {key!r} not found")
+        new_id = session_id or str(uuid.uuid4())
+        if await one(conn, "SELECT 1 FROM ss_windows WHERE ano = %s AND session_id = %s", (self.ano, new_id)):
+            raise Conflict(f"sessionId {new_id!r} already exists", field="sessionId")
+        await self._create_window(conn, key, new_id)
+        return new_id, row[0]
+
+    async def delete_session(self, conn, key: str) -> bool:
+        if await one(conn, "SELECT 1 FROM ss_sessions WHERE ano = %s AND session_key = %s FOR UPDATE",
+                     (self.ano, key)) is None:
+            return False
+        wids = [r[0] for r in await all_rows(conn, "SELECT wid FROM ss_windows WHERE ano = %s AND session_key = %s "
+                                                   "ORDER BY wid FOR UPDATE", (self.ano, key))]
+        for wid in wids:
+            await self._delete_rows(conn, wid)
+        await conn.execute("DELETE FROM ss_cold WHERE wid = ANY(%s)", (wids,))
+        await conn.execute("DELETE FROM ss_windows WHERE wid = ANY(%s)", (wids,))
+        await conn.execute("DELETE FROM ss_sessions WHERE ano = %s AND session_key = %s", (self.ano, key))
+        await self._prune_tombstones(conn)
+        return True
+
+    async def _delete_rows(self, conn, wid: int, *, index: bool = True) -> None:
+        for lo, hi in window_ranges(wid):
+            if index:
+                await conn.execute("DELETE FROM ss_index WHERE id BETWEEN %s AND %s", (lo, hi))
+            await conn.execute("DELETE FROM ss_events WHERE id BETWEEN %s AND %s", (lo, hi))
+        if index:
+            await conn.execute("UPDATE ss_windows SET idx_rows = 0, idx_tokens = 0 WHERE wid = %s", (wid,))
+
+    async def _prune_tombstones(self, conn) -> None:
+        row = await one(conn, "SELECT meta_seq FROM ss_deleted WHERE ano = %s ORDER BY meta_seq DESC "
+                              "LIMIT 1 OFFSET %s", (self.ano, TOMBSTONES_KEPT))
+        if row is None:
+            return
+        (cut,) = await one(conn, "SELECT meta_seq FROM ss_deleted WHERE ano = %s ORDER BY meta_seq DESC "
+                                 "LIMIT 1 OFFSET %s", (self.ano, TOMBSTONES_KEPT // 2))
+        await conn.execute("DELETE FROM ss_deleted WHERE ano = %s AND meta_seq <= %s", (self.ano, cut))
+        await conn.execute("UPDATE ss_agents SET deleted_from = greatest(deleted_from, %s) WHERE ano = %s",
+                           (cut, self.ano))
+
+    # -- appends -----------------------------------------------------------------------------
+
+    async def append(self, conn, key: str, events: list[Event], session_id: str | None, index: bool,
+                     source_lines: int | None) -> AppendResult:
+        wid = await self._window_for_write(conn, key, session_id)
+        st = await one(conn, "SELECT session_id, last_seq, leaf_seq, leaf_event_id, has_header, cold FROM ss_windows "
+                             "WHERE wid = %s FOR UPDATE", (wid,))
+        sid, last_seq, leaf_seq, leaf_event_id, has_header, cold = st
+        if cold:
+            raise Conflict(f"session {key!r} is archived; restore it before appending", field="sessionKey")
+        wanted = ids_to_resolve(events, leaf_event_id) if last_seq else None
+        known = await self._resolve_ids(conn, wid, wanted) if wanted else {}
+        plan = plan_append(events, last_seq=last_seq, leaf_seq=leaf_seq, leaf_event_id=leaf_event_id,
+                           has_header=bool(has_header), known=known)
+        if plan.last_seq > MAX_SEQ:
+            raise InvalidRequest(f"session window {sid!r} is full", field="events")
+        live = index and plan.linear
+        dirty = bool(plan.rows) and not live
+        to_index = [r for r in plan.rows if r.on_branch and r.event.text] if live else []
+        header = bool(has_header) or any(r.event.type == "session" for r in plan.rows)
+        if plan.rows:
+            async with conn.cursor() as cur:
+                await cur.executemany(INSERT_EVENT, [
+                    (row_id(wid, r.seq, r.event.role), wid, r.event.event_id, r.parent_seq, r.node_seq, r.event.type,
+                     r.event.role, r.event.ts, int(r.on_branch), r.event.text,
+                     r.event.raw or _COMPACT.encode(r.event.body)) for r in plan.rows])
+        n, tokens = await insert_index(conn, self.ano, wid, (
+            (row_id(wid, r.seq, r.event.role), r.event.text, r.event.ts, r.event.event_id) for r in to_index))
+        (needs,) = await one(
+            conn,
+            "UPDATE ss_windows SET last_seq = %(last)s, leaf_seq = %(leaf)s, leaf_event_id = %(leaf_id)s, "
+            "has_header = %(header)s, messages = messages + %(messages)s, updated_at = %(now)s, "
+            "source_lines = coalesce(%(lines)s, source_lines), idx_rows = idx_rows + %(n)s, "
+            "idx_tokens = idx_tokens + %(tokens)s, "
+            "needs_rebuild = CASE WHEN %(dirty)s THEN 1 ELSE needs_rebuild END, "
+            "rebuild_gen = rebuild_gen + %(gen)s, "
+            "indexed_seq = CASE WHEN needs_rebuild = 0 AND NOT %(dirty)s THEN %(last)s ELSE indexed_seq END, "
+            "indexed_leaf = CASE WHEN needs_rebuild = 0 AND NOT %(dirty)s THEN %(leaf)s ELSE indexed_leaf END "
+            "WHERE wid = %(wid)s RETURNING needs_rebuild",
+            {"last": plan.last_seq, "leaf": plan.leaf_seq, "leaf_id": plan.leaf_event_id, "header": int(header),
+             "messages": plan.messages if plan.linear else 0, "now": now_ms(), "lines": source_lines, "n": n,
+             "tokens": tokens, "dirty": dirty, "gen": int(dirty), "wid": wid})
+        if not plan.linear:
+            await self._reproject(conn, wid, plan.leaf_seq)
+        return AppendResult(appended=len(plan.rows), indexed=n, needs_reconcile=bool(needs), session_id=sid,
+                            duplicates=plan.duplicates, unknown_parents=plan.unknown_parents)
+
+    async def _resolve_ids(self, conn, wid: int, ids: Iterable[str]) -> dict[str, tuple[int, int | None]]:
+        found: dict[str, tuple[int, int | None]] = {}
+        for event_id, seq, node in await all_rows(
+                conn, f"SELECT event_id, {seq_sql('id')}, node_seq FROM ss_events "
+                      "WHERE wid = %s AND event_id = ANY(%s) ORDER BY id", (wid, list(ids))):
+            found.setdefault(event_id, (seq, node))
+        return found
+
+    async def _reproject(self, conn, wid: int, leaf_seq: int | None) -> None:
+        """Recompute the active-branch projection of a window from its leaf (non-linear writes)."""
+        for lo, hi in window_ranges(wid):
+            await conn.execute("UPDATE ss_events SET on_branch = 0 WHERE id BETWEEN %s AND %s AND on_branch = 1",
+                               (lo, hi))
+        if leaf_seq is not None:
+            first = id_sql("%(wid)s::bigint", "up.s")
+            await conn.execute(
+                "WITH RECURSIVE up(s) AS (SELECT %(leaf)s::integer UNION ALL "
+                f"  SELECT e.parent_seq FROM up JOIN ss_events e ON e.id BETWEEN {first} AND {first} + 1 "
+                "  WHERE e.parent_seq IS NOT NULL) "
+                "UPDATE ss_events SET on_branch = 1 WHERE id IN "
+                f"  (SELECT {id_sql('%(wid)s::bigint', 's')} + b FROM up, (VALUES (0), (1)) AS v(b))",
+                {"leaf": leaf_seq, "wid": wid})
+        (low, high) = window_ranges(wid)
+        await conn.execute("UPDATE ss_windows SET messages = (SELECT count(*) FROM ss_events WHERE "
+                           f"(id BETWEEN %s AND %s OR id BETWEEN %s AND %s) AND {INDEXABLE}) WHERE wid = %s",
+                           (*low, *high, wid))
+
+    async def import_step(self, conn, key: str, fields: dict[str, Any] | None, events: list[Event], session_id: str,
+                          lines: int) -> AppendResult:
+        if fields is not None:
+            await self.upsert_session(conn, key, {**fields, "sessionId": session_id})
+        return await self.append(conn, key, events, session_id, False, lines)
+
+    # -- archive -----------------------------------------------------------------------------
+
+    async def archive(self, conn, key: str) -> int:
+        """Move a session's windows into ss_cold (gzip'd JSON lines) and out of the index."""
+        if await one(conn, "SELECT 1 FROM ss_sessions WHERE ano = %s AND session_key = %s FOR UPDATE",
+                     (self.ano, key)) is None:
+            raise NotFound(f"session {key!r} not found")
+        wids = [r[0] for r in await all_rows(conn, "SELECT wid FROM ss_windows WHERE ano = %s AND session_key = %s "
+                                                   "AND cold = 0 ORDER BY wid FOR UPDATE", (self.ano, key))]
+        for wid in wids:
+            lines = []
+            for lo, hi in window_ranges(wid):
+                for row in await all_rows(conn, f"SELECT {EVENT_COLUMNS} FROM ss_events WHERE id BETWEEN %s AND %s "
+                                                "ORDER BY id", (lo, hi)):
+                    lines.append(json.dumps(list(row), ensure_ascii=False))
+            data = gzip.compress(("\n".join(lines) + "\n").encode("utf-8") if lines else b"")
+            await conn.execute("INSERT INTO ss_cold (wid, data) VALUES (%s, %s) ON CONFLICT (wid) DO UPDATE "
+                               "SET data = EXCLUDED.data", (wid, data))
+            await self._delete_rows(conn, wid)
+            await conn.execute("UPDATE ss_windows SET cold = 1 WHERE wid = %s", (wid,))
+        await conn.execute("UPDATE ss_sessions SET archived_at = %s WHERE ano = %s AND session_key = %s",
+                           (now_ms(), self.ano, key))
+        return len(wids)
+
+    async def restore(self, conn, key: str) -> list[int]:
+        """Bring a session's cold windows back; they need reconciliation to be searchable again."""
+        if await one(conn, "SELECT 1 FROM ss_sessions WHERE ano = %s AND session_key = %s FOR UPDATE",
+                     (self.ano, key)) is None:
+            raise NotFound(f"session {key!r} not found")
+        wids = [r[0] for r in await all_rows(conn, "SELECT wid FROM ss_windows WHERE ano = %s AND session_key = %s "
+                                                   "AND cold = 1 ORDER BY wid FOR UPDATE", (self.ano, key))]
+        for wid in wids:
+            await self._delete_rows(conn, wid, index=False)
+            row = await one(conn, "DELETE FROM ss_cold WHERE wid = %s RETURNING data", (wid,))
+            if row is not None and row[0]:
+                rows = [tuple(json.loads(line)) for line in gzip.decompress(row[0]).decode("utf-8").splitlines()
+                        if line]
+                if rows:
+                    async with conn.cursor() as cur:
+                        await cur.executemany(INSERT_EVENT, rows)
+            await conn.execute("UPDATE ss_windows SET cold = 0, needs_rebuild = 1, rebuild_gen = rebuild_gen + 1 "
+                               "WHERE wid = %s", (wid,))
+        await conn.execute("UPDATE ss_sessions SET archived_at = NULL WHERE ano = %s AND session_key = %s",
+                           (self.ano, key))
+        return wids
