@@ -254,7 +254,7 @@ def _from_toml(path: Path) -> dict[str, Any]:
 
 def _check_toml_value(s: Setting, value: Any, path: Path) -> Any:
     where = f"{path}: {s.toml}"
-    expected = type(s.default)
+    expected = str if s.default is None else type(s.default)  # an unset-by-default setting takes text
     if isinstance(s.default, tuple):
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise InvalidRequest(f"{where} must be a list of strings", field=s.toml)
