@@ -178,8 +178,8 @@ def classes_for(words: dict[str, list[str]]) -> dict[str, list[tuple[dict, str, 
     return out
 
 
-async def measure_searches(engine: Engine, anchor_url: str, words: dict, reps: int, agent: str) -> dict:
-    results = {}
+async def measure_searches(engine: Engine, anchor_url: str, words: dict, reps: int, agent: str,
+                           results: dict, save) -> dict:
     async with await psycopg.AsyncConnection.connect(anchor_url, autocommit=True) as anchor:
         for name, items in classes_for(words).items():
             ours, bare = [], []
@@ -200,6 +200,7 @@ async def measure_searches(engine: Engine, anchor_url: str, words: dict, reps: i
             row["ratio_p50"] = row["ours_p50_ms"] / row["anchor_p50_ms"]
             row["ratio_p95"] = row["ours_p95_ms"] / row["anchor_p95_ms"]
             results[name] = row
+            save()
             print(f"{name:>20}: ours p50 {row['ours_p50_ms']:8.2f} p95 {row['ours_p95_ms']:8.2f} ms | anchor p50 "
                   f"{row['anchor_p50_ms']:8.2f} p95 {row['anchor_p95_ms']:8.2f} ms | x{row['ratio_p50']:.2f} p50, "
                   f"x{row['ratio_p95']:.2f} p95", file=sys.stderr)
@@ -287,6 +288,12 @@ async def main() -> None:
     anchor_url, ours_url = url_of(args.pg, names["anchor"]), url_of(args.pg, names["ours"])
     import redis
     redis.Redis.from_url(args.redis_url).flushdb()
+    results = HERE / "results"
+    results.mkdir(exist_ok=True)
+
+    def save() -> None:  # after every phase: a long run stopped midway still leaves its figures
+        (results / "pg.json").write_text(json.dumps(out, indent=2) + "\n")
+
     out: dict = {"messages": args.messages, "sessions": spec.sessions, "reps": args.reps,
                  "machine": {"cpus": os.cpu_count(), "python": platform.python_version()}}
     try:
@@ -315,9 +322,12 @@ async def main() -> None:
                                      "total_s": import_s + reconcile_s}
                 out["build_ratio"] = out["ours_build"]["total_s"] / out["anchor_build"]["total_s"]
                 print(f"  {out['ours_build']} -> x{out['build_ratio']:.2f} the anchor", file=sys.stderr)
+                save()
 
                 print("searches, side by side ...", file=sys.stderr)
-                out["search"] = await measure_searches(engine, anchor_url, words, args.reps, "main")
+                out["search"] = {}
+                await measure_searches(engine, anchor_url, words, args.reps, "main", out["search"], save)
+                save()
 
                 print("search while the workers reconcile another agent's import ...", file=sys.stderr)
                 queries = words["mid_0.3pct"] + words["common_1pct"]
@@ -335,6 +345,7 @@ async def main() -> None:
                     "busy_p50_ms": statistics.median(busy) * 1000, "busy_p95_ms": pct(busy, 0.95) * 1000,
                     "busy_searches": len(busy), "ratio_p95": pct(busy, 0.95) / pct(idle, 0.95)}
                 print(f"  {out['search_during_reconcile']}", file=sys.stderr)
+                save()
         finally:
             workers.stop()
 
@@ -349,9 +360,7 @@ async def main() -> None:
                 for name in names.values():
                     admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
             shutil.rmtree(work, ignore_errors=True)
-    results = HERE / "results"
-    results.mkdir(exist_ok=True)
-    (results / "pg.json").write_text(json.dumps(out, indent=2) + "\n")
+    save()
     print(json.dumps(out, indent=2))
 
 
