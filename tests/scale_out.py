@@ -13,7 +13,7 @@ from pathlib import Path
 import psycopg
 
 BASE_TS = 1767323045000
-BIG_ROWS = 12_000  # one window large enough to be reconciled in many batches (a worker dies mid-way)
+BIG_ROWS = 5_000  # one window large enough to be reconciled in many batches (a worker dies mid-way)
 AGENTS = {"main": 8, "work": 5, "ops-2": 3}  # small sessions per agent, besides main's big one
 
 
