@@ -1,4 +1,5 @@
-"""Test set-up: async tests run on a fresh event loop each; engines open on real SQLite files."""
+"""Test set-up: async tests run on a fresh event loop each; engines open on real SQLite files, or on
+a real PostgreSQL database for the tests that take the `backend` fixture (run once per backend)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import pytest
 
 from sessionsearch import logging as sslogging
 
+from .helpers import Where
 from .server import Server
+from .services import create_pg_database, drop_pg_database, empty_pg_database
 
 
 def pytest_configure(config):
@@ -33,3 +36,23 @@ def server(tmp_path):
     assert srv.stop() == 0
     log = srv.log_path.read_text()
     assert "api.crashed" not in log and "api.failed" not in log, log[-3000:]
+
+
+@pytest.fixture(scope="session")
+def pg_database():
+    """A PostgreSQL database of this test session's own, dropped at its end."""
+    url = create_pg_database()
+    yield url
+    drop_pg_database(url)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request, tmp_path):
+    """Where a test's engines keep their data: SQLite files under tmp_path, or the session's
+    PostgreSQL database emptied for this test. The shared behaviour tests take this."""
+    if request.param == "sqlite":
+        yield Where("sqlite", tmp_path, None)
+        return
+    url = request.getfixturevalue("pg_database")
+    empty_pg_database(url)
+    yield Where("postgres", tmp_path, url)

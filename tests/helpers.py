@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from sessionsearch import Engine, Settings
@@ -55,9 +57,36 @@ def reset(rid: str, parent: str, kept: str | None = None, reason: str = "reset")
     return event
 
 
+@dataclass(frozen=True)
+class Where:
+    """A test's store (the `backend` fixture): SQLite files in `data_dir`, or PostgreSQL at
+    `database_url` (data_dir then holds only what is not in the database)."""
+
+    kind: str
+    data_dir: Path
+    database_url: str | None
+
+    def settings(self, **extra: Any) -> Settings:
+        return Settings(data_dir=str(self.data_dir), database_url=self.database_url, **extra)
+
+    def env(self) -> dict[str, str]:
+        """The environment a subprocess (server, worker, CLI) needs to use the same store."""
+        env = {"SESSIONSEARCH_DATA_DIR": str(self.data_dir)}
+        if self.database_url:
+            env["SESSIONSEARCH_DATABASE_URL"] = self.database_url
+        return env
+
+    def __truediv__(self, name: str) -> Path:  # tests that kept `tmp_path / ...` for side files
+        return self.data_dir / name
+
+
 @asynccontextmanager
 async def engine_at(path, **settings: Any):
-    engine = Engine(path, settings=Settings(data_dir=str(path), **settings))
+    """An open Engine on `path` (a data dir) or on a `Where` (the backend fixture)."""
+    if isinstance(path, Where):
+        engine = Engine(path.data_dir, settings=path.settings(**settings))
+    else:
+        engine = Engine(path, settings=Settings(data_dir=str(path), **settings))
     await engine.open()
     try:
         yield engine
@@ -67,3 +96,11 @@ async def engine_at(path, **settings: Any):
 
 def ids(result: dict) -> list[str]:
     return [hit["messageId"] for hit in result["results"]]
+
+
+async def sql_rows(store, sqlite_sql: str, pg_sql: str, params: tuple = ()) -> list[tuple]:
+    """Rows of a read on the store's own tables, in its backend's SQL (checks in tests only)."""
+    async with store.reader() as reader:
+        if hasattr(reader, "all"):  # PostgreSQL's reader
+            return [tuple(r) for r in await reader.all(pg_sql, params or None)]
+        return [tuple(r) for r in await reader.conn.execute_fetchall(sqlite_sql, params)]

@@ -62,3 +62,47 @@ def terminate(proc: subprocess.Popen, log, *, on_timeout=None) -> int:
             proc.wait(30)
     log.close()
     return proc.returncode
+
+
+# PostgreSQL: the machine's server (CI starts it); each test session makes its own database
+PG_ADMIN_URL = os.environ.get("SESSIONSEARCH_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+PG_TABLES = ("ss_agents", "ss_sessions", "ss_windows", "ss_events", "ss_index", "ss_cold", "ss_deleted")
+
+
+def pg_url(name: str) -> str:
+    base, _, _db = PG_ADMIN_URL.rpartition("/")
+    return f"{base}/{name}"
+
+
+def require_postgres():
+    """A connection to the server's admin database; the test fails (never skips) without one."""
+    import psycopg
+    try:
+        return psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=3)
+    except psycopg.Error as exc:
+        pytest.fail(f"PostgreSQL is not reachable at {PG_ADMIN_URL} ({exc}); `make test` needs it running "
+                    "(apt-get install postgresql), or set SESSIONSEARCH_TEST_PG_URL")
+
+
+def create_pg_database(prefix: str = "ss_test") -> str:
+    """A fresh, uniquely named database; returns its URL."""
+    import uuid
+    name = f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    with require_postgres() as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    return pg_url(name)
+
+
+def drop_pg_database(url: str) -> None:
+    name = url.rpartition("/")[2]
+    with require_postgres() as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def empty_pg_database(url: str) -> None:
+    """Remove every agent's rows (a test's fresh start), ids from 1 again."""
+    import psycopg
+    with psycopg.connect(url, autocommit=True) as conn:
+        present = conn.execute("SELECT to_regclass('ss_agents') IS NOT NULL").fetchone()[0]
+        if present:
+            conn.execute(f"TRUNCATE {', '.join(PG_TABLES)} RESTART IDENTITY")

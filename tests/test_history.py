@@ -26,8 +26,8 @@ async def _reset_session(engine):
     await engine.append(KEY, [reset("r2", "b3"), *chain("c", [("user", "c one"), ("assistant", "c two")], "r2")])
 
 
-async def test_tail_is_the_newest_messages_of_the_current_view_in_order(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_tail_is_the_newest_messages_of_the_current_view_in_order(backend):
+    async with engine_at(backend) as engine:
         await _reset_session(engine)
         result = await engine.history(sessionKey=KEY)
         assert mids(result) == ["c1", "c2"]
@@ -36,15 +36,15 @@ async def test_tail_is_the_newest_messages_of_the_current_view_in_order(tmp_path
                                          "content": "c one", "timestamp": result["messages"][0]["timestamp"]}
 
 
-async def test_kept_rows_are_in_the_current_view(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_kept_rows_are_in_the_current_view(backend):
+    async with engine_at(backend) as engine:
         await engine.append(KEY, chain("a", [("user", "a one"), ("assistant", "a two"), ("user", "a three")]))
         await engine.append(KEY, [reset("r1", "a3", kept="a2"), msg("b1", "user", "b one", "r1")])
         assert mids(await engine.history(sessionKey=KEY)) == ["a2", "a3", "b1"]
 
 
-async def test_offset_paging_reaches_the_start_of_the_view(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_offset_paging_reaches_the_start_of_the_view(backend):
+    async with engine_at(backend) as engine:
         await engine.append(KEY, chain("m", [("user", f"line {i}") for i in range(1, 26)]))
         seen, offset = [], 0
         while True:
@@ -57,8 +57,8 @@ async def test_offset_paging_reaches_the_start_of_the_view(tmp_path):
         assert seen == [f"m{i}" for i in range(1, 26)]
 
 
-async def test_an_anchor_grows_alternately_older_and_newer(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_an_anchor_grows_alternately_older_and_newer(backend):
+    async with engine_at(backend) as engine:
         await engine.append(KEY, chain("m", [("user", f"line {i}") for i in range(1, 11)]))
         result = await engine.history(sessionKey=KEY, messageId="m5", limit=4)
         assert mids(result) == ["m3", "m4", "m5", "m6"]
@@ -67,15 +67,15 @@ async def test_an_anchor_grows_alternately_older_and_newer(tmp_path):
         assert mids(edge) == ["m1", "m2", "m3"]
 
 
-async def test_an_anchor_in_the_current_view_may_include_later_turns(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_an_anchor_in_the_current_view_may_include_later_turns(backend):
+    async with engine_at(backend) as engine:
         await engine.append(KEY, chain("a", [("user", "a one"), ("assistant", "a two")]))
         await engine.append(KEY, [reset("r1", "a2", kept="a2"), msg("b1", "user", "b one", "r1")])
         assert mids(await engine.history(sessionKey=KEY, messageId="a2", limit=10)) == ["a2", "b1"]
 
 
-async def test_an_anchor_outside_the_current_view_reads_its_closed_interval(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_an_anchor_outside_the_current_view_reads_its_closed_interval(backend):
+    async with engine_at(backend) as engine:
         await _reset_session(engine)
         first = await engine.history(sessionKey=KEY, messageId="a1", limit=50)
         assert mids(first) == ["a1", "a2", "a3"]
@@ -83,8 +83,8 @@ async def test_an_anchor_outside_the_current_view_reads_its_closed_interval(tmp_
         assert mids(middle) == ["a3", "b1", "b2", "b3"]  # a3 was kept by r1; never c1, c2
 
 
-async def test_a_missing_or_off_branch_anchor_gives_empty_history(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_a_missing_or_off_branch_anchor_gives_empty_history(backend):
+    async with engine_at(backend) as engine:
         await engine.append(KEY, chain("m", [("user", "one"), ("user", "two")]))
         await engine.append(KEY, [{"type": "leaf", "id": "l1", "parentId": "m2", "targetId": "m1"},
                                   msg("n2", "user", "other", "l1")])
@@ -93,8 +93,8 @@ async def test_a_missing_or_off_branch_anchor_gives_empty_history(tmp_path):
         assert mids(await engine.history(sessionKey=KEY, messageId="n2")) == ["m1", "n2"]
 
 
-async def test_history_argument_errors(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_history_argument_errors(backend):
+    async with engine_at(backend) as engine:
         await engine.append(KEY, chain("m", [("user", "one")]), sessionId="s1")
         with pytest.raises(InvalidRequest, match="^sessionId requires messageId$"):
             await engine.history(sessionKey=KEY, sessionId="s1")
@@ -109,16 +109,16 @@ async def test_history_argument_errors(tmp_path):
             await engine.history(sessionKey="agent:main:absent")
 
 
-async def test_tool_messages_only_with_include_tools(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_tool_messages_only_with_include_tools(backend):
+    async with engine_at(backend) as engine:
         await engine.append(KEY, [msg("u", "user", "q", None), msg("t", "toolResult", "tool output", "u"),
                                   msg("a", "assistant", "answer", "t")])
         assert mids(await engine.history(sessionKey=KEY)) == ["u", "a"]
         assert mids(await engine.history(sessionKey=KEY, includeTools=True)) == ["u", "t", "a"]
 
 
-async def test_long_text_is_cut_and_huge_rows_are_replaced(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_long_text_is_cut_and_huge_rows_are_replaced(backend):
+    async with engine_at(backend) as engine:
         blocks = [{"type": "image", "data": "x" * 60_000}]
         await engine.append(KEY, [msg("long", "user", "y" * 5000, None), msg("huge", "user", blocks, "long"),
                                   msg("small", "user", "fine", "huge")])
@@ -129,8 +129,8 @@ async def test_long_text_is_cut_and_huge_rows_are_replaced(tmp_path):
         assert small["content"] == "fine" and result["truncated"] is True
 
 
-async def test_responses_stay_within_80_kib_and_paging_skips_nothing(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_responses_stay_within_80_kib_and_paging_skips_nothing(backend):
+    async with engine_at(backend) as engine:
         await engine.append(KEY, chain("m", [("user", f"{i} " + "z" * 3990) for i in range(1, 61)]))
         seen, offset, pages = [], 0, 0
         while True:

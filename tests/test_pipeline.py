@@ -22,7 +22,7 @@ from sessionsearch import metrics as ssmetrics
 from sessionsearch.importer import run_import
 from sessionsearch.queue import Pipeline
 
-from .helpers import chain, ids, leaf, msg
+from .helpers import Where, chain, ids, leaf, msg
 from .services import free_port, redis_server, require_redis, terminate
 
 DEMO = Path(__file__).resolve().parent.parent / "sessionsearch" / "demo_data"
@@ -146,12 +146,21 @@ async def finish_with_another_worker(engine: Engine, tmp_path: Path, redis_url: 
         assert second.stop() == 0
 
 
-def _settings(tmp_path: Path, redis_url: str | None, **more) -> Settings:
-    return Settings(data_dir=str(tmp_path / "data"), redis_url=redis_url, **more)
+def _settings(where: Path | Where, redis_url: str | None, **more) -> Settings:
+    """Settings on tmp_path / "data" (SQLite), or on the `backend` fixture's store."""
+    if isinstance(where, Where):
+        return Settings(data_dir=str(where.data_dir / "data"), database_url=where.database_url, redis_url=redis_url,
+                        **more)
+    return Settings(data_dir=str(where / "data"), redis_url=redis_url, **more)
 
 
-async def test_import_search_worker_search(tmp_path, redis_url):
-    settings = _settings(tmp_path, redis_url)
+def _env(backend: Where) -> dict[str, str]:
+    """What a worker process needs beside its data dir to use the test's store."""
+    return {"SESSIONSEARCH_DATABASE_URL": backend.database_url} if backend.database_url else {}
+
+
+async def test_import_search_worker_search(backend, tmp_path, redis_url):
+    settings = _settings(backend, redis_url)
     pipeline = Pipeline(settings)
     async with Engine(settings=settings, enqueuer=pipeline.reconciler.enqueue) as engine:
         await engine.append("agent:main:live", chain("live", [("user", "loan talk, live and indexed")]))
@@ -159,7 +168,7 @@ async def test_import_search_worker_search(tmp_path, redis_url):
         first = await engine.search(query="loan", limit=25)
         assert first["indexing"] is True and ids(first) == ["live1"]  # the partial hits, at once
         assert pipeline.queue_depth()["ready"] == 5  # the windows in scope: all but the incognito one
-        worker = Worker(tmp_path / "data", redis_url, tmp_path / "worker.log")
+        worker = Worker(tmp_path / "data", redis_url, tmp_path / "worker.log", **_env(backend))
         try:
             await wait_for_backlog_zero(engine)
             second = await engine.search(query="loan", limit=25)
@@ -170,8 +179,8 @@ async def test_import_search_worker_search(tmp_path, redis_url):
     pipeline.close()
 
 
-async def test_concurrent_searches_enqueue_each_window_once(tmp_path, redis_url):
-    settings = _settings(tmp_path, redis_url)
+async def test_concurrent_searches_enqueue_each_window_once(backend, tmp_path, redis_url):
+    settings = _settings(backend, redis_url)
     pipeline = Pipeline(settings)
     dedup = ssmetrics.get().enqueues_deduplicated
     before = dedup._value.get()
@@ -186,8 +195,8 @@ async def test_concurrent_searches_enqueue_each_window_once(tmp_path, redis_url)
     pipeline.close()
 
 
-async def test_many_windows_are_marked_after_the_answer_and_queued_once_across_processes(tmp_path, redis_url):
-    settings = _settings(tmp_path, redis_url)
+async def test_many_windows_are_marked_after_the_answer_and_queued_once_across_processes(backend, tmp_path, redis_url):
+    settings = _settings(backend, redis_url)
     async with Engine(settings=settings) as engine:
         for n in range(60):  # more than a search marks inline: marking and sending go to a thread
             await engine.append(f"agent:main:s{n}", chain(f"s{n}-", [("user", f"ledger entry {n}")]), index=False)
@@ -207,10 +216,10 @@ async def test_many_windows_are_marked_after_the_answer_and_queued_once_across_p
             pipeline.close()
 
 
-async def test_a_rewind_hides_text_at_once_and_the_worker_restores_the_survivor(tmp_path, redis_url):
-    settings = _settings(tmp_path, redis_url)
+async def test_a_rewind_hides_text_at_once_and_the_worker_restores_the_survivor(backend, tmp_path, redis_url):
+    settings = _settings(backend, redis_url)
     pipeline = Pipeline(settings)
-    worker = Worker(tmp_path / "data", redis_url, tmp_path / "worker.log")
+    worker = Worker(tmp_path / "data", redis_url, tmp_path / "worker.log", **_env(backend))
     key = "agent:main:plans"
     try:
         async with Engine(settings=settings, enqueuer=pipeline.reconciler.enqueue) as engine:
@@ -295,11 +304,11 @@ async def test_a_worker_killed_mid_job_loses_nothing(tmp_path, redis_url):
     assert_index_is_the_window(tmp_path / "data", 120_000)
 
 
-async def test_search_answers_while_redis_is_down_and_enqueues_once_it_is_back(tmp_path):
+async def test_search_answers_while_redis_is_down_and_enqueues_once_it_is_back(backend, tmp_path):
     port = free_port()
     server = redis_server(port)
     url = f"redis://127.0.0.1:{port}/0"
-    settings = _settings(tmp_path, url)
+    settings = _settings(backend, url)
     pipeline = Pipeline(settings)
     failures = ssmetrics.get().enqueue_failures
     try:
@@ -324,12 +333,12 @@ async def test_search_answers_while_redis_is_down_and_enqueues_once_it_is_back(t
         server.wait(10)
 
 
-async def test_worker_metrics_show_the_workload(tmp_path, redis_url):
-    settings = _settings(tmp_path, redis_url)
+async def test_worker_metrics_show_the_workload(backend, tmp_path, redis_url):
+    settings = _settings(backend, redis_url)
     pipeline = Pipeline(settings)
     async with Engine(settings=settings, enqueuer=pipeline.reconciler.enqueue) as engine:
         await run_import(engine, DEMO)
-        worker = Worker(tmp_path / "data", redis_url, tmp_path / "worker.log")
+        worker = Worker(tmp_path / "data", redis_url, tmp_path / "worker.log", **_env(backend))
         try:
             await wait_for_backlog_zero(engine)
             deadline = time.monotonic() + DEADLINE_S
@@ -356,8 +365,8 @@ async def test_worker_metrics_show_the_workload(tmp_path, redis_url):
     pipeline.close()
 
 
-def test_the_embedded_pipeline_reconciles_in_process_without_redis(tmp_path):
-    settings = _settings(tmp_path, None)
+def test_the_embedded_pipeline_reconciles_in_process_without_redis(backend, tmp_path):
+    settings = _settings(backend, None)
     pipeline = Pipeline(settings)
     assert pipeline.embedded
 

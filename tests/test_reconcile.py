@@ -14,6 +14,7 @@ import pytest
 from sessionsearch import Engine, Settings
 from sessionsearch.indexer.events import parse_event
 from sessionsearch.indexer.reconcile import reconcile_window
+from sessionsearch.store.postgres import PgAgentStore
 from sessionsearch.store.sqlite import reconcile as sqlite_reconcile
 from sessionsearch.store.rowids import row_id
 
@@ -38,13 +39,35 @@ async def _index_rows(engine, wid: int) -> list[int]:
 async def _branch_ids(engine, wid: int) -> list[int]:
     store = await engine.store("main")
     async with store.reader() as reader:
-        rows = await reader.conn.execute_fetchall(
-            "SELECT id FROM events WHERE wid = ? AND on_branch = 1 AND text IS NOT NULL ORDER BY id", (wid,))
+        if isinstance(store, PgAgentStore):
+            rows = await reader.all("SELECT id FROM ss_events WHERE wid = %s AND on_branch = 1 AND text IS NOT NULL "
+                                    "ORDER BY id", (wid,))
+        else:
+            rows = await reader.conn.execute_fetchall(
+                "SELECT id FROM events WHERE wid = ? AND on_branch = 1 AND text IS NOT NULL ORDER BY id", (wid,))
     return [r[0] for r in rows]
 
 
-async def test_imported_windows_are_reported_with_indexing_until_reconciled(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def _ghost_row(store, wid: int, seq: int) -> None:
+    """An index row for "ghost row" whose transcript row does not exist."""
+    if isinstance(store, PgAgentStore):
+        await store.execute_write("INSERT INTO ss_index (id, ano, wid, ts, mid, dl, tf, tsv) VALUES "
+                                  "(%s, %s, %s, 0, 'g', 2, '{\"ghost\": 1, \"row\": 1}', 'ghost:1 row:2')",
+                                  (row_id(wid, seq, "user"), store.ano, wid))
+    else:
+        await store.execute_write("INSERT INTO msg_fts (rowid, text, ts, mid) VALUES (?, 'ghost row', 0, 'g')",
+                                  (row_id(wid, seq, "user"),))
+
+
+async def _index_count(store) -> int:
+    async with store.reader() as reader:
+        if isinstance(store, PgAgentStore):
+            return (await reader.one("SELECT count(*) FROM ss_index"))[0]
+        return (await reader.conn.execute_fetchall("SELECT count(*) FROM msg_fts"))[0][0]
+
+
+async def test_imported_windows_are_reported_with_indexing_until_reconciled(backend):
+    async with engine_at(backend) as engine:
         await engine.append("agent:main:live", chain("l", [("user", "topic3 live")]))
         wid = await _unindexed_window(engine)
         partial = await engine.search(query="topic3")
@@ -55,8 +78,8 @@ async def test_imported_windows_are_reported_with_indexing_until_reconciled(tmp_
         assert "indexing" not in complete and len(complete["results"]) == 25 and complete["truncated"]
 
 
-async def test_reconciling_a_clean_window_changes_nothing(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_reconciling_a_clean_window_changes_nothing(backend):
+    async with engine_at(backend) as engine:
         wid = await _unindexed_window(engine, 20)
         await engine.reconcile("main", wid)
         before = await _index_rows(engine, wid)
@@ -64,10 +87,10 @@ async def test_reconciling_a_clean_window_changes_nothing(tmp_path):
         assert await _index_rows(engine, wid) == before == await _branch_ids(engine, wid)
 
 
-async def test_concurrent_reconciliation_of_one_window_gives_exactly_192_rows(tmp_path):
-    async with engine_at(tmp_path, reconcile_batch_rows=16) as first:
+async def test_concurrent_reconciliation_of_one_window_gives_exactly_192_rows(backend):
+    async with engine_at(backend, reconcile_batch_rows=16) as first:
         wid = await _unindexed_window(first)
-        async with engine_at(tmp_path, reconcile_batch_rows=16) as second:
+        async with engine_at(backend, reconcile_batch_rows=16) as second:
             stores = [await first.store("main"), await second.store("main")]
             # a lease of zero makes every claim instantly expired: the two keep taking it over
             results = await asyncio.gather(*(reconcile_window(s, wid, batch_rows=16, lease_s=0.0)
@@ -80,8 +103,8 @@ async def test_concurrent_reconciliation_of_one_window_gives_exactly_192_rows(tm
             assert len(await _index_rows(first, wid)) == 192
 
 
-async def test_small_windows_waiting_beside_a_job_are_published_in_its_transaction(tmp_path):
-    async with engine_at(tmp_path, reconcile_batch_rows=100) as engine:
+async def test_small_windows_waiting_beside_a_job_are_published_in_its_transaction(backend):
+    async with engine_at(backend, reconcile_batch_rows=100) as engine:
         for n, size in enumerate([10, 10, 10, 10, 95, 10]):
             texts = [("user", f"window{n} row {i} shared") for i in range(size)]
             await engine.append(f"agent:main:s{n}", chain(f"w{n}-", texts), index=False)
@@ -107,8 +130,8 @@ async def test_small_windows_waiting_beside_a_job_are_published_in_its_transacti
             assert await _index_rows(engine, wid) == await _branch_ids(engine, wid)
 
 
-async def test_a_job_with_time_left_goes_on_with_the_windows_waiting_after_its_own(tmp_path):
-    async with engine_at(tmp_path, reconcile_batch_rows=25) as engine:
+async def test_a_job_with_time_left_goes_on_with_the_windows_waiting_after_its_own(backend):
+    async with engine_at(backend, reconcile_batch_rows=25) as engine:
         for n in range(12):  # 10 rows each: a transaction holds two windows and a half
             texts = [("user", f"window{n} row {i} shared") for i in range(10)]
             await engine.append(f"agent:main:s{n}", chain(f"w{n}-", texts), index=False)
@@ -127,7 +150,7 @@ async def test_a_job_with_time_left_goes_on_with_the_windows_waiting_after_its_o
             assert (await engine.reconcile("main", wid)).outcome == "clean"  # their own jobs: nothing to do
 
 
-async def test_a_job_stops_going_on_once_another_process_holds_the_write_lock_first(tmp_path, monkeypatch):
+async def test_a_job_stops_going_on_once_another_process_holds_the_write_lock_first(tmp_path, monkeypatch):  # SQLite only: SQLite's one write lock per agent database
     async with engine_at(tmp_path, reconcile_batch_rows=25) as engine:
         for n in range(12):
             await engine.append(f"agent:main:s{n}", chain(f"w{n}-", [("user", f"w{n} r{i}") for i in range(10)]),
@@ -148,20 +171,21 @@ async def test_a_job_stops_going_on_once_another_process_holds_the_write_lock_fi
         assert len((await engine.pending("main"))["main"]) == 8  # the rest is left to the jobs of those windows
 
 
-async def test_a_job_whose_window_is_being_rebuilt_beside_another_ends_at_once(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_a_job_whose_window_is_being_rebuilt_beside_another_ends_at_once(backend):
+    async with engine_at(backend) as engine:
         wid = await _unindexed_window(engine, 30)
         store = await engine.store("main")
-        store._writer.rebuilding = frozenset({wid})  # as inside another job's running transaction
+        holder = store._reconcile if isinstance(store, PgAgentStore) else store._writer
+        holder.rebuilding = frozenset({wid})  # as inside another job's running transaction
         result = await engine.reconcile("main", wid)
         assert result.outcome == "beside" and result.rows_inserted == 0
         assert (await engine.pending("main"))["main"] == [wid]  # that transaction publishes it, not this job
-        store._writer.rebuilding = frozenset()
+        holder.rebuilding = frozenset()
         assert (await engine.reconcile("main", wid)).outcome == "published"
 
 
-async def test_a_live_claim_is_respected_and_an_expired_one_taken_over(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_a_live_claim_is_respected_and_an_expired_one_taken_over(backend):
+    async with engine_at(backend) as engine:
         wid = await _unindexed_window(engine, 30)
         store = await engine.store("main")
         assert await store.claim(wid, "other-worker", 60.0) is not None
@@ -191,8 +215,8 @@ async def test_both_ways_of_inserting_rows_leave_the_index_equal_to_the_branch(t
         await engine.close()
 
 
-async def test_publish_waits_for_a_rewind_that_arrived_meanwhile(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_publish_waits_for_a_rewind_that_arrived_meanwhile(backend):
+    async with engine_at(backend) as engine:
         wid = await _unindexed_window(engine, 10)
         store = await engine.store("main")
         claim = await store.claim(wid, "me", 60.0)
@@ -205,8 +229,8 @@ async def test_publish_waits_for_a_rewind_that_arrived_meanwhile(tmp_path):
         assert ids(await engine.search(query="number 9")) == []
 
 
-async def test_linear_appends_during_reconciliation_do_not_restart_it(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_linear_appends_during_reconciliation_do_not_restart_it(backend):
+    async with engine_at(backend) as engine:
         wid = await _unindexed_window(engine, 10)
         store = await engine.store("main")
         claim = await store.claim(wid, "me", 60.0)
@@ -217,33 +241,31 @@ async def test_linear_appends_during_reconciliation_do_not_restart_it(tmp_path):
         assert await _index_rows(engine, wid) == await _branch_ids(engine, wid)
 
 
-async def test_sweep_removes_index_rows_whose_transcript_is_gone(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_sweep_removes_index_rows_whose_transcript_is_gone(backend):
+    async with engine_at(backend) as engine:
         await engine.append("agent:main:a", chain("a", [("user", "real row")]))
         store = await engine.store("main")
-        await store.execute_write("INSERT INTO msg_fts (rowid, text) VALUES (?, 'ghost row')", (row_id(999, 1, "user"),))
+        await _ghost_row(store, 999, 1)
         assert ids(await engine.search(query="row")) == ["a1"]  # no window: never a hit
         assert (await engine.reconcile_pending())["swept"] == 1
-        async with store.reader() as reader:
-            assert await reader.conn.execute_fetchall("SELECT count(*) FROM msg_fts") == [(1,)]
+        assert await _index_count(store) == 1
 
 
-async def test_an_index_row_whose_transcript_row_is_gone_is_never_a_hit(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_an_index_row_whose_transcript_row_is_gone_is_never_a_hit(backend):
+    async with engine_at(backend) as engine:
         await engine.append("agent:main:a", chain("a", [("user", "real row")]))
         store = await engine.store("main")
         async with store.reader() as reader:
-            (wid,), = await reader.conn.execute_fetchall("SELECT wid FROM windows")
-        await store.execute_write("INSERT INTO msg_fts (rowid, text, ts, mid) VALUES (?, 'ghost row', 0, 'g')",
-                                  (row_id(wid, 50, "user"),))
+            ((wid, _, _),) = await store.windows_of(reader, "agent:main:a")
+        await _ghost_row(store, wid, 50)
         for order in ("relevance", "recent"):
             found = await engine.search(query="row", order=order)
             assert ids(found) == ["a1"], order
             json.dumps(found, allow_nan=False)  # no score of an infinite rank either
 
 
-async def test_stopping_between_batches_releases_the_claim(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_stopping_between_batches_releases_the_claim(backend):
+    async with engine_at(backend) as engine:
         wid = await _unindexed_window(engine, 50)
         store = await engine.store("main")
         result = await reconcile_window(store, wid, batch_rows=10, should_stop=lambda: True)
@@ -273,7 +295,7 @@ print(count, stop.exists())
 """
 
 
-async def test_an_append_takes_its_turn_between_another_process_s_back_to_back_transactions(tmp_path):
+async def test_an_append_takes_its_turn_between_another_process_s_back_to_back_transactions(tmp_path):  # SQLite only: SQLite's one write lock per agent database
     """SQLite's lock is no queue: without turns, a process that commits and begins again at once
     keeps it from another that sleeps between tries (a worker draining a backlog starved gateway
     appends for seconds)."""

@@ -19,8 +19,8 @@ DAY = 86_400_000
 JAN_2 = 1767312000000  # 2026-01-02T00:00:00Z
 
 
-async def test_since_is_inclusive_and_until_exclusive_at_the_exact_millisecond(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_since_is_inclusive_and_until_exclusive_at_the_exact_millisecond(backend):
+    async with engine_at(backend) as engine:
         await engine.append(KEY, timed("m", [("user", "tick", BASE_TS + i) for i in range(5)]))
         found = await engine.search(query="tick", since=BASE_TS + 1, until=BASE_TS + 3, limit=25)
         assert sorted(ids(found)) == ["m2", "m3"]  # BASE_TS + 1 and + 2; + 3 is the exclusive end
@@ -29,8 +29,8 @@ async def test_since_is_inclusive_and_until_exclusive_at_the_exact_millisecond(t
         assert ids(await engine.search(query="tick", since=BASE_TS + 5)) == []
 
 
-async def test_iso_dates_times_offsets_and_integral_floats_name_the_same_instants(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_iso_dates_times_offsets_and_integral_floats_name_the_same_instants(backend):
+    async with engine_at(backend) as engine:
         stamps = [JAN_2 - 1, JAN_2, JAN_2 + 3_600_000 + 5, JAN_2 + DAY]
         await engine.append(KEY, timed("m", [("user", "tick", ts) for ts in stamps]))
 
@@ -63,15 +63,15 @@ async def test_iso_dates_times_offsets_and_integral_floats_name_the_same_instant
     ({"since": "2026-01-03", "until": "2026-01-02T23:00Z"}, "since", "since must be earlier than until"),
     ({"resultMode": "session"}, "resultMode", 'resultMode must be "messages" or "sessions"'),
 ])
-async def test_bad_ranges_and_result_modes_are_refused_naming_the_field(tmp_path, fields, field, message):
-    async with engine_at(tmp_path) as engine:
+async def test_bad_ranges_and_result_modes_are_refused_naming_the_field(backend, fields, field, message):
+    async with engine_at(backend) as engine:
         with pytest.raises(InvalidRequest) as caught:
             await engine.search(query="tick", **fields)
         assert message in caught.value.message and caught.value.field == field
 
 
-async def test_the_range_bounds_are_the_timestamp_range_events_accept(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_the_range_bounds_are_the_timestamp_range_events_accept(backend):
+    async with engine_at(backend) as engine:
         await engine.append(KEY, timed("m", [("user", "edge", MIN_TS_MS), ("user", "edge", MAX_TS_MS)]))
         assert sorted(ids(await engine.search(query="edge", since=MIN_TS_MS, until=MAX_TS_MS))) == ["m1"]
         assert ids(await engine.search(query="edge", since=MAX_TS_MS)) == ["m2"]
@@ -88,8 +88,8 @@ async def _outranked(engine) -> None:
                                                          for i in range(5)]))
 
 
-async def test_a_range_is_inside_the_ranking_so_limit_counts_only_hits_in_range(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_a_range_is_inside_the_ranking_so_limit_counts_only_hits_in_range(backend):
+    async with engine_at(backend) as engine:
         await _outranked(engine)
         everything = await engine.search(query="needle", limit=25)
         assert all(mid.startswith("out") for mid in ids(everything))  # the in-range hits rank below all 40
@@ -103,7 +103,7 @@ async def test_a_range_is_inside_the_ranking_so_limit_counts_only_hits_in_range(
         assert {h["messageId"]: h["score"] for h in ranged["results"]} == {m: whole[m] for m in ids(ranged)}
 
 
-async def test_common_words_with_postings_answer_a_range_exactly(tmp_path):
+async def test_common_words_with_postings_answer_a_range_exactly(tmp_path):  # SQLite only: postings are SQLite's
     async with engine_at(tmp_path) as engine:
         await _outranked(engine)
         built = await engine.optimize(min_docs=10, min_share=0)
@@ -125,7 +125,7 @@ def _oracle(db, word: str, since: int | None, until: int | None, order: str, lim
     return [(mid, round(-rank, 6)) for mid, rank, _ in rows[:limit]]
 
 
-async def test_random_ranges_give_exactly_the_hits_of_ranking_everything_and_filtering(tmp_path):
+async def test_random_ranges_give_exactly_the_hits_of_ranking_everything_and_filtering(tmp_path):  # SQLite only: the oracle reads the agent's SQLite file, and postings are SQLite's
     """Timestamps out of order within windows, ranges narrow enough for the id span and wide ones,
     both orders, before and after postings; each answer equal to the oracle's."""
     rng = random.Random(20261130)
@@ -154,7 +154,7 @@ async def test_random_ranges_give_exactly_the_hits_of_ranking_everything_and_fil
         assert kinds["narrowed"] >= 20 and kinds["whole"] >= 20, kinds
 
 
-async def test_a_narrow_range_is_an_id_span_holding_every_message_in_it(tmp_path):
+async def test_a_narrow_range_is_an_id_span_holding_every_message_in_it(tmp_path):  # SQLite only: SQLite's id spans (scope.id_bounds)
     async with engine_at(tmp_path) as engine:
         # timestamps falling then rising inside one window: the span comes from the rows, not their order
         await engine.append(KEY, timed("m", [("user", "w", BASE_TS + t) for t in (900, 5, 400, 1000, 1)]))
@@ -169,24 +169,24 @@ async def test_a_narrow_range_is_an_id_span_holding_every_message_in_it(tmp_path
             assert await id_bounds(reader.conn, BASE_TS, BASE_TS + 100_000) is None  # most of the time span
 
 
-async def test_every_query_of_a_batch_takes_the_range(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_every_query_of_a_batch_takes_the_range(backend):
+    async with engine_at(backend) as engine:
         await engine.append(KEY, timed("m", [("user", "red", BASE_TS), ("user", "blue", BASE_TS + 10),
                                               ("user", "red", BASE_TS + 20), ("user", "blue", BASE_TS + 30)]))
         states = (await engine.search(queries=["red", "blue"], since=BASE_TS + 10, until=BASE_TS + 21))["states"]
         assert [ids(s) for s in states] == [["m3"], ["m2"]]
 
 
-async def test_the_cjk_substring_retry_keeps_to_the_range(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_the_cjk_substring_retry_keeps_to_the_range(backend):
+    async with engine_at(backend) as engine:
         await engine.append(KEY, timed("m", [("user", "東京開会", BASE_TS), ("user", "明日東京へ", BASE_TS + DAY),
                                               ("user", "東京駅", BASE_TS + 2 * DAY)]))
         assert sorted(ids(await engine.search(query="東京", limit=25))) == ["m1", "m2", "m3"]
         assert ids(await engine.search(query="東京", since=BASE_TS + DAY, until=BASE_TS + 2 * DAY)) == ["m2"]
 
 
-async def test_a_range_leaves_dirty_windows_out_and_says_indexing(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_a_range_leaves_dirty_windows_out_and_says_indexing(backend):
+    async with engine_at(backend) as engine:
         await engine.append(KEY, chain("m", [("user", "ledger one")]))
         await engine.append("agent:main:imported", chain("i", [("user", "ledger two")]), index=False)
         result = await engine.search(query="ledger", since=BASE_TS)

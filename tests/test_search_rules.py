@@ -25,35 +25,35 @@ async def _spec_corpus(engine):
     await engine.append(KEY, chain("m", SPEC_TEXTS), sessionId="s1")
 
 
-async def test_exact_words_do_not_match_a_prefix(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_exact_words_do_not_match_a_prefix(backend):
+    async with engine_at(backend) as engine:
         await _spec_corpus(engine)
         assert ids(await engine.search(query="per session communi")) == []
 
 
-async def test_prefix_match_lets_the_last_word_be_a_prefix(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_prefix_match_lets_the_last_word_be_a_prefix(backend):
+    async with engine_at(backend) as engine:
         await _spec_corpus(engine)
         assert ids(await engine.search(query="per-session communi", match="prefix")) == ["m1"]
         assert ids(await engine.search(query="per-session communi")) == []
 
 
-async def test_case_and_diacritics_fold(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_case_and_diacritics_fold(backend):
+    async with engine_at(backend) as engine:
         await _spec_corpus(engine)
         assert ids(await engine.search(query="CAFE communication")) == ["m1"]
         assert ids(await engine.search(query="οσ")) == ["m2"]
 
 
-async def test_all_words_must_match(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_all_words_must_match(backend):
+    async with engine_at(backend) as engine:
         await _spec_corpus(engine)
         assert ids(await engine.search(query="café greek")) == []
         assert ids(await engine.search(query="café controls")) == ["m1"]
 
 
-async def test_query_syntax_words_are_literal_text(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_query_syntax_words_are_literal_text(backend):
+    async with engine_at(backend) as engine:
         await _spec_corpus(engine)
         await engine.append(KEY, chain("x", [("user", "salt or pepper near the text: literal (sic)")], parent="m4"))
         expected = {  # as operators these would be syntax errors, or would widen or narrow the match
@@ -64,28 +64,28 @@ async def test_query_syntax_words_are_literal_text(tmp_path):
         assert found == expected
 
 
-async def test_quoted_and_starred_words_keep_their_letters(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_quoted_and_starred_words_keep_their_letters(backend):
+    async with engine_at(backend) as engine:
         await _spec_corpus(engine)
         assert ids(await engine.search(query='"literal"')) == ["m3"]
         assert ids(await engine.search(query="literal*")) == ["m3"]  # `*` is punctuation, not a prefix
         assert ids(await engine.search(query="liter*")) == []
 
 
-async def test_a_query_of_only_punctuation_finds_nothing_and_is_no_error(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_a_query_of_only_punctuation_finds_nothing_and_is_no_error(backend):
+    async with engine_at(backend) as engine:
         await _spec_corpus(engine)
         assert (await engine.search(query='" --- ***'))["results"] == []
 
 
-async def test_hyphenated_word_matches_its_parts_in_sequence(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_hyphenated_word_matches_its_parts_in_sequence(backend):
+    async with engine_at(backend) as engine:
         await engine.append(KEY, chain("m", [("user", "per-session"), ("user", "session per")]))
         assert ids(await engine.search(query="per-session")) == ["m1"]
 
 
-async def test_empty_and_overlong_queries_are_errors(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_empty_and_overlong_queries_are_errors(backend):
+    async with engine_at(backend) as engine:
         with pytest.raises(InvalidRequest, match="^query must not be empty$"):
             await engine.search(query="   ")
         with pytest.raises(InvalidRequest, match="^query must not exceed 4096 characters$"):
@@ -96,15 +96,15 @@ async def test_empty_and_overlong_queries_are_errors(tmp_path):
 
 
 @pytest.mark.parametrize("limit", [0, 26, -1, "5", 2.5, True])
-async def test_limit_outside_1_to_25_is_an_error(tmp_path, limit):
-    async with engine_at(tmp_path) as engine:
+async def test_limit_outside_1_to_25_is_an_error(backend, limit):
+    async with engine_at(backend) as engine:
         with pytest.raises(InvalidRequest) as err:
             await engine.search(query="x", limit=limit)
         assert err.value.field == "limit"
 
 
-async def test_request_needs_exactly_one_of_query_and_queries(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_request_needs_exactly_one_of_query_and_queries(backend):
+    async with engine_at(backend) as engine:
         with pytest.raises(InvalidRequest, match="exactly one"):
             await engine.search({})
         with pytest.raises(InvalidRequest, match="exactly one"):
@@ -115,22 +115,22 @@ async def test_request_needs_exactly_one_of_query_and_queries(tmp_path):
             await engine.search(query="a", color="red")
 
 
-async def test_queries_answer_one_state_per_query(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_queries_answer_one_state_per_query(backend):
+    async with engine_at(backend) as engine:
         await _spec_corpus(engine)
         result = await engine.search(queries=["café", "greek", "absent"])
         assert [ids(state) for state in result["states"]] == [["m1"], ["m2"], []]
 
 
-async def test_role_filter_narrows_to_that_role(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_role_filter_narrows_to_that_role(backend):
+    async with engine_at(backend) as engine:
         await engine.append(KEY, chain("m", [("user", "budget plan"), ("assistant", "budget reply")]))
         assert ids(await engine.search(query="budget", role="user")) == ["m1"]
         assert ids(await engine.search(query="budget", role="assistant")) == ["m2"]
 
 
-async def test_higher_score_is_better_and_results_are_ordered_by_it(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_higher_score_is_better_and_results_are_ordered_by_it(backend):
+    async with engine_at(backend) as engine:
         await engine.append(KEY, chain("m", [
             ("user", "loan " + "filler " * 40), ("user", "loan loan loan"), ("user", "loan and other words")]))
         result = await engine.search(query="loan")
@@ -139,16 +139,16 @@ async def test_higher_score_is_better_and_results_are_ordered_by_it(tmp_path):
         assert scores == sorted(scores, reverse=True) and scores[0] > scores[-1] > 0
 
 
-async def test_ties_go_to_the_newer_message_then_message_id(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_ties_go_to_the_newer_message_then_message_id(backend):
+    async with engine_at(backend) as engine:
         await engine.append(KEY, [msg("b", "user", "same words", None, ts=BASE_TS + 5),
                                   msg("a", "user", "same words", "b", ts=BASE_TS + 5),
                                   msg("c", "user", "same words", "a", ts=BASE_TS + 9)])
         assert ids(await engine.search(query="same")) == ["c", "a", "b"]
 
 
-async def test_ties_across_the_limit_cut_follow_the_tie_rule(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_ties_across_the_limit_cut_follow_the_tie_rule(backend):
+    async with engine_at(backend) as engine:
         events, parent = [], None
         for i in range(40):  # identical texts: all hits tie; the newest must come first
             events.append(msg(f"m{i:02d}", "user", "ok thanks", parent, ts=BASE_TS + (i * 7919) % 40))
@@ -159,8 +159,8 @@ async def test_ties_across_the_limit_cut_follow_the_tie_rule(tmp_path):
         assert result["truncated"] is True
 
 
-async def test_ties_longer_than_the_sorter_margin_still_follow_the_tie_rule(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_ties_longer_than_the_sorter_margin_still_follow_the_tie_rule(backend):
+    async with engine_at(backend) as engine:
         events, parent = [], None
         for i in range(300):
             events.append(msg(f"m{i:03d}", "user", "same words", parent, ts=BASE_TS + (i * 7919) % 300))
@@ -171,16 +171,16 @@ async def test_ties_longer_than_the_sorter_margin_still_follow_the_tie_rule(tmp_
         assert result["truncated"] is True
 
 
-async def test_recent_order_is_newest_first(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_recent_order_is_newest_first(backend):
+    async with engine_at(backend) as engine:
         await engine.append(KEY, [msg("old", "user", "loan loan loan", None, ts=BASE_TS),
                                   msg("new", "user", "loan " + "x " * 50, "old", ts=BASE_TS + 1000)])
         assert ids(await engine.search(query="loan")) == ["old", "new"]
         assert ids(await engine.search(query="loan", order="recent")) == ["new", "old"]
 
 
-async def test_recent_ties_on_the_timestamp_go_by_message_id_beyond_the_sorter_margin(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_recent_ties_on_the_timestamp_go_by_message_id_beyond_the_sorter_margin(backend):
+    async with engine_at(backend) as engine:
         events, parent = [], None
         for i in range(200):  # 200 hits on one millisecond, written in a scrambled id order
             mid = f"m{(i * 7919) % 200:03d}"
@@ -201,8 +201,8 @@ async def test_recent_ties_on_the_timestamp_go_by_message_id_beyond_the_sorter_m
         assert {m: recent_scores[m] for m in both} == {m: relevance[m] for m in both}  # the same BM25 score
 
 
-async def test_a_window_turning_dirty_between_searches_is_left_out_at_once(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_a_window_turning_dirty_between_searches_is_left_out_at_once(backend):
+    async with engine_at(backend) as engine:
         await engine.append(KEY, chain("m", [("user", "alpha plan"), ("assistant", "beta plan")]))
         assert sorted(ids(await engine.search(query="plan"))) == ["m1", "m2"]  # nothing needs reconciling
         # a rewind: the window needs reconciliation, and its index rows (beta's too) are left out
@@ -213,8 +213,8 @@ async def test_a_window_turning_dirty_between_searches_is_left_out_at_once(tmp_p
         assert sorted(ids(await engine.search(query="plan"))) == ["m1", "n1"]
 
 
-async def test_scoped_search_reports_the_same_score_as_unscoped(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_scoped_search_reports_the_same_score_as_unscoped(backend):
+    async with engine_at(backend) as engine:
         for n in range(5):
             await engine.append(f"agent:main:s{n}", chain(f"k{n}-", [("user", f"mortgage rate {n}"),
                                                                     ("assistant", "other text")]))
@@ -224,8 +224,8 @@ async def test_scoped_search_reports_the_same_score_as_unscoped(tmp_path):
         assert scoped["results"][0]["score"] == unscoped["k3-1"]
 
 
-async def test_session_keys_are_literal_not_wildcards(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_session_keys_are_literal_not_wildcards(backend):
+    async with engine_at(backend) as engine:
         await engine.append("agent:main:a_b", chain("x", [("user", "alpha")]))
         await engine.append("agent:main:aXb", chain("y", [("user", "alpha")]))
         result = await engine.search(query="alpha", sessionKeys=["agent:main:a_b"])
@@ -233,8 +233,8 @@ async def test_session_keys_are_literal_not_wildcards(tmp_path):
         assert (await engine.search(query="alpha", sessionKeys=["agent:main:a%"]))["results"] == []
 
 
-async def test_limit_and_truncated(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_limit_and_truncated(backend):
+    async with engine_at(backend) as engine:
         await engine.append(KEY, chain("m", [("user", f"common word {i}") for i in range(30)]))
         result = await engine.search(query="common", limit=25)
         assert len(result["results"]) == 25 and result["truncated"] is True
@@ -244,8 +244,8 @@ async def test_limit_and_truncated(tmp_path):
         assert ids(few) == ["m8"] and "truncated" not in few
 
 
-async def test_snippet_is_cut_to_300_utf16_units_around_the_match(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_snippet_is_cut_to_300_utf16_units_around_the_match(backend):
+    async with engine_at(backend) as engine:
         text = "😀" * 400 + " needle " + "word " * 300
         await engine.append(KEY, chain("m", [("user", text)]))
         snippet = (await engine.search(query="needle"))["results"][0]["snippet"]
@@ -255,14 +255,14 @@ async def test_snippet_is_cut_to_300_utf16_units_around_the_match(tmp_path):
         assert not any(0xD800 <= ord(ch) <= 0xDFFF for ch in snippet)  # no half of a surrogate pair
 
 
-async def test_short_text_snippet_is_the_whole_text(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_short_text_snippet_is_the_whole_text(backend):
+    async with engine_at(backend) as engine:
         await engine.append(KEY, chain("m", [("user", "a short   message\nwith lines")]))
         assert (await engine.search(query="short"))["results"][0]["snippet"] == "a short message with lines"
 
 
-async def test_response_stays_within_32_kib(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_response_stays_within_32_kib(backend):
+    async with engine_at(backend) as engine:
         # 25 hits with long session keys and full-length CJK snippets (3 bytes a character)
         for n in range(25):
             key = f"agent:main:{n:02d}-" + "k" * 480
@@ -275,8 +275,8 @@ async def test_response_stays_within_32_kib(tmp_path):
             assert len(hit["sessionKey"]) > 480
 
 
-async def test_cjk_words_are_retried_as_substrings_when_nothing_matched(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_cjk_words_are_retried_as_substrings_when_nothing_matched(backend):
+    async with engine_at(backend) as engine:
         await engine.append(KEY, chain("m", [("user", "私は東京に住んでいます"), ("assistant", "我们明天去北京开会"),
                                              ("user", "Tokyo trip 東京タワー")]))
         assert ids(await engine.search(query="東京")) == ["m1", "m3"]  # shorter text first
@@ -285,34 +285,34 @@ async def test_cjk_words_are_retried_as_substrings_when_nothing_matched(tmp_path
         assert ids(await engine.search(query="tri 東京")) == []
 
 
-async def test_cjk_retry_does_not_widen_a_search_that_found_hits(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_cjk_retry_does_not_widen_a_search_that_found_hits(backend):
+    async with engine_at(backend) as engine:
         await engine.append(KEY, chain("m", [("user", "東京"), ("user", "私は東京に住んでいます")]))
         assert ids(await engine.search(query="東京")) == ["m1"]
 
 
-async def test_cjk_retry_stays_within_the_scope(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_cjk_retry_stays_within_the_scope(backend):
+    async with engine_at(backend) as engine:
         await engine.append("agent:main:a", chain("a", [("user", "北京开会")]))
         await engine.append("agent:main:b", chain("b", [("user", "北京开会")]))
         result = await engine.search(query="北京", sessionKeys=["agent:main:b"])
         assert ids(result) == ["b1"]
 
 
-async def test_snippets_keep_credentials_unless_redaction_is_on(tmp_path):
+async def test_snippets_keep_credentials_unless_redaction_is_on(backend):
     secret = "deploy with API_KEY=sk-abcdefghijklmnopqrstuvwx and Authorization: Bearer abcdef123456789"
-    async with engine_at(tmp_path / "plain") as engine:
+    async with engine_at(backend / "plain") as engine:
         await engine.append(KEY, chain("m", [("user", secret)]))
         assert (await engine.search(query="deploy"))["results"][0]["snippet"] == secret
-    async with engine_at(tmp_path / "redacted", redact_snippets=True) as engine:
+    async with engine_at(backend / "redacted", redact_snippets=True) as engine:
         await engine.append(KEY, chain("m", [("user", secret)]))
         snippet = (await engine.search(query="deploy"))["results"][0]["snippet"]
         assert "sk-abc" not in snippet and "abcdef123456789" not in snippet
         assert "API_KEY=[REDACTED]" in snippet and "deploy with" in snippet
 
 
-async def test_a_search_past_its_time_budget_is_a_timeout_not_a_hang(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_a_search_past_its_time_budget_is_a_timeout_not_a_hang(backend):
+    async with engine_at(backend) as engine:
         texts = [("user", "日本語のテキスト" * 40)] * 2000  # the CJK retry scans every row in scope
         for start in range(0, 30000, 2000):
             await engine.append(f"agent:main:s{start}", chain(f"m{start}-", texts))
@@ -325,7 +325,7 @@ async def test_a_search_past_its_time_budget_is_a_timeout_not_a_hang(tmp_path):
         assert (await engine.search(query="テキスト"))["results"]  # the reader is usable again
 
 
-async def test_the_progress_handler_interrupts_a_long_statement(tmp_path):
+async def test_the_progress_handler_interrupts_a_long_statement(tmp_path):  # SQLite's own mechanism
     import time
     async with engine_at(tmp_path) as engine:
         texts = [("user", "日本語のテキスト" * 40)] * 2000

@@ -14,8 +14,8 @@ BAD = {"label": 5, "displayName": "ok", "spawnedBy": "agent:bad id:x", "parentSe
        "kind": "robot", "group": "\udfff", "incognito": "yes"}
 
 
-async def test_an_upsert_with_several_bad_fields_names_the_first_text_field_then_keys_kind_and_incognito(tmp_path):
-    async with engine_at(tmp_path / "data") as engine:
+async def test_an_upsert_with_several_bad_fields_names_the_first_text_field_then_keys_kind_and_incognito(backend):
+    async with engine_at(backend / "data") as engine:
         seen = []
         fields = dict(BAD)
         while True:
@@ -37,11 +37,11 @@ async def test_an_upsert_with_several_bad_fields_names_the_first_text_field_then
         assert [(s["sessionKey"], s.get("displayName")) for s in listed] == [("agent:main:s", "ok")]
 
 
-async def test_an_import_reports_every_bad_field_in_entry_order_and_keeps_the_good_ones(tmp_path):
+async def test_an_import_reports_every_bad_field_in_entry_order_and_keeps_the_good_ones(backend, tmp_path):
     sessions = tmp_path / "state" / "agents" / "main" / "sessions"
     sessions.mkdir(parents=True)
     (sessions / "sessions.json").write_text(json.dumps({"agent:main:s": {"sessionId": "s-1", **BAD}}))
-    async with engine_at(tmp_path / "data") as engine:
+    async with engine_at(backend / "data") as engine:
         report = await run_import(engine, tmp_path / "state")
         assert [p.message for p in report.problems] == [
             "missing transcript of agent:main:s",

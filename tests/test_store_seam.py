@@ -10,6 +10,7 @@ import pytest
 
 import sessionsearch
 from sessionsearch.store.base import AgentStore, Backend
+from sessionsearch.store.postgres import PgAgentStore, PgBackend
 from sessionsearch.store.sqlite import SqliteAgentStore
 from sessionsearch.store.sqlite.backend import SqliteBackend
 
@@ -21,8 +22,10 @@ def _interface_methods(interface: type) -> dict[str, object]:
 @pytest.mark.parametrize(("interface", "implementation", "some"), [
     (AgentStore, SqliteAgentStore, {"reader", "append", "search_top", "ping", "claim_and_reconcile_small"}),
     (Backend, SqliteBackend, {"agent_ids", "open_store", "check_ready", "agent_status"}),
+    (AgentStore, PgAgentStore, {"reader", "append", "search_top", "ping", "claim_and_reconcile_small"}),
+    (Backend, PgBackend, {"agent_ids", "open_store", "check_ready", "agent_status"}),
 ])
-def test_the_sqlite_backend_has_every_method_of_the_interface_with_its_parameters(interface, implementation, some):
+def test_each_backend_has_every_method_of_the_interface_with_its_parameters(interface, implementation, some):
     methods = _interface_methods(interface)
     assert some <= set(methods)
     for name, declared in methods.items():
@@ -73,7 +76,8 @@ def test_nothing_above_the_store_names_a_backend_opens_a_database_or_writes_sql(
     for path in modules:
         tree = ast.parse(path.read_text())
         imported = _imported(tree, path)
-        for banned in ("sqlite3", "aiosqlite", "sessionsearch.store.sqlite"):
+        for banned in ("sqlite3", "aiosqlite", "sessionsearch.store.sqlite", "psycopg", "psycopg_pool",
+                       "sessionsearch.store.postgres"):
             assert not any(name == banned or name.startswith(banned + ".") for name in imported), (path, banned)
         assert not [s for s in _strings_but_docstrings(tree) if SQL.search(s)], path
 

@@ -10,14 +10,15 @@ import pytest
 from sessionsearch import Forbidden, InvalidRequest, NotFound, Settings
 from sessionsearch.store.sqlite import checkpoint
 from sessionsearch.store.sqlite import writer as sqlite_writer
+from sessionsearch.store.postgres import writer as pg_writer
 
-from .helpers import chain, engine_at, header, ids, leaf, msg, reset
+from .helpers import chain, engine_at, header, ids, leaf, msg, reset, sql_rows
 
 KEY = "agent:main:main"
 
 
-async def test_linear_appends_are_searchable_at_once(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_linear_appends_are_searchable_at_once(backend):
+    async with engine_at(backend) as engine:
         result = await engine.append(KEY, [header("s1"), *chain("m", [("user", "hello loan"),
                                                                       ("assistant", "loan reply")])], sessionId="s1")
         assert result == {"appended": 3, "indexed": 2, "needsReconcile": False, "sessionId": "s1", "duplicates": 0}
@@ -27,8 +28,8 @@ async def test_linear_appends_are_searchable_at_once(tmp_path):
         assert status["backlog"] == 0 and status["completeness"] == 1.0 and status["messages"] == 2
 
 
-async def test_tool_results_reasoning_tool_calls_and_images_are_never_indexed(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_tool_results_reasoning_tool_calls_and_images_are_never_indexed(backend):
+    async with engine_at(backend) as engine:
         await engine.append(KEY, [
             msg("t1", "toolResult", "secretword from a tool", None),
             msg("a1", "assistant", [{"type": "thinking", "thinking": "secretword reasoning"},
@@ -42,8 +43,8 @@ async def test_tool_results_reasoning_tool_calls_and_images_are_never_indexed(tm
         assert ids(await engine.search(query="visible answer")) == ["a1"]
 
 
-async def test_text_comes_from_content_then_text_then_blocks(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_text_comes_from_content_then_text_then_blocks(backend):
+    async with engine_at(backend) as engine:
         await engine.append(KEY, [
             {"type": "message", "id": "x1", "parentId": None, "message": {"role": "user", "text": "  from text  "}},
             msg("x2", "user", [{"type": "input_text", "text": "first"}, {"type": "text", "text": "second"}], "x1"),
@@ -52,8 +53,8 @@ async def test_text_comes_from_content_then_text_then_blocks(tmp_path):
         assert ids(await engine.search(query="first second")) == ["x2"]
 
 
-async def test_an_invalid_event_rejects_the_whole_batch_naming_it(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_an_invalid_event_rejects_the_whole_batch_naming_it(backend):
+    async with engine_at(backend) as engine:
         bad = chain("m", [("user", "valid words"), ("user", "more")])
         bad[1]["message"]["role"] = "robot"
         with pytest.raises(InvalidRequest) as err:
@@ -71,16 +72,16 @@ async def test_an_invalid_event_rejects_the_whole_batch_naming_it(tmp_path):
             assert err.value.field == field
 
 
-async def test_timestamps_come_from_the_message_then_the_event(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_timestamps_come_from_the_message_then_the_event(backend):
+    async with engine_at(backend) as engine:
         event = {"type": "message", "id": "e1", "parentId": None, "timestamp": "2026-01-02T03:04:05Z",
                  "message": {"role": "user", "content": "stamp"}}
         await engine.append(KEY, [event])
         assert (await engine.search(query="stamp"))["results"][0]["timestamp"] == 1767323045000
 
 
-async def test_re_sent_events_are_not_stored_twice(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_re_sent_events_are_not_stored_twice(backend):
+    async with engine_at(backend) as engine:
         events = chain("m", [("user", "once only")])
         await engine.append(KEY, events)
         again = await engine.append(KEY, events)
@@ -88,8 +89,8 @@ async def test_re_sent_events_are_not_stored_twice(tmp_path):
         assert ids(await engine.search(query="once")) == ["m1"]
 
 
-async def test_rewound_branch_text_is_never_returned(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_rewound_branch_text_is_never_returned(backend):
+    async with engine_at(backend) as engine:
         await engine.append(KEY, chain("m", [("user", "keep this"), ("assistant", "abandoned idea"),
                                              ("user", "abandoned followup")]))
         result = await engine.append(KEY, [leaf("l1", "m3", "m1"), msg("n1", "assistant", "fresh path", "l1")])
@@ -103,8 +104,8 @@ async def test_rewound_branch_text_is_never_returned(tmp_path):
         assert ids(await engine.search(query="keep")) == ["m1"]
 
 
-async def test_a_leaf_control_with_an_unknown_target_changes_nothing(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_a_leaf_control_with_an_unknown_target_changes_nothing(backend):
+    async with engine_at(backend) as engine:
         await engine.append(KEY, chain("m", [("user", "one"), ("user", "two")]))
         result = await engine.append(KEY, [leaf("l1", "m2", "ghost"), msg("m3", "user", "three", "l1")])
         assert result["needsReconcile"] is False
@@ -112,8 +113,8 @@ async def test_a_leaf_control_with_an_unknown_target_changes_nothing(tmp_path):
         assert [m["messageId"] for m in history["messages"]] == ["m1", "m2", "m3"]
 
 
-async def test_a_side_append_does_not_move_the_leaf(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_a_side_append_does_not_move_the_leaf(backend):
+    async with engine_at(backend) as engine:
         await engine.append(KEY, chain("m", [("user", "main line")]))
         side = msg("x1", "assistant", "side note", "m1", appendMode="side")
         assert (await engine.append(KEY, [side]))["needsReconcile"] is True
@@ -124,24 +125,24 @@ async def test_a_side_append_does_not_move_the_leaf(tmp_path):
         assert ids(await engine.search(query="side note")) == []
 
 
-async def test_parentless_events_continue_from_the_current_leaf(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_parentless_events_continue_from_the_current_leaf(backend):
+    async with engine_at(backend) as engine:
         await engine.append(KEY, [msg("a", "user", "first"), msg("b", "user", "second"), msg("c", "user", "third")])
         assert (await engine.index_status())["agents"][0]["backlog"] == 0
         history = await engine.history(sessionKey=KEY)
         assert [m["messageId"] for m in history["messages"]] == ["a", "b", "c"]
 
 
-async def test_an_in_place_reset_keeps_the_session_indexed(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_an_in_place_reset_keeps_the_session_indexed(backend):
+    async with engine_at(backend) as engine:
         await engine.append(KEY, chain("m", [("user", "before reset"), ("assistant", "old answer")]))
         result = await engine.append(KEY, [reset("r1", "m2", kept="m2"), msg("p1", "user", "after reset", "r1")])
         assert result["needsReconcile"] is False
         assert sorted(ids(await engine.search(query="reset"))) == ["m1", "p1"]  # pre-reset text stays searchable
 
 
-async def test_delete_removes_hits_and_leaves_no_flag(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_delete_removes_hits_and_leaves_no_flag(backend):
+    async with engine_at(backend) as engine:
         await engine.append(KEY, chain("m", [("user", "doomed words")]))
         await engine.append("agent:main:other", chain("o", [("user", "kept words")]))
         await engine.append(KEY, [leaf("l1", "m1", "m1"), msg("m9", "user", "doomed too", None)])  # dirty
@@ -149,15 +150,14 @@ async def test_delete_removes_hits_and_leaves_no_flag(tmp_path):
         result = await engine.search(query="words")
         assert ids(result) == ["o1"] and "indexing" not in result
         store = await engine.store("main")
-        async with store.reader() as reader:
-            assert await reader.conn.execute_fetchall("SELECT count(*) FROM msg_fts") == [(1,)]
-            assert await reader.conn.execute_fetchall("SELECT count(*) FROM events") == [(1,)]
+        assert await sql_rows(store, "SELECT count(*) FROM msg_fts", "SELECT count(*) FROM ss_index") == [(1,)]
+        assert await sql_rows(store, "SELECT count(*) FROM events", "SELECT count(*) FROM ss_events") == [(1,)]
         with pytest.raises(NotFound):
             await engine.delete(KEY)
 
 
-async def test_a_rotated_keys_old_window_is_found_by_its_session_id(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_a_rotated_keys_old_window_is_found_by_its_session_id(backend):
+    async with engine_at(backend) as engine:
         await engine.append(KEY, chain("m", [("user", "old window text")]), sessionId="s-old")
         rotated = await engine.rotate(KEY, sessionId="s-new", reason="daily")
         assert rotated == {"sessionKey": KEY, "sessionId": "s-new", "previousSessionId": "s-old"}
@@ -172,14 +172,17 @@ async def test_a_rotated_keys_old_window_is_found_by_its_session_id(tmp_path):
         assert tail["sessionId"] == "s-new" and [m["messageId"] for m in tail["messages"]] == ["n1"]
 
 
-async def test_archived_transcripts_are_left_out_and_counted_until_restored(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_archived_transcripts_are_left_out_and_counted_until_restored(backend, tmp_path):
+    async with engine_at(backend) as engine:
         await engine.append(KEY, chain("m", [("user", "cold storage text")]))
         await engine.append("agent:main:b", chain("b", [("user", "hot storage text")]))
         assert (await engine.archive(KEY))["archivedWindows"] == 1
         result = await engine.search(query="storage")
         assert ids(result) == ["b1"] and result["archivedTranscriptsExcluded"] == 1
-        assert (tmp_path / "cold" / "main").is_dir() and list((tmp_path / "cold" / "main").iterdir())
+        if backend.kind == "sqlite":  # a gzip file per window; PostgreSQL: a bytea row per window
+            assert (tmp_path / "cold" / "main").is_dir() and list((tmp_path / "cold" / "main").iterdir())
+        else:
+            assert await sql_rows(await engine.store("main"), "", "SELECT count(*) FROM ss_cold") == [(1,)]
         history = await engine.history(sessionKey=KEY)  # opening the session restores it
         assert [m["messageId"] for m in history["messages"]] == ["m1"]
         restored = await engine.search(query="storage")
@@ -188,8 +191,8 @@ async def test_archived_transcripts_are_left_out_and_counted_until_restored(tmp_
         assert sorted(ids(await engine.search(query="storage"))) == ["b1", "m1"]
 
 
-async def test_appending_to_an_archived_session_is_refused(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_appending_to_an_archived_session_is_refused(backend):
+    async with engine_at(backend) as engine:
         await engine.append(KEY, chain("m", [("user", "text")]))
         await engine.archive(KEY)
         with pytest.raises(InvalidRequest, match="archived"):
@@ -198,14 +201,14 @@ async def test_appending_to_an_archived_session_is_refused(tmp_path):
         assert (await engine.append(KEY, [msg("m2", "user", "more")]))["appended"] == 1
 
 
-async def test_a_session_id_of_another_key_is_rejected(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_a_session_id_of_another_key_is_rejected(backend):
+    async with engine_at(backend) as engine:
         await engine.append(KEY, chain("m", [("user", "x")]), sessionId="s1")
         with pytest.raises(InvalidRequest, match="another session key"):
             await engine.append("agent:main:other", chain("o", [("user", "y")]), sessionId="s1")
 
 
-async def test_migrations_are_recorded_and_the_database_uses_wal(tmp_path):
+async def test_migrations_are_recorded_and_the_database_uses_wal(tmp_path):  # SQLite only: SQLite's files, WAL and mmap
     async with engine_at(tmp_path) as engine:
         await engine.append(KEY, chain("m", [("user", "x")]))
         store = await engine.store("main")
@@ -220,7 +223,7 @@ async def test_migrations_are_recorded_and_the_database_uses_wal(tmp_path):
         assert ids(await engine.search(query="x")) == ["m1"]
 
 
-async def test_checkpoints_beside_the_writer_keep_the_wal_bounded(tmp_path, monkeypatch):
+async def test_checkpoints_beside_the_writer_keep_the_wal_bounded(tmp_path, monkeypatch):  # SQLite only: SQLite's files, WAL and mmap
     """The writer's own automatic checkpoint is off; the thread beside it copies the WAL back and
     the writer rewinds it when it outgrows the limit, under a stream of commits with no pause."""
     monkeypatch.setattr(checkpoint, "INLINE_PAGES", 100)  # 400 KiB instead of 32 MiB
@@ -243,9 +246,9 @@ async def test_checkpoints_beside_the_writer_keep_the_wal_bounded(tmp_path, monk
         assert (await engine.index_status())["agents"][0]["messages"] == 30_000
 
 
-async def test_readers_map_the_database_as_configured(tmp_path):
+async def test_readers_map_the_database_as_configured(backend):
     for mib, expected in ((8, 8 << 20), (0, 0)):
-        async with engine_at(tmp_path / str(mib), reader_mmap_mb=mib) as engine:
+        async with engine_at(backend / str(mib), reader_mmap_mb=mib) as engine:
             await engine.append(KEY, chain("m", [("user", "mapped words")]))
             store = await engine.store("main")
             async with store.reader() as reader:
@@ -254,7 +257,7 @@ async def test_readers_map_the_database_as_configured(tmp_path):
     assert Settings.load(env={"SESSIONSEARCH_READER_MMAP_MB": "0"}).reader_mmap_mb == 0
 
 
-async def test_a_reader_maps_the_database_while_nothing_is_written_and_stops_at_a_change(tmp_path):
+async def test_a_reader_maps_the_database_while_nothing_is_written_and_stops_at_a_change(tmp_path):  # SQLite only: SQLite's files, WAL and mmap
     async def mapped(store) -> set[int]:
         return {(await r.conn.execute_fetchall("PRAGMA mmap_size"))[0][0] for r in store._all_readers}
 
@@ -291,7 +294,7 @@ async def test_a_reader_maps_the_database_while_nothing_is_written_and_stops_at_
         Settings.load(config=str(config), env={})
 
 
-async def test_each_agent_has_its_own_database(tmp_path):
+async def test_each_agent_has_its_own_database(tmp_path):  # SQLite only: SQLite's files, WAL and mmap
     async with engine_at(tmp_path) as engine:
         await engine.append("agent:work_bot:dm", chain("w", [("user", "agent words")]))
         await engine.append("global", chain("g", [("user", "agent words")]))  # no prefix: agent main
@@ -309,8 +312,8 @@ def _catalog(view) -> tuple:
     return agents, sorted(view.catalog.sessions.items()), {k: sorted(c) for k, c in view.catalog.children.items()}
 
 
-async def test_catalog_refresh_reads_only_changes_and_matches_a_full_read(tmp_path):
-    async with engine_at(tmp_path) as reader_engine, engine_at(tmp_path) as writer:
+async def test_catalog_refresh_reads_only_changes_and_matches_a_full_read(backend):
+    async with engine_at(backend) as reader_engine, engine_at(backend) as writer:
         await writer.append("agent:main:a", chain("a", [("user", "alpha note")]))
         await writer.append("agent:main:b", chain("b", [("user", "beta note")]))
         await reader_engine.catalog_view(refresh=True)
@@ -328,7 +331,7 @@ async def test_catalog_refresh_reads_only_changes_and_matches_a_full_read(tmp_pa
         for step in steps:
             await step()
             incremental = await reader_engine.catalog_view(refresh=True)
-            async with engine_at(tmp_path) as fresh:  # reads everything
+            async with engine_at(backend) as fresh:  # reads everything
                 assert _catalog(incremental) == _catalog(await fresh.catalog_view())
         result = await reader_engine.search(query="note")
         assert ids(result) == ["a1"] and result["indexing"] is True  # c's restored window needs reconciling
@@ -336,9 +339,10 @@ async def test_catalog_refresh_reads_only_changes_and_matches_a_full_read(tmp_pa
         assert sorted(ids(await reader_engine.search(query="note"))) == ["a1", "c1"]
 
 
-async def test_deletion_tombstones_are_pruned_and_an_older_view_reads_whole(tmp_path, monkeypatch):
+async def test_deletion_tombstones_are_pruned_and_an_older_view_reads_whole(backend, tmp_path, monkeypatch):
     monkeypatch.setattr(sqlite_writer, "TOMBSTONES_KEPT", 8)
-    async with engine_at(tmp_path) as reader_engine, engine_at(tmp_path) as writer:
+    monkeypatch.setattr(pg_writer, "TOMBSTONES_KEPT", 8)
+    async with engine_at(backend) as reader_engine, engine_at(backend) as writer:
         await writer.append("agent:main:keep", chain("k", [("user", "kept note")]))
         await writer.append("agent:main:gone0", chain("g", [("user", "gone note")]))
         before = await reader_engine.catalog_view(refresh=True)  # holds gone0, at an old version
@@ -346,19 +350,20 @@ async def test_deletion_tombstones_are_pruned_and_an_older_view_reads_whole(tmp_
         for n in range(12):  # each deletion leaves a session and a window tombstone
             await writer.append(f"agent:main:gone{n}", chain(f"g{n}-", [("user", "gone note")]))
             await writer.delete(f"agent:main:gone{n}")
-        with sqlite3.connect(tmp_path / "agents" / "main.db") as conn:
-            kept = conn.execute("SELECT count(*) FROM catalog_deleted").fetchone()[0]
-            horizon = conn.execute("SELECT value FROM meta WHERE key = 'deleted_from'").fetchone()[0]
+        store = await writer.store("main")
+        ((kept,),) = await sql_rows(store, "SELECT count(*) FROM catalog_deleted", "SELECT count(*) FROM ss_deleted")
+        ((horizon,),) = await sql_rows(store, "SELECT value FROM meta WHERE key = 'deleted_from'",
+                                       "SELECT deleted_from FROM ss_agents")
         assert kept <= 8 and horizon > before.agents["main"].version  # gone0's tombstones were pruned
         after = await reader_engine.catalog_view(refresh=True)  # by changes it would miss gone0's deletion
-        async with engine_at(tmp_path) as fresh:
+        async with engine_at(backend) as fresh:
             assert _catalog(after) == _catalog(await fresh.catalog_view())
         assert list(after.catalog.sessions) == ["agent:main:keep"]
         assert ids(await reader_engine.search(query="note")) == ["k1"]
 
 
-async def test_a_search_finds_sessions_and_agents_another_process_created(tmp_path):
-    async with engine_at(tmp_path) as serving, engine_at(tmp_path) as importer:
+async def test_a_search_finds_sessions_and_agents_another_process_created(backend):
+    async with engine_at(backend) as serving, engine_at(backend) as importer:
         assert (await serving.search(query="alpha"))["results"] == []  # nothing anywhere yet
         # a new agent's database appears, then a session in an agent the serving view holds empty
         await importer.append("agent:ops:a", chain("o", [("user", "alpha from ops")]))
@@ -372,8 +377,8 @@ async def test_a_search_finds_sessions_and_agents_another_process_created(tmp_pa
         assert ids(await serving.search(query="gamma", sessionKeys=["agent:main:c"])) == ["c1"]
 
 
-async def test_history_decides_on_metadata_another_process_just_wrote(tmp_path):
-    async with engine_at(tmp_path) as serving, engine_at(tmp_path) as other:
+async def test_history_decides_on_metadata_another_process_just_wrote(backend):
+    async with engine_at(backend) as serving, engine_at(backend) as other:
         await serving.append("agent:main:x", chain("x", [("user", "private words")]))
         assert [m["messageId"] for m in (await serving.history(sessionKey="agent:main:x"))["messages"]] == ["x1"]
         await other.upsert_session("agent:main:x", incognito=True)

@@ -26,7 +26,9 @@ from ...errors import SearchTimeout, Unavailable
 T = TypeVar("T")
 RETRIES = 8  # attempts of a write transaction that met a deadlock or a serialization failure
 CONNECT_TIMEOUT_S = 3
-WAIT_S = 5.0  # how long a write waits for a pooled connection before answering Unavailable
+# How long a request waits for a pooled connection before answering Unavailable: all of it while
+# the server is away (the pool reconnects in the background, and the next request waits again)
+WAIT_S = 2.0
 RETRYABLE = (pgerrors.DeadlockDetected, pgerrors.SerializationFailure)
 
 

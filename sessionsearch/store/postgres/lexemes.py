@@ -1,35 +1,89 @@
 """What PostgreSQL indexes of a message, and how a search's words become a tsquery.
 
 PostgreSQL never tokenizes anything here: a message's tokens are text.py's `tokens()` (the
-folding and splitting of SQLite's `unicode61 remove_diacritics 2`), computed in Python and
-stored as a tsvector of lexemes taken verbatim (`array_to_tsvector`), beside their counts (tf,
-jsonb) and the row's length in tokens (dl) that BM25 needs. A search's words are the same
-tokens; the tsquery is assembled in SQL (TSQUERY_SQL) from a bound text[] with each lexeme
-quoted, so no user text is ever read as tsquery syntax.
+folding and splitting of SQLite's `unicode61 remove_diacritics 2`), computed in Python. The row
+keeps a tsvector of those lexemes with their positions (for the GIN index and phrases), their
+counts (tf, jsonb: exact, where a tsvector keeps at most 256 positions of a lexeme) and the row's
+length in tokens (dl): what BM25 needs. The tsvector is written as a tsvector literal of our own
+lexemes, each quoted; a search's words become a tsquery assembled in SQL from bound arrays
+(search.py), so no user text is ever read as tsquery syntax.
 
-A tsvector lexeme holds at most 2,047 bytes: a longer token is stored (and searched) as `~` and
-its SHA-256, which no real token can look like (tokens are letters and digits only); such a word
-still matches as a whole word, never as a prefix. A tsvector holds at most 1 MB of lexemes:
-distinct tokens past MAX_LEXEME_BYTES are left out of the index (still counted in dl).
+A query word is a phrase of its tokens, as FTS5 reads a quoted string (`per-session` is `per`
+then `session`). Limits of tsvector: a lexeme holds at most 2,047 bytes, so a longer token is
+stored and searched as `~` and its SHA-256 (no real token looks like that: tokens are letters and
+digits), and matches as a whole word, never as a prefix; positions stop at 16,383, so phrases
+(never single words) are found only within a message's first 16,383 tokens; and a tsvector holds
+at most 1 MB of lexemes, so distinct tokens past MAX_LEXEME_BYTES are left out of the index.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections import Counter
+import re
+import unicodedata
+from functools import lru_cache
 
-from ...search.text import tokens
+from ...search.text import is_token_char
 
 MAX_TOKEN_BYTES = 2046
 MAX_LEXEME_BYTES = 900_000
+MAX_POS = 16383  # tsvector's highest position
+MAX_POSITIONS = 256  # positions a tsvector keeps per lexeme
 
-# A tsquery from %(words)s (text[], lexemes) all required, the last as a prefix when %(prefix)s:
-# each lexeme in single quotes with quotes and backslashes doubled, as tsquery input reads them.
-TSQUERY_SQL = (
-    "(SELECT string_agg('''' || replace(replace(w, '\\', '\\\\'), '''', '''''') || '''' || "
-    "CASE WHEN %(prefix)s AND o = cardinality(%(words)s::text[]) THEN ':*' ELSE '' END, ' & ' ORDER BY o) "
-    "FROM unnest(%(words)s::text[]) WITH ORDINALITY AS u(w, o))::tsquery")
+
+# Below this code point every character is classified one by one (letters and marks of every
+# script in use); above it are CJK ideographs (letters), private use and unassigned code points,
+# which `[^\W_]` and the private-use ranges classify the same (tests/test_postgres_text.py checks
+# all of Unicode).
+SCANNED = 0x20000
+PRIVATE_USE = "\U000f0000-\U000ffffd\U00100000-\U0010fffd"
+
+
+def _ranges(keep, end: int = SCANNED) -> str:
+    """A regex class body of the code points from 0x80 below `end` that `keep` holds."""
+    out, start = [], None
+    for cp in range(0x80, end + 1):
+        ok = cp < end and not 0xD800 <= cp <= 0xDFFF and keep(chr(cp))
+        if ok and start is None:
+            start = cp
+        elif not ok and start is not None:
+            out.append(f"{re.escape(chr(start))}-{re.escape(chr(cp - 1))}")
+            start = None
+    return "".join(out)
+
+
+@lru_cache(maxsize=1)
+def _patterns() -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str], frozenset[str]]:
+    """(a run of token characters in BMP-only text, one in any text, a combining mark of the BMP,
+    those beyond it): built once, on the first message indexed. A class of BMP characters only
+    is a bitmap to the regex engine; one with astral ranges is tested range by range (10-30x
+    slower), so text without astral characters (most) is split with the first."""
+    low, every = _ranges(is_token_char, 0x10000), _ranges(is_token_char)
+    bmp = f"\\w{low}"
+    astral = f"{every[len(low):]}\U000e0100-\U000e01ef{PRIVATE_USE}"
+    # \\w holds `_`, split on afterwards: one class costs a third of an alternation per character
+    return (re.compile(f"[{bmp}]+"), re.compile(f"(?:[{bmp}]|[{astral}])+"),
+            re.compile(f"[{_ranges(unicodedata.combining, 0x10000)}]+"),
+            frozenset(chr(cp) for cp in range(0x10000, SCANNED) if unicodedata.combining(chr(cp))))
+
+
+def fold_run(run: str, combining: re.Pattern[str], astral: frozenset[str]) -> str:
+    """fold() of a run of token characters: NFD, combining marks dropped, case folded (the same
+    as text.fold_char character by character: NFD only reorders the marks it drops)."""
+    if run.isascii():
+        return run.lower()
+    nfd = combining.sub("", unicodedata.normalize("NFD", run))
+    if max(nfd, default="") > "\uffff":
+        nfd = "".join(ch for ch in nfd if ch not in astral)
+    return nfd.casefold()
+
+
+def tokens(text: str) -> list[str]:
+    """text.py's `tokens()` at a regex's speed (their parity is tested)."""
+    bmp, anywhere, combining, astral = _patterns()
+    runs = (anywhere if max(text, default="") > "\uffff" else bmp).findall(text)
+    return [t for t in (fold_run(part, combining, astral) for r in runs for part in r.split("_")) if t]
 
 
 def lexeme(token: str) -> str:
@@ -39,19 +93,28 @@ def lexeme(token: str) -> str:
     return "~" + hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
-def index_fields(text: str) -> tuple[int, str, list[str]]:
-    """(dl, tf as JSON, the distinct lexemes for the tsvector) of a message's text."""
+def quote(lex: str) -> str:
+    """A lexeme as tsvector/tsquery input reads it literally: single-quoted, quotes and backslashes doubled."""
+    return "'" + lex.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def index_fields(text: str) -> tuple[int, str, str]:
+    """(dl, tf as JSON, tsvector literal) of a message's text."""
     toks = tokens(text)
-    counts = Counter(lexeme(t) for t in toks)
-    kept, size = [], 0
-    for lex in counts:
+    positions: dict[str, list[int]] = {}
+    for pos, tok in enumerate(toks, 1):
+        positions.setdefault(lexeme(tok), []).append(pos)
+    parts, size = [], 0
+    for lex, where in positions.items():
         size += len(lex.encode("utf-8")) + 8
         if size > MAX_LEXEME_BYTES:
             break
-        kept.append(lex)
-    return len(toks), json.dumps({lex: counts[lex] for lex in kept}, ensure_ascii=False), kept
+        kept = [p for p in where[:MAX_POSITIONS] if p <= MAX_POS] or [MAX_POS]
+        parts.append(f"{quote(lex)}:{','.join(map(str, kept))}")
+    tf = {lex: len(where) for lex, where in positions.items()}
+    return len(toks), json.dumps(tf, ensure_ascii=False), " ".join(parts)
 
 
-def query_lexemes(words: tuple[str, ...]) -> list[str]:
-    """A Match's words (folded tokens, from the query parser) as the lexemes they are stored as."""
-    return [lexeme(w) for w in words if w]
+def query_phrases(words: tuple[str, ...]) -> list[list[str]]:
+    """A Match's words as phrases of lexemes (as FTS5 reads each quoted word)."""
+    return [[lexeme(t) for t in tokens(w)] for w in words if tokens(w)]

@@ -137,22 +137,21 @@ BEGIN
 END $$;
 CREATE FUNCTION ss_tombstone() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO ss_deleted VALUES (OLD.ano, TG_ARGV[0],
-        CASE WHEN TG_ARGV[0] = 'session' THEN OLD.session_key ELSE OLD.wid::text END, ss_meta_stamp(OLD.ano))
+    INSERT INTO ss_deleted VALUES (OLD.ano, TG_ARGV[0], to_jsonb(OLD) ->> TG_ARGV[1], ss_meta_stamp(OLD.ano))
     ON CONFLICT (ano, kind, name) DO UPDATE SET meta_seq = EXCLUDED.meta_seq;
     RETURN OLD;
 END $$;
 CREATE TRIGGER ss_sessions_stamp BEFORE INSERT OR UPDATE ON ss_sessions
     FOR EACH ROW EXECUTE FUNCTION ss_stamp_row();
 CREATE TRIGGER ss_sessions_gone AFTER DELETE ON ss_sessions
-    FOR EACH ROW EXECUTE FUNCTION ss_tombstone('session');
+    FOR EACH ROW EXECUTE FUNCTION ss_tombstone('session', 'session_key');
 CREATE TRIGGER ss_windows_stamp_insert BEFORE INSERT ON ss_windows
     FOR EACH ROW EXECUTE FUNCTION ss_stamp_row();
 CREATE TRIGGER ss_windows_stamp_update BEFORE UPDATE ON ss_windows FOR EACH ROW
     WHEN ((OLD.session_key, OLD.session_id, OLD.cold) IS DISTINCT FROM (NEW.session_key, NEW.session_id, NEW.cold))
     EXECUTE FUNCTION ss_stamp_row();
 CREATE TRIGGER ss_windows_gone AFTER DELETE ON ss_windows
-    FOR EACH ROW EXECUTE FUNCTION ss_tombstone('window');
+    FOR EACH ROW EXECUTE FUNCTION ss_tombstone('window', 'wid');
 """),
 )
 

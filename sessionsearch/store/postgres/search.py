@@ -17,68 +17,88 @@ from typing import Any
 
 from ..base import Match
 from .db import Reader
-from .lexemes import query_lexemes
+from .lexemes import query_phrases
 
 K1, B = 1.2, 0.75
 MID = "COLLATE \"C\" NULLS FIRST"  # SQLite's order of message ids: bytes, NULL first
 
 
-def tsquery_sql(words: str, prefix: str) -> str:
-    """A tsquery built in SQL from the bound text[] `words` (lexemes), all required, the last a
-    prefix when the bound boolean `prefix`: each lexeme single-quoted, quotes and backslashes
-    doubled, as tsquery input reads them. No user text is ever parsed as tsquery syntax."""
-    return ("(SELECT string_agg('''' || replace(replace(w, '\\', '\\\\'), '''', '''''') || '''' || "
-            f"CASE WHEN %({prefix})s AND o = cardinality(%({words})s::text[]) THEN ':*' ELSE '' END, ' & ' "
-            f"ORDER BY o) FROM unnest(%({words})s::text[]) WITH ORDINALITY AS u(w, o))::tsquery")
+def tsquery_sql(words: str, groups: str, prefix: str) -> str:
+    """A tsquery built in SQL from bound arrays: lexemes `words`, the phrase each belongs to
+    `groups`; each phrase's lexemes follow one another (<->), all phrases are required (&), and
+    the last lexeme is a prefix when the bound boolean `prefix`. Each lexeme is single-quoted
+    with quotes and backslashes doubled, as tsquery input reads it: no user text is ever parsed
+    as tsquery syntax."""
+    return ("(SELECT string_agg(p, ' & ' ORDER BY g) FROM (SELECT g, '(' || string_agg("
+            r"'''' || replace(replace(w, '\', '\\'), '''', '''''') || '''' || "
+            f"CASE WHEN %({prefix})s AND o = cardinality(%({words})s::text[]) THEN ':*' ELSE '' END, "
+            f"' <-> ' ORDER BY o) || ')' AS p FROM unnest(%({words})s::text[], %({groups})s::int[]) "
+            "WITH ORDINALITY AS u(w, g, o) GROUP BY g) x)::tsquery")
+
+
+def _positions(m: str, param: str, prefix: bool) -> str:
+    """SQL: the positions in row `m` of the lexeme %(param)s (of any lexeme it begins when `prefix`)."""
+    if prefix:
+        return (f"coalesce((SELECT array_agg(pp) FROM unnest({m}.tsv) u CROSS JOIN unnest(u.positions) pp "
+                f"WHERE starts_with(u.lexeme, %({param})s)), '{{}}'::smallint[])")
+    return f"coalesce((SELECT u.positions FROM unnest({m}.tsv) u WHERE u.lexeme = %({param})s), '{{}}'::smallint[])"
 
 
 class Query:
-    """A Match made ready for SQL: its lexemes, tsquery and BM25 expression, with their parameters."""
+    """A Match made ready for SQL: its phrases of lexemes, tsquery and BM25 expression, with
+    their parameters (each phrase is one of FTS5's phrases: a df, a tf and an idf of its own)."""
 
     def __init__(self, match: Match) -> None:
-        self.lexemes = query_lexemes(match.words)
+        self.phrases = query_phrases(match.words)
         self.prefix = match.prefix
-        self.params: dict[str, Any] = {"q_words": self.lexemes, "q_prefix": self.prefix,
-                                       "k1": K1, "k1p1": K1 + 1.0, "omb": 1 - B, "b": B}
-        self.tsquery = tsquery_sql("q_words", "q_prefix")
+        self.lexemes = [lex for phrase in self.phrases for lex in phrase]
+        self.params: dict[str, Any] = {
+            "q_words": self.lexemes, "q_groups": [g for g, phrase in enumerate(self.phrases) for _ in phrase],
+            "q_prefix": self.prefix, "k1": K1, "k1p1": K1 + 1.0, "omb": 1 - B, "b": B}
+        self.tsquery = tsquery_sql("q_words", "q_groups", "q_prefix")
+
+    def _is_prefix(self, i: int) -> bool:
+        return self.prefix and i == len(self.phrases) - 1
 
     async def load_stats(self, reader: Reader, ano: int) -> None:
-        """N, avgdl and each word's df (FTS5 counts a word's rows over the whole agent)."""
+        """N, avgdl and each phrase's df (FTS5 counts a phrase's rows over the whole agent)."""
         parts = []
-        for i, lex in enumerate(self.lexemes):
-            self.params[f"w{i}"] = [lex]
-            self.params[f"p{i}"] = self.prefix and i == len(self.lexemes) - 1
-            parts.append(f"(SELECT count(*) FROM ss_index WHERE ano = %(ano)s AND tsv @@ {tsquery_sql(f'w{i}', f'p{i}')})")
+        for i, phrase in enumerate(self.phrases):
+            self.params.update({f"w{i}": phrase, f"g{i}": [0] * len(phrase), f"p{i}": self._is_prefix(i)})
+            parts.append(f"(SELECT count(*) FROM ss_index WHERE ano = %(ano)s AND tsv @@ "
+                         f"{tsquery_sql(f'w{i}', f'g{i}', f'p{i}')})")
         row = await reader.one(
             "SELECT coalesce(sum(idx_rows), 0)::bigint, coalesce(sum(idx_tokens), 0)::bigint"
             + "".join(", " + p for p in parts) + " FROM ss_windows WHERE ano = %(ano)s", {**self.params, "ano": ano})
-        n_rows, n_tokens, dfs = row[0], row[1], row[2:]
+        # counters and index agree but for rows written around them (never by this store's writes)
+        n_rows, n_tokens, dfs = max(row[0], *row[2:]), row[1], row[2:]
         self.params["avgdl"] = n_tokens / n_rows if n_rows else 1.0
         for i, df in enumerate(dfs):
             idf = math.log((n_rows - df + 0.5) / (df + 0.5))
             self.params[f"idf{i}"] = idf if idf > 0.0 else 1e-6
 
+    def _tf(self, m: str, i: int) -> str:
+        """SQL: phrase i's occurrences in row `m` (single words from tf, exact; phrases from positions)."""
+        phrase, prefix = self.phrases[i], self._is_prefix(i)
+        for j, lex in enumerate(phrase):
+            self.params[f"x{i}_{j}"] = lex
+        if len(phrase) == 1 and prefix:
+            return (f"(SELECT coalesce(sum(value::float8), 0) FROM jsonb_each_text({m}.tf) "
+                    f"WHERE starts_with(key, %(x{i}_0)s))")
+        if len(phrase) == 1:
+            return f"coalesce(({m}.tf ->> %(x{i}_0)s)::float8, 0)"
+        follow = " AND ".join(f"(p + {j})::smallint = ANY({_positions(m, f'x{i}_{j}', prefix and j == len(phrase) - 1)})"
+                              for j in range(1, len(phrase)))
+        return f"(SELECT count(*)::float8 FROM unnest({_positions(m, f'x{i}_0', False)}) p WHERE {follow})"
+
     def score_sql(self, m: str = "m") -> str:
         """The row's bm25 (lower is better), term by term in FTS5's order of evaluation."""
-        terms = []
-        for i in range(len(self.lexemes)):
-            if self.prefix and i == len(self.lexemes) - 1:
-                tf = (f"(SELECT coalesce(sum(value::float8), 0) FROM jsonb_each_text({m}.tf) "
-                      f"WHERE starts_with(key, %(w{i}_0)s))")
-                self.params[f"w{i}_0"] = self.lexemes[i]
-            else:
-                tf = f"coalesce(({m}.tf ->> %(w{i}_0)s)::float8, 0)"
-                self.params[f"w{i}_0"] = self.lexemes[i]
-            terms.append(f"%(idf{i})s::float8 * (({tf} * %(k1p1)s::float8) / ({tf} + %(k1)s::float8 * "
-                         f"(%(omb)s::float8 + %(b)s::float8 * {m}.dl / %(avgdl)s::float8)))")
-        return "(-1.0::float8 * " + _sum(terms) + ")"
-
-
-def _sum(terms: list[str]) -> str:
-    expr = "0.0::float8"
-    for t in terms:
-        expr = f"({expr} + {t})"
-    return expr
+        expr = "0.0::float8"
+        for i in range(len(self.phrases)):
+            tf = self._tf(m, i)
+            expr = (f"({expr} + %(idf{i})s::float8 * (({tf} * %(k1p1)s::float8) / ({tf} + %(k1)s::float8 * "
+                    f"(%(omb)s::float8 + %(b)s::float8 * {m}.dl / %(avgdl)s::float8))))")
+        return f"(-1.0::float8 * {expr})"
 
 
 def scope_sql(include: list[int] | None, exclude: list[int] | None, role: str | None, since: int | None,

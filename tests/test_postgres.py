@@ -1,0 +1,318 @@
+"""What only the PostgreSQL backend has to show: the tokens it indexes are SQLite's, BM25 equal to
+FTS5's on the same data, hostile words never tsquery syntax, several processes appending to one
+session and reconciling one window, migrations applied once however many start, and the database
+going away and coming back. The shared behaviour tests run on it through the `backend` fixture."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import psycopg
+import pytest
+
+from sessionsearch import Engine, Settings
+from sessionsearch.errors import SearchTimeout, Unavailable
+from sessionsearch.indexer.reconcile import reconcile_window
+from sessionsearch.search.text import fold_char, is_token_char
+from sessionsearch.search.text import tokens as text_tokens
+from sessionsearch.store.base import Match
+from sessionsearch.store.postgres import LATEST, migrate, schema_version
+from sessionsearch.store.postgres.lexemes import _patterns, fold_run
+from sessionsearch.store.postgres.lexemes import tokens as pg_tokens
+
+from .helpers import BASE_TS, Where, chain, engine_at, ids, leaf, msg, timed
+from .pg_proxy import PgProxy
+from .server import Server
+from .services import create_pg_database, drop_pg_database, pg_url
+
+KEY = "agent:main:pg"
+TEXTS = ["Café CAFÉ cafe naïve Ærøskøbing straße ß", "per-session communication, it's 3.14 v2_beta foo_bar",
+         "日本語のテキスト and 中文 mixed", "हिन्दी भाषा और देवनागरी", "emoji 😀 text 𝐁𝐨𝐥𝐝 ＦＵＬＬ ① Ⅻ ²",
+         "quotes ' \" \\\\ back\\slash & | ! ( ) : * <-> ''", "Ελληνικά ΣΊΣΥΦΟΣ σίσυφος", "İstanbul ǅ ﬁ ﬀ"]
+
+
+def _pg(backend: Where) -> Where:
+    assert backend.kind == "postgres"
+    return backend
+
+
+@pytest.fixture
+def pg(request, tmp_path):
+    url = request.getfixturevalue("pg_database")
+    from .services import empty_pg_database
+    empty_pg_database(url)
+    return Where("postgres", tmp_path, url)
+
+
+def test_the_regex_tokenizer_classifies_and_folds_every_character_as_text_py():
+    _bmp, anywhere, combining, astral = _patterns()
+    every = "".join(chr(cp) for cp in range(0x110000) if not 0xD800 <= cp <= 0xDFFF)
+    matched = set("".join(anywhere.findall(every))) - {"_"}
+    assert [ch for ch in every if is_token_char(ch) != (ch in matched)] == []
+    assert [ch for ch in every[:0x20000] if ch in matched and fold_run(ch, combining, astral) != fold_char(ch)] == []
+    rng = random.Random(7)
+    alphabet = [chr(c) for c in [*range(0x20, 0x250), *range(0x300, 0x370), *range(0x900, 0x980), *range(0x3040, 0x3100),
+                                 0x1F600, 0x1D401, 0xE000, 0x200B, 0xFF21, 0x2160, 0xB2, 0x5F, 0x130, 0xE0101]]
+    for _ in range(5000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
+        assert pg_tokens(text) == text_tokens(text), text
+
+
+async def test_postgresql_indexes_exactly_the_tokens_sqlite_would(pg):
+    async with engine_at(pg) as engine:
+        await engine.append(KEY, chain("m", [("user", t) for t in TEXTS]))
+        with psycopg.connect(pg.database_url) as conn:
+            rows = conn.execute("SELECT i.dl, i.tf, array(SELECT lexeme FROM unnest(i.tsv) ORDER BY 1), e.text "
+                                "FROM ss_index i JOIN ss_events e ON e.id = i.id ORDER BY i.id").fetchall()
+    assert len(rows) == len(TEXTS)
+    for dl, tf, lexemes, text in rows:
+        want = Counter(text_tokens(text))
+        assert (dl, tf, sorted(lexemes)) == (sum(want.values()), dict(want), sorted(want)), text
+
+
+def _corpus(rng: random.Random) -> list[tuple[str, list[dict]]]:
+    vocab = ["alpha", "beta", "gamma", "délta", "Delta", "epsilon", "per-session", "it's", "al", "alps", "zeta"]
+    weights = [30, 20, 12, 8, 6, 5, 4, 4, 3, 3, 1]
+    out = []
+    for s in range(8):
+        items = [(rng.choice(["user", "assistant"]), " ".join(rng.choices(vocab, weights, k=rng.randint(1, 14))),
+                  BASE_TS + rng.randrange(10_000_000)) for _ in range(rng.randint(5, 60))]
+        out.append((f"agent:main:s{s}", timed(f"s{s}-", items)))
+    return out
+
+
+async def _top(engine, match: Match, order: str, k: int) -> list[tuple]:
+    store = await engine.store("main")
+    async with store.reader() as reader:
+        _, _, hits = await store.search_top(reader, match, k=k, order=order, include=None, exclude=None, role=None)
+    real = [h for h in hits if h[0]]
+    key = (lambda h: (h[1], -h[3], h[2])) if order == "relevance" else (lambda h: (-h[3], h[2]))
+    return [(h[0], h[1], h[2]) for h in sorted(real, key=key)[:k]]
+
+
+async def test_bm25_scores_and_their_order_equal_sqlites_on_the_same_data(pg, tmp_path):
+    rng = random.Random(20261130)
+    corpus = _corpus(rng)
+    async with engine_at(pg) as on_pg, engine_at(tmp_path / "sqlite") as on_sqlite:
+        for engine in (on_pg, on_sqlite):
+            for n, (key, events) in enumerate(corpus):
+                await engine.append(key, events, index=n % 3 != 0)  # some imported, then reconciled
+            await engine.append("agent:main:s1", [leaf("l1", "s1-5", "s1-2"), msg("x1", "user", "alpha rewound", "l1")])
+            await engine.reconcile_pending()
+        queries = [Match(("alpha",)), Match(("zeta",)), Match(("DELTA",)), Match(("alpha", "beta")),
+                   Match(("per-session",)), Match(("it's", "gamma")), Match(("al",), True), Match(("beta", "al"), True),
+                   Match(("alpha", "per-ses"), True), Match(("nothing",))]
+        compared = 0
+        for match in queries:
+            for order in ("relevance", "recent"):
+                got, want = await _top(on_pg, match, order, 25), await _top(on_sqlite, match, order, 25)
+                assert [(rid, mid) for rid, _, mid in got] == [(rid, mid) for rid, _, mid in want], (match, order)
+                for (_, a, _), (_, b, _) in zip(got, want):
+                    assert math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-15), (match, order, a, b)
+                compared += len(got)
+        assert compared > 300  # the queries found what they were meant to compare
+
+
+HOSTILE = ["'", "''", "\\", "\\'", "a'b", "it's", "&", "|", "!", "(", ")", ":*", "<->", "a&b", "a|b", "!a", "(a)",
+           "a:*", "a<->b", "'a' & 'b'", "x:A", "a:1", "\\x00", "%", "_", "a%b", "a_b", "--", "/*", ";", "$1", "%s",
+           "%(k)s", "E'\\\\'", "naïve's"]
+
+
+async def test_hostile_words_are_literal_text_never_tsquery_syntax(pg):
+    async with engine_at(pg) as engine:
+        await engine.append(KEY, chain("m", [("user", "it's a b&c back\\slash naive a_b a%b k s"), ("user", "other")]))
+        for word in HOSTILE:
+            for prefix in (False, True):
+                await engine.search(query=word, match="prefix" if prefix else "exact")  # answers, never an error
+        assert ids(await engine.search(query="it's")) == ["m1"]
+        assert ids(await engine.search(query="a%b")) == ["m1"] and ids(await engine.search(query="a_b")) == ["m1"]
+        assert ids(await engine.search(query="%(k)s")) == ["m1"]  # the words k and s, as SQLite finds them
+        store = await engine.store("main")
+        for word in HOSTILE:  # straight to the store too, past the query parser
+            async with store.reader() as reader:
+                await store.search_top(reader, Match((word, "back"), True), k=5, order="relevance", include=None,
+                                       exclude=None, role=None)
+
+
+async def test_underscores_and_percents_in_keys_are_never_wildcards(pg):
+    async with engine_at(pg) as engine:
+        for key in ("agent:main:a_b", "agent:main:axb", "agent:main:a%b", "agent:main:aXYb"):
+            await engine.append(key, chain(key[-3:], [("user", "shared word")]))
+        for key in ("agent:main:a_b", "agent:main:a%b"):
+            hits = (await engine.search(query="shared", sessionKeys=[key]))["results"]
+            assert [h["sessionKey"] for h in hits] == [key]
+            assert [m["messageId"] for m in (await engine.history(sessionKey=key))["messages"]] == [f"{key[-3:]}1"]
+
+
+APPENDER = """
+import asyncio, sys
+from sessionsearch import Engine, Settings
+url, proc, batches = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+async def main():
+    async with Engine("/nonexistent", settings=Settings(database_url=url)) as engine:
+        for b in range(batches):
+            events = [{"type": "message", "id": f"p{proc}-{b}-{i}", "timestamp": "2026-01-02T03:04:05Z",
+                       "message": {"role": "user", "content": f"concurrent word{proc} batch{b}"}} for i in range(4)]
+            await engine.append("agent:main:shared", events)
+asyncio.run(main())
+"""
+
+
+async def test_processes_appending_to_one_session_lose_duplicate_and_reorder_nothing(pg):
+    procs, batches = 3, 8
+    async with engine_at(pg) as engine:
+        await engine.append("agent:main:shared", [msg("first", "user", "start")])
+        runs = [subprocess.Popen([sys.executable, "-c", APPENDER, pg.database_url, str(p), str(batches)])
+                for p in range(procs)]
+        for run in runs:
+            assert await asyncio.to_thread(run.wait, 120) == 0
+        store = await engine.store("main")
+        async with store.reader() as reader:
+            (wid, _, _), = await store.windows_of(reader, "agent:main:shared")
+            branch = await store.branch_rows(reader, wid)
+        total = 1 + procs * batches * 4
+        assert [r[0] for r in branch] == list(range(1, total + 1))  # seqs 1..n, no gap, no duplicate
+        for p in range(procs):  # each process's rows in the order it sent them
+            mine = [r[1] for r in branch if r[1].startswith(f"p{p}-")]
+            assert mine == [f"p{p}-{b}-{i}" for b in range(batches) for i in range(4)]
+        status = (await engine.call("index.status", {}))["agents"][0]
+        assert (status["messages"], status["indexedMessages"], status["backlog"]) == (total, total, 0)
+        for p in range(procs):
+            assert len((await engine.search(query=f"word{p}", limit=25))["results"]) == 25
+
+
+RECONCILER = """
+import asyncio, sys
+from sessionsearch import Engine, Settings
+from sessionsearch.indexer.reconcile import reconcile_window
+url, wid = sys.argv[1], int(sys.argv[2])
+async def main():
+    async with Engine("/nonexistent", settings=Settings(database_url=url)) as engine:
+        store = await engine.store("main")
+        for _ in range(3):  # a lease of zero: every claim is instantly expired, the other takes it over
+            outcome = (await reconcile_window(store, wid, batch_rows=16, lease_s=0.0)).outcome
+            print("outcome", outcome, file=sys.stderr, flush=True)
+asyncio.run(main())
+"""
+
+
+async def test_two_processes_reconciling_one_window_leave_exactly_its_branch_indexed(pg):
+    async with engine_at(pg, reconcile_batch_rows=16) as engine:
+        texts = [("user" if i % 2 else "assistant", f"message number {i} about topic{i % 7}") for i in range(192)]
+        await engine.append(KEY, chain("m", texts), index=False)
+        (wid,) = (await engine.pending("main"))["main"]
+        runs = [subprocess.Popen([sys.executable, "-c", RECONCILER, pg.database_url, str(wid)], stderr=subprocess.PIPE,
+                                 stdout=subprocess.DEVNULL, text=True) for _ in range(2)]
+        outcomes = [line.split()[1] for run in runs
+                    for line in (await asyncio.to_thread(run.communicate, timeout=120))[1].splitlines()
+                    if line.startswith("outcome ")]
+        assert all(run.returncode == 0 for run in runs) and len(outcomes) == 6
+        store = await engine.store("main")
+        async with store.reader() as reader:
+            rows = await store.index_rows(reader, wid)
+            branch = [r[0] for r in await reader.all("SELECT id FROM ss_events WHERE wid = %s AND on_branch = 1 "
+                                                     "AND text IS NOT NULL ORDER BY id", (wid,))]
+        assert len(rows) == len(set(rows)) and set(rows) <= set(branch)
+        if "published" not in outcomes:
+            assert (await engine.reconcile("main", wid)).outcome == "published"
+        async with store.reader() as reader:
+            assert await store.index_rows(reader, wid) == branch and len(branch) == 192
+        assert len((await engine.search(query="topic3", limit=25))["results"]) == 25
+
+
+MIGRATOR = """
+import asyncio, sys
+from sessionsearch.store.postgres import migrate
+print(*asyncio.run(migrate(sys.argv[1])))
+"""
+
+
+def test_migrations_run_once_however_many_processes_start_together():
+    url = create_pg_database("ss_pg_migrate")
+    try:
+        runs = [subprocess.Popen([sys.executable, "-c", MIGRATOR, url], stdout=subprocess.PIPE, text=True)
+                for _ in range(3)]
+        results = sorted(tuple(map(int, run.communicate(timeout=120)[0].split())) for run in runs)
+        assert all(run.returncode == 0 for run in runs)
+        assert results == [(0, LATEST)] + [(LATEST, LATEST)] * 2
+        assert asyncio.run(schema_version(url)) == LATEST and asyncio.run(migrate(url)) == (LATEST, LATEST)
+        with psycopg.connect(url) as conn:
+            assert conn.execute("SELECT count(*) FROM ss_schema_migrations").fetchone()[0] == LATEST
+    finally:
+        drop_pg_database(url)
+
+
+async def test_a_reader_past_its_deadline_stops_the_statement(pg):
+    async with engine_at(pg) as engine:
+        store = await engine.store("main", create=True)
+        started = time.monotonic()
+        with pytest.raises(SearchTimeout):
+            async with store.reader(time.monotonic() + 0.2) as reader:
+                await reader.one("SELECT pg_sleep(5)")
+        assert time.monotonic() - started < 4
+        async with store.reader() as reader:  # the pool's connection is usable again
+            await store.ping(reader)
+
+
+async def test_postgresql_going_away_answers_unavailable_and_the_pool_recovers_by_itself(pg):
+    proxy = PgProxy()
+    proxy.start()
+    url = pg_url(pg.database_url.rpartition("/")[2]).replace(":5432/", f":{proxy.port}/")
+    engine = await Engine(pg.data_dir, settings=Settings(database_url=url)).open()
+    try:
+        await engine.append(KEY, [msg("a1", "user", "before the outage")])
+        await engine.backend.check_ready()
+        proxy.stop()
+        with pytest.raises(Unavailable):
+            await engine.append(KEY, [msg("a2", "user", "during the outage")])
+        with pytest.raises(Unavailable):
+            await engine.backend.check_ready()
+        with pytest.raises(Unavailable):
+            await engine.search(query="outage")
+        proxy.start()  # the same port: as the server coming back
+        for _ in range(100):
+            try:
+                await engine.backend.check_ready()
+                break
+            except Unavailable:
+                await asyncio.sleep(0.1)
+        await engine.append(KEY, [msg("a3", "user", "after the outage")])
+        assert sorted(ids(await engine.search(query="outage"))) == ["a1", "a3"]
+    finally:
+        await engine.close()
+        proxy.stop()
+
+
+def test_over_http_an_outage_is_503_unavailable_and_readyz_says_so_until_it_is_back(pg, tmp_path):
+    proxy = PgProxy()
+    proxy.start()
+    url = pg.database_url.replace(":5432/", f":{proxy.port}/")
+    server = Server(tmp_path / "data", tmp_path / "server.log", SESSIONSEARCH_DATABASE_URL=url)
+    try:
+        body = {"sessionKey": KEY, "events": [msg("a1", "user", "before the outage")]}
+        assert server.post("transcript.append", body)[0] == 200
+        proxy.stop()
+        status, answer = server.post("transcript.append", {"sessionKey": KEY, "events": [msg("a2", "user", "lost")]})
+        assert status == 503 and answer["error"]["code"] == "UNAVAILABLE", answer
+        status, ready = server.get("/readyz")
+        assert status == 503 and "PostgreSQL" in ready["reason"], ready
+        proxy.start()
+        deadline = time.monotonic() + 30
+        while server.get("/readyz")[0] != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert server.post("transcript.append", {"sessionKey": KEY, "events": [msg("a3", "user", "after")]})[0] == 200
+        status, found = server.post("sessions.search", {"query": "outage after", "match": "prefix"})
+        assert status == 200 and [h["messageId"] for h in found["results"]] == []
+        assert [h["messageId"] for h in server.post("sessions.search", {"query": "outage"})[1]["results"]] == ["a1"]
+    finally:
+        assert server.stop() == 0
+        proxy.stop()
+    log = (tmp_path / "server.log").read_text()
+    assert "api.crashed" not in log, log[-3000:]
