@@ -1,10 +1,9 @@
-"""Real PostgreSQL for the tests: scratch databases on the machine's server (CI starts it), and a
-private server a test may stop and start without touching anyone else's."""
+"""Real PostgreSQL for the tests: a scratch database on the machine's server (CI starts it), and a
+private server that a test may stop and start without touching anyone else's."""
 
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 import subprocess
 import tempfile
@@ -16,41 +15,25 @@ from typing import Iterator
 import psycopg
 import pytest
 
-from .services import free_port
+from .services import create_pg_database, drop_pg_database, free_port
 
-PG_HOST, PG_PORT = "127.0.0.1", int(os.environ.get("SESSIONSEARCH_TEST_PG_PORT", "5432"))
+PG_HOST = "127.0.0.1"
 PG_BIN = Path(os.environ.get("SESSIONSEARCH_TEST_PG_BIN") or max(
     Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: int(p.parent.name), default=Path("/usr/lib/postgresql/15/bin")))
 
 
-def server_url(port: int = PG_PORT, database: str = "postgres") -> str:
+def server_url(port: int, database: str = "postgres") -> str:
     return f"postgresql://postgres@{PG_HOST}:{port}/{database}"
 
 
-def require_postgres() -> str:
-    """The URL of the machine's server's `postgres` database; fails (never skips) when it is down."""
-    url = server_url()
-    try:
-        with psycopg.connect(url, connect_timeout=3) as conn:
-            conn.execute("SELECT 1")
-    except psycopg.Error as exc:
-        pytest.fail(f"PostgreSQL is not reachable at {PG_HOST}:{PG_PORT} ({exc}); `make test` starts it "
-                    "(scripts/services), or apt-get install postgresql")
-    return url
-
-
 @contextmanager
-def scratch_database(tag: str, port: int | None = None) -> Iterator[str]:
-    """A uniquely named database (ss_<tag>_<random>) for one test, dropped after; yields its URL."""
-    admin = require_postgres() if port is None else server_url(port)
-    name = f"ss_{tag}_{secrets.token_hex(4)}"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+def scratch_database(tag: str) -> Iterator[str]:
+    """A uniquely named database on the machine's server for one test, dropped after; its URL."""
+    url = create_pg_database(f"ss_{tag}")
     try:
-        yield server_url(port or PG_PORT, name)
+        yield url
     finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        drop_pg_database(url)
 
 
 class PrivatePostgres:
