@@ -10,10 +10,11 @@ through the Python API (`Engine.search`). Both live in scratch databases on the 
 (created here, dropped at the end unless --keep). Measured side by side in one run:
 
 - import: the anchor's COPY plus index build next to our import plus reconciliation;
+- appends in batches of 100 from 4 concurrent client processes, messages per second in all
+  (the same texts into both, so both corpora stay equal);
+- search p95 while the workers reconcile another agent's import, next to idle;
 - search p50/p95 per query class (rare, 0.3%, 1%, 10% word, two words, 4-letter prefix, and
-  recent-first for each word class), interleaved query by query, with ratios;
-- appends in batches of 100 from 4 concurrent client processes, messages per second in all;
-- search p95 while the workers reconcile another agent's import, next to idle.
+  recent-first for each word class), interleaved query by query, with ratios.
 
 Figures go to bench/results/pg.json.
 """
@@ -324,9 +325,11 @@ async def main() -> None:
                 print(f"  {out['ours_build']} -> x{out['build_ratio']:.2f} the anchor", file=sys.stderr)
                 save()
 
-                print("searches, side by side ...", file=sys.stderr)
-                out["search"] = {}
-                await measure_searches(engine, anchor_url, words, args.reps, "main", out["search"], save)
+                print("appends: 4 client processes, batches of 100 ...", file=sys.stderr)
+                rates = {kind: append_throughput(kind, url, batches=args.append_batches)
+                         for kind, url in (("anchor", anchor_url), ("ours", ours_url))}
+                out["append_batch100_4_clients_msgs_per_s"] = {**rates, "ratio": rates["ours"] / rates["anchor"]}
+                print(f"  {out['append_batch100_4_clients_msgs_per_s']}", file=sys.stderr)
                 save()
 
                 print("search while the workers reconcile another agent's import ...", file=sys.stderr)
@@ -346,14 +349,12 @@ async def main() -> None:
                     "busy_searches": len(busy), "ratio_p95": pct(busy, 0.95) / pct(idle, 0.95)}
                 print(f"  {out['search_during_reconcile']}", file=sys.stderr)
                 save()
+
+                print("searches, side by side ...", file=sys.stderr)
+                out["search"] = {}
+                await measure_searches(engine, anchor_url, words, args.reps, "main", out["search"], save)
         finally:
             workers.stop()
-
-        print("appends: 4 client processes, batches of 100 ...", file=sys.stderr)
-        rates = {kind: append_throughput(kind, url, batches=args.append_batches)
-                 for kind, url in (("anchor", anchor_url), ("ours", ours_url))}
-        out["append_batch100_4_clients_msgs_per_s"] = {**rates, "ratio": rates["ours"] / rates["anchor"]}
-        print(f"  {out['append_batch100_4_clients_msgs_per_s']}", file=sys.stderr)
     finally:
         if not args.keep:
             with psycopg.connect(args.pg, autocommit=True) as admin:
