@@ -132,3 +132,12 @@ def test_migrate_on_sqlite_brings_every_agent_database_under_the_data_dir_curren
     assert done == {"main.db": (latest, latest), "work_bot.db": (latest, latest), "old.db": (1, latest)}
     status = json.loads(cli("status", "--json", cwd=tmp_path).stdout)
     assert status["schema"]["version"] == latest and status["schema"]["store"] == "sqlite"
+
+
+def test_redaction_hides_passwords_in_the_user_part_and_in_parameters():
+    from sessionsearch.store import redact
+
+    assert redact("postgresql://app:s3cr%40t@db:5432/x?sslmode=require&password=two") == \
+        "postgresql://app:***@db:5432/x?sslmode=require&password=***"
+    assert redact("postgresql://app@db/x") == "postgresql://app@db/x"
+    assert redact("postgresql://[::1/x:pw") == "postgresql://***"  # unparsable: nothing of it echoed
