@@ -18,6 +18,7 @@ from sessionsearch.store.postgres.schema import LATEST as PG_LATEST
 from sessionsearch.store.sqlite.schema import MIGRATIONS as SQLITE_MIGRATIONS
 
 from .postgres import scratch_database
+from .server import Server
 
 DEMO = Path(__file__).resolve().parent.parent / "sessionsearch" / "demo_data"
 SECRET = "pw-Never-Shown-7"
@@ -113,6 +114,13 @@ def test_the_password_of_the_url_is_never_printed_or_logged(tmp_path, database):
     assert "postgres:***@" in runs[0].stdout + runs[2].stdout
     for run in runs:
         assert SECRET not in run.stdout + run.stderr
+    web = Server(tmp_path / "data", tmp_path / "web.log", "--database-url", url)
+    try:
+        assert web.post("sessions.search", {"query": "loan"})[0] == 200
+    finally:
+        assert web.stop() == 0
+    log = (tmp_path / "web.log").read_text()
+    assert '"store": "PostgreSQL postgresql://postgres:***@' in log and SECRET not in log
 
 
 def test_migrate_on_sqlite_brings_every_agent_database_under_the_data_dir_current(tmp_path):
