@@ -13,6 +13,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from collections import Counter
+
 import dramatiq
 import pytest
 import redis
@@ -21,6 +23,7 @@ from sessionsearch import Engine, Settings
 from sessionsearch import metrics as ssmetrics
 from sessionsearch.importer import run_import
 from sessionsearch.queue import Pipeline
+from sessionsearch.search.text import tokens
 
 from .helpers import Where, chain, ids, leaf, msg
 from .services import free_port, redis_server, require_redis, terminate
@@ -125,13 +128,22 @@ async def wait_for_backlog_zero(engine: Engine, deadline_s: float = DEADLINE_S) 
         await asyncio.sleep(0.1)
 
 
-async def wait_until_mid_job(db: Path, worker: "Worker") -> None:
+def _one(where: Path | Where, sqlite_sql: str, pg_sql: str) -> tuple:
+    """One row of a read on the store's tables: the agent's SQLite file, or PostgreSQL."""
+    if isinstance(where, Where) and where.database_url:
+        import psycopg
+        with psycopg.connect(where.database_url) as conn:
+            return conn.execute(pg_sql).fetchone()
+    with sqlite3.connect(where.data_dir / "data" / "agents" / "main.db" if isinstance(where, Where) else where) as conn:
+        return conn.execute(sqlite_sql).fetchone()
+
+
+async def wait_until_mid_job(db: Path | Where, worker: "Worker") -> None:
     """Until the worker holds the window's claim and has written some of its index rows."""
     deadline = time.monotonic() + DEADLINE_S
     while True:
-        with sqlite3.connect(db) as conn:
-            claimed = conn.execute("SELECT claim_token FROM windows").fetchone()[0]
-            written = conn.execute("SELECT count(*) FROM msg_fts").fetchone()[0]
+        claimed, written = _one(db, "SELECT (SELECT claim_token FROM windows), (SELECT count(*) FROM msg_fts)",
+                                "SELECT (SELECT claim_token FROM ss_windows), (SELECT count(*) FROM ss_index)")
         if claimed and written > 0:
             return
         assert time.monotonic() < deadline, worker.log_path.read_text()[-2000:]
@@ -256,15 +268,24 @@ def _big_window(engine_dir: Path, n: int) -> None:
             parent = mid
 
 
-def assert_index_is_the_window(data_dir: Path, n: int) -> None:
+def assert_index_is_the_window(data_dir: Path | Where, n: int) -> None:
     """The index rows, in rowid order, are exactly the window's n messages: each once, under the id of
     the transcript row it indexes, with that row's text (a count could not tell a duplicate under
-    another rowid, a stale text or a row of another message from the right one)."""
-    with sqlite3.connect(data_dir / "agents" / "main.db") as conn:
-        rows = conn.execute("SELECT f.mid, f.text, e.event_id, e.text, e.on_branch FROM msg_fts f "
-                            "LEFT JOIN events e ON e.id = f.rowid ORDER BY f.rowid").fetchall()
+    another rowid, a stale text or a row of another message from the right one). PostgreSQL keeps
+    the tokens' counts, not the text: they must be those of the message's text."""
     expected = [(f"b{i}", big_window_text(i)) for i in range(n)]
-    assert [(mid, text) for mid, text, *_ in rows] == expected
+    if isinstance(data_dir, Where) and data_dir.database_url:
+        import psycopg
+        with psycopg.connect(data_dir.database_url) as conn:
+            rows = conn.execute("SELECT f.mid, f.tf, e.event_id, e.text, e.on_branch FROM ss_index f "
+                                "LEFT JOIN ss_events e ON e.id = f.id ORDER BY f.id").fetchall()
+        assert [(mid, tf) for mid, tf, *_ in rows] == [(mid, dict(Counter(tokens(t)))) for mid, t in expected]
+    else:
+        folder = data_dir.data_dir / "data" if isinstance(data_dir, Where) else data_dir
+        with sqlite3.connect(folder / "agents" / "main.db") as conn:
+            rows = conn.execute("SELECT f.mid, f.text, e.event_id, e.text, e.on_branch FROM msg_fts f "
+                                "LEFT JOIN events e ON e.id = f.rowid ORDER BY f.rowid").fetchall()
+        assert [(mid, text) for mid, text, *_ in rows] == expected
     assert [(event_id, text, on_branch) for _, _, event_id, text, on_branch in rows] == [(*e, 1) for e in expected]
 
 
@@ -288,20 +309,19 @@ async def test_two_worker_processes_on_one_large_window_leave_one_row_per_messag
     pipeline.close()
 
 
-async def test_a_worker_killed_mid_job_loses_nothing(tmp_path, redis_url):
-    _big_window(tmp_path / "state", 120_000)
-    settings = _settings(tmp_path, redis_url)
-    env = {"SESSIONSEARCH_RECONCILE_BATCH_ROWS": "500", "SESSIONSEARCH_CLAIM_LEASE_S": "2"}
+async def test_a_worker_killed_mid_job_loses_nothing(backend, tmp_path, redis_url):
+    n = 120_000 if backend.kind == "sqlite" else 8_000  # PostgreSQL reconciles slower: mid-job sooner
+    _big_window(tmp_path / "state", n)
+    settings = _settings(backend, redis_url)
+    env = {"SESSIONSEARCH_RECONCILE_BATCH_ROWS": "500", "SESSIONSEARCH_CLAIM_LEASE_S": "2", **_env(backend)}
     async with Engine(settings=settings) as engine:
         await run_import(engine, tmp_path / "state")
         first = Worker(tmp_path / "data", redis_url, tmp_path / "first.log", **env)
-        db = tmp_path / "data" / "agents" / "main.db"
-        await wait_until_mid_job(db, first)
+        await wait_until_mid_job(backend, first)
         first.kill()
-        with sqlite3.connect(db) as conn:
-            assert conn.execute("SELECT needs_rebuild FROM windows").fetchone()[0] == 1
+        assert _one(backend, "SELECT needs_rebuild FROM windows", "SELECT needs_rebuild FROM ss_windows") == (1,)
         await finish_with_another_worker(engine, tmp_path, redis_url, env)
-    assert_index_is_the_window(tmp_path / "data", 120_000)
+    assert_index_is_the_window(backend, n)
 
 
 async def test_search_answers_while_redis_is_down_and_enqueues_once_it_is_back(backend, tmp_path):

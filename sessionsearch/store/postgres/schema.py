@@ -90,9 +90,10 @@ CREATE TABLE ss_events (
 );
 CREATE INDEX ss_events_by_event_id ON ss_events (wid, event_id) WHERE event_id IS NOT NULL;
 
--- The index: one row per indexed message, id = its ss_events.id. tsv holds the message's distinct
--- folded tokens (lexemes as text.py's tokens() makes them, never parsed by PostgreSQL), tf their
--- counts and dl the row's length in tokens, which BM25 needs.
+-- The index: one row per indexed message, id = its ss_events.id. tsv holds the message's folded
+-- tokens with their positions (lexemes as text.py's tokens() makes them, written as a tsvector
+-- literal, never parsed by a text search configuration), tf their exact counts and dl the row's
+-- length in tokens, which BM25 needs (lexemes.py).
 CREATE TABLE ss_index (
     id bigint PRIMARY KEY,
     ano integer NOT NULL,
