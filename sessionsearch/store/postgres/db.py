@@ -37,11 +37,11 @@ def connect_kwargs() -> dict[str, Any]:
 
 
 def make_pool(url: str, *, max_size: int) -> AsyncConnectionPool:
-    """A pool that checks a connection before lending it, so one broken by a server restart is
-    replaced instead of failing the request that drew it."""
+    """A pool lending connections unchecked: the first statement of a block (its BEGIN) is the
+    check, and a connection found broken there (a server restart) is replaced and the block
+    started again on another, before anything of it ran."""
     return AsyncConnectionPool(url, min_size=1, max_size=max_size, kwargs=connect_kwargs(), open=False,
-                               check=AsyncConnectionPool.check_connection, timeout=WAIT_S,
-                               reconnect_timeout=0)  # keep trying to reconnect for ever
+                               timeout=WAIT_S, reconnect_timeout=0)  # keep trying to reconnect for ever
 
 
 def unavailable(exc: BaseException) -> Unavailable:
@@ -80,14 +80,38 @@ class Db:
     async def close(self) -> None:
         await self.pool.close()
 
+    @asynccontextmanager
+    async def _begun(self, begin: str, timeout: float) -> AsyncIterator[psycopg.AsyncConnection]:
+        """A pooled connection inside a transaction opened by `begin` (one round trip), committed
+        at the end of the block, rolled back on an error. A connection that fails its BEGIN is
+        dropped and another tried (the pool replaces it)."""
+        for attempt in range(3):
+            async with self.pool.connection(timeout=timeout) as conn:
+                try:
+                    await conn.execute(begin)
+                except (psycopg.OperationalError, psycopg.InterfaceError):
+                    if attempt == 2:
+                        raise
+                    continue  # a broken connection goes back to the pool, which discards it
+                try:
+                    yield conn
+                except BaseException:
+                    if not conn.closed and not conn.broken:
+                        try:
+                            await conn.execute("ROLLBACK")
+                        except psycopg.Error:
+                            pass  # the connection went meanwhile: the error that came first is the one to tell
+                    raise
+                await conn.execute("COMMIT")
+                return
+
     async def tx(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """Run `fn(conn, *args)` in one transaction; a deadlock or serialization failure rolls it
         back and runs it again (a few times, with jitter); a lost server raises Unavailable."""
         for attempt in range(RETRIES):
             try:
-                async with self.pool.connection() as conn:
-                    async with conn.transaction():
-                        return await fn(conn, *args)
+                async with self._begun("BEGIN", WAIT_S) as conn:
+                    return await fn(conn, *args)
             except RETRYABLE as exc:
                 if attempt == RETRIES - 1:
                     raise unavailable(exc) from exc
@@ -101,14 +125,12 @@ class Db:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise SearchTimeout()
+        begin = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+        if not math.isinf(deadline):
+            begin += f"; SET LOCAL statement_timeout = {max(1, int(remaining * 1000))}"
         try:
-            async with self.pool.connection(timeout=min(remaining, WAIT_S)) as conn:
-                async with conn.transaction():
-                    await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                    if not math.isinf(deadline):
-                        ms = max(1, int((deadline - time.monotonic()) * 1000))
-                        await conn.execute(f"SET LOCAL statement_timeout = {ms}")
-                    yield Reader(conn)
+            async with self._begun(begin, min(remaining, WAIT_S)) as conn:
+                yield Reader(conn)
         except pgerrors.QueryCanceled:
             raise SearchTimeout() from None
         except PoolTimeout as exc:

@@ -104,8 +104,10 @@ CREATE TABLE ss_index (
     tf jsonb NOT NULL,
     tsv tsvector NOT NULL
 );
+-- The GIN index is the only way into the index rows by content: an index on (ano, ts) tempted
+-- the planner into filtering every row of the agent (before statistics existed) or walking the
+-- timestamps past every row a rare word lacks (`recent`).
 CREATE INDEX ss_index_tsv ON ss_index USING gin (tsv);
-CREATE INDEX ss_index_recent ON ss_index (ano, ts DESC);
 
 -- Archived windows: their rows as gzip'd JSON lines, out of ss_events and the index.
 CREATE TABLE ss_cold (

@@ -17,23 +17,21 @@ from typing import Any
 
 from ..base import Match
 from .db import Reader
-from .lexemes import query_phrases
+from .lexemes import query_phrases, quote
 
 K1, B = 1.2, 0.75
 MID = "COLLATE \"C\" NULLS FIRST"  # SQLite's order of message ids: bytes, NULL first
 
 
-def tsquery_sql(words: str, groups: str, prefix: str) -> str:
-    """A tsquery built in SQL from bound arrays: lexemes `words`, the phrase each belongs to
-    `groups`; each phrase's lexemes follow one another (<->), all phrases are required (&), and
-    the last lexeme is a prefix when the bound boolean `prefix`. Each lexeme is single-quoted
-    with quotes and backslashes doubled, as tsquery input reads it: no user text is ever parsed
-    as tsquery syntax."""
-    return ("(SELECT string_agg(p, ' & ' ORDER BY g) FROM (SELECT g, '(' || string_agg("
-            r"'''' || replace(replace(w, '\', '\\'), '''', '''''') || '''' || "
-            f"CASE WHEN %({prefix})s AND o = cardinality(%({words})s::text[]) THEN ':*' ELSE '' END, "
-            f"' <-> ' ORDER BY o) || ')' AS p FROM unnest(%({words})s::text[], %({groups})s::int[]) "
-            "WITH ORDINALITY AS u(w, g, o) GROUP BY g) x)::tsquery")
+def tsquery_text(phrases: list[list[str]], prefix: bool) -> str:
+    """tsquery input for phrases of lexemes: each lexeme single-quoted with quotes and backslashes
+    doubled (lexemes.quote), a phrase's lexemes following one another (<->), all phrases required
+    (&), the last lexeme a prefix (:*) when `prefix`. It is bound as a parameter and cast: no user
+    text is read as tsquery syntax, and the planner sees the value (its selectivity picks the GIN
+    index; a tsquery made inside the statement left it guessing, and it scanned the agent)."""
+    last = len(phrases) - 1
+    return " & ".join("(" + " <-> ".join(quote(lex) + (":*" if prefix and i == last and j == len(p) - 1 else "")
+                                         for j, lex in enumerate(p)) + ")" for i, p in enumerate(phrases))
 
 
 def _positions(m: str, param: str, prefix: bool) -> str:
@@ -52,30 +50,31 @@ class Query:
         self.phrases = query_phrases(match.words)
         self.prefix = match.prefix
         self.lexemes = [lex for phrase in self.phrases for lex in phrase]
-        self.params: dict[str, Any] = {
-            "q_words": self.lexemes, "q_groups": [g for g, phrase in enumerate(self.phrases) for _ in phrase],
-            "q_prefix": self.prefix, "k1": K1, "k1p1": K1 + 1.0, "omb": 1 - B, "b": B}
-        self.tsquery = tsquery_sql("q_words", "q_groups", "q_prefix")
+        self.params: dict[str, Any] = {"q": tsquery_text(self.phrases, self.prefix),
+                                       "k1": K1, "k1p1": K1 + 1.0, "omb": 1 - B, "b": B}
+        self.tsquery = "%(q)s::tsquery"
 
     def _is_prefix(self, i: int) -> bool:
         return self.prefix and i == len(self.phrases) - 1
 
-    async def load_stats(self, reader: Reader, ano: int) -> None:
-        """N, avgdl and each phrase's df (FTS5 counts a phrase's rows over the whole agent)."""
+    async def load_stats(self, reader: Reader, ano: int) -> tuple[int, frozenset[int]]:
+        """N, avgdl and each phrase's df (FTS5 counts a phrase's rows over the whole agent), read
+        with the head (meta version, windows needing reconciliation) in one round trip."""
         parts = []
         for i, phrase in enumerate(self.phrases):
-            self.params.update({f"w{i}": phrase, f"g{i}": [0] * len(phrase), f"p{i}": self._is_prefix(i)})
-            parts.append(f"(SELECT count(*) FROM ss_index WHERE ano = %(ano)s AND tsv @@ "
-                         f"{tsquery_sql(f'w{i}', f'g{i}', f'p{i}')})")
+            self.params[f"q{i}"] = tsquery_text([phrase], self._is_prefix(i))
+            parts.append(f"(SELECT count(*) FROM ss_index WHERE ano = %(ano)s AND tsv @@ %(q{i})s::tsquery)")
         row = await reader.one(
-            "SELECT coalesce(sum(idx_rows), 0)::bigint, coalesce(sum(idx_tokens), 0)::bigint"
+            f"SELECT ({HEAD}), ({DIRTY}), coalesce(sum(idx_rows), 0)::bigint, coalesce(sum(idx_tokens), 0)::bigint"
             + "".join(", " + p for p in parts) + " FROM ss_windows WHERE ano = %(ano)s", {**self.params, "ano": ano})
+        version, dirty, row = row[0], frozenset(row[1]), row[2:]
         # counters and index agree but for rows written around them (never by this store's writes)
         n_rows, n_tokens, dfs = max(row[0], *row[2:]), row[1], row[2:]
         self.params["avgdl"] = n_tokens / n_rows if n_rows else 1.0
         for i, df in enumerate(dfs):
             idf = math.log((n_rows - df + 0.5) / (df + 0.5))
             self.params[f"idf{i}"] = idf if idf > 0.0 else 1e-6
+        return version, dirty
 
     def _tf(self, m: str, i: int) -> str:
         """SQL: phrase i's occurrences in row `m` (single words from tf, exact; phrases from positions)."""
@@ -102,10 +101,15 @@ class Query:
 
 
 def scope_sql(include: list[int] | None, exclude: list[int] | None, role: str | None, since: int | None,
-              until: int | None, params: dict[str, Any], m: str = "m") -> list[str]:
-    """Conditions on the index rows `m` (joined with their window as `w`) for a search's scope:
-    clean windows only, the windows in or out, the role bit, the time range."""
-    where = [f"{m}.ano = %(ano)s", "w.needs_rebuild = 0", "w.cold = 0"]
+              until: int | None, params: dict[str, Any], dirty: frozenset[int], m: str = "m") -> list[str]:
+    """Conditions on the index rows `m` for a search's scope: not in the windows needing
+    reconciliation (`dirty`, read in the same snapshot; cold windows have no index rows), the
+    windows in or out, the role bit, the time range. No join with the windows: with statistics
+    not yet analyzed (a fresh import) the planner would walk the word once per window."""
+    where = [f"{m}.ano = %(ano)s"]
+    if dirty:
+        where.append(f"NOT ({m}.wid = ANY(%(dirty)s::bigint[]))")
+        params["dirty"] = sorted(dirty)
     if include is not None:
         where.append(f"{m}.wid = ANY(%(incl)s::bigint[])")
         params["incl"] = list(include)
@@ -124,10 +128,13 @@ def scope_sql(include: list[int] | None, exclude: list[int] | None, role: str | 
     return where
 
 
+HEAD = "SELECT meta_version FROM ss_agents WHERE ano = %(ano)s"
+DIRTY = "SELECT coalesce(array_agg(wid), '{}') FROM ss_windows WHERE ano = %(ano)s AND needs_rebuild = 1"
+
+
 async def head(reader: Reader, ano: int) -> tuple[int, frozenset[int]]:
     """The agent's meta version and its windows needing reconciliation, in the reader's snapshot."""
-    row = await reader.one("SELECT meta_version, (SELECT coalesce(array_agg(wid), '{}') FROM ss_windows "
-                           "WHERE ano = %(ano)s AND needs_rebuild = 1) FROM ss_agents WHERE ano = %(ano)s", {"ano": ano})
+    row = await reader.one(f"SELECT ({HEAD}), ({DIRTY})", {"ano": ano})
     return row[0], frozenset(row[1])
 
 
@@ -136,20 +143,18 @@ async def search_top(reader: Reader, ano: int, match: Match, *, k: int, order: s
     """The exact top `k` hits (id, bm25, message id, ts, text) by `order`, then (0, inf) when more matched."""
     q = Query(match)
     if not q.lexemes:
-        version, dirty = await head(reader, ano)
-        return version, dirty, []
-    await q.load_stats(reader, ano)
+        return (*await head(reader, ano), [])
+    version, dirty = await q.load_stats(reader, ano)
     params = {**q.params, "ano": ano, "k": k + 1}
-    where = scope_sql(include, exclude, role, since, until, params)
+    where = scope_sql(include, exclude, role, since, until, params, dirty)
     score = q.score_sql()
     params.update(q.params)
     key = "s, m.ts DESC, m.mid" if order != "recent" else "m.ts DESC, m.mid"
     outer = "t.s, t.ts DESC, t.mid" if order != "recent" else "t.ts DESC, t.mid"
     rows = await reader.all(
         f"SELECT t.id, t.s, e.event_id, e.ts, e.text FROM (SELECT m.id, {score} AS s, m.ts, m.mid "
-        f"FROM ss_index m JOIN ss_windows w ON w.wid = m.wid WHERE m.tsv @@ {q.tsquery} AND {' AND '.join(where)} "
+        f"FROM ss_index m WHERE m.tsv @@ {q.tsquery} AND {' AND '.join(where)} "
         f"ORDER BY {key} {MID} LIMIT %(k)s) t JOIN ss_events e ON e.id = t.id ORDER BY {outer} {MID}", params)
-    version, dirty = await head(reader, ano)
     hits = [tuple(r) for r in rows[:k]]
     if len(rows) > k:
         hits.append((0, math.inf, "", 0, ""))

@@ -26,9 +26,9 @@ def _needle_sql(needles: list[str], params: dict[str, Any]) -> tuple[list[str], 
 
 
 def _matches(match: Match | None, needles: list[str] | None, *, order: str, include, exclude, role, since, until,
-             params: dict[str, Any], query: Query | None) -> str:
-    """SELECT of every matching row in scope: id, window, session key, shown score, sort key, ts, mid."""
-    where = scope_sql(include, exclude, role, since, until, params)
+             params: dict[str, Any], query: Query | None, dirty: frozenset[int]) -> str:
+    """SELECT of every matching row in scope: id, window, shown score, sort key, ts, mid."""
+    where = scope_sql(include, exclude, role, since, until, params, dirty)
     join = " JOIN ss_events e ON e.id = m.id" if needles else ""
     if query is not None:
         where.insert(0, f"m.tsv @@ {query.tsquery}")
@@ -39,32 +39,27 @@ def _matches(match: Match | None, needles: list[str] | None, *, order: str, incl
         score = query.score_sql()
     params.update(query.params if query is not None else {})
     key = "(-m.ts)::float8" if order == "recent" else score
-    return (f"SELECT m.id, m.wid, w.session_key AS key, {score} AS s, {key} AS r, m.ts, m.mid "
-            f"FROM ss_index m JOIN ss_windows w ON w.wid = m.wid{join} WHERE {' AND '.join(where)}")
+    return (f"SELECT m.id, m.wid, {score} AS s, {key} AS r, m.ts, m.mid "
+            f"FROM ss_index m{join} WHERE {' AND '.join(where)}")
 
 
 async def search_sessions(reader: Reader, ano: int, match: Match | None, *, needles: list[str] | None, k: int,
                           order: str, include, exclude, role, since, until) -> tuple[int, frozenset[int], list]:
     params: dict[str, Any] = {"ano": ano, "k": k}
     query = Query(match) if match is not None and match.words else None
-    if query is not None:
-        if not query.lexemes:
-            version, dirty = await head(reader, ano)
-            return version, dirty, []
-        await query.load_stats(reader, ano)
-    if query is None and not needles:
-        version, dirty = await head(reader, ano)
-        return version, dirty, []
+    if (query is not None and not query.lexemes) or (query is None and not needles):
+        return (*await head(reader, ano), [])
+    version, dirty = await query.load_stats(reader, ano) if query is not None else await head(reader, ano)
     scan = _matches(match, needles, order=order, include=include, exclude=exclude, role=role, since=since,
-                    until=until, params=params, query=query)
+                    until=until, params=params, query=query, dirty=dirty)
     rows = await reader.all(
-        f"WITH m AS MATERIALIZED ({scan}), "
+        f"WITH s AS MATERIALIZED ({scan}), "
+        "m AS MATERIALIZED (SELECT s.*, w.session_key AS key FROM s JOIN ss_windows w ON w.wid = s.wid), "
         f"best AS (SELECT DISTINCT ON (key) key, id, s, r, ts, mid FROM m ORDER BY key, r, ts DESC, mid {MID}), "
         "n AS (SELECT key, count(*) AS n FROM m GROUP BY key) "
         "SELECT b.key, n.n, b.id, b.s, e.event_id, e.ts, e.text FROM best b JOIN n ON n.key = b.key "
         f"JOIN ss_events e ON e.id = b.id ORDER BY b.r, b.ts DESC, b.mid {MID}, b.key COLLATE \"C\" LIMIT %(k)s",
         params)
-    version, dirty = await head(reader, ano)
     return version, dirty, [(key, n, (rid, s, mid, ts, text)) for key, n, rid, s, mid, ts, text in rows]
 
 
@@ -73,14 +68,15 @@ async def scan_substrings(reader: Reader, ano: int, needles: list[str], match: M
     """(rows in scope holding every needle, the best `k` as (id, rank, message id, ts, text))."""
     params: dict[str, Any] = {"ano": ano, "k": k}
     query = Query(match) if match is not None and match.words else None
-    where = scope_sql(include, exclude, role, since, until, params)
+    _, dirty = await head(reader, ano)
+    where = scope_sql(include, exclude, role, since, until, params, dirty)
     if query is not None:
         where.insert(0, f"m.tsv @@ {query.tsquery}")
         params.update(query.params)
     conds, rank = _needle_sql(needles, params)
     rows = await reader.all(
         f"WITH s AS MATERIALIZED (SELECT m.id, {rank} AS rank, e.event_id AS mid, e.ts, e.text "
-        f"FROM ss_index m JOIN ss_windows w ON w.wid = m.wid JOIN ss_events e ON e.id = m.id "
+        f"FROM ss_index m JOIN ss_events e ON e.id = m.id "
         f"WHERE {' AND '.join(where + conds)}) "
         f"SELECT (SELECT count(*) FROM s), NULL, NULL, NULL, NULL UNION ALL "
         f"(SELECT id, rank, mid, ts, text FROM s ORDER BY rank, ts DESC, mid {MID} LIMIT %(k)s)", params)
