@@ -345,7 +345,11 @@ async def main() -> None:
                 other = CorpusSpec(messages=max(1000, args.messages // 5), sessions=max(1, args.messages // 500),
                                    seed=7)
                 write_state_dir(other, work / "state2", "other")
+                workers.stop()  # imported with no worker running: the busy phase is all reconciliation
                 import_state(work / "state2", ours_url, work, "other")
+                workers = Workers(ours_url, args.redis_url, work)
+                while (await engine.index_status("other"))["agents"][0]["indexedWindows"] == 0:
+                    await asyncio.sleep(0.1)  # the workers have started reconciling
                 watcher = asyncio.create_task(wait_indexed(engine, "other"))
                 busy = await timed_searches(engine, queries, lambda n: n > 0 and watcher.done())
                 other_s = await watcher
