@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # the official MCP Inspector CLI, which tests/test_mcp_inspector.py runs (npm writes the inner lock file)
 NODE_STAMP := tests/node/node_modules/.package-lock.json
 
-.PHONY: demo test bench figures plots docs screenshots install clean
+.PHONY: demo pg-demo test bench figures plots docs screenshots install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,13 @@ install: $(STAMP) $(NODE_STAMP)
 
 demo: $(STAMP)
 	$(BIN)/sessionsearch demo
+
+# the demo on PostgreSQL (the machine's server on 127.0.0.1:5432, trust auth): docs/postgres-ops.md
+PG_DEMO_URL ?= postgresql://postgres@127.0.0.1:5432/sessionsearch_demo
+pg-demo: $(STAMP)
+	./scripts/services postgres
+	$(BIN)/python -c "import psycopg, sys; u = sys.argv[1]; c = psycopg.connect(u.rsplit('/', 1)[0] + '/postgres', autocommit=True); n = u.rsplit('/', 1)[1]; c.execute('SELECT 1 FROM pg_database WHERE datname = %s', (n,)).fetchone() or c.execute(f'CREATE DATABASE \"{n}\"')" '$(PG_DEMO_URL)'
+	SESSIONSEARCH_DATABASE_URL='$(PG_DEMO_URL)' $(BIN)/sessionsearch demo
 
 test: install
 	./scripts/services

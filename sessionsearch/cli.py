@@ -21,6 +21,9 @@ from .settings import Settings
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", help="data directory (SESSIONSEARCH_DATA_DIR, default ./data)")
     p.add_argument("--config", help="TOML settings file (SESSIONSEARCH_CONFIG)")
+    p.add_argument("--database-url", dest="database_url",
+                   help="PostgreSQL URL postgresql://user:password@host:5432/db (SESSIONSEARCH_DATABASE_URL, TOML "
+                        "database.url); unset: SQLite files under the data dir")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -57,6 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("status", help="backlog and completeness per agent")
     _common(p)
     p.add_argument("--agent", dest="agentId")
+
+    p = sub.add_parser("migrate", help="apply the store's schema migrations now (PostgreSQL, or every agent "
+                                       "database under the data dir) and print the versions")
+    _common(p)
 
     p = sub.add_parser("reconcile", help="reconcile every window that needs it, now, in this process")
     _common(p)
@@ -114,7 +121,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    return Settings.load(config=args.config, data_dir=args.data_dir)
+    return Settings.load(config=args.config, data_dir=args.data_dir, database_url=args.database_url)
 
 
 def _when(ms: int) -> str:
@@ -199,6 +206,8 @@ def _print_status(result: dict[str, Any]) -> None:
     for a in result["agents"]:
         print(f"{a['agentId']:<20} {a['windows']:>8} {a['backlog']:>8} {a['messages']:>10} "
               f"{a['indexedMessages']:>10} {a['completeness'] * 100:>8.2f}%")
+    if result.get("schema"):
+        _print_schema(result["schema"])
     queue = result.get("queue")
     if queue:
         print("queue: " + (queue["error"] if "error" in queue else
@@ -245,8 +254,35 @@ class Progress:
         self.stream.flush()
 
 
+def _print_schema(schema: dict[str, Any]) -> None:
+    print(f"schema: version {schema['version']} of {schema['latest']} ({schema['database']})")
+
+
+def _print_migrate(result: dict[str, Any]) -> None:
+    if not result["databases"]:
+        print(f"nothing to migrate: no database yet ({result['store']})")
+    for db in result["databases"]:
+        change = "already current" if db["from"] == db["to"] else f"migrated from {db['from']}"
+        print(f"{db['database']}: schema version {db['to']} ({change})")
+
+
+async def _migrate(args: argparse.Namespace, settings: Settings) -> int:
+    from .store import backend_for
+
+    backend = backend_for(settings)  # not opened: opening a store migrates already
+    try:
+        done = await backend.migrate()
+        schema = await backend.schema_version()
+    finally:
+        await backend.close()
+    _emit(args, {"store": schema["store"], "latest": schema["latest"], "databases": done}, _print_migrate)
+    return 0
+
+
 async def _run(args: argparse.Namespace) -> int:
     settings = _settings(args)
+    if args.command == "migrate":
+        return await _migrate(args, settings)
     async with Engine(settings=settings) as engine:
         if args.command == "search":
             body: dict[str, Any] = {"query": " ".join(args.query), "limit": args.limit,
@@ -277,6 +313,7 @@ async def _run(args: argparse.Namespace) -> int:
             _emit(args, await engine.history(body), _print_history)
         elif args.command == "status":
             status = await engine.index_status(args.agentId)
+            status["schema"] = await engine.backend.schema_version()
             if settings.redis_url:
                 status["queue"] = _queue_depth(settings)
             _emit(args, status, _print_status)
@@ -338,7 +375,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command in ("serve", "demo"):
-            settings = Settings.load(config=args.config, data_dir=args.data_dir, host=args.host, port=args.port)
+            settings = Settings.load(config=args.config, data_dir=args.data_dir, host=args.host, port=args.port,
+                                     database_url=args.database_url)
             sslogging.configure(settings.log_level if args.command == "serve" else "WARNING")
             from .api.server import run_demo, run_server
             if args.command == "serve":
@@ -350,7 +388,8 @@ def main(argv: list[str] | None = None) -> int:
             _emit(args, new_token(args.requester, sandboxed=args.sandboxed), _print_token)
             return 0
         if args.command == "worker":
-            settings = Settings.load(config=args.config, data_dir=args.data_dir, worker_cpu_priority=args.cpu_priority)
+            settings = Settings.load(config=args.config, data_dir=args.data_dir, worker_cpu_priority=args.cpu_priority,
+                                     database_url=args.database_url)
             sslogging.configure(settings.log_level)
             from .worker.main import run_worker
             return run_worker(settings, processes=args.processes, threads=args.threads,

@@ -87,10 +87,16 @@ def _choice(*allowed: str) -> Callable[[str], str]:
 SETTINGS: tuple[Setting, ...] = (
     Setting("data_dir", "./data", "Directory holding one SQLite database per agent.",
             env="SESSIONSEARCH_DATA_DIR"),
-    Setting("database_url", None, "PostgreSQL URL (postgresql://user@host:5432/db) holding every agent; "
-            "unset keeps one SQLite database per agent under data_dir.", env="SESSIONSEARCH_DATABASE_URL",
-            toml="database.url"),
     Setting("host", "127.0.0.1", "Address the HTTP server binds.", env="SESSIONSEARCH_HOST"),
+    # PostgreSQL, the scale-out shape (SPEC §1); docs/postgres-ops.md
+    Setting("database_url", None,
+            "PostgreSQL URL of the transcript store (postgresql://user:password@host:5432/db); unset keeps one "
+            "SQLite file per agent under data_dir. Its password is never logged or printed.",
+            env="SESSIONSEARCH_DATABASE_URL", toml="database.url"),
+    Setting("database_pool_max_connections", 10,
+            "PostgreSQL connections each process (web, worker, CLI) may hold at most.",
+            env="SESSIONSEARCH_DATABASE_POOL_MAX_CONNECTIONS", toml="database.poolMaxConnections",
+            parse=_whole("connections", 1, "1 connection")),
     Setting("port", 8780, "Port the HTTP server binds.", env="SESSIONSEARCH_PORT", parse=int),
     Setting("redis_url", None, "Redis broker URL; unset runs reconciliation in-process (embedded).",
             env="SESSIONSEARCH_REDIS_URL"),
@@ -177,8 +183,9 @@ class Settings:
     """Resolved settings; build with `Settings.load()` at process entry, or directly in tests."""
 
     data_dir: str = "./data"
-    database_url: str | None = None
     host: str = "127.0.0.1"
+    database_url: str | None = field(default=None, repr=False)  # holds a password: kept out of reprs
+    database_pool_max_connections: int = 10
     port: int = 8780
     redis_url: str | None = None
     redis_request_timeout_ms: int = 200
@@ -270,7 +277,7 @@ def _check_toml_value(s: Setting, value: Any, path: Path) -> Any:
     if s.toml_value is not None:
         return s.toml_value(value, str(path))
     where = f"{path}: {s.toml}"
-    expected = type(s.default)
+    expected = str if s.default is None else type(s.default)  # an unset-by-default setting takes text
     if isinstance(s.default, tuple):
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise InvalidRequest(f"{where} must be a list of strings", field=s.toml)

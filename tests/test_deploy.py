@@ -180,3 +180,44 @@ def test_the_procfile_runs_web_and_worker_against_redis(tmp_path):
         os.killpg(honcho.pid, signal.SIGTERM)
         honcho.wait(60)
 
+
+
+def _env_file(name: str) -> dict[str, str]:
+    lines = (DEPLOY / name).read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if line.strip() and not line.startswith("#"))
+
+
+def test_the_postgres_units_migrate_first_then_run_one_web_process_per_port():
+    migrate = _unit("sessionsearch-migrate.service")
+    assert migrate["Service"]["Type"] == "oneshot" and migrate["Service"]["RemainAfterExit"] == "yes"
+    argv = shlex.split(migrate["Service"]["ExecStart"])
+    assert argv[0].endswith("/sessionsearch") and argv[1:] == ["migrate"]
+    build_parser().parse_args(argv[1:])
+    web = _unit("sessionsearch-web@.service")
+    ports = []
+    for port in ("8780", "8781"):  # what `systemctl start sessionsearch-web@8781` runs
+        argv = shlex.split(web["Service"]["ExecStart"].replace("%i", port))
+        args = build_parser().parse_args(argv[1:])
+        assert args.command == "serve"
+        ports.append(args.port)
+    assert ports == [8780, 8781]
+    assert web["Service"]["Restart"] == "on-failure"
+    for name, unit in (("web@", web), ("worker", _unit("sessionsearch-worker.service"))):
+        assert "sessionsearch-migrate.service" in unit["Unit"]["After"].split(), name
+        assert unit["Service"]["EnvironmentFile"] == "/etc/sessionsearch/env"
+    assert "sessionsearch-migrate.service" in web["Unit"]["Wants"].split()
+
+
+def test_the_postgres_env_example_selects_postgresql_with_known_settings():
+    from sessionsearch.settings import SETTINGS, Settings
+    from sessionsearch.store import backend_for
+    from sessionsearch.store.postgres import PgBackend
+
+    env = _env_file("env.postgres.example")
+    settings = Settings.load(env=env)  # every value parses
+    assert isinstance(backend_for(settings), PgBackend)  # builds no connection
+    assert settings.database_pool_max_connections == 10
+    known = {s.env for s in SETTINGS if s.env}
+    named = set(re.findall(r"SESSIONSEARCH_[A-Z_]+", (DEPLOY / "env.postgres.example").read_text()))
+    assert named <= known, named - known  # the commented-out ones too
+    assert "SESSIONSEARCH_DATABASE_URL" not in _env_file("env.example")  # SQLite stays the plain shape

@@ -88,7 +88,7 @@ def create_app(settings: Settings | None = None, *, max_body_bytes: int | None =
             pending = {agent: set(wids) for agent, wids in (await engine.pending()).items() if wids}
             if pending and await engine.enqueue_reconcile(pending):
                 log.info("api.sweep", windows=sum(len(w) for w in pending.values()))
-        log.info("api.started", mode="embedded" if pipeline.embedded else "redis", data_dir=settings.data_dir)
+        log.info("api.started", mode="embedded" if pipeline.embedded else "redis", store=engine.backend.describe())
         try:
             async with mcp.lifespan():
                 yield

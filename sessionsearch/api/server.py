@@ -83,6 +83,7 @@ def run_server(settings: Settings, *, workers: int = 1) -> int:
     folder.mkdir(parents=True)
     os.environ.update(PROMETHEUS_MULTIPROC_DIR=str(folder), SESSIONSEARCH_DATA_DIR=str(Path(settings.data_dir).resolve()))
     for name, env in (("redis_url", "SESSIONSEARCH_REDIS_URL"), ("api_token", "SESSIONSEARCH_API_TOKEN"),
+                      ("database_url", "SESSIONSEARCH_DATABASE_URL"),
                       ("config_path", "SESSIONSEARCH_CONFIG")):
         if getattr(settings, name):
             os.environ[env] = str(getattr(settings, name))
@@ -113,7 +114,8 @@ async def run_demo(settings: Settings, *, query: str = "loan") -> int:
 
     check_bind(settings)
     data_dir = Path(settings.data_dir)
-    fresh = not backend_for(settings).agent_ids()
+    backend = backend_for(settings)
+    fresh = not backend.agent_ids()
     if fresh:
         async with Engine(settings=settings) as engine:
             report = await run_import(engine, DEMO_DATA)
@@ -123,7 +125,8 @@ async def run_demo(settings: Settings, *, query: str = "loan") -> int:
         print(f"imported the sample state dir: {report.sessions} sessions, {report.events} events "
               f"(indexed later, in the background), plus one live message (indexed as it was stored)")
     else:
-        print(f"using the existing data in {data_dir} (remove it to start the demo afresh)")
+        print(f"using the existing data in {data_dir if settings.database_url is None else backend.describe()} "
+              "(remove it to start the demo afresh)")
     server = GracefulServer(uvicorn.Config(create_app(settings, sweep=False), host=settings.host, port=settings.port,
                                            log_config=None, timeout_graceful_shutdown=10, http=JSONErrorsH11))
     serving = asyncio.create_task(server.serve())
@@ -133,7 +136,8 @@ async def run_demo(settings: Settings, *, query: str = "loan") -> int:
         await asyncio.sleep(0.05)
     url = f"http://{settings.host}:{settings.port}"
     token = settings.api_token
-    print(f"\nsessionsearch is serving {url} (embedded: SQLite in {data_dir}, reconciliation in-process)\n")
+    where = f"SQLite in {data_dir}" if settings.database_url is None else backend.describe()
+    print(f"\nsessionsearch is serving {url} (embedded: {where}, reconciliation in-process)\n")
     print(f'1. search "{query}" as the gateway would (POST /v1/sessions.search):')
     first = await asyncio.to_thread(_post, url, "sessions.search", {"query": query}, token)
     _show(first)

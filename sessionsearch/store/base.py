@@ -240,6 +240,16 @@ class Backend(Protocol):
     async def check_ready(self) -> None:
         """Raise Unavailable unless writes can be stored now (each agent's store answers `ping`)."""
 
+    def describe(self) -> str:
+        """Where the stores live, as logs and the CLI show it (a database URL without its password)."""
+
+    async def schema_version(self) -> dict[str, Any]:
+        """{"store", "database", "version" (applied), "latest" (known to this code)}, read without migrating."""
+
+    async def migrate(self) -> list[dict[str, Any]]:
+        """Apply the pending numbered migrations (once, under a lock, however many processes try);
+        per database migrated {"database", "from", "to"} (schema versions)."""
+
     def agent_status(self) -> Iterable[tuple[str, dict[str, int]]]:
         """Per agent: windows, pending, messages, indexed_messages, postings_usable, postings_stale,
         index_log_rows; read without an event loop (metrics scrapes), an unreadable agent left out."""

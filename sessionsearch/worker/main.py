@@ -102,6 +102,8 @@ def run_worker(settings: Settings, *, processes: int, threads: int, metrics_host
     env = {**os.environ, "SESSIONSEARCH_DATA_DIR": str(Path(settings.data_dir).resolve()),
            "SESSIONSEARCH_REDIS_URL": settings.redis_url, "SESSIONSEARCH_LOG_LEVEL": settings.log_level,
            "SESSIONSEARCH_WORKER_CPU_PRIORITY": settings.worker_cpu_priority}
+    if settings.database_url:  # a --database-url flag reaches the job processes too
+        env["SESSIONSEARCH_DATABASE_URL"] = settings.database_url
     if settings.config_path:
         env["SESSIONSEARCH_CONFIG"] = str(Path(settings.config_path).resolve())
     if stop_requested:  # asked to stop while starting up: nothing is running yet

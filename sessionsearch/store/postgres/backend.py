@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Iterable
+from typing import Any, Iterable
 
 import psycopg
 
 from ...errors import NotFound, Unavailable
 from ...settings import Settings
 from .db import CONNECT_TIMEOUT_S, Db, connect_kwargs, unavailable
-from .schema import migrate_connection
+from ..urls import redact
+from .schema import LATEST, migrate, migrate_connection, schema_version
 from .store import PgAgentStore
 
 POOL_SIZE = 10  # connections per process at most (docs/postgres.md)
@@ -77,6 +78,23 @@ class PgBackend:
     async def close(self) -> None:
         await self.db.close()
         self._probe.close()
+
+    def describe(self) -> str:
+        return f"PostgreSQL {redact(self.url)}"
+
+    async def schema_version(self) -> dict[str, Any]:
+        try:
+            version = await schema_version(self.url)
+        except psycopg.OperationalError as exc:
+            raise unavailable(exc) from exc
+        return {"store": "postgresql", "database": self.describe(), "version": version, "latest": LATEST}
+
+    async def migrate(self) -> list[dict[str, Any]]:
+        try:
+            before, after = await migrate(self.url)
+        except psycopg.OperationalError as exc:
+            raise unavailable(exc) from exc
+        return [{"database": redact(self.url), "from": before, "to": after}]
 
     def _listing(self) -> dict[str, int]:
         rows = self._probe.rows("SELECT agent_id, ano FROM ss_agents ORDER BY agent_id")

@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 import sqlite3
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 from ...errors import NotFound, Unavailable
 from ...keys import AGENT_ID_RE
 from ...settings import Settings
+from .schema import MIGRATIONS
 from .store import SqliteAgentStore
 
 MIN_FREE_BYTES = 1 << 20  # less free on the data dir's disk and /readyz says the disk is full
@@ -63,6 +64,27 @@ class SqliteBackend:
             raise Unavailable(f"database or disk is full: the data dir {self.data_dir} has {free} bytes free, "
                               "and writes fail until space is freed")
 
+    def describe(self) -> str:
+        return f"SQLite files in {self.folder}"
+
+    async def schema_version(self) -> dict[str, Any]:
+        """The oldest schema version among the agent databases (each its own), read without migrating."""
+        versions = {agent: _applied_version(self.folder / f"{agent}.db") for agent in self.agent_ids()}
+        return {"store": "sqlite", "database": self.describe(), "version": min(versions.values(), default=LATEST),
+                "latest": LATEST, "databases": versions}
+
+    async def migrate(self) -> list[dict[str, Any]]:
+        """Bring every agent database under the data dir to the latest schema (each migration in its own
+        transaction, as opening a store does); per database {"database", "from", "to"}."""
+        done = []
+        for agent in self.agent_ids():
+            path = self.folder / f"{agent}.db"
+            before = _applied_version(path)
+            store = await self.open_store(agent)
+            await store.close()
+            done.append({"database": str(path), "from": before, "to": _applied_version(path)})
+        return done
+
     def agent_status(self) -> Iterable[tuple[str, dict[str, int]]]:
         """Per agent database: window and message counts, read with a short-lived read-only connection."""
         for agent_id in self.agent_ids():
@@ -85,6 +107,21 @@ class SqliteBackend:
                 continue
             yield agent_id, {"windows": row[0], "pending": row[1], "messages": row[2], "indexed_messages": row[3],
                              "postings_usable": hot[0], "postings_stale": hot[1], "index_log_rows": hot[2]}
+
+
+LATEST = MIGRATIONS[-1][0]
+
+
+def _applied_version(path: Path) -> int:
+    """The highest migration recorded in a database (0: none yet), read with a read-only connection."""
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+        try:
+            return conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()[0]
+        finally:
+            conn.close()
+    except sqlite3.Error:  # no migrations table yet (or not a database this version can read)
+        return 0
 
 
 def _free_bytes(folder: Path) -> int:
