@@ -75,9 +75,17 @@ class PgAgentStore:
     async def dirty_windows(self) -> list[int]:
         return await self.db.tx(self._reconcile.dirty_windows)
 
-    async def optimize(self, *, min_docs: int = 0, min_share: float = 0.0, max_words: int = 0) -> dict[str, Any]:
-        """Nothing to build: PostgreSQL ranks common words from the GIN index (docs/postgres.md)."""
-        return {"words": {}, "dropped": []}
+    async def optimize(self, *, min_docs: int = 0, min_share: float = 0.0, max_words: int = 0,
+                       incremental: bool = False) -> dict[str, Any]:
+        """No postings to build: PostgreSQL ranks common words from the GIN index (docs/postgres.md).
+        The tables' planner statistics are refreshed instead (ANALYZE), which a bulk import leaves
+        stale until autovacuum comes by; the tables hold every agent, so this is not per agent."""
+        await self.db.tx(_analyze)
+        return {"words": {}, "dropped": [], "kept": 0}
+
+    async def postings_due(self, *, min_docs: int, grow_share: float) -> str | None:
+        """Never: there are no postings on PostgreSQL (the hourly `optimize` runs ANALYZE)."""
+        return None
 
     # -- reconciliation ----------------------------------------------------------------------
 
@@ -176,3 +184,8 @@ class PgAgentStore:
         async def job(conn) -> None:
             await conn.execute(sql, params or None)
         await self.db.tx(job)
+
+
+async def _analyze(conn) -> None:
+    for table in ("ss_windows", "ss_events", "ss_index"):
+        await conn.execute(f"ANALYZE {table}")
