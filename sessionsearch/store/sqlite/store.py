@@ -26,6 +26,7 @@ from ..base import AppendResult, ClaimInfo, Match, SessionMeta, WindowMeta
 from ..rowids import row_id, seq_sql, window_ranges
 from .fts import fts5_match
 from .postings_due import BUILT_ROWS_KEY, built_rows, postings_due, words_to_build
+from .prefixes import PrefixTop, is_prefix_query, read_prefixes
 from .hot import MAX_WORDS, MIN_DOCS, MIN_SHARE, common_words, hot_top, read_postings
 from .ranking import TS_JOIN, materialized, ranked_shown
 from .recent import RecentScores
@@ -83,6 +84,7 @@ class SqliteAgentStore:
         # (hot_version, usable words with postings) as the last search saw them
         self._hot_seen: tuple[int | None, frozenset[str]] = (None, frozenset())
         self._recent_scores = RecentScores()
+        self._prefix_top = PrefixTop()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -264,8 +266,14 @@ class SqliteAgentStore:
             log_seq, postings = await asyncio.to_thread(read_postings, self.path, word)
             await self._run(lambda: self._writer.store_hot_word(word, log_seq, postings))
             built[word] = {"rows": len(postings) // 3, "seconds": round(time.monotonic() - started, 3)}
+        started = time.monotonic()
+        await self._run(lambda: self._writer.start_index_log())
+        log_seq, n_rows, prefixes = await asyncio.to_thread(read_prefixes, self.path)
+        await self._run(lambda: self._writer.store_prefixes(log_seq, n_rows, prefixes))
         await self.execute_write("INSERT OR REPLACE INTO meta VALUES (?, ?)", (BUILT_ROWS_KEY, rows))
-        return {"words": built, "dropped": dropped, "kept": len(words) - len(todo)}
+        return {"words": built, "dropped": dropped, "kept": len(words) - len(todo),
+                "prefixes": {"count": len(prefixes), "rows": sum(len(p[2]) for p in prefixes.values()),
+                             "seconds": round(time.monotonic() - started, 3)}}
 
     async def postings_due(self, *, min_docs: int, grow_share: float) -> str | None:
         """Why building postings would pay off now, or None (postings_due.py)."""
@@ -390,6 +398,14 @@ class SqliteAgentStore:
         # `recent` over a short range scores the few rows in it as it sorts them, sparing the
         # statement below, whose cost is a walk of the word's whole doclist
         scores: dict[int, float] | None = {} if order == "recent" and bounds is not None else None
+        if (top is None and order != "recent" and include is None and not ranged and not arms[0][1]
+                and match.prefix and len(match.words) == 1 and is_prefix_query(match.words[0])):
+            await reader.conn.execute("SAVEPOINT prefix")  # one snapshot for postings, log and rows
+            try:
+                top = await self._prefix_top.top(reader.conn, match.words[0].lower(), k)
+            finally:
+                if reader.conn.in_transaction:
+                    await reader.conn.execute("RELEASE prefix")
         if top is None:
             top, shown, head = await ranked_shown(reader.conn, self._HEAD_SQL,
                                                   {"seen": seen_version, "hot_seen": self._hot_seen[0]},
