@@ -79,9 +79,11 @@ async def _same_both_ways(engine, body: dict) -> dict:
     return from_postings
 
 
-@pytest.mark.parametrize("cap", [6, 40])
-async def test_top_hits_and_scores_equal_fts5_for_prefixes_of_every_frequency(tmp_path, prefix_calls, monkeypatch, cap):
+@pytest.mark.parametrize("cap,keep", [(6, 512), (40, 512), (40, 60)])
+async def test_top_hits_and_scores_equal_fts5_for_prefixes_of_every_frequency(tmp_path, prefix_calls, monkeypatch,
+                                                                              cap, keep):
     monkeypatch.setattr(sqlite_prefixes, "CAP", cap)
+    monkeypatch.setattr(sqlite_prefixes, "KEEP", keep)
     async with engine_at(tmp_path) as engine:
         await _corpus(engine)
         built = await engine.optimize(min_docs=10_000)  # no common words: prefixes only
@@ -95,10 +97,11 @@ async def test_top_hits_and_scores_equal_fts5_for_prefixes_of_every_frequency(tm
                     answered.append((prefix, k))
                     assert top == _fts5_alone(path, prefix, k)  # same rows, order and bm25 values
         prefixes = ("al", "alp", "alph", "be", "bet", "ca", "do")
-        if cap == 40:  # every top 25 is within the rows kept; a top 60 is not always
+        if (cap, keep) == (40, 512):  # every top 25 is within the rows kept; a top 60 is not always
             assert {(p, k) for p in prefixes for k in (1, 5, 25)} <= set(answered) != {(p, k) for p in prefixes for k in (1, 5, 25, 60)}
-        else:  # the first hits are, the top 25 of none
-            assert ("al", 1) in answered and not any(k >= 25 for _, k in answered)
+        else:  # the first hits are; with 6 rows a run, the top 25 of none
+            assert ("al", 1) in answered and ("alp", 5) in answered
+            assert cap != 6 or not any(k >= 25 for _, k in answered)
 
 
 async def test_searches_from_postings_equal_fts5_alone_after_appends_deletes_and_reconcile(tmp_path, prefix_calls):

@@ -6,8 +6,9 @@ one-phrase query is then IDF x tf(k1+1) / (tf + k1(1 - b + b dl/avgdl)): the IDF
 every row, and at a fixed tf the score falls as the row length dl grows. So the rows of one tf
 run, ordered by (dl, rid), are in score order, and the best rows of a prefix are among the
 shortest rows of each run. A build keeps, per common 2-4 letter prefix, the `CAP` shortest rows
-of every tf run, the run's full size, the prefix's document count and the index's row count, as
-of a position of the index log (hot.py).
+of every tf run (of those, the `KEEP` best by score as of the build, and each run's first), the
+run's full size, the prefix's document count and the index's row count, as of a position of the
+index log (hot.py).
 
 A search then scores, in Python with FTS5's own operations (as recent.py does): the kept rows,
 and the rows indexed since the build (from the log; their frequencies counted in their text by a
@@ -29,6 +30,7 @@ from .hot import B, K1, average_length, varint, varint_sum
 from .recent import _Counter
 
 CAP = 128  # rows kept per tf run: an unscoped top 25 rarely reaches past the first few dozen
+KEEP = 512  # rows kept per prefix, the best by score as of the build (a 95% prefix has 100+ tf runs)
 MIN_LEN, MAX_LEN = 2, 4  # prefix lengths with postings (letters); longer prefixes are rare enough
 MIN_DOCS = 2_000  # a prefix is built when its words are in at least this many rows (summed) …
 MAX_PREFIXES = 4096  # … the most frequent first
@@ -56,13 +58,15 @@ def common_prefixes(conn: sqlite3.Connection, min_docs: int, max_prefixes: int) 
 
 
 def read_prefixes(path: Path, *, min_docs: int | None = None, max_prefixes: int | None = None,
-                  cap: int | None = None) -> tuple[int, int, dict[str, tuple[int, dict[int, int], list[tuple[int, int, int]]]]]:
-    """(log position, index rows, {prefix: (docs, {tf: run size}, kept rows (tf, dl, rid))}), read
+                  cap: int | None = None, keep: int | None = None) -> tuple[int, int, dict[str, tuple[int, dict[int, int], list[tuple[int, int, int]]]]]:
+    """(log position, index rows, {prefix: (docs, {tf: length of the first row left out, per run
+    cut short}, kept rows (tf, dl, rid))}), read
     in one snapshot: one walk of the instances of the common prefixes' words, in term order.
-    Limits default to the module's (MIN_DOCS, MAX_PREFIXES, CAP)."""
+    Limits default to the module's (MIN_DOCS, MAX_PREFIXES, CAP, KEEP)."""
     min_docs = MIN_DOCS if min_docs is None else min_docs
     max_prefixes = MAX_PREFIXES if max_prefixes is None else max_prefixes
     cap = CAP if cap is None else cap
+    keep = KEEP if keep is None else keep
     conn = sqlite3.connect(path, isolation_level=None)
     try:
         conn.execute("CREATE VIRTUAL TABLE temp.pfx_vi USING fts5vocab(main, msg_fts, 'instance')")
@@ -75,12 +79,26 @@ def read_prefixes(path: Path, *, min_docs: int | None = None, max_prefixes: int 
         sizes = {rid: varint_sum(sz) for rid, sz in conn.execute("SELECT id, sz FROM msg_fts_docsize")}
         out: dict[str, tuple[int, dict[int, int], list[tuple[int, int, int]]]] = {}
 
+        avgdl = average_length(averages) if averages else 1.0
+
         def finish(prefix: str, tf_of: dict[int, int]) -> None:
             runs: dict[int, list[tuple[int, int]]] = {}
             for rid, tf in tf_of.items():
                 runs.setdefault(tf, []).append((sizes[rid], rid))
-            kept = [(tf, dl, rid) for tf, rows in runs.items() for dl, rid in sorted(rows)[:cap]]
-            out[prefix] = (len(tf_of), {tf: len(rows) for tf, rows in runs.items()}, kept)
+            for rows in runs.values():
+                rows.sort()
+            kept = [(i, tf, dl, rid) for tf, rows in runs.items() for i, (dl, rid) in enumerate(rows[:cap])]
+            if len(kept) > keep:  # the best `keep` as of this build, and each run's first
+                def factor(row: tuple[int, int, int, int]) -> float:
+                    return row[1] / (row[1] + K1 * (1 - B + B * row[2] / avgdl))
+                floor = sorted((factor(r) for r in kept), reverse=True)[keep - 1]
+                kept = [r for r in kept if r[0] == 0 or factor(r) >= floor]
+            counts: dict[int, int] = {}
+            for _, tf, _, _ in kept:
+                counts[tf] = counts.get(tf, 0) + 1
+            # per run cut short, the length of its first row left out: no row left out scores above it
+            cut = {tf: rows[counts[tf]][0] for tf, rows in runs.items() if counts[tf] < len(rows)}
+            out[prefix] = (len(tf_of), cut, [r[1:] for r in kept])
 
         roots = sorted(p for p in wanted if not any(p[:n] in wanted for n in range(MIN_LEN, len(p))))
         for root in roots:
@@ -159,11 +177,6 @@ class PrefixTop:
         if n_rows != built_rows + n_fresh:
             return None  # a row was deleted since the build (or a logged row is gone): counts unknown
         candidates = [(tf, dl, rid) for part, tf, dl, rid in rows if part == 0]
-        kept: dict[int, int] = {}  # tf -> rows kept of the run
-        last: dict[int, int] = {}  # tf -> the longest row kept
-        for tf, dl, _ in candidates:
-            kept[tf] = kept.get(tf, 0) + 1
-            last[tf] = max(last.get(tf, 0), dl)
         if n_fresh:
             texts = [(rid, text) for part, _, text, rid in rows if part == 2]
             sizes = {rid: varint_sum(sz) for part, _, sz, rid in rows if part == 1}
@@ -184,11 +197,11 @@ class PrefixTop:
             return -1.0 * (0.0 + idf * ((f * (K1 + 1.0)) / (f + K1 * (1 - B + B * d / avgdl))))
 
         scored = sorted((bm25(tf, dl), rid) for tf, dl, rid in candidates)
-        cut = [tf for tf, size in json.loads(runs).items() if kept.get(int(tf), 0) < size]
+        cut = json.loads(runs)  # {tf: length of the run's first row left out}
         if len(scored) < k:
             return None if cut else await self._ordered(conn, scored, k)
         kth = scored[k - 1][0]
-        if any(bm25(int(tf), last[int(tf)]) <= kth for tf in cut):
+        if any(bm25(int(tf), dl) <= kth for tf, dl in cut.items()):
             return None  # a row past the cap could tie or beat the k-th
         return await self._ordered(conn, [s for s in scored if s[0] <= kth], k)
 

@@ -231,7 +231,7 @@ CREATE TABLE prefix_words (
     log_seq INTEGER NOT NULL,      -- index_log rows up to this one are in the postings; -1: stale
     n_rows INTEGER NOT NULL,
     docs INTEGER NOT NULL,
-    runs TEXT NOT NULL,            -- JSON {tf: rows of that run (all, beyond the ones kept)}
+    runs TEXT NOT NULL,            -- JSON {tf: length of the first row left out}, per run cut short
     built_at INTEGER NOT NULL
 );
 CREATE TABLE prefix_postings (
