@@ -24,6 +24,7 @@ import json
 import math
 import sqlite3
 import time
+from collections import OrderedDict
 from pathlib import Path
 
 from .hot import B, K1, average_length, varint, varint_sum
@@ -34,6 +35,7 @@ KEEP = 512  # rows kept per prefix, the best by score as of the build (a 95% pre
 MIN_LEN, MAX_LEN = 2, 4  # prefix lengths with postings (letters); longer prefixes are rare enough
 MIN_DOCS = 2_000  # a prefix is built when its words are in at least this many rows (summed) …
 MAX_PREFIXES = 4096  # … the most frequent first
+FREQ_KEPT = 512  # prefixes whose occurrences in the logged rows are kept counted, per store
 LOG_LIMIT = 2_000  # rows indexed since a build beyond which its prefix searches use FTS5 alone
 
 
@@ -148,46 +150,67 @@ class PrefixWrites:
 # -- searching (a reader connection, inside one read transaction) --------------------------------
 
 class PrefixTop:
-    """The exact top hits of one-word prefix searches, from the postings above (per store)."""
+    """The exact top hits of one-word prefix searches, from the postings above (per store).
+
+    The rows indexed since the build are read once each (by log position, which never changes
+    what it lists) and each prefix's occurrences in them counted once, kept for the next searches
+    until a build moves the log's base: a search then counts only the rows logged since the last.
+    """
 
     def __init__(self) -> None:
         self._scratch: _Counter | None = None
+        self._base: tuple[int, str] | None = None  # (the build's log position, index definition)
+        self._log: dict[int, tuple[int, str, int]] = {}  # log position -> (row id, text, size)
+        self._upto = 0  # the log read up to here
+        self._freq: OrderedDict[str, tuple[int, dict[int, int]]] = OrderedDict()  # prefix -> (upto, {pos: tf})
 
     async def top(self, conn, prefix: str, k: int) -> list[tuple[int, float]] | None:
         """The exact top `k` (rid, bm25) of `"prefix" *` over the whole index, best first (bm25,
         then newest, then message id); None when the postings cannot tell (search FTS5 alone)."""
         head = await conn.execute_fetchall(
             "SELECT p.pno, p.log_seq, p.n_rows, p.docs, p.runs, "
-            "(SELECT seq FROM sqlite_sequence WHERE name = 'index_log'), "
+            "coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'index_log'), 0), "
             "(SELECT block FROM msg_fts_data WHERE id = 1), (SELECT sql FROM sqlite_master WHERE name = 'msg_fts') "
             "FROM prefix_words p WHERE p.prefix = ?", (prefix,))
         if not head:
             return None
         pno, log_seq, built_rows, docs, runs, last_seq, averages, schema = head[0]
-        if log_seq < 0 or (last_seq or 0) - log_seq > LOG_LIMIT or not averages:
+        if log_seq < 0 or last_seq - log_seq > LOG_LIMIT or not averages or schema is None:
             return None
+        if self._base != (log_seq, schema):
+            self._base, self._log, self._upto, self._freq = (log_seq, schema), {}, log_seq, OrderedDict()
         rows = await conn.execute_fetchall(
-            "WITH fresh AS MATERIALIZED (SELECT DISTINCT rid FROM index_log WHERE seq > :seq) "
             "SELECT 0, tf, dl, rid FROM prefix_postings WHERE pno = :pno UNION ALL "
-            "SELECT 1, NULL, sz, id FROM msg_fts_docsize WHERE id IN (SELECT rid FROM fresh) UNION ALL "
-            "SELECT 2, NULL, text, rowid FROM msg_fts WHERE rowid IN (SELECT rid FROM fresh) UNION ALL "
-            "SELECT 3, NULL, count(*), NULL FROM fresh", {"seq": log_seq, "pno": pno})
-        (n_fresh,) = [r[2] for r in rows if r[0] == 3]
+            "SELECT 1, count(DISTINCT rid), NULL, NULL FROM index_log WHERE seq > :seq UNION ALL "
+            "SELECT * FROM (SELECT 2, l.seq, f.text, l.rid FROM index_log l LEFT JOIN msg_fts f ON f.rowid = l.rid "
+            "WHERE l.seq > :upto AND l.seq <= :last) UNION ALL "
+            "SELECT 3, l.seq, d.sz, l.rid FROM index_log l LEFT JOIN msg_fts_docsize d ON d.id = l.rid "
+            "WHERE l.seq > :upto AND l.seq <= :last",
+            {"seq": log_seq, "pno": pno, "upto": self._upto, "last": last_seq})
+        (n_fresh,) = [r[1] for r in rows if r[0] == 1]
         n_rows = varint(averages, 0)[0]
         if n_rows != built_rows + n_fresh:
             return None  # a row was deleted since the build (or a logged row is gone): counts unknown
         candidates = [(tf, dl, rid) for part, tf, dl, rid in rows if part == 0]
         if n_fresh:
-            texts = [(rid, text) for part, _, text, rid in rows if part == 2]
-            sizes = {rid: varint_sum(sz) for part, _, sz, rid in rows if part == 1}
-            counter = self._counter(schema)
-            if counter is None or len(texts) != n_fresh or len(sizes) != n_fresh:
+            texts = {seq: (rid, text) for part, seq, text, rid in rows if part == 2}
+            sizes = {seq: sz for part, seq, sz, _ in rows if part == 3}
+            if any(text is None for _, text in texts.values()) or any(sz is None for sz in sizes.values()):
+                return None  # a logged row is gone: see above
+            for seq, (rid, text) in texts.items():
+                self._log[seq] = (rid, text, varint_sum(sizes[seq]))
+            self._upto = max(self._upto, last_seq)
+            freq = self._frequencies(prefix, last_seq)
+            if freq is None:
                 return None
-            phrase = f'"{prefix}" *'
-            for rid, (f,) in counter.frequencies(texts, [phrase]).items():
-                if f:
+            latest: dict[int, int] = {}  # row id -> its last log position (a row logged again: its last text)
+            for seq, (rid, _, _) in self._log.items():
+                if seq <= last_seq and seq > latest.get(rid, 0):
+                    latest[rid] = seq
+            for rid, seq in latest.items():
+                if tf := freq.get(seq):
                     docs += 1
-                    candidates.append((int(f), sizes[rid], rid))
+                    candidates.append((tf, self._log[seq][2], rid))
         avgdl = average_length(averages)
         idf = math.log((n_rows - docs + 0.5) / (docs + 0.5))
         idf = idf if idf > 0.0 else 1e-6
@@ -204,6 +227,23 @@ class PrefixTop:
         if any(bm25(int(tf), dl) <= kth for tf, dl in cut.items()):
             return None  # a row past the cap could tie or beat the k-th
         return await self._ordered(conn, [s for s in scored if s[0] <= kth], k)
+
+    def _frequencies(self, prefix: str, last_seq: int) -> dict[int, int] | None:
+        """{log position: the prefix's occurrences in that row, when any} up to `last_seq`."""
+        upto, freq = self._freq.pop(prefix, (self._base[0], {}))  # type: ignore[index]
+        if last_seq > upto:
+            counter = self._counter(self._base[1])  # type: ignore[index]
+            if counter is None:
+                return None
+            texts = [(seq, text) for seq, (_, text, _) in self._log.items() if upto < seq <= last_seq]
+            for seq, (f,) in counter.frequencies(texts, [f'"{prefix}" *']).items():
+                if f:
+                    freq[seq] = int(f)
+            upto = last_seq
+        self._freq[prefix] = (upto, freq)
+        while len(self._freq) > FREQ_KEPT:
+            self._freq.popitem(last=False)
+        return {seq: f for seq, f in freq.items() if seq <= last_seq}
 
     async def _ordered(self, conn, scored: list[tuple[float, int]], k: int) -> list[tuple[int, float]]:
         """The first `k` of `scored` (bm25, rid) by bm25, then newest, then message id."""
