@@ -10,6 +10,7 @@ import sqlite3
 import aiosqlite
 import pytest
 
+from sessionsearch.store.sqlite import postings_due as postings_due_module
 from sessionsearch.store.sqlite import prefixes as sqlite_prefixes
 from sessionsearch.store.sqlite.prefixes import PrefixTop
 
@@ -164,3 +165,18 @@ async def test_past_the_log_limit_prefixes_are_searched_with_fts5_alone(tmp_path
         await _corpus(engine, sessions=1, seed=9, name="more")  # 27: past it
         await _same_both_ways(engine, {"query": "al", "match": "prefix"})
         assert prefix_calls == {"answered": 1, "fell_back": 1}
+
+
+async def test_incremental_builds_redo_the_prefixes_only_when_they_need_it(tmp_path, prefix_calls, monkeypatch):
+    async with engine_at(tmp_path) as engine:
+        await _corpus(engine, sessions=6)
+        store = await engine.store("main")
+        assert (await store.optimize(min_docs=10_000, incremental=True))["prefixes"]["count"] >= 5  # none yet
+        assert (await store.optimize(min_docs=10_000, incremental=True))["prefixes"] is None  # usable: kept
+        assert await store.postings_due(min_docs=10_000, grow_share=0.2) is None
+        monkeypatch.setattr(sqlite_prefixes, "LOG_LIMIT", 10)
+        monkeypatch.setattr(postings_due_module, "PREFIX_LOG_LIMIT", 10)
+        await engine.append("agent:main:late", chain("late", [("user", "alpha beta")] * 6))  # half the budget
+        assert await store.postings_due(min_docs=10_000, grow_share=0.2) == "stale"
+        assert (await store.optimize(min_docs=10_000, incremental=True))["prefixes"]["count"] >= 5
+        assert await store.postings_due(min_docs=10_000, grow_share=0.2) is None

@@ -25,7 +25,7 @@ from ...indexer.events import Event
 from ..base import AppendResult, ClaimInfo, Match, SessionMeta, WindowMeta
 from ..rowids import row_id, seq_sql, window_ranges
 from .fts import fts5_match
-from .postings_due import BUILT_ROWS_KEY, built_rows, postings_due, words_to_build
+from .postings_due import BUILT_ROWS_KEY, built_rows, postings_due, prefixes_to_build, words_to_build
 from .prefixes import PrefixTop, is_prefix_query, read_prefixes
 from .hot import MAX_WORDS, MIN_DOCS, MIN_SHARE, common_words, hot_top, read_postings
 from .ranking import TS_JOIN, materialized, ranked_shown
@@ -267,13 +267,15 @@ class SqliteAgentStore:
             await self._run(lambda: self._writer.store_hot_word(word, log_seq, postings))
             built[word] = {"rows": len(postings) // 3, "seconds": round(time.monotonic() - started, 3)}
         started = time.monotonic()
-        await self._run(lambda: self._writer.start_index_log())
-        log_seq, n_rows, prefixes = await asyncio.to_thread(read_prefixes, self.path)
-        await self._run(lambda: self._writer.store_prefixes(log_seq, n_rows, prefixes))
+        prefix_build = None
+        if not incremental or await asyncio.to_thread(prefixes_to_build, self.path):
+            await self._run(lambda: self._writer.start_index_log())
+            log_seq, n_rows, prefixes = await asyncio.to_thread(read_prefixes, self.path)
+            await self._run(lambda: self._writer.store_prefixes(log_seq, n_rows, prefixes))
+            prefix_build = {"count": len(prefixes), "rows": sum(len(p[2]) for p in prefixes.values()),
+                            "seconds": round(time.monotonic() - started, 3)}
         await self.execute_write("INSERT OR REPLACE INTO meta VALUES (?, ?)", (BUILT_ROWS_KEY, rows))
-        return {"words": built, "dropped": dropped, "kept": len(words) - len(todo),
-                "prefixes": {"count": len(prefixes), "rows": sum(len(p[2]) for p in prefixes.values()),
-                             "seconds": round(time.monotonic() - started, 3)}}
+        return {"words": built, "dropped": dropped, "kept": len(words) - len(todo), "prefixes": prefix_build}
 
     async def postings_due(self, *, min_docs: int, grow_share: float) -> str | None:
         """Why building postings would pay off now, or None (postings_due.py)."""
