@@ -36,7 +36,7 @@ MIN_LEN, MAX_LEN = 2, 4  # prefix lengths with postings (letters); longer prefix
 MIN_DOCS = 2_000  # a prefix is built when its words are in at least this many rows (summed) …
 MAX_PREFIXES = 4096  # … the most frequent first
 FREQ_KEPT = 512  # prefixes whose occurrences in the logged rows are kept counted, per store
-LOG_LIMIT = 10_000  # rows indexed since a build beyond which its prefix searches use FTS5 alone
+LOG_LIMIT = 2_000  # rows indexed since a build beyond which its prefix searches use FTS5 alone
 
 
 def is_prefix_query(word: str) -> bool:
