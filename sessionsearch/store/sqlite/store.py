@@ -252,7 +252,8 @@ class SqliteAgentStore:
                        max_words: int = MAX_WORDS, incremental: bool = False) -> dict[str, Any]:
         """Build postings for the words common enough (hot.py) and drop those of words no longer
         among them; `incremental`: only the words without usable postings or about to lose them
-        (postings_due.py), the others kept. Reads run on a connection of their own, on a thread."""
+        (postings_due.py), the others kept; then the common prefixes' postings (prefixes.py), in an
+        incremental build only when they need it. Reads run on a connection of their own, on a thread."""
         rows = await asyncio.to_thread(built_rows, self.path)
         words = await asyncio.to_thread(common_words, self.path, min_docs=min_docs, min_share=min_share,
                                         max_words=max_words)
@@ -369,7 +370,8 @@ class SqliteAgentStore:
 
         `hot` is the FTS5 token of a one-word query: when the word has postings (hot.py) a
         relevance search over the whole agent (`include` None) ranks from them instead of scoring
-        every row that holds the word.
+        every row that holds the word. A one-word prefix search of 2-4 letters over the whole agent
+        ranks from the prefixes' postings the same way (prefixes.py).
 
         `since` (inclusive) and `until` (exclusive), epoch ms, keep the rows whose timestamp is in
         range, inside the ranking: `k` counts only those, and a short range is an id span FTS5
