@@ -339,7 +339,8 @@ def _print_optimize(result: dict[str, Any]) -> None:
         words = done["words"]
         print(f"{agent}: postings for {len(words)} common word(s)"
               + (": " + ", ".join(f"{w} ({v['rows']:,} rows)" for w, v in words.items()) if words else "")
-              + (f"; dropped {', '.join(done['dropped'])}" if done["dropped"] else ""))
+              + (f"; dropped {', '.join(done['dropped'])}" if done["dropped"] else "")
+              + (f"; postings for {p['count']} prefix(es), {p['rows']:,} rows" if (p := done.get("prefixes")) else ""))
 
 
 def _mcp(args: argparse.Namespace) -> int:

@@ -213,7 +213,7 @@ def test_cjk_search_finds_exactly_what_python_in_finds(tmp_path):
 
 def _to_schema_8(db) -> None:
     """Rewrite a store as schema version 8 wrote it: index rows hold the text as it stands, and
-    migrations 9 and 10 are not recorded (10's column and index are dropped too)."""
+    migrations 9-11 are not recorded (what 10 and 11 made is dropped too)."""
     with sqlite3.connect(db) as conn:
         rows = conn.execute("SELECT f.rowid, e.text, f.ts, f.mid FROM msg_fts f JOIN events e ON e.id = f.rowid "
                             "ORDER BY f.rowid").fetchall()
@@ -222,6 +222,8 @@ def _to_schema_8(db) -> None:
         conn.execute("DELETE FROM schema_migrations WHERE version >= 9")
         conn.execute("DROP INDEX windows_by_ts_max")
         conn.execute("ALTER TABLE windows DROP COLUMN ts_max")
+        conn.execute("DROP TABLE prefix_words")
+        conn.execute("DROP TABLE prefix_postings")
 
 
 async def _old_store(data_dir) -> None:
@@ -237,7 +239,7 @@ async def test_an_upgraded_store_hands_its_cjk_windows_to_reconciliation(tmp_pat
     await _old_store(tmp_path)
     async with engine_at(tmp_path) as engine:
         store = await engine.store("main")
-        assert [v for v, _ in await store.applied_migrations()][-2:] == [9, 10]
+        assert [v for v, _ in await store.applied_migrations()][-3:] == [9, 10, 11]
         first = await engine.search(query="deploy")
         assert first["indexing"] is True and ids(first) == ["l1"]  # the Latin-only window stays searchable
         assert (await engine.search(query="开会"))["results"] == []

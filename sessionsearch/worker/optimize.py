@@ -148,6 +148,7 @@ class PeriodicOptimize:
             log.info("optimize.done", agent=agent, why=(due or {}).get(agent, "schedule"), words=len(done["words"]),
                      kept=done.get("kept", 0), dropped=len(done["dropped"]),
                      rows=sum(w["rows"] for w in done["words"].values()), seconds=round(result["seconds"], 2),
+                     prefixes=(done.get("prefixes") or {}).get("count", 0),
                      pid=result["pid"], cpu_priority=result["cpu_priority"])
         self.builds = [*self.builds[-9:], {**result, "due": due}]
         return result

@@ -136,12 +136,16 @@ class HotWrites:
     def _expire_past(self, limit: int) -> None:
         (last,) = self.c.execute("SELECT seq FROM sqlite_sequence WHERE name = 'index_log'").fetchone()
         if last > limit:
-            self.c.execute("UPDATE hot_words SET log_seq = -1 WHERE log_seq >= 0 AND log_seq < ?", (last - FRESH_LIMIT,))
+            for table in ("hot_words", "prefix_words"):  # the prefixes' postings (prefixes.py) share the log
+                self.c.execute(f"UPDATE {table} SET log_seq = -1 WHERE log_seq >= 0 AND log_seq < ?",
+                               (last - FRESH_LIMIT,))
             self._cut_log()
 
     def _cut_log(self) -> None:
         """Drop the log rows every usable build holds; with none usable, stop listing."""
-        (oldest,) = self.c.execute("SELECT min(log_seq) FROM hot_words WHERE log_seq >= 0").fetchone()
+        (oldest,) = self.c.execute(
+            "SELECT min(s) FROM (SELECT log_seq AS s FROM hot_words WHERE log_seq >= 0 "
+            "UNION ALL SELECT log_seq FROM prefix_words WHERE log_seq >= 0)").fetchone()
         if oldest is None:
             self.c.execute("UPDATE meta SET value = 0 WHERE key = 'index_log'")
             self.c.execute("DELETE FROM index_log")

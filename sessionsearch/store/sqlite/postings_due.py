@@ -7,11 +7,12 @@ it runs when it pays off, not on every write:
   then would be stale within minutes; once the backlog drains, a build is due if
 - no build ever ran and the index holds enough rows for a word to be common ("first"), or
 - the index grew by `grow_share` of its rows at the last build ("grown": words became common), or
-- a word's postings are stale, or half their log budget is used ("stale": its searches are about
-  to go back to FTS5 alone).
+- a word's or the prefixes' postings are stale, or half their log budget is used ("stale": their
+  searches are about to go back to FTS5 alone).
 
-A build redoes only the words that need it (new, stale, or past half their log budget); the
-others stay exact through the index log (hot.py) and are kept as they are.
+A build redoes only the words that need it (new, stale, or past half their log budget), and the
+prefixes only when they need it; the others stay exact through the index log (hot.py) and are
+kept as they are.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import sqlite3
 from pathlib import Path
 
 from .hot import FRESH_LIMIT, varint
+from .prefixes import LOG_LIMIT as PREFIX_LOG_LIMIT
 
 BUILT_ROWS_KEY = "hot_built_rows"  # meta: the index's rows when the last build started
 
@@ -43,7 +45,7 @@ def postings_due(path: Path, *, min_docs: int, grow_share: float) -> str | None:
             return "first" if rows >= min_docs else None
         if rows - built[0] >= grow_share * max(built[0], min_docs):
             return "grown"
-        if stale_words(conn):
+        if stale_words(conn) or stale_prefixes(conn):
             return "stale"
         return None
     finally:
@@ -56,6 +58,23 @@ def stale_words(conn: sqlite3.Connection) -> set[str]:
         "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'index_log'), 0)").fetchone()
     return {w for w, log_seq in conn.execute("SELECT word, log_seq FROM hot_words")
             if log_seq < 0 or last - log_seq >= FRESH_LIMIT // 2}
+
+
+def stale_prefixes(conn: sqlite3.Connection) -> bool:
+    """Whether the prefixes' postings (prefixes.py) are stale or have used half their log budget."""
+    (last,) = conn.execute(
+        "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'index_log'), 0)").fetchone()
+    (oldest,) = conn.execute("SELECT min(log_seq) FROM prefix_words").fetchone()
+    return oldest is not None and (oldest < 0 or last - oldest >= PREFIX_LOG_LIMIT // 2)
+
+
+def prefixes_to_build(path: Path) -> bool:
+    """Whether an incremental build must redo the prefixes: none built, or stale (see above)."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return conn.execute("SELECT 1 FROM prefix_words LIMIT 1").fetchone() is None or stale_prefixes(conn)
+    finally:
+        conn.close()
 
 
 def words_to_build(path: Path, common: list[tuple[str, int]]) -> list[tuple[str, int]]:

@@ -236,4 +236,22 @@ ALTER TABLE windows ADD COLUMN ts_max INTEGER;
 UPDATE windows SET ts_max = {ts_max_of("windows.wid")};
 CREATE INDEX windows_by_ts_max ON windows (ts_max, wid);
 """),
+    (11, "prefix_postings", """
+-- Capped postings of common 2-4 letter prefixes (store/sqlite/prefixes.py): per term-frequency
+-- run of the prefix phrase, its shortest rows. n_rows and docs are the index's rows and the rows
+-- matching the prefix as of index_log position log_seq (the build's snapshot).
+CREATE TABLE prefix_words (
+    prefix TEXT PRIMARY KEY,
+    pno INTEGER NOT NULL UNIQUE,
+    log_seq INTEGER NOT NULL,      -- index_log rows up to this one are in the postings; -1: stale
+    n_rows INTEGER NOT NULL,
+    docs INTEGER NOT NULL,
+    runs TEXT NOT NULL,            -- JSON {tf: length of the first row left out}, per run cut short
+    built_at INTEGER NOT NULL
+);
+CREATE TABLE prefix_postings (
+    pno INTEGER NOT NULL, tf INTEGER NOT NULL, dl INTEGER NOT NULL, rid INTEGER NOT NULL,
+    PRIMARY KEY (pno, tf, dl, rid)
+) WITHOUT ROWID;
+"""),
 )

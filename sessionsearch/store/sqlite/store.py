@@ -25,7 +25,8 @@ from ...indexer.events import Event
 from ..base import AppendResult, ClaimInfo, Match, SessionMeta, WindowMeta
 from ..rowids import row_id, seq_sql, window_ranges
 from .fts import fts5_match
-from .postings_due import BUILT_ROWS_KEY, built_rows, postings_due, words_to_build
+from .postings_due import BUILT_ROWS_KEY, built_rows, postings_due, prefixes_to_build, words_to_build
+from .prefixes import PrefixTop, is_prefix_query, read_prefixes
 from .hot import MAX_WORDS, MIN_DOCS, MIN_SHARE, common_words, hot_top, read_postings
 from .ranking import TS_JOIN, materialized, ranked_shown
 from .recent import RecentScores
@@ -82,6 +83,7 @@ class SqliteAgentStore:
         # (hot_version, usable words with postings) as the last search saw them
         self._hot_seen: tuple[int | None, frozenset[str]] = (None, frozenset())
         self._recent_scores = RecentScores()
+        self._prefix_top = PrefixTop()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -249,7 +251,8 @@ class SqliteAgentStore:
                        max_words: int = MAX_WORDS, incremental: bool = False) -> dict[str, Any]:
         """Build postings for the words common enough (hot.py) and drop those of words no longer
         among them; `incremental`: only the words without usable postings or about to lose them
-        (postings_due.py), the others kept. Reads run on a connection of their own, on a thread."""
+        (postings_due.py), the others kept; then the common prefixes' postings (prefixes.py), in an
+        incremental build only when they need it. Reads run on a connection of their own, on a thread."""
         rows = await asyncio.to_thread(built_rows, self.path)
         words = await asyncio.to_thread(common_words, self.path, min_docs=min_docs, min_share=min_share,
                                         max_words=max_words)
@@ -263,8 +266,16 @@ class SqliteAgentStore:
             log_seq, postings = await asyncio.to_thread(read_postings, self.path, word)
             await self._run(lambda: self._writer.store_hot_word(word, log_seq, postings))
             built[word] = {"rows": len(postings) // 3, "seconds": round(time.monotonic() - started, 3)}
+        started = time.monotonic()
+        prefix_build = None
+        if not incremental or await asyncio.to_thread(prefixes_to_build, self.path):
+            await self._run(lambda: self._writer.start_index_log())
+            log_seq, n_rows, prefixes = await asyncio.to_thread(read_prefixes, self.path)
+            await self._run(lambda: self._writer.store_prefixes(log_seq, n_rows, prefixes))
+            prefix_build = {"count": len(prefixes), "rows": sum(len(p[2]) for p in prefixes.values()),
+                            "seconds": round(time.monotonic() - started, 3)}
         await self.execute_write("INSERT OR REPLACE INTO meta VALUES (?, ?)", (BUILT_ROWS_KEY, rows))
-        return {"words": built, "dropped": dropped, "kept": len(words) - len(todo)}
+        return {"words": built, "dropped": dropped, "kept": len(words) - len(todo), "prefixes": prefix_build}
 
     async def postings_due(self, *, min_docs: int, grow_share: float) -> str | None:
         """Why building postings would pay off now, or None (postings_due.py)."""
@@ -358,7 +369,8 @@ class SqliteAgentStore:
 
         `hot` is the FTS5 token of a one-word query: when the word has postings (hot.py) a
         relevance search over the whole agent (`include` None) ranks from them instead of scoring
-        every row that holds the word.
+        every row that holds the word. A one-word prefix search of 2-4 letters over the whole agent
+        ranks from the prefixes' postings the same way (prefixes.py).
 
         `since` (inclusive) and `until` (exclusive), epoch ms, keep the rows whose timestamp is in
         range, inside the ranking: `k` counts only those, and a short range is an id span FTS5
@@ -389,6 +401,14 @@ class SqliteAgentStore:
         # `recent` over a short range scores the few rows in it as it sorts them, sparing the
         # statement below, whose cost is a walk of the word's whole doclist
         scores: dict[int, float] | None = {} if order == "recent" and bounds is not None else None
+        if (top is None and order != "recent" and include is None and not ranged and not arms[0][1]
+                and match.prefix and len(match.words) == 1 and is_prefix_query(match.words[0])):
+            await reader.conn.execute("SAVEPOINT prefix")  # one snapshot for postings, log and rows
+            try:
+                top = await self._prefix_top.top(reader.conn, match.words[0].lower(), k)
+            finally:
+                if reader.conn.in_transaction:
+                    await reader.conn.execute("RELEASE prefix")
         if top is None:
             top, shown, head = await ranked_shown(reader.conn, self._HEAD_SQL,
                                                   {"seen": seen_version, "hot_seen": self._hot_seen[0]},

@@ -29,6 +29,7 @@ from ..cjk import index_text, needs_fold
 from ..rowids import MAX_SEQ, MAX_WID, from_v1, id_sql, is_v1, row_id, seq_sql, window_ranges
 from .checkpoint import WalCheckpointer
 from .hot import HotWrites
+from .prefixes import PrefixWrites
 from .reconcile import INDEXABLE, ReconcileWrites
 from .schema import MIGRATIONS, TS_MAX_SQL
 from .turnstile import Turnstile
@@ -107,7 +108,7 @@ class _StaleState(Exception):
     """The cached window state no longer matched the database; reload and retry."""
 
 
-class SqliteWriter(ReconcileWrites, HotWrites):
+class SqliteWriter(ReconcileWrites, HotWrites, PrefixWrites):
     """The one writer of an agent database. Every public method is one transaction (the
     reconciliation ones are in reconcile.py, the common words' postings in hot.py)."""
 
