@@ -25,6 +25,7 @@ import unicodedata
 from functools import lru_cache
 
 from ...search.text import is_token_char
+from ..cjk import bigrams, index_text, query_parts, split_runs
 
 MAX_TOKEN_BYTES = 2046
 MAX_LEXEME_BYTES = 900_000
@@ -70,7 +71,18 @@ def _patterns() -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str], froz
 
 def fold_run(run: str, combining: re.Pattern[str], astral: frozenset[str]) -> str:
     """fold() of a run of token characters: NFD, combining marks dropped, case folded (the same
-    as text.fold_char character by character: NFD only reorders the marks it drops)."""
+    as text.fold_char character by character: NFD only reorders the marks it drops); but CJK runs
+    (store/cjk.py) stay as they are, as unicode61 keeps them: `ガ` is not `カ`, `한` not its jamo."""
+    if run.isascii():
+        return run.lower()
+    if max(run) >= "\u1100":  # may hold CJK
+        parts = split_runs(run)
+        if len(parts) > 1:
+            return "".join(p if i % 2 else _fold_other(p, combining, astral) for i, p in enumerate(parts))
+    return _fold_other(run, combining, astral)
+
+
+def _fold_other(run: str, combining: re.Pattern[str], astral: frozenset[str]) -> str:
     if run.isascii():
         return run.lower()
     nfd = combining.sub("", unicodedata.normalize("NFD", run))
@@ -99,8 +111,9 @@ def quote(lex: str) -> str:
 
 
 def index_fields(text: str) -> tuple[int, str, str]:
-    """(dl, tf as JSON, tsvector literal) of a message's text."""
-    toks = tokens(text)
+    """(dl, tf as JSON, tsvector literal) of a message's text: the tokens of its index form
+    (store/cjk.py: each CJK run as its bigrams then its unigrams, at consecutive positions)."""
+    toks = tokens(index_text(text))
     positions: dict[str, list[int]] = {}
     for pos, tok in enumerate(toks, 1):
         positions.setdefault(lexeme(tok), []).append(pos)
@@ -115,6 +128,18 @@ def index_fields(text: str) -> tuple[int, str, str]:
     return len(toks), json.dumps(tf, ensure_ascii=False), " ".join(parts)
 
 
-def query_phrases(words: tuple[str, ...]) -> list[list[str]]:
-    """A Match's words as phrases of lexemes (as FTS5 reads each quoted word)."""
-    return [[lexeme(t) for t in tokens(w)] for w in words if tokens(w)]
+def query_phrases(words: tuple[str, ...], prefix: bool = False) -> tuple[list[list[str]], bool]:
+    """A Match's words as phrases of lexemes, all required (FTS5's phrases on SQLite, store/sqlite/
+    fts.py): each CJK run of a word the phrase of its bigrams (one character its unigram), the rest
+    of the word the phrase of its tokens. Then whether the last phrase ends in a prefix: `prefix`
+    and the last word ends in text other than CJK (a CJK run already matches as any substring)."""
+    phrases: list[list[str]] = []
+    last_is_word = False
+    for word in words:
+        for kind, text in query_parts(word) or [("word", word)]:
+            pieces = bigrams(text) if kind == "cjk" else [text]
+            phrase = [lexeme(t) for piece in pieces for t in tokens(piece)]
+            if phrase:
+                phrases.append(phrase)
+                last_is_word = kind == "word"
+    return phrases, prefix and last_is_word
