@@ -3,18 +3,20 @@
 PostgreSQL never tokenizes anything here: a message's tokens are text.py's `tokens()` (the
 folding and splitting of SQLite's `unicode61 remove_diacritics 2`), computed in Python, of its
 index form (store/cjk.py: each CJK run as its bigrams then its unigrams), whose CJK run
-characters stay as they are, as unicode61 keeps them. The row
-keeps a tsvector of those lexemes with their positions (for the GIN index and phrases), their
-counts (tf, jsonb: exact, where a tsvector keeps at most 256 positions of a lexeme) and the row's
-length in tokens (dl): what BM25 needs. The tsvector is written as a tsvector literal of our own
+characters stay as they are, as unicode61 keeps them. The row keeps a tsvector of those lexemes
+with their positions (for the GIN index and phrases), their counts (tf, jsonb: exact, where a
+tsvector keeps at most 256 positions of a lexeme) and the row's length in tokens (dl): what BM25
+needs. The tsvector is written as a tsvector literal of our own
 lexemes, each quoted; a search's words become a tsquery assembled in SQL from bound arrays
 (search.py), so no user text is ever read as tsquery syntax.
 
 A query word is a phrase of its tokens, as FTS5 reads a quoted string (`per-session` is `per`
 then `session`); each CJK run in it is a phrase of its own, of the run's bigrams (store/sqlite/
-fts.py makes the same phrases for FTS5). Limits of tsvector: a lexeme holds at most 2,047 bytes, so a longer token is
-stored and searched as `~` and its SHA-256 (no real token looks like that: tokens are letters and
-digits), and matches as a whole word, never as a prefix; positions stop at 16,383, so phrases
+fts.py makes the same phrases for FTS5).
+
+Limits of tsvector: a lexeme holds at most 2,047 bytes, so a longer token is stored and searched
+as `~` and its SHA-256 (no real token looks like that: tokens are letters and digits), and
+matches as a whole word, never as a prefix; positions stop at 16,383, so phrases
 (never single words) are found only within a message's first 16,383 tokens; and a tsvector holds
 at most 1 MB of lexemes, so distinct tokens past MAX_LEXEME_BYTES are left out of the index.
 """
