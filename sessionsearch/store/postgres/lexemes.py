@@ -30,7 +30,7 @@ import unicodedata
 from functools import lru_cache
 
 from ...search.text import is_token_char
-from ..cjk import bigrams, index_text, query_parts, split_runs
+from ..cjk import bigrams, fold, needs_fold, query_parts, shadow, split_runs
 
 MAX_TOKEN_BYTES = 2046
 MAX_LEXEME_BYTES = 900_000
@@ -103,6 +103,20 @@ def tokens(text: str) -> list[str]:
     return [t for t in (fold_run(part, combining, astral) for r in runs for part in r.split("_")) if t]
 
 
+def index_tokens(text: str) -> list[str]:
+    """`tokens(cjk.index_text(text))`, without tokenizing the shadow tokens one by one: each run's
+    bigrams and unigrams are its tokens as they stand (a tenth of the time on CJK text)."""
+    if not needs_fold(text):
+        return tokens(text)
+    out: list[str] = []
+    for i, piece in enumerate(split_runs(fold(text))):
+        if i % 2:
+            out += shadow(piece).split(" ")
+        elif piece:
+            out += tokens(piece)
+    return out
+
+
 def lexeme(token: str) -> str:
     """The lexeme a token is stored and searched as."""
     if len(token) * 4 <= MAX_TOKEN_BYTES or len(token.encode("utf-8")) <= MAX_TOKEN_BYTES:
@@ -118,7 +132,7 @@ def quote(lex: str) -> str:
 def index_fields(text: str) -> tuple[int, str, str]:
     """(dl, tf as JSON, tsvector literal) of a message's text: the tokens of its index form
     (store/cjk.py: each CJK run as its bigrams then its unigrams, at consecutive positions)."""
-    toks = tokens(index_text(text))
+    toks = index_tokens(text)
     positions: dict[str, list[int]] = {}
     for pos, tok in enumerate(toks, 1):
         positions.setdefault(lexeme(tok), []).append(pos)
