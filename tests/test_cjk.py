@@ -67,6 +67,7 @@ async def test_full_width_latin_and_half_width_katakana_fold_like_their_usual_fo
         assert await _found(engine, "ガイド") == ["m3", "m4"]
         assert await _found(engine, "ｶﾞｲﾄﾞ") == ["m3", "m4"]
         assert await _found(engine, "ｲﾄﾞ") == ["m3", "m4"]
+        assert await _found(engine, "カイト") == []  # voiced kana are other letters, on both backends
 
 
 async def test_cjk_hits_are_ranked_by_bm25_over_their_shadow_terms(backend):
