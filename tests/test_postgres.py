@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+import sqlite3
 import subprocess
 import sys
 import time
@@ -22,8 +23,9 @@ from sessionsearch.indexer.reconcile import reconcile_window
 from sessionsearch.search.text import fold_char, is_token_char
 from sessionsearch.search.text import tokens as text_tokens
 from sessionsearch.store.base import Match
+from sessionsearch.store.cjk import index_text, needs_fold, runs
 from sessionsearch.store.postgres import LATEST, migrate, schema_version
-from sessionsearch.store.postgres.lexemes import _patterns, fold_run
+from sessionsearch.store.postgres.lexemes import _patterns, fold_run, index_tokens
 from sessionsearch.store.postgres.lexemes import tokens as pg_tokens
 
 from .helpers import BASE_TS, Where, chain, engine_at, ids, leaf, msg, timed
@@ -34,7 +36,8 @@ from .services import create_pg_database, drop_pg_database, pg_url
 KEY = "agent:main:pg"
 TEXTS = ["Café CAFÉ cafe naïve Ærøskøbing straße ß", "per-session communication, it's 3.14 v2_beta foo_bar",
          "日本語のテキスト and 中文 mixed", "हिन्दी भाषा और देवनागरी", "emoji 😀 text 𝐁𝐨𝐥𝐝 ＦＵＬＬ ① Ⅻ ²",
-         "quotes ' \" \\\\ back\\slash & | ! ( ) : * <-> ''", "Ελληνικά ΣΊΣΥΦΟΣ σίσυφος", "İstanbul ǅ ﬁ ﬀ"]
+         "quotes ' \" \\\\ back\\slash & | ! ( ) : * <-> ''", "Ελληνικά ΣΊΣΥΦΟΣ σίσυφος", "İstanbul ǅ ﬁ ﬀ",
+         "明天去东京meeting吧、한국어 ｶﾞｲﾄﾞ Ｒｅｄｉｓ"]
 
 
 def _pg(backend: Where) -> Where:
@@ -50,18 +53,52 @@ def pg(request, tmp_path):
     return Where("postgres", tmp_path, url)
 
 
+def _model_tokens(text: str) -> list[str]:
+    """text.py's tokens, but CJK run characters kept as they are (unicode61 folds nothing in them)."""
+    out, buf = [], []
+    for ch in text + " ":
+        if is_token_char(ch):
+            buf.append(ch if runs(ch) == [ch] else fold_char(ch))
+        elif buf:
+            out.append("".join(buf))
+            buf = []
+    return [t for t in out if t]
+
+
 def test_the_regex_tokenizer_classifies_and_folds_every_character_as_text_py():
     _bmp, anywhere, combining, astral = _patterns()
     every = "".join(chr(cp) for cp in range(0x110000) if not 0xD800 <= cp <= 0xDFFF)
     matched = set("".join(anywhere.findall(every))) - {"_"}
     assert [ch for ch in every if is_token_char(ch) != (ch in matched)] == []
-    assert [ch for ch in every[:0x20000] if ch in matched and fold_run(ch, combining, astral) != fold_char(ch)] == []
+    # what the tokenizer is given is already folded by store/cjk.py (index_text): CJK folded, runs kept
+    assert [ch for ch in every[:0x20000] if ch in matched and not needs_fold(ch)
+            and fold_run(ch, combining, astral) != fold_char(ch)] == []
+    assert [ch for ch in every if runs(ch) == [ch] and fold_run(ch, combining, astral) != ch] == []
     rng = random.Random(7)
     alphabet = [chr(c) for c in [*range(0x20, 0x250), *range(0x300, 0x370), *range(0x900, 0x980), *range(0x3040, 0x3100),
-                                 0x1F600, 0x1D401, 0xE000, 0x200B, 0xFF21, 0x2160, 0xB2, 0x5F, 0x130, 0xE0101]]
+                                 0x1F600, 0x1D401, 0xE000, 0x200B, 0xFF21, 0xFF76, 0xFF9E, 0xAC00, 0xF900, 0x2160, 0xB2,
+                                 0x5F, 0x130, 0xE0101]]
     for _ in range(5000):
-        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
-        assert pg_tokens(text) == text_tokens(text), text
+        text = index_text("".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30))))
+        assert pg_tokens(text) == _model_tokens(text), text
+
+
+def test_cjk_index_tokens_are_exactly_sqlites_unicode61_tokens():
+    """On CJK, full-width and half-width text the lexemes are what SQLite's FTS5 indexes of the
+    same index form (read back from fts5vocab): voiced kana, Hangul syllables and ideographs as
+    they stand, full-width Latin folded, so both backends match the same messages."""
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE VIRTUAL TABLE f USING fts5(t, tokenize = 'unicode61 remove_diacritics 2')")
+    conn.execute("CREATE VIRTUAL TABLE v USING fts5vocab(f, instance)")
+    rng = random.Random(13)
+    alphabet = [chr(c) for c in [*range(0x3041, 0x3097), *range(0x30A1, 0x30FB), 0x30FC, 0x3005, 0x3001, 0x3002, 0x30FB,
+                                 *range(0xFF66, 0xFFA0), *range(0xFF21, 0xFF3B), 0xFF10, 0x3000, 0xAC00, 0xD55C, 0xAD6D,
+                                 0x1100, 0x1161, 0x4E1C, 0x4EAC, 0x6771, 0xF900, 0xFA0E, 0x20000]] + [*"aZé -_.'"]
+    for n in range(400):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 20)))
+        conn.execute("INSERT INTO f (rowid, t) VALUES (?, ?)", (n, index_text(text)))
+        want = [term for term, in conn.execute("SELECT term FROM v WHERE doc = ? ORDER BY offset", (n,))]
+        assert index_tokens(text) == want == pg_tokens(index_text(text)), text
 
 
 async def test_postgresql_indexes_exactly_the_tokens_sqlite_would(pg):
@@ -72,7 +109,7 @@ async def test_postgresql_indexes_exactly_the_tokens_sqlite_would(pg):
                                 "FROM ss_index i JOIN ss_events e ON e.id = i.id ORDER BY i.id").fetchall()
     assert len(rows) == len(TEXTS)
     for dl, tf, lexemes, text in rows:
-        want = Counter(text_tokens(text))
+        want = Counter(_model_tokens(index_text(text)))  # CJK runs as their shadow tokens (store/cjk.py)
         assert (dl, tf, sorted(lexemes)) == (sum(want.values()), dict(want), sorted(want)), text
 
 
@@ -83,6 +120,13 @@ def _corpus(rng: random.Random) -> list[tuple[str, list[dict]]]:
     for s in range(8):
         items = [(rng.choice(["user", "assistant"]), " ".join(rng.choices(vocab, weights, k=rng.randint(1, 14))),
                   BASE_TS + rng.randrange(10_000_000)) for _ in range(rng.randint(5, 60))]
+        out.append((f"agent:main:s{s}", timed(f"s{s}-", items)))
+    # CJK: runs glued, split by punctuation or spaces, mixed with Latin (BM25 over the shadow tokens)
+    cjk = ["东京", "会议", "开会", "明天", "部署失败", "東京タワー", "ｶﾞｲﾄﾞ", "한국어", "alpha", "beta", "东京meeting"]
+    for s in range(8, 11):
+        items = [(rng.choice(["user", "assistant"]),
+                  "".join(rng.choice(cjk) + rng.choice(["", "", " ", "、"]) for _ in range(rng.randint(1, 12))),
+                  BASE_TS + rng.randrange(10_000_000)) for _ in range(rng.randint(10, 40))]
         out.append((f"agent:main:s{s}", timed(f"s{s}-", items)))
     return out
 
@@ -107,16 +151,20 @@ async def test_bm25_scores_and_their_order_equal_sqlites_on_the_same_data(pg, tm
             await engine.reconcile_pending()
         queries = [Match(("alpha",)), Match(("zeta",)), Match(("DELTA",)), Match(("alpha", "beta")),
                    Match(("per-session",)), Match(("it's", "gamma")), Match(("al",), True), Match(("beta", "al"), True),
-                   Match(("alpha", "per-ses"), True), Match(("nothing",))]
+                   Match(("alpha", "per-ses"), True), Match(("nothing",)), Match(("东京",)), Match(("京",)),
+                   Match(("京会议",)), Match(("会议开会",)), Match(("部署失败", "alpha")), Match(("ガイド",)),
+                   Match(("东京meeting",)), Match(("東京タ", "al"), True), Match(("京al",), True), Match(("한국",)),
+                   Match(("明天",), True)]
         compared = 0
         for match in queries:
             for order in ("relevance", "recent"):
                 got, want = await _top(on_pg, match, order, 25), await _top(on_sqlite, match, order, 25)
                 assert [(rid, mid) for rid, _, mid in got] == [(rid, mid) for rid, _, mid in want], (match, order)
+                assert got or match.words == ("nothing",), match  # every other query compares hits
                 for (_, a, _), (_, b, _) in zip(got, want):
                     assert math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-15), (match, order, a, b)
                 compared += len(got)
-        assert compared > 300  # the queries found what they were meant to compare
+        assert compared > 500  # the queries found what they were meant to compare
 
 
 HOSTILE = ["'", "''", "\\", "\\'", "a'b", "it's", "&", "|", "!", "(", ")", ":*", "<->", "a&b", "a|b", "!a", "(a)",

@@ -77,6 +77,17 @@ def _run_pattern() -> re.Pattern[str]:
     return re.compile(_one_of(tuple(spans)) + "+")
 
 
+@lru_cache(maxsize=1)
+def _split_pattern() -> re.Pattern[str]:
+    return re.compile(f"({_run_pattern().pattern})")
+
+
+def split_runs(text: str) -> list[str]:
+    """Already folded `text` cut at its runs: [between, run, between, …, run, between], the runs at
+    the odd indexes (a word tokenizer such as unicode61 folds neither case nor marks inside them)."""
+    return _split_pattern().split(text)
+
+
 def fold(text: str) -> str:
     """`text` with its FOLD_RANGES runs NFKC-normalized (identical when it has none)."""
     return _FOLD_RUN.sub(lambda m: unicodedata.normalize("NFKC", m.group()), text)

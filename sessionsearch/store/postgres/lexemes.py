@@ -1,17 +1,22 @@
 """What PostgreSQL indexes of a message, and how a search's words become a tsquery.
 
 PostgreSQL never tokenizes anything here: a message's tokens are text.py's `tokens()` (the
-folding and splitting of SQLite's `unicode61 remove_diacritics 2`), computed in Python. The row
-keeps a tsvector of those lexemes with their positions (for the GIN index and phrases), their
-counts (tf, jsonb: exact, where a tsvector keeps at most 256 positions of a lexeme) and the row's
-length in tokens (dl): what BM25 needs. The tsvector is written as a tsvector literal of our own
+folding and splitting of SQLite's `unicode61 remove_diacritics 2`), computed in Python, of its
+index form (store/cjk.py: each CJK run as its bigrams then its unigrams), whose CJK run
+characters stay as they are, as unicode61 keeps them. The row keeps a tsvector of those lexemes
+with their positions (for the GIN index and phrases), their counts (tf, jsonb: exact, where a
+tsvector keeps at most 256 positions of a lexeme) and the row's length in tokens (dl): what BM25
+needs. The tsvector is written as a tsvector literal of our own
 lexemes, each quoted; a search's words become a tsquery assembled in SQL from bound arrays
 (search.py), so no user text is ever read as tsquery syntax.
 
 A query word is a phrase of its tokens, as FTS5 reads a quoted string (`per-session` is `per`
-then `session`). Limits of tsvector: a lexeme holds at most 2,047 bytes, so a longer token is
-stored and searched as `~` and its SHA-256 (no real token looks like that: tokens are letters and
-digits), and matches as a whole word, never as a prefix; positions stop at 16,383, so phrases
+then `session`); each CJK run in it is a phrase of its own, of the run's bigrams (store/sqlite/
+fts.py makes the same phrases for FTS5).
+
+Limits of tsvector: a lexeme holds at most 2,047 bytes, so a longer token is stored and searched
+as `~` and its SHA-256 (no real token looks like that: tokens are letters and digits), and
+matches as a whole word, never as a prefix; positions stop at 16,383, so phrases
 (never single words) are found only within a message's first 16,383 tokens; and a tsvector holds
 at most 1 MB of lexemes, so distinct tokens past MAX_LEXEME_BYTES are left out of the index.
 """
@@ -25,6 +30,7 @@ import unicodedata
 from functools import lru_cache
 
 from ...search.text import is_token_char
+from ..cjk import bigrams, fold, needs_fold, query_parts, shadow, split_runs
 
 MAX_TOKEN_BYTES = 2046
 MAX_LEXEME_BYTES = 900_000
@@ -70,7 +76,18 @@ def _patterns() -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str], froz
 
 def fold_run(run: str, combining: re.Pattern[str], astral: frozenset[str]) -> str:
     """fold() of a run of token characters: NFD, combining marks dropped, case folded (the same
-    as text.fold_char character by character: NFD only reorders the marks it drops)."""
+    as text.fold_char character by character: NFD only reorders the marks it drops); but CJK runs
+    (store/cjk.py) stay as they are, as unicode61 keeps them: `ガ` is not `カ`, `한` not its jamo."""
+    if run.isascii():
+        return run.lower()
+    if max(run) >= "\u1100":  # may hold CJK
+        parts = split_runs(run)
+        if len(parts) > 1:
+            return "".join(p if i % 2 else _fold_other(p, combining, astral) for i, p in enumerate(parts))
+    return _fold_other(run, combining, astral)
+
+
+def _fold_other(run: str, combining: re.Pattern[str], astral: frozenset[str]) -> str:
     if run.isascii():
         return run.lower()
     nfd = combining.sub("", unicodedata.normalize("NFD", run))
@@ -86,6 +103,20 @@ def tokens(text: str) -> list[str]:
     return [t for t in (fold_run(part, combining, astral) for r in runs for part in r.split("_")) if t]
 
 
+def index_tokens(text: str) -> list[str]:
+    """`tokens(cjk.index_text(text))`, without tokenizing the shadow tokens one by one: each run's
+    bigrams and unigrams are its tokens as they stand (a tenth of the time on CJK text)."""
+    if not needs_fold(text):
+        return tokens(text)
+    out: list[str] = []
+    for i, piece in enumerate(split_runs(fold(text))):
+        if i % 2:
+            out += shadow(piece).split(" ")
+        elif piece:
+            out += tokens(piece)
+    return out
+
+
 def lexeme(token: str) -> str:
     """The lexeme a token is stored and searched as."""
     if len(token) * 4 <= MAX_TOKEN_BYTES or len(token.encode("utf-8")) <= MAX_TOKEN_BYTES:
@@ -99,8 +130,9 @@ def quote(lex: str) -> str:
 
 
 def index_fields(text: str) -> tuple[int, str, str]:
-    """(dl, tf as JSON, tsvector literal) of a message's text."""
-    toks = tokens(text)
+    """(dl, tf as JSON, tsvector literal) of a message's text: the tokens of its index form
+    (store/cjk.py: each CJK run as its bigrams then its unigrams, at consecutive positions)."""
+    toks = index_tokens(text)
     positions: dict[str, list[int]] = {}
     for pos, tok in enumerate(toks, 1):
         positions.setdefault(lexeme(tok), []).append(pos)
@@ -115,6 +147,18 @@ def index_fields(text: str) -> tuple[int, str, str]:
     return len(toks), json.dumps(tf, ensure_ascii=False), " ".join(parts)
 
 
-def query_phrases(words: tuple[str, ...]) -> list[list[str]]:
-    """A Match's words as phrases of lexemes (as FTS5 reads each quoted word)."""
-    return [[lexeme(t) for t in tokens(w)] for w in words if tokens(w)]
+def query_phrases(words: tuple[str, ...], prefix: bool = False) -> tuple[list[list[str]], bool]:
+    """A Match's words as phrases of lexemes, all required (FTS5's phrases on SQLite, store/sqlite/
+    fts.py): each CJK run of a word the phrase of its bigrams (one character its unigram), the rest
+    of the word the phrase of its tokens. Then whether the last phrase ends in a prefix: `prefix`
+    and the last word ends in text other than CJK (a CJK run already matches as any substring)."""
+    phrases: list[list[str]] = []
+    last_is_word = False
+    for word in words:
+        for kind, text in query_parts(word) or [("word", word)]:
+            pieces = bigrams(text) if kind == "cjk" else [text]
+            phrase = [lexeme(t) for piece in pieces for t in tokens(piece)]
+            if phrase:
+                phrases.append(phrase)
+                last_is_word = kind == "word"
+    return phrases, prefix and last_is_word

@@ -47,8 +47,7 @@ class Query:
     their parameters (each phrase is one of FTS5's phrases: a df, a tf and an idf of its own)."""
 
     def __init__(self, match: Match) -> None:
-        self.phrases = query_phrases(match.words)
-        self.prefix = match.prefix
+        self.phrases, self.prefix = query_phrases(match.words, match.prefix)
         self.lexemes = [lex for phrase in self.phrases for lex in phrase]
         self.params: dict[str, Any] = {"q": tsquery_text(self.phrases, self.prefix),
                                        "k1": K1, "k1p1": K1 + 1.0, "omb": 1 - B, "b": B}

@@ -12,7 +12,7 @@ from . import reads
 from .db import Db, Reader
 from .reconcile import ReconcileWrites
 from .search import search_top
-from .sessions import scan_substrings, search_sessions
+from .sessions import search_sessions
 from .writer import Writes
 
 
@@ -145,17 +145,11 @@ class PgAgentStore:
         return await search_top(reader, self.ano, match, k=k, order=order, include=include, exclude=exclude,
                                 role=role, since=since, until=until)
 
-    async def search_sessions(self, reader: Reader, match: Match | None, *, needles: list[str] | None, k: int,
+    async def search_sessions(self, reader: Reader, match: Match, *, k: int,
                               order: str, include: list[int] | None, exclude: list[int] | None, role: str | None,
                               since: int | None = None, until: int | None = None, hot: str | None = None):
-        return await search_sessions(reader, self.ano, match, needles=needles, k=k, order=order, include=include,
+        return await search_sessions(reader, self.ano, match, k=k, order=order, include=include,
                                      exclude=exclude, role=role, since=since, until=until)
-
-    async def scan_substrings(self, reader: Reader, needles: list[str], match: Match | None, *,
-                              include: list[int] | None, exclude: list[int] | None, role: str | None,
-                              k: int, since: int | None = None, until: int | None = None):
-        return await scan_substrings(reader, self.ano, needles, match, include=include, exclude=exclude, role=role,
-                                     k=k, since=since, until=until)
 
     async def window_of(self, reader: Reader, key: str, session_id: str | None) -> tuple | None:
         return await reads.window_of(reader, self.ano, key, session_id)
