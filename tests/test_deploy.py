@@ -79,9 +79,15 @@ def test_metrics_named_by_rules_and_dashboard_exist_and_prometheus_scrapes_them(
                 break
             assert time.monotonic() < deadline
             time.sleep(0.1)
-        names = _sample_names(web.get("/metrics")[1]) | _sample_names(worker.scrape())
-        for name in sorted(_named_metrics()):
-            assert name in names or f"{name}_total" in names, f"{name} is named in deploy/ but not exported"
+        # the job counts its rows after it publishes, which the search above may see first
+        deadline = time.monotonic() + 30
+        while True:
+            names = _sample_names(web.get("/metrics")[1]) | _sample_names(worker.scrape())
+            missing = [n for n in sorted(_named_metrics()) if n not in names and f"{n}_total" not in names]
+            if not missing or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert not missing, f"{missing} named in deploy/ but not exported"
 
         config = (DEPLOY / "prometheus" / "prometheus.yml").read_text()
         config = config.replace("127.0.0.1:8780", f"127.0.0.1:{web.port}").replace("127.0.0.1:9191",

@@ -15,6 +15,15 @@ if TYPE_CHECKING:
     from ..indexer.events import Event
 
 
+# the columns every backend stores a session's metadata and a transcript row in
+SESSION_COLUMNS = {  # wire name -> column
+    "label": "label", "displayName": "display_name", "spawnedBy": "spawned_by",
+    "parentSessionKey": "parent_session_key", "kind": "kind", "group": "grp",
+    "incognito": "incognito", "archivedAt": "archived_at", "updatedAt": "updated_at",
+}
+EVENT_COLUMNS = "id, wid, event_id, parent_seq, node_seq, type, role, ts, on_branch, text, body"
+
+
 @dataclass(frozen=True, slots=True)
 class Match:
     """What a query matches, in no backend's syntax: every word (as the user typed it), the last

@@ -20,17 +20,11 @@ import psycopg
 from ...errors import Conflict, InvalidRequest, NotFound, Unavailable
 from ...indexer.events import Event
 from ...indexer.live import ids_to_resolve, plan_append
-from ..base import AppendResult
+from ..base import EVENT_COLUMNS, SESSION_COLUMNS, AppendResult
 from ..rowids import MAX_SEQ, MAX_WID, id_sql, row_id, seq_sql, window_ranges
 from .db import all_rows, one
 from .lexemes import index_fields
 
-SESSION_COLUMNS = {  # wire name -> column
-    "label": "label", "displayName": "display_name", "spawnedBy": "spawned_by",
-    "parentSessionKey": "parent_session_key", "kind": "kind", "group": "grp",
-    "incognito": "incognito", "archivedAt": "archived_at", "updatedAt": "updated_at",
-}
-EVENT_COLUMNS = "id, wid, event_id, parent_seq, node_seq, type, role, ts, on_branch, text, body"
 INSERT_EVENT = f"INSERT INTO ss_events ({EVENT_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
 INSERT_INDEX = ("INSERT INTO ss_index (id, ano, wid, ts, mid, dl, tf, tsv) "
                 "VALUES (%s, %s, %s, %s, %s, %s, %s::jsonb, %s::tsvector)")

@@ -24,7 +24,7 @@ import structlog
 from ...errors import Conflict, InvalidRequest, NotFound, StorageFull, Unavailable
 from ...indexer.events import Event
 from ...indexer.live import ids_to_resolve, plan_append
-from ..base import AppendResult
+from ..base import EVENT_COLUMNS, SESSION_COLUMNS, AppendResult
 from ..cjk import index_text, needs_fold
 from ..rowids import MAX_SEQ, MAX_WID, from_v1, id_sql, is_v1, row_id, seq_sql, window_ranges
 from .checkpoint import WalCheckpointer
@@ -34,12 +34,6 @@ from .reconcile import INDEXABLE, ReconcileWrites
 from .schema import MIGRATIONS, TS_MAX_SQL
 from .turnstile import Turnstile
 
-SESSION_COLUMNS = {  # wire name -> column
-    "label": "label", "displayName": "display_name", "spawnedBy": "spawned_by",
-    "parentSessionKey": "parent_session_key", "kind": "kind", "group": "grp",
-    "incognito": "incognito", "archivedAt": "archived_at", "updatedAt": "updated_at",
-}
-EVENT_COLUMNS = "id, wid, event_id, parent_seq, node_seq, type, role, ts, on_branch, text, body"
 INSERT_EVENT = f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 log = structlog.get_logger("sessionsearch.store")
 
