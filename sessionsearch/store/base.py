@@ -6,6 +6,7 @@ implementation, chosen in store/__init__.py.
 
 from __future__ import annotations
 
+import json
 import math
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -22,6 +23,18 @@ SESSION_COLUMNS = {  # wire name -> column
     "incognito": "incognito", "archivedAt": "archived_at", "updatedAt": "updated_at",
 }
 EVENT_COLUMNS = "id, wid, event_id, parent_seq, node_seq, type, role, ts, on_branch, text, body"
+
+
+def session_columns(fields: dict[str, Any], now: int) -> dict[str, Any]:
+    """A session upsert's wire fields as column values: known fields in their columns, the rest
+    (but the session id) as JSON in `extra`, `updated_at` now unless given."""
+    cols = {SESSION_COLUMNS[k]: (int(bool(v)) if k == "incognito" else v)
+            for k, v in fields.items() if k in SESSION_COLUMNS}
+    extra = {k: v for k, v in fields.items() if k not in SESSION_COLUMNS and k != "sessionId"}
+    if extra:
+        cols["extra"] = json.dumps(extra, ensure_ascii=False)
+    cols.setdefault("updated_at", now)
+    return cols
 
 
 @dataclass(frozen=True, slots=True)

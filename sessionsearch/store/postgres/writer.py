@@ -20,7 +20,7 @@ import psycopg
 from ...errors import Conflict, InvalidRequest, NotFound, Unavailable
 from ...indexer.events import Event
 from ...indexer.live import ids_to_resolve, plan_append
-from ..base import EVENT_COLUMNS, SESSION_COLUMNS, AppendResult
+from ..base import EVENT_COLUMNS, AppendResult, session_columns
 from ..rowids import MAX_SEQ, MAX_WID, id_sql, row_id, seq_sql, window_ranges
 from .db import all_rows, one
 from .lexemes import index_fields
@@ -101,12 +101,7 @@ class Writes:
         return created, row[0]
 
     async def upsert_session(self, conn, key: str, fields: dict[str, Any]) -> bool:
-        cols = {SESSION_COLUMNS[k]: (int(bool(v)) if k == "incognito" else v)
-                for k, v in fields.items() if k in SESSION_COLUMNS}
-        extra = {k: v for k, v in fields.items() if k not in SESSION_COLUMNS and k != "sessionId"}
-        if extra:
-            cols["extra"] = json.dumps(extra, ensure_ascii=False)
-        cols.setdefault("updated_at", now_ms())
+        cols = session_columns(fields, now_ms())
         created, _ = await self._lock_session(conn, key)
         sets = ", ".join(f"{col} = %s" for col in cols)
         await conn.execute(f"UPDATE ss_sessions SET {sets} WHERE ano = %s AND session_key = %s",

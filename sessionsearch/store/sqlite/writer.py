@@ -24,7 +24,7 @@ import structlog
 from ...errors import Conflict, InvalidRequest, NotFound, StorageFull, Unavailable
 from ...indexer.events import Event
 from ...indexer.live import ids_to_resolve, plan_append
-from ..base import EVENT_COLUMNS, SESSION_COLUMNS, AppendResult
+from ..base import EVENT_COLUMNS, AppendResult, session_columns
 from ..cjk import index_text, needs_fold
 from ..rowids import MAX_SEQ, MAX_WID, from_v1, id_sql, is_v1, row_id, seq_sql, window_ranges
 from .checkpoint import WalCheckpointer
@@ -186,12 +186,7 @@ class SqliteWriter(ReconcileWrites, HotWrites, PrefixWrites):
             return self._upsert_tx(key, fields)
 
     def _upsert_tx(self, key: str, fields: dict[str, Any]) -> bool:
-        cols = {SESSION_COLUMNS[k]: (int(bool(v)) if k == "incognito" else v)
-                for k, v in fields.items() if k in SESSION_COLUMNS}
-        extra = {k: v for k, v in fields.items() if k not in SESSION_COLUMNS and k != "sessionId"}
-        if extra:
-            cols["extra"] = json.dumps(extra, ensure_ascii=False)
-        cols.setdefault("updated_at", now_ms())
+        cols = session_columns(fields, now_ms())
         created = self._ensure_session(key)
         sets = ", ".join(f"{col} = ?" for col in cols)
         self.c.execute(f"UPDATE sessions SET {sets} WHERE session_key = ?", (*cols.values(), key))
