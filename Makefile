@@ -34,9 +34,12 @@ pg-demo: $(STAMP)
 	$(BIN)/python -c "import psycopg, sys; u = sys.argv[1]; c = psycopg.connect(u.rsplit('/', 1)[0] + '/postgres', autocommit=True); n = u.rsplit('/', 1)[1]; c.execute('SELECT 1 FROM pg_database WHERE datname = %s', (n,)).fetchone() or c.execute(f'CREATE DATABASE \"{n}\"')" '$(PG_DEMO_URL)'
 	SESSIONSEARCH_DATABASE_URL='$(PG_DEMO_URL)' $(BIN)/sessionsearch demo
 
+# tests run side by side, one at a time per worker process (most of their time they wait on servers,
+# workers and browsers); tests/conftest.py says what each worker has of its own
+TEST_WORKERS ?= 4
 test: install
 	./scripts/services
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_search.py

@@ -1,5 +1,7 @@
 """Test set-up: async tests run on a fresh event loop each; engines open on real SQLite files, or on
-a real PostgreSQL database for the tests that take the `backend` fixture (run once per backend)."""
+a real PostgreSQL database for the tests that take the `backend` fixture (run once per backend).
+`make test` runs tests side by side in worker processes (pytest -n): what a test shares with others
+is keyed by its process (a PostgreSQL database, a Redis database), never by its module."""
 
 from __future__ import annotations
 
@@ -7,12 +9,13 @@ import asyncio
 import inspect
 
 import pytest
+import redis
 
 from sessionsearch import logging as sslogging
 
 from .helpers import Where
 from .server import Server
-from .services import create_pg_database, drop_pg_database, empty_pg_database
+from .services import create_pg_database, drop_pg_database, empty_pg_database, require_redis
 
 
 def pytest_configure(config):
@@ -36,6 +39,15 @@ def server(tmp_path):
     assert srv.stop() == 0
     log = srv.log_path.read_text()
     assert "api.crashed" not in log and "api.failed" not in log, log[-3000:]
+
+
+@pytest.fixture
+def redis_url():
+    """This test process's Redis database (services.worker_redis_db), emptied before and after."""
+    url = require_redis()
+    redis.Redis.from_url(url).flushdb()
+    yield url
+    redis.Redis.from_url(url).flushdb()
 
 
 @pytest.fixture(scope="session")

@@ -22,8 +22,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def require_redis(db: int = 13) -> str:
-    url = f"redis://{REDIS_HOST}:{REDIS_PORT}/{db}"
+def worker_redis_db() -> int:
+    """This test process's own Redis database: a `pytest -n` worker (Makefile) runs one test at a
+    time, so its tests may empty it; 1-12 for workers gw0-gw11, 13 without workers (benches use 14)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None:
+        return 13
+    n = int(worker.removeprefix("gw"))
+    if n >= 12:
+        pytest.fail("at most 12 test workers: each needs a Redis database of its own (make test TEST_WORKERS=…)")
+    return 1 + n
+
+
+def require_redis(db: int | None = None) -> str:
+    url = f"redis://{REDIS_HOST}:{REDIS_PORT}/{worker_redis_db() if db is None else db}"
     try:
         redis.Redis.from_url(url, socket_connect_timeout=2).ping()
     except redis.RedisError as exc:

@@ -22,7 +22,7 @@ from sessionsearch.cli import build_parser
 
 from .helpers import chain
 from .server import Server
-from .services import free_port, require_redis
+from .services import free_port
 from .test_pipeline import Worker
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,10 +60,7 @@ def _sample_names(exposition: str) -> set[str]:
     return {re.split(r"[{ ]", line, 1)[0] for line in exposition.splitlines() if line and not line.startswith("#")}
 
 
-def test_metrics_named_by_rules_and_dashboard_exist_and_prometheus_scrapes_them(tmp_path):
-    redis_url = require_redis(db=12)
-    import redis
-    redis.Redis.from_url(redis_url).flushdb()
+def test_metrics_named_by_rules_and_dashboard_exist_and_prometheus_scrapes_them(tmp_path, redis_url):
     web = Server(tmp_path / "data", tmp_path / "web.log", SESSIONSEARCH_REDIS_URL=redis_url)
     worker = Worker(tmp_path / "data", redis_url, tmp_path / "worker.log")
     prom = None
@@ -152,8 +149,7 @@ def test_systemd_units_restart_and_run_commands_the_cli_accepts():
         assert not problems, problems
 
 
-def test_the_procfile_runs_web_and_worker_against_redis(tmp_path):
-    redis_url = require_redis(db=11)
+def test_the_procfile_runs_web_and_worker_against_redis(tmp_path, redis_url):
     procfile = (ROOT / "Procfile").read_text().splitlines()
     commands = dict(line.split(": ", 1) for line in procfile if line.strip())
     assert set(commands) == {"web", "worker"}

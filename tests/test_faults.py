@@ -33,7 +33,7 @@ from .helpers import BASE_TS, chain, engine_at, ids, leaf, msg
 from . import figures
 from .server import Server
 from .test_index_invariant import Window
-from .test_pipeline import Worker, redis_url, wait_for_backlog_zero  # noqa: F401 (redis_url: a fixture)
+from .test_pipeline import Worker, wait_for_backlog_zero
 
 DEADLINE_S = 90  # only tells "recovered" from "stuck": the waits below end within seconds
 

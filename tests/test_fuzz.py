@@ -24,7 +24,6 @@ from hypothesis import strategies as st
 
 from . import figures
 from .server import Server
-from .services import require_redis
 
 SEED_KEYS = ["agent:main:seed-one", "agent:main:seed-two", "agent:ops:seed-three"]
 SEED_TEXTS = {
@@ -335,9 +334,8 @@ def test_hostile_json_on_every_method_gives_no_5xx_and_leaves_the_seeds_intact_e
         assert server.stop() == 0
 
 
-def test_hostile_json_on_every_method_gives_no_5xx_and_leaves_the_seeds_intact_with_redis(tmp_path):
-    url = require_redis(db=10)
-    server = Server(tmp_path / "data", tmp_path / "server.log", SESSIONSEARCH_REDIS_URL=url)
+def test_hostile_json_on_every_method_gives_no_5xx_and_leaves_the_seeds_intact_with_redis(tmp_path, redis_url):
+    server = Server(tmp_path / "data", tmp_path / "server.log", SESSIONSEARCH_REDIS_URL=redis_url)
     try:
         fuzz(server, 800, "redis")
     finally:

@@ -6,12 +6,10 @@ test may stop it."""
 from __future__ import annotations
 
 import pytest
-import redis
 
 from .helpers import chain, leaf, msg
 from .postgres import PrivatePostgres, wait_until
 from .server import Server
-from .services import require_redis
 from .test_pipeline import Worker
 
 KEY = "agent:main:outage"
@@ -26,10 +24,8 @@ def private_pg():
         server.close()
 
 
-def test_a_postgresql_restart_answers_503_meanwhile_and_every_process_recovers_by_itself(tmp_path, private_pg):
+def test_a_postgresql_restart_answers_503_meanwhile_and_every_process_recovers_by_itself(tmp_path, private_pg, redis_url):
     url = private_pg.database("ss_outage")
-    redis_url = require_redis(db=9)
-    redis.Redis.from_url(redis_url).flushdb()
     web = Server(tmp_path / "data", tmp_path / "web.log", SESSIONSEARCH_DATABASE_URL=url,
                  SESSIONSEARCH_REDIS_URL=redis_url)
     worker = Worker(tmp_path / "data", redis_url, tmp_path / "worker.log", SESSIONSEARCH_DATABASE_URL=url,

@@ -96,7 +96,11 @@ def test_serve_builds_postings_after_appends_without_an_optimize(tmp_path):
         assert status == 200, body
         deadline = time.monotonic() + 60
         db = tmp_path / "data" / "agents" / "main.db"
-        while time.monotonic() < deadline and set(_hot(db)) != set(COMMON):
+
+        def built() -> bool:  # the postings committed, then the child's line in the log
+            return set(_hot(db)) == set(COMMON) and "optimize.done" in server.log_path.read_text()
+
+        while time.monotonic() < deadline and not built():
             time.sleep(0.1)
         assert set(_hot(db)) == set(COMMON)
     finally:

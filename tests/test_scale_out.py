@@ -10,14 +10,12 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-import redis
 
 from .helpers import msg
 from .postgres import scratch_database, wait_until
 from .scale_out import (BIG_ROWS, cli, index_snapshot, mark_everything_for_rebuild, window_state,
                         write_state_dir)
 from .server import Server
-from .services import require_redis
 from .test_deploy import _named_metrics, _sample_names
 from .test_pipeline import Worker
 
@@ -52,9 +50,7 @@ def _answers(web: Server) -> list:
     return [web.post("sessions.search", body)[1] for body in bodies]
 
 
-def test_two_web_processes_and_three_workers_share_one_database_and_the_index_equals_a_rebuild(tmp_path):
-    redis_url = require_redis(db=8)
-    redis.Redis.from_url(redis_url).flushdb()
+def test_two_web_processes_and_three_workers_share_one_database_and_the_index_equals_a_rebuild(tmp_path, redis_url):
     expected = write_state_dir(tmp_path / "state")
     with scratch_database("scaleout") as url:
         shared = {"SESSIONSEARCH_DATABASE_URL": url, "SESSIONSEARCH_REDIS_URL": redis_url}
