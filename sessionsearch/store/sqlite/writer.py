@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import gzip
+import io
 import json
 import os
 import sqlite3
@@ -464,15 +465,20 @@ class SqliteWriter(ReconcileWrites, HotWrites, PrefixWrites):
         for wid in wids:  # the file is complete on disk before the rows leave the database
             tmp = self._cold_path(wid).with_suffix(".tmp")
             try:
-                with gzip.open(tmp, "wt", encoding="utf-8") as fh:
-                    for lo, hi in window_ranges(wid):
-                        for row in c.execute(f"SELECT {EVENT_COLUMNS} FROM events WHERE id BETWEEN ? AND ? "
-                                             "ORDER BY id", (lo, hi)):
-                            fh.write(json.dumps(list(row), ensure_ascii=False) + "\n")
+                with open(tmp, "wb") as raw:
+                    with gzip.GzipFile(fileobj=raw, mode="wb") as gz, io.TextIOWrapper(gz, encoding="utf-8") as fh:
+                        for lo, hi in window_ranges(wid):
+                            for row in c.execute(f"SELECT {EVENT_COLUMNS} FROM events WHERE id BETWEEN ? AND ? "
+                                                 "ORDER BY id", (lo, hi)):
+                                fh.write(json.dumps(list(row), ensure_ascii=False) + "\n")
+                    raw.flush()
+                    os.fsync(raw.fileno())  # on disk, not in the page cache, before the rows are deleted
             except BaseException:
                 tmp.unlink(missing_ok=True)  # a part-written file would only hold on to the space
                 raise
             os.replace(tmp, self._cold_path(wid))
+        if wids:  # the renames too: a crash after the commit below finds every file under its name
+            _fsync_dir(self.cold_dir)
         try:
             with self.tx():
                 for wid in wids:
@@ -508,6 +514,14 @@ class SqliteWriter(ReconcileWrites, HotWrites, PrefixWrites):
             self._forget()
         self._drop_cold_files(wids)
         return wids
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _current_ids(row: list) -> tuple:
