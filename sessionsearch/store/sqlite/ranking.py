@@ -42,6 +42,7 @@ async def ranked_shown(conn, head_sql: str, head_params: dict[str, Any], k: int,
     join = TS_JOIN if order == "recent" or ranged else ""
     score = "bm25(msg_fts)" if scores is not None else "NULL"
     params["k2"] = k + TIE_MARGIN
+    params["k1"] = k + 1  # recent.py's step 1
     ctes: list[str] = []
     parts: list[str] = []
     for n, (source, where) in enumerate(arms):

@@ -6,9 +6,10 @@ each window keeps `ts_max`, a bound on the timestamps of its messages (migration
 each append and recomputed by a restore). The sorter of an arm then runs in two steps of one
 statement:
 
-1. The last k + margin matches in rowid order, the walk bare FTS5's `ORDER BY rowid DESC` does
-   without reading a row; T is the oldest timestamp among them. At least k + margin matches are
-   at least as new as T, so the answer is among the matches with ts >= T.
+1. The last k + 1 matches in rowid order, the walk bare FTS5's `ORDER BY rowid DESC` does, with
+   their timestamps; T is the oldest among them. At least k + 1 matches are at least as new as T,
+   so the matches with ts >= T hold the top k, every match tied with the k-th, and one more (that
+   more matched): all the sorter's margin is for (ranking.py, `cut`).
 2. Those live in windows whose `ts_max` >= T, all at or above the lowest such window's first row
    id: FTS5 walks the doclist from there up to the rows step 1 saw (a pushed-down rowid range),
    and the sorter keeps the rows with ts >= T, and step 1's. Windows are mostly written one after
@@ -49,19 +50,19 @@ ASCII_PHRASE = re.compile(r'"([0-9A-Za-z]+)"( \*)?')
 
 
 def recent_sorter(n: int, source: str, where: list[str], ts_join: str) -> tuple[str, str]:
-    """(CTE, sorter) of arm `n` (its FROM clause and conditions), as described above. Step 1
-    reads the timestamps of the rows it walks; step 2 walks only below them (every match above
-    the oldest was among them) and the sorter takes step 1's rows as they are. When step 1 saw
-    every match (fewer than k + margin) step 2 opens no FTS5 cursor at all (an empty table joined
-    first); when a row it saw shows no timestamp (its transcript row is gone), step 2 walks
-    every match below."""
+    """(CTE, sorter) of arm `n` (its FROM clause and conditions), as described above; `:k1` is
+    k + 1, `:k2` the sorter's limit. Step 1 reads the timestamps of the rows it walks; step 2
+    walks only below them (every match above the oldest was among them) and the sorter takes
+    step 1's rows as they are. When step 1 saw every match (fewer than k + 1) step 2 opens no
+    FTS5 cursor at all (an empty table joined first); when a row it saw shows no timestamp (its
+    transcript row is gone), step 2 walks every match below."""
     cond = " AND ".join(["msg_fts MATCH :match", *where])
     cte = (f"last_{n} AS MATERIALIZED (SELECT msg_fts.rowid AS id, t.ts AS ts FROM {source} LEFT JOIN events AS t "
            "INDEXED BY events_ts ON t.id = msg_fts.rowid AND t.text IS NOT NULL "
-           f"WHERE {cond} ORDER BY msg_fts.rowid DESC LIMIT :k2), "
+           f"WHERE {cond} ORDER BY msg_fts.rowid DESC LIMIT :k1), "
            f"bound_{n} AS MATERIALIZED (SELECT coalesce(f.ts, {MIN_TS}) AS ts, coalesce((SELECT min(wid) FROM windows "
            f"INDEXED BY windows_by_ts_max WHERE ts_max >= f.ts) << 17, 0) AS lo, f.hi FROM (SELECT count(*) AS seen, "
-           f"CASE WHEN count(ts) = :k2 THEN min(ts) END AS ts, min(id) AS hi FROM last_{n}) f WHERE f.seen = :k2)")
+           f"CASE WHEN count(ts) = :k1 THEN min(ts) END AS ts, min(id) AS hi FROM last_{n}) f WHERE f.seen = :k1)")
     sorter = (f"SELECT * FROM (SELECT id, ts AS key, NULL AS score FROM last_{n} WHERE ts IS NOT NULL "
               f"UNION ALL SELECT msg_fts.rowid AS id, t.ts AS key, NULL AS score FROM bound_{n} CROSS JOIN "
               f"{source}{ts_join} WHERE {cond} AND msg_fts.rowid >= bound_{n}.lo AND msg_fts.rowid < bound_{n}.hi "
@@ -127,7 +128,7 @@ class RecentScores:
         counter = self._counter(index.schema)
         if index.structure is None or index.averages is None or counter is None:
             return None  # an index of another form: FTS5 decides
-        freq = counter.frequencies(texts, parts)
+        freq = counter.frequencies(texts, parts, matching=True)
         if any(0.0 in f for f in freq.values()):
             return None  # a row no longer matching
         state = index.structure + index.averages
@@ -175,6 +176,15 @@ class RecentScores:
         return rows[0][2]
 
 
+def _ascii_count(folded: str, term: str, prefix: bool, matching: bool) -> int:
+    """Tokens of lower-cased ASCII text that are `term` (or start with it, `prefix`); `matching`:
+    the text holds at least one, so a single occurrence of `term` in it is that token."""
+    if matching and folded.count(term) == 1:
+        return 1
+    tokens = ASCII_TOKEN.findall(folded)
+    return sum(t.startswith(term) for t in tokens) if prefix else tokens.count(term)
+
+
 class _Counter:
     """Phrase instances in a few texts, counted by an in-memory FTS5 table made with the index's
     own definition (so the same tokenizer): each instance highlighted once, one mark each."""
@@ -202,22 +212,25 @@ class _Counter:
             return None
         return cls(schema, conn)
 
-    def frequencies(self, texts: list[tuple[int, str]], parts: list[str]) -> dict[int, list[float]]:
-        """{row id: [instances of each phrase]} of `texts` (row id, text).
+    def frequencies(self, texts: list[tuple[int, str]], parts: list[str], matching: bool = False
+                    ) -> dict[int, list[float]]:
+        """{row id: [instances of each phrase]} of `texts` (row id, text); `matching`: every text
+        is known to match every phrase (the index found it so).
 
         When every phrase is one ASCII word (or its prefix) and the index tokenizes with plain
         unicode61, ASCII texts are counted here, as that tokenizer splits and folds them: the
-        scratch table costs ~25 µs a text (0.4-0.9 ms for a page of hits), this ~2 µs. Other
-        texts (diacritics, CJK shadows) go through the scratch table."""
+        scratch table costs ~25 µs a text (0.4-0.9 ms for a page of hits), this ~2 µs, and less
+        for a matching text that holds the word once (most): it holds it as a token at least
+        once, so one occurrence in the text is the one. Other texts (diacritics, CJK shadows) go
+        through the scratch table."""
         freq = {rid: [0.0] * len(parts) for rid, _ in texts}
         words = [ASCII_PHRASE.fullmatch(p) for p in parts] if UNICODE61 in self.schema else [None]
         if all(words):
             terms = [(m[1].lower(), bool(m[2])) for m in words]  # type: ignore[index]
             for rid, text in texts:
                 if text.isascii():
-                    tokens = ASCII_TOKEN.findall(text.lower())
-                    freq[rid] = [float(sum(t.startswith(term) for t in tokens) if prefix else tokens.count(term))
-                                 for term, prefix in terms]
+                    folded = text.lower()
+                    freq[rid] = [float(_ascii_count(folded, term, prefix, matching)) for term, prefix in terms]
             texts = [(rid, text) for rid, text in texts if not text.isascii()]
             if not texts:
                 return freq
