@@ -120,6 +120,19 @@ async def test_recent_scores_equal_fts5_for_text_in_any_script(tmp_path):
         assert len(answers) == 7 and None not in answers  # scored here, not by FTS5
 
 
+async def test_a_newest_match_below_hundreds_of_older_messages_is_found(tmp_path):
+    """The walk below the newest matches' rows is skipped only when it would cross few messages,
+    all older: here the newest match lies under 300 older messages' worth of the same window."""
+    items = [("user", "filler", BASE_TS + i) for i in range(300)]
+    items.append(("user", "needle first", BASE_TS + 10**6))  # the newest of all, far down the window
+    items += [("user", "needle", BASE_TS + 1000 + i) for i in range(99)]
+    db = tmp_path / "agents" / "main.db"
+    async with engine_at(tmp_path) as engine:
+        await engine.append("agent:main:long", timed("m", items), sessionId="w-long")
+        got = _got(await engine.search(query="needle", order="recent", limit=25))
+        assert got == _brute(db, '"needle"') and got[0][0] == "m301"
+
+
 def test_only_plain_words_are_scored_outside_fts5():
     assert phrases(Match(("alpha", "beta"), prefix=True)) == ['"alpha"', '"beta" *']
     assert phrases(Match(("per-session",), prefix=False)) is None  # a phrase of two tokens: FTS5 scores it
