@@ -27,8 +27,11 @@ The bm25 of the shown rows, which `recent` reports as the score, needs each phra
 count over the whole index: FTS5's bm25() counts it by walking the phrase's doclist (7 ms for a
 10% word at 1,000,000 messages), in every statement. `RecentScores` counts it once per state of
 the index (its structure and averages records, which every write changes) and computes bm25 as
-FTS5 does, from the row's size (docsize), the averages, and the row's phrase instances, counted
-in its text by a scratch in-memory FTS5 table of the same definition (highlight marks each).
+FTS5 does, from the row's size (docsize), the averages, and the row's phrase instances: counted
+in Python in ASCII text, as unicode61 tokenizes it, and in other text by a scratch in-memory FTS5
+table of the same definition (highlight marks each). The ranking statement reads the sizes, the
+index's text of non-ASCII rows and the index state beside the rows it ranks (SHOWN_COLUMNS,
+STATE_ROW), so scoring them costs no statement but a count on a new state of the index.
 """
 
 from __future__ import annotations
