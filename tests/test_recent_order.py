@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import sqlite3
 
-from sessionsearch.store.sqlite.recent import phrases
+from sessionsearch.store.sqlite.recent import RecentScores, phrases
 from sessionsearch.store.base import Match
 
 from .helpers import BASE_TS, engine_at, timed
@@ -90,6 +90,47 @@ async def test_recent_scores_follow_the_index_as_it_changes(tmp_path):
         assert after[0][0].startswith("n") and dict(before).keys() != dict(after).keys()
         await engine.delete("agent:main:new")
         assert _got(await engine.search(query="delta", order="recent", limit=25)) == before
+
+
+async def test_recent_scores_equal_fts5_for_text_in_any_script(tmp_path):
+    """Rows shown newest first are scored from their text as the index holds it: ASCII text counted
+    in Python, the rest (diacritics, full-width letters, CJK shadows) by the scratch table; every
+    score equals FTS5's bm25, prefixes and words glued to punctuation included."""
+    rng = random.Random(5)
+    forms = ["alpha", "Alpha", "ALPHA", "álpha", "ａｌｐｈａ", "alpha_beta", "alpha-beta", "alphabet", "東京alpha",
+             "alpha東京", "会議 alpha", "beta", "gamma", "naïve", "x1alpha", "alpha2", "ｶﾀｶﾅ", "über"]
+    rows = [("user", " ".join(rng.choices(forms, k=rng.randint(1, 12))), BASE_TS + i) for i in range(300)]
+    db = tmp_path / "agents" / "main.db"
+    async with engine_at(tmp_path) as engine:
+        await engine.append("agent:main:mixed", timed("m", rows), sessionId="w-mixed")
+        scorer = (await engine.store("main"))._recent_scores
+        answers = []
+
+        async def scores(*args):
+            answers.append(await RecentScores.scores(scorer, *args))
+            return answers[-1]
+
+        scorer.scores = scores
+        for query in ("alpha", "beta", "alpha beta", "gamma"):
+            got = await engine.search(query=query, order="recent", limit=25)
+            assert _got(got) == _brute(db, " AND ".join(f'"{w}"' for w in query.split())), query
+        for query, expr in (("alph", '"alph" *'), ("beta alp", '"beta" AND "alp" *'), ("x1", '"x1" *')):
+            got = await engine.search(query=query, order="recent", match="prefix", limit=25)
+            assert _got(got) == _brute(db, expr), query
+        assert len(answers) == 7 and None not in answers  # scored here, not by FTS5
+
+
+async def test_a_newest_match_below_hundreds_of_older_messages_is_found(tmp_path):
+    """The walk below the newest matches' rows is skipped only when it would cross few messages,
+    all older: here the newest match lies under 300 older messages' worth of the same window."""
+    items = [("user", "filler", BASE_TS + i) for i in range(300)]
+    items.append(("user", "needle first", BASE_TS + 10**6))  # the newest of all, far down the window
+    items += [("user", "needle", BASE_TS + 1000 + i) for i in range(99)]
+    db = tmp_path / "agents" / "main.db"
+    async with engine_at(tmp_path) as engine:
+        await engine.append("agent:main:long", timed("m", items), sessionId="w-long")
+        got = _got(await engine.search(query="needle", order="recent", limit=25))
+        assert got == _brute(db, '"needle"') and got[0][0] == "m301"
 
 
 def test_only_plain_words_are_scored_outside_fts5():

@@ -10,6 +10,8 @@ from ..store import cjk
 
 
 def utf16_len(text: str) -> int:
+    if text.isascii():  # known to the string object: no pass over the text
+        return len(text)
     return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
 

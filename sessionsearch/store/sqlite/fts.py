@@ -9,9 +9,14 @@ from __future__ import annotations
 from ..base import Match
 from ..cjk import bigrams, query_parts
 
-# Whether a message's text is all ASCII (as many bytes as characters), which store/cjk.py never
-# changes: tested in C. (A GLOB of the CJK ranges took 200 µs a row, its class parsed at each character.)
-ASCII_SQL = "length(CAST(text AS BLOB)) = length(text)"
+
+def ascii_sql(column: str = "text") -> str:
+    """Whether a message's text is all ASCII (as many bytes as characters), which store/cjk.py never
+    changes: tested in C. (A GLOB of the CJK ranges took 200 µs a row, its class parsed at each character.)"""
+    return f"length(CAST({column} AS BLOB)) = length({column})"
+
+
+ASCII_SQL = ascii_sql()
 # The text an index row holds, in SQL: `index_text` is registered on the writer's connection and
 # called for non-ASCII rows only (no Python call, nor the GIL, for the others).
 INDEX_TEXT_SQL = f"CASE WHEN {ASCII_SQL} THEN text ELSE index_text(text) END"

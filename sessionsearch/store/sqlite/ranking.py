@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .recent import recent_sorter
+from .recent import SHOWN_COLUMNS, STATE_ROW, ShownIndex, recent_sorter
 
 TIE_MARGIN = 64  # rows kept past the cut so that ties at the cut are usually seen whole
 
@@ -22,7 +22,7 @@ TS_JOIN = " CROSS JOIN events AS t INDEXED BY events_ts ON t.id = msg_fts.rowid 
 
 async def ranked_shown(conn, head_sql: str, head_params: dict[str, Any], k: int, order: str,
                        arms: list[tuple[str, list[str]]], params: dict[str, Any], ranged: bool = False,
-                       scores: dict[int, float] | None = None
+                       scores: dict[int, float] | None = None, index: ShownIndex | None = None
                        ) -> tuple[list[tuple] | None, dict[int, tuple], tuple | None]:
     """The ranking (bm25, or newest first for "recent"), what its rows show and the head row,
     in one statement: at least the top `k` as (id, sort value), plus (0, inf) when more matched.
@@ -34,12 +34,15 @@ async def ranked_shown(conn, head_sql: str, head_params: dict[str, Any], k: int,
     and 1% words, mapped or not); the rows past the k-th fetch their text too, ~1 µs each.
     `ranged`: the conditions test `t.ts`, from the narrow index `recent` sorts by (testing the
     FTS5 content rows' ts cost 4x as much for a 10% word). `scores`, when given, receives the
-    bm25 of every row ranked (for `recent`, which does not sort by it).
+    bm25 of every row ranked (for `recent`, which does not sort by it). `index`, when given,
+    receives what RecentScores needs of the ranked rows and the index state (recent.py), read in
+    the same statement.
     """
     key, direction = ("bm25(msg_fts)", "") if order != "recent" else ("t.ts", " DESC")
     join = TS_JOIN if order == "recent" or ranged else ""
     score = "bm25(msg_fts)" if scores is not None else "NULL"
     params["k2"] = k + TIE_MARGIN
+    params["k1"] = k + 1  # recent.py's step 1
     ctes: list[str] = []
     parts: list[str] = []
     for n, (source, where) in enumerate(arms):
@@ -52,10 +55,15 @@ async def ranked_shown(conn, head_sql: str, head_params: dict[str, Any], k: int,
                 f"SELECT * FROM (SELECT msg_fts.rowid AS id, {key} AS key, {score} AS score FROM {source}{join} WHERE "
                 f"{' AND '.join(['msg_fts MATCH :match', *where])} ORDER BY {key}{direction} LIMIT :k2)")
     with_ = f"WITH {', '.join(ctes)} " if ctes else ""
+    extra, state = ("top.score, NULL", "") if index is None else (SHOWN_COLUMNS, f" UNION ALL {STATE_ROW}")
     rows = await conn.execute_fetchall(
-        f"{with_}SELECT top.id, top.key, e.event_id, e.ts, e.text, top.score, NULL FROM ({' UNION ALL '.join(parts)}) top "
-        f"LEFT JOIN events e ON e.id = top.id UNION ALL {head_sql}", {**params, **head_params})
-    head = rows[-1]  # UNION ALL: the head row comes last
+        f"{with_}SELECT top.id, top.key, e.event_id, e.ts, e.text, {extra} FROM ({' UNION ALL '.join(parts)}) top "
+        f"LEFT JOIN events e ON e.id = top.id{state} UNION ALL {head_sql}", {**params, **head_params})
+    head = rows[-1]  # UNION ALL: the head row comes last, after the state row if any
+    if index is not None:
+        _, _, _, _, index.structure, index.averages, index.schema = rows[-2]
+        rows = rows[:-1]
+        index.rows = {r[0]: (r[5], r[6]) for r in rows[:-1]}
     ranked = sorted(rows[:-1], key=lambda r: r[1], reverse=order == "recent")[:params["k2"]]
     top = cut([(r[0], r[1]) for r in ranked], k)
     if top is None:

@@ -6,58 +6,78 @@ each window keeps `ts_max`, a bound on the timestamps of its messages (migration
 each append and recomputed by a restore). The sorter of an arm then runs in two steps of one
 statement:
 
-1. The last k + margin matches in rowid order, the walk bare FTS5's `ORDER BY rowid DESC` does
-   without reading a row; T is the oldest timestamp among them. At least k + margin matches are
-   at least as new as T, so the answer is among the matches with ts >= T.
+1. The last k + 1 matches in rowid order, the walk bare FTS5's `ORDER BY rowid DESC` does, with
+   their timestamps; T is the oldest among them. At least k + 1 matches are at least as new as T,
+   so the matches with ts >= T hold the top k, every match tied with the k-th, and one more (that
+   more matched): all the sorter's margin is for (ranking.py, `cut`).
 2. Those live in windows whose `ts_max` >= T, all at or above the lowest such window's first row
-   id: FTS5 walks the doclist from there (a pushed-down rowid bound) and the sorter keeps the
-   rows with ts >= T. Windows are mostly written one after another, so that is the last few.
+   id: FTS5 walks the doclist from there up to the rows step 1 saw (a pushed-down rowid range),
+   and the sorter keeps the rows with ts >= T, and step 1's. Windows are mostly written one after
+   another, so that is the last few, often none below step 1's rows.
 
 A window written over a long time (an old session still active) widens step 2 down to its
 first row; at worst it is the whole doclist again, the cost of sorting every match.
+
+Most often step 2's range is the part of step 1's oldest window below its rows, where messages
+are older than T: when at most SPAN_READ messages lie in that range and none is as new as T
+(read from the narrow (id, ts) index), step 2 is skipped, and with it the second FTS5 cursor,
+whose opening (the word looked up in every segment) cost 0.1-0.2 ms at 1,000,000 messages.
 
 The bm25 of the shown rows, which `recent` reports as the score, needs each phrase's document
 count over the whole index: FTS5's bm25() counts it by walking the phrase's doclist (7 ms for a
 10% word at 1,000,000 messages), in every statement. `RecentScores` counts it once per state of
 the index (its structure and averages records, which every write changes) and computes bm25 as
-FTS5 does, from the row's size (docsize), the averages, and the row's phrase instances, counted
-in its text by a scratch in-memory FTS5 table of the same definition (highlight marks each).
+FTS5 does, from the row's size (docsize), the averages, and the row's phrase instances: counted
+in Python in ASCII text, as unicode61 tokenizes it, and in other text by a scratch in-memory FTS5
+table of the same definition (highlight marks each). The ranking statement reads the sizes, the
+index's text of non-ASCII rows and the index state beside the rows it ranks (SHOWN_COLUMNS,
+STATE_ROW), so scoring them costs no statement but a count on a new state of the index.
 """
 
 from __future__ import annotations
 
-import json
 import math
+import re
 import sqlite3
 from collections import OrderedDict
+from dataclasses import dataclass, field
 
 from ..base import Match
-from .fts import fts5_match, quote
+from .fts import ascii_sql, fts5_match, quote
 from .hot import average_length, varint, varint_sum
 
 K1, B = 1.2, 0.75  # FTS5's bm25() defaults
 MIN_TS = -(1 << 63)
+SPAN_READ = 256  # messages step 2's range may hold for it to be skipped without a walk (see above)
 COUNTS_KEPT = 4096  # document counts cached per store (a phrase each)
 MARK = "\x01"  # highlight's opening mark: one character per phrase instance
+# unicode61 (remove_diacritics 2) on ASCII text: a token is a run of letters and digits, folded to
+# lower case, so an ASCII phrase of one such token is counted in ASCII text without the tokenizer
+UNICODE61 = "tokenize = 'unicode61 remove_diacritics 2')"
+ASCII_TOKEN = re.compile(r"[0-9a-z]+")
+ASCII_PHRASE = re.compile(r'"([0-9A-Za-z]+)"( \*)?')
 
 
 def recent_sorter(n: int, source: str, where: list[str], ts_join: str) -> tuple[str, str]:
-    """(CTE, sorter) of arm `n` (its FROM clause and conditions), as described above. When the
-    walk of step 1 saw every match (fewer than k + margin) they are sorted as they are, and
-    step 2 opens no FTS5 cursor at all (an empty table joined first); when a row it saw shows no
-    timestamp (its transcript row is gone), step 2 sorts every match."""
+    """(CTE, sorter) of arm `n` (its FROM clause and conditions), as described above; `:k1` is
+    k + 1, `:k2` the sorter's limit. Step 1 reads the timestamps of the rows it walks; step 2
+    walks only below them (every match above the oldest was among them) and the sorter takes
+    step 1's rows as they are. When step 1 saw every match (fewer than k + 1) step 2 opens no
+    FTS5 cursor at all (an empty table joined first); when a row it saw shows no timestamp (its
+    transcript row is gone), step 2 walks every match below."""
     cond = " AND ".join(["msg_fts MATCH :match", *where])
-    cte = (f"last_{n} AS MATERIALIZED (SELECT msg_fts.rowid AS id FROM {source} WHERE {cond} "
-           "ORDER BY msg_fts.rowid DESC LIMIT :k2), "
-           f"floor_{n} AS MATERIALIZED (SELECT count(*) AS seen, CASE WHEN count(t.ts) = :k2 THEN min(t.ts) END AS ts "
-           f"FROM last_{n} LEFT JOIN events AS t INDEXED BY events_ts ON t.id = last_{n}.id AND t.text IS NOT NULL), "
-           f"bound_{n} AS MATERIALIZED (SELECT coalesce(f.ts, {MIN_TS}) AS ts, coalesce((SELECT min(wid) FROM windows "
-           f"INDEXED BY windows_by_ts_max WHERE ts_max >= f.ts) << 17, 0) AS lo FROM floor_{n} f WHERE f.seen = :k2)")
-    sorter = (f"SELECT * FROM (SELECT l.id, t.ts AS key, NULL AS score FROM last_{n} l JOIN events AS t INDEXED BY "
-              f"events_ts ON t.id = l.id AND t.text IS NOT NULL WHERE (SELECT seen FROM floor_{n}) < :k2 "
+    cte = (f"last_{n} AS MATERIALIZED (SELECT msg_fts.rowid AS id, t.ts AS ts FROM {source} LEFT JOIN events AS t "
+           "INDEXED BY events_ts ON t.id = msg_fts.rowid AND t.text IS NOT NULL "
+           f"WHERE {cond} ORDER BY msg_fts.rowid DESC LIMIT :k1), "
+           f"bound_{n} AS MATERIALIZED (SELECT * FROM (SELECT coalesce(f.ts, {MIN_TS}) AS ts, coalesce((SELECT min(wid) "
+           f"FROM windows INDEXED BY windows_by_ts_max WHERE ts_max >= f.ts) << 17, 0) AS lo, f.hi FROM (SELECT "
+           f"count(*) AS seen, CASE WHEN count(ts) = :k1 THEN min(ts) END AS ts, min(id) AS hi FROM last_{n}) f "
+           f"WHERE f.seen = :k1) b WHERE (SELECT count(*) > {SPAN_READ} OR max(s.ts) >= b.ts FROM (SELECT ts FROM events "
+           f"INDEXED BY events_ts WHERE id >= b.lo AND id < b.hi AND text IS NOT NULL LIMIT {SPAN_READ + 1}) s))")
+    sorter = (f"SELECT * FROM (SELECT id, ts AS key, NULL AS score FROM last_{n} WHERE ts IS NOT NULL "
               f"UNION ALL SELECT msg_fts.rowid AS id, t.ts AS key, NULL AS score FROM bound_{n} CROSS JOIN "
-              f"{source}{ts_join} WHERE {cond} AND msg_fts.rowid >= bound_{n}.lo AND t.ts >= bound_{n}.ts "
-              "ORDER BY key DESC LIMIT :k2)")
+              f"{source}{ts_join} WHERE {cond} AND msg_fts.rowid >= bound_{n}.lo AND msg_fts.rowid < bound_{n}.hi "
+              f"AND t.ts >= bound_{n}.ts ORDER BY key DESC LIMIT :k2)")
     return cte, sorter
 
 
@@ -72,6 +92,28 @@ def phrases(match: Match) -> list[str] | None:
     return out if " AND ".join(out) == fts5_match(match) else None
 
 
+# What the scores need of the rows a `recent` search shows, read by its ranking statement
+# (ranking.py) beside each ranked row: the row's size, and the text the index holds for it when
+# that is not the message's own (non-ASCII text: store/cjk.py folds it and shadows CJK runs), from
+# FTS5's content table (c0: the text column, which _Counter checks comes first; a lookup through
+# msg_fts itself opens an FTS5 cursor per row, 4x the time). Then one more row: the index state
+# and definition. So the scores cost no statement of their own.
+SHOWN_COLUMNS = ("(SELECT sz FROM msg_fts_docsize WHERE id = top.id), "
+                 f"CASE WHEN NOT {ascii_sql('e.text')} THEN (SELECT c0 FROM msg_fts_content WHERE id = top.id) END")
+STATE_ROW = ("SELECT NULL, NULL, NULL, NULL, (SELECT block FROM msg_fts_data WHERE id = 10), "
+             "(SELECT block FROM msg_fts_data WHERE id = 1), (SELECT sql FROM sqlite_master WHERE name = 'msg_fts')")
+
+
+@dataclass
+class ShownIndex:
+    """The index's view of the ranked rows (SHOWN_COLUMNS, STATE_ROW), as the ranking read it."""
+
+    structure: bytes | None = None
+    averages: bytes | None = None
+    schema: str | None = None
+    rows: dict[int, tuple[bytes | None, str | None]] = field(default_factory=dict)  # id -> (docsize, text)
+
+
 class RecentScores:
     """bm25 of a few rows of a search, with each phrase's document count counted once per state
     of the index (cached per store, as the reader connections see it)."""
@@ -80,32 +122,29 @@ class RecentScores:
         self._counts: OrderedDict[str, tuple[bytes, int]] = OrderedDict()  # phrase -> (index state, count)
         self._scratch: _Counter | None = None
 
-    async def scores(self, conn, match: Match, ids: list[int]) -> dict[int, float] | None:
-        """{row id: bm25} of `ids`, every one matching `match`; None when that cannot be told
-        this way (the caller asks FTS5)."""
+    async def scores(self, conn, match: Match, shown: list[tuple[int, str]], index: ShownIndex
+                     ) -> dict[int, float] | None:
+        """{row id: bm25} of the `shown` rows (id, message text), every one matching `match`, read
+        in the snapshot of `index`; None when that cannot be told this way (the caller asks FTS5)."""
         parts = phrases(match)
-        if parts is None or not ids:
+        if parts is None or not shown:
             return None
-        # one snapshot: the index state and schema, then each row's size and text (no MATCH: an
-        # FTS5 rowid lookup under MATCH reads the word's whole doclist again, ~0.2 ms each)
-        rows = await conn.execute_fetchall(
-            "SELECT -2, (SELECT block FROM msg_fts_data WHERE id = 10), (SELECT block FROM msg_fts_data WHERE id = 1), "
-            "(SELECT sql FROM sqlite_master WHERE name = 'msg_fts') UNION ALL "
-            "SELECT -1, id, sz, NULL FROM msg_fts_docsize WHERE id IN (SELECT value FROM json_each(:ids)) UNION ALL "
-            "SELECT 0, rowid, text, NULL FROM msg_fts WHERE rowid IN (SELECT value FROM json_each(:ids))",
-            {"ids": json.dumps(ids)})
-        _, structure, averages, schema = rows[0]
-        size = {rid: varint_sum(sz) for part, rid, sz, _ in rows[1:] if part == -1}
-        texts = [(rid, text) for part, rid, text, _ in rows[1:] if part == 0]
-        counter = self._counter(schema)
-        if averages is None or counter is None or len(size) != len(ids) or len(texts) != len(ids):
-            return None  # a row no longer indexed, or an index of another form: FTS5 decides
-        freq = counter.frequencies(texts, parts)
+        size, texts = {}, []
+        for rid, text in shown:
+            sz, index_text = index.rows.get(rid, (None, None))
+            if sz is None or (index_text is None and not text.isascii()):
+                return None  # a row no longer indexed
+            size[rid] = varint_sum(sz)
+            texts.append((rid, text if index_text is None else index_text))  # ASCII: the index holds it as it is
+        counter = self._counter(index.schema)
+        if index.structure is None or index.averages is None or counter is None:
+            return None  # an index of another form: FTS5 decides
+        freq = counter.frequencies(texts, parts, matching=True)
         if any(0.0 in f for f in freq.values()):
             return None  # a row no longer matching
-        state = structure + averages
-        n_rows = max(1, varint(averages, 0)[0])
-        avgdl = average_length(averages)
+        state = index.structure + index.averages
+        n_rows = max(1, varint(index.averages, 0)[0])
+        avgdl = average_length(index.averages)
         idf = []
         for phrase in parts:
             hits = await self._count(conn, phrase, state)
@@ -114,7 +153,7 @@ class RecentScores:
             value = math.log((n_rows - hits + 0.5) / (hits + 0.5))
             idf.append(value if value > 0.0 else 1e-6)
         out = {}
-        for rid in ids:
+        for rid, _ in shown:
             d = float(size[rid])
             score = 0.0
             for i, f in enumerate(freq[rid]):  # the operations of FTS5's fts5Bm25Function, in its order
@@ -148,6 +187,15 @@ class RecentScores:
         return rows[0][2]
 
 
+def _ascii_count(folded: str, term: str, prefix: bool, matching: bool) -> int:
+    """Tokens of lower-cased ASCII text that are `term` (or start with it, `prefix`); `matching`:
+    the text holds at least one, so a single occurrence of `term` in it is that token."""
+    if matching and folded.count(term) == 1:
+        return 1
+    tokens = ASCII_TOKEN.findall(folded)
+    return sum(t.startswith(term) for t in tokens) if prefix else tokens.count(term)
+
+
 class _Counter:
     """Phrase instances in a few texts, counted by an in-memory FTS5 table made with the index's
     own definition (so the same tokenizer): each instance highlighted once, one mark each."""
@@ -163,7 +211,7 @@ class _Counter:
         using = schema.upper().find(" USING ")
         if using < 0:
             return None
-        conn = sqlite3.connect(":memory:")
+        conn = sqlite3.connect(":memory:", isolation_level=None)  # transactions as frequencies() opens them
         try:
             conn.execute("CREATE VIRTUAL TABLE scratch" + schema[using:])
             columns = [r[1] for r in conn.execute("PRAGMA table_info(scratch)")]
@@ -175,14 +223,38 @@ class _Counter:
             return None
         return cls(schema, conn)
 
-    def frequencies(self, texts: list[tuple[int, str]], parts: list[str]) -> dict[int, list[float]]:
-        """{row id: [instances of each phrase]} of `texts` (row id, text)."""
+    def frequencies(self, texts: list[tuple[int, str]], parts: list[str], matching: bool = False
+                    ) -> dict[int, list[float]]:
+        """{row id: [instances of each phrase]} of `texts` (row id, text); `matching`: every text
+        is known to match every phrase (the index found it so).
+
+        When every phrase is one ASCII word (or its prefix) and the index tokenizes with plain
+        unicode61, ASCII texts are counted here, as that tokenizer splits and folds them: the
+        scratch table costs ~25 µs a text (0.4-0.9 ms for a page of hits), this ~2 µs, and less
+        for a matching text that holds the word once (most): it holds it as a token at least
+        once, so one occurrence in the text is the one. Other texts (diacritics, CJK shadows) go
+        through the scratch table."""
         freq = {rid: [0.0] * len(parts) for rid, _ in texts}
+        words = [ASCII_PHRASE.fullmatch(p) for p in parts] if UNICODE61 in self.schema else [None]
+        if all(words):
+            terms = [(m[1].lower(), bool(m[2])) for m in words]  # type: ignore[index]
+            for rid, text in texts:
+                if text.isascii():
+                    folded = text.lower()
+                    freq[rid] = [float(_ascii_count(folded, term, prefix, matching)) for term, prefix in terms]
+            texts = [(rid, text) for rid, text in texts if not text.isascii()]
+            if not texts:
+                return freq
+        # rolled back, so the table is always empty: deleting the last texts instead cost FTS5 a
+        # delete marker per token and a growing index to merge (2.5x the time for two texts)
         c = self.conn
-        c.execute("DELETE FROM scratch")
-        c.executemany("INSERT INTO scratch (rowid, text) VALUES (?, ?)", texts)
-        for i, phrase in enumerate(parts):
-            for rid, n in c.execute(f"SELECT rowid, length(highlight(scratch, 0, '{MARK}', '')) - length(text) "
-                                    "FROM scratch WHERE scratch MATCH ?", (phrase,)):
-                freq[rid][i] = float(n)
+        c.execute("BEGIN")
+        try:
+            c.executemany("INSERT INTO scratch (rowid, text) VALUES (?, ?)", texts)
+            for i, phrase in enumerate(parts):
+                for rid, n in c.execute(f"SELECT rowid, length(highlight(scratch, 0, '{MARK}', '')) - length(text) "
+                                        "FROM scratch WHERE scratch MATCH ?", (phrase,)):
+                    freq[rid][i] = float(n)
+        finally:
+            c.execute("ROLLBACK")
         return freq

@@ -29,7 +29,7 @@ from .postings_due import BUILT_ROWS_KEY, built_rows, postings_due, prefixes_to_
 from .prefixes import PrefixTop, is_prefix_query, read_prefixes
 from .hot import MAX_WORDS, MIN_DOCS, MIN_SHARE, common_words, hot_top, read_postings
 from .ranking import TS_JOIN, materialized, ranked_shown
-from .recent import RecentScores
+from .recent import RecentScores, ShownIndex
 from .scope import id_bounds, range_conditions, scope_arms, scope_conditions
 from .sessions import search_sessions
 from .writer import SqliteWriter, create_database, is_full, unwritable
@@ -409,18 +409,21 @@ class SqliteAgentStore:
             finally:
                 if reader.conn.in_transaction:
                     await reader.conn.execute("RELEASE prefix")
+        # `recent` scores its shown rows from what its ranking statement reads of them (recent.py)
+        index = ShownIndex() if order == "recent" and scores is None else None
         if top is None:
             top, shown, head = await ranked_shown(reader.conn, self._HEAD_SQL,
                                                   {"seen": seen_version, "hot_seen": self._hot_seen[0]},
-                                                  k, order, arms, params, ranged, scores)
+                                                  k, order, arms, params, ranged, scores, index)
         if top is None and not ties:  # `ties` False: no ranking of every match (sessions.py has its own)
             return None
         if top is None:  # a tie through the sorter's whole margin: every match in scope, both id ranges
             where = scope_conditions(include, exclude, role, params, dirty=filtered)
             where += range_conditions(since, until, bounds, params, "msg_fts.ts")
             top = await materialized(reader.conn, expr, k, order, where, params)
-        ids = None if head is not None and order != "recent" else json.dumps([r[0] for r in top if r[0]])
+            index = None  # it read other rows than these
         if head is None:
+            ids = json.dumps([r[0] for r in top if r[0]])
             rows = await reader.conn.execute_fetchall(
                 f"{self._HEAD_SQL} UNION ALL SELECT e.id, e.event_id, e.ts, e.text, NULL, NULL, NULL "
                 "FROM json_each(:ids) j JOIN events e ON e.id = j.value",
@@ -439,8 +442,8 @@ class SqliteAgentStore:
         ranks = {r[0]: r[1] for r in top}
         if scores and all(rid in scores for rid, _ in top if rid):
             ranks = scores
-        elif order == "recent" and top and (fast := await self._recent_scores.scores(
-                reader.conn, match, [rid for rid, _ in top if rid in shown])) is not None:
+        elif order == "recent" and top and index is not None and (fast := await self._recent_scores.scores(
+                reader.conn, match, [(rid, shown[rid][3]) for rid, _ in top if rid in shown], index)) is not None:
             ranks = fast
         elif order == "recent" and top:
             # bm25 of the shown rows only: a walk of the doclist that reads no row, bm25 evaluated
@@ -448,7 +451,8 @@ class SqliteAgentStore:
             # lookups, each of which would recount the phrase's documents (10x slower, measured).
             ranks = dict(await reader.conn.execute_fetchall(
                 "SELECT rowid, bm25(msg_fts) FROM msg_fts WHERE msg_fts MATCH :match "
-                "AND +rowid IN (SELECT value FROM json_each(:ids))", {"match": expr, "ids": ids}))
+                "AND +rowid IN (SELECT value FROM json_each(:ids))",
+                {"match": expr, "ids": json.dumps([rid for rid, _ in top if rid])}))
         # a row id of 0 is a sentinel (no window has id 0): it says more matched than the top k; an
         # index row whose transcript row is gone (an orphan awaiting the sweep) is no hit
         hits = [(rid, ranks.get(rid, 0.0), *shown[rid][1:]) if rid else (0, math.inf, "", 0, "")
