@@ -167,6 +167,46 @@ async def test_bm25_scores_and_their_order_equal_sqlites_on_the_same_data(pg, tm
         assert compared > 500  # the queries found what they were meant to compare
 
 
+async def test_recent_walks_windows_newest_first_and_equals_sorting_every_match(pg):
+    """`recent` reads the windows of highest ts_max first and stops (store/postgres/recent.py):
+    with timestamps interleaved across windows, old windows appended to late and windows imported
+    then reconciled, its hits are those of sorting every match, for words of every share, with and
+    without the store's counts to plan the walk."""
+    rng = random.Random(20261201)
+    vocab, weights = ["often", "sometimes", "seldom", "once", "filler"], [30, 8, 2, 0.2, 60]
+    texts: dict[str, tuple[str, int]] = {}  # message id -> (text, ts)
+
+    async def append(key: str, events: list[dict], index: bool = True) -> None:
+        await engine.append(key, events, index=index)
+        texts.update((e["id"], (e["message"]["content"], e["message"]["timestamp"])) for e in events)
+
+    async with engine_at(pg) as engine:
+        for s in range(40):
+            items = [(rng.choice(["user", "assistant"]), " ".join(rng.choices(vocab, weights, k=rng.randint(1, 6))),
+                      BASE_TS + rng.randrange(1_000_000) + s * rng.choice([0, 20_000]))  # interleaved, drifting
+                     for _ in range(rng.randint(5, 40))]
+            await append(f"agent:main:s{s}", timed(f"s{s}-", items), index=s % 7 != 3)
+        for s in rng.sample(range(40), 12):  # old windows get the newest rows
+            await append(f"agent:main:s{s}", [msg(f"s{s}-late{i}", "user", rng.choice(["often seldom", "often", "once"]),
+                                                  ts=BASE_TS + 2_000_000 + rng.randrange(1_000_000))
+                                              for i in range(rng.randint(1, 3))])
+        await engine.reconcile_pending()
+        store = await engine.store("main")
+        compared = 0
+        for planned in (False, True):
+            for word in ["often", "sometimes", "seldom", "once", "nothing"]:
+                for k in (1, 3, 25):
+                    store._dfs.__init__()  # no counts: the walk is planned blind
+                    if planned:
+                        await _top(engine, Match((word,)), "relevance", k)  # counts seen
+                    got = [mid for _, _, mid in await _top(engine, Match((word,)), "recent", k)]
+                    want = [mid for _, mid in sorted((-ts, mid) for mid, (text, ts) in texts.items()
+                                                     if word in text.split())[:k]]
+                    assert got == want, (word, k, planned)
+                    compared += len(got)
+        assert compared > 100
+
+
 HOSTILE = ["'", "''", "\\", "\\'", "a'b", "it's", "&", "|", "!", "(", ")", ":*", "<->", "a&b", "a|b", "!a", "(a)",
            "a:*", "a<->b", "'a' & 'b'", "x:A", "a:1", "\\x00", "%", "_", "a%b", "a_b", "--", "/*", ";", "$1", "%s",
            "%(k)s", "E'\\\\'", "naïve's"]

@@ -28,6 +28,7 @@ from typing import Any
 from ..base import Match
 from .db import Reader
 from .lexemes import query_phrases, quote
+from .recent import recent_ctes, windows_to_walk
 
 K1, B = 1.2, 0.75
 MID = "COLLATE \"C\" NULLS FIRST"  # SQLite's order of message ids: bytes, NULL first
@@ -59,6 +60,7 @@ class DfCache:
 
     def __init__(self) -> None:
         self._counts: OrderedDict[str, tuple[tuple, int]] = OrderedDict()
+        self.head: tuple[int, int] | None = None  # (index rows, windows) of the agent as last seen
 
     def get(self, phrase: str) -> tuple[tuple, int] | None:
         hit = self._counts.get(phrase)
@@ -120,17 +122,18 @@ class Query:
 
     def stats_columns(self, st: str = "st") -> str:
         """The columns of `st` a statement returns for `remember` (the head's first)."""
-        return ", ".join([f"{st}.version", f"{st}.dirty", f"{st}.windows", f"{st}.gen", f"{st}.epoch"]
+        return ", ".join([f"{st}.version", f"{st}.dirty", f"{st}.windows", f"{st}.gen", f"{st}.epoch", f"{st}.rows"]
                          + [f"{st}.df{i}" for i in range(len(self.phrases))])
 
     def remember(self, row: tuple, cache: DfCache) -> tuple[int, frozenset[int], tuple]:
         """(meta version, dirty windows, the rest of the row) from a row starting with
         stats_columns(), each df counted now kept in `cache`."""
-        version, dirty, windows, gen, epoch = row[:5]
+        version, dirty, windows, gen, epoch, rows = row[:6]
+        cache.head = (rows, windows)
         count = len(self.phrases)
-        for i, df in enumerate(row[5:5 + count]):
+        for i, df in enumerate(row[6:6 + count]):
             cache.put(self.params[f"q{i}"], (windows, gen, epoch), df)
-        return version, frozenset(dirty), row[5 + count:]
+        return version, frozenset(dirty), row[6 + count:]
 
     def _tf(self, m: str, i: int) -> str:
         """SQL: phrase i's occurrences in row `m` (single words from tf, exact; phrases from positions)."""
@@ -196,14 +199,17 @@ async def search_top(reader: Reader, ano: int, match: Match, cache: DfCache, *, 
     params.update(q.params)
     stats = q.stats_sql(ano, cache)
     params.update(q.params)
-    key = "s, m.ts DESC, m.mid" if order != "recent" else "m.ts DESC, m.mid"
+    if order == "recent":
+        top = (recent_ctes(q, where, score, windows_to_walk(q, cache, k + 1), params)
+               + f", top AS (SELECT * FROM cand ORDER BY ts DESC, mid {MID} LIMIT %(k)s)")
+    else:
+        top = (f"top AS (SELECT m.id, {score} AS s, m.ts, m.mid FROM st, ss_index m WHERE m.tsv @@ {q.tsquery} "
+               f"AND {' AND '.join(where)} ORDER BY s, m.ts DESC, m.mid {MID} LIMIT %(k)s)")
     outer = "r.s, r.ts DESC, r.mid" if order != "recent" else "r.ts DESC, r.mid"
     rows = await reader.all(
-        f"WITH {stats} SELECT {q.stats_columns()}, r.id, r.s, r.event_id, r.ts, r.text FROM st "
-        "LEFT JOIN LATERAL (SELECT t.id, t.s, t.mid, e.event_id, e.ts, e.text FROM "
-        f"(SELECT m.id, {score} AS s, m.ts, m.mid FROM ss_index m WHERE m.tsv @@ {q.tsquery} AND "
-        f"{' AND '.join(where)} ORDER BY {key} {MID} LIMIT %(k)s) t JOIN ss_events e ON e.id = t.id) r ON true "
-        f"ORDER BY {outer} {MID}", params, last=True)
+        f"WITH {stats}, {top} SELECT {q.stats_columns()}, r.id, r.s, r.event_id, r.ts, r.text FROM st "
+        "LEFT JOIN LATERAL (SELECT t.id, t.s, t.mid, e.event_id, e.ts, e.text FROM top t "
+        f"JOIN ss_events e ON e.id = t.id) r ON true ORDER BY {outer} {MID}", params, last=True)
     version, dirty, _ = q.remember(rows[0], cache)
     hits = [tuple(r[-5:]) for r in rows if r[-5] is not None]
     more = len(hits) > k
