@@ -178,7 +178,7 @@ ALTER TABLE ss_windows ADD COLUMN ts_max bigint NOT NULL DEFAULT -92233720368547
 ALTER TABLE ss_agents ADD COLUMN idx_epoch bigint NOT NULL DEFAULT 0;
 CREATE SEQUENCE ss_idx_gen;
 UPDATE ss_windows w SET ts_max = i.ts FROM (SELECT wid, max(ts) AS ts FROM ss_index GROUP BY wid) i WHERE i.wid = w.wid;
-CREATE INDEX ss_windows_by_ts_max ON ss_windows (ano, ts_max);
+CREATE INDEX ss_windows_by_ts_max ON ss_windows (ano, ts_max, wid);
 
 CREATE FUNCTION ss_index_changed() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE

@@ -28,7 +28,7 @@ from typing import Any
 from ..base import Match
 from .db import Reader
 from .lexemes import query_phrases, quote
-from .recent import recent_ctes, windows_to_walk
+from .recent import recent_ctes, walk_windows
 
 K1, B = 1.2, 0.75
 MID = "COLLATE \"C\" NULLS FIRST"  # SQLite's order of message ids: bytes, NULL first
@@ -200,7 +200,7 @@ async def search_top(reader: Reader, ano: int, match: Match, cache: DfCache, *, 
     stats = q.stats_sql(ano, cache)
     params.update(q.params)
     if order == "recent":
-        top = (recent_ctes(q, where, score, windows_to_walk(q, cache, k + 1), params)
+        top = (recent_ctes(q, where, score, walk_windows(q, cache, k + 1), params)
                + f", top AS (SELECT * FROM cand ORDER BY ts DESC, mid {MID} LIMIT %(k)s)")
     else:
         top = (f"top AS (SELECT m.id, {score} AS s, m.ts, m.mid FROM st, ss_index m WHERE m.tsv @@ {q.tsquery} "
