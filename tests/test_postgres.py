@@ -26,6 +26,7 @@ from sessionsearch.store.base import Match
 from sessionsearch.store.cjk import index_text, needs_fold, runs
 from sessionsearch.store.postgres import LATEST, migrate, schema_version
 from sessionsearch.store.postgres.lexemes import _patterns, fold_run, index_tokens
+from sessionsearch.store.postgres.search import DfCache
 from sessionsearch.store.postgres.lexemes import tokens as pg_tokens
 
 from .helpers import BASE_TS, Where, chain, engine_at, ids, leaf, msg, timed
@@ -205,6 +206,43 @@ async def test_recent_walks_windows_newest_first_and_equals_sorting_every_match(
                     assert got == want, (word, k, planned)
                     compared += len(got)
         assert compared > 100
+
+
+async def test_cached_document_counts_follow_every_change_of_the_index(pg):
+    """A store reuses the df it counted while the index state it counted at holds (search.py):
+    after each kind of write, the scores it ranks with equal those of a store counting afresh."""
+    async with engine_at(pg) as engine:
+        await engine.append("agent:main:a", timed("a", [("user", "alpha beta", BASE_TS), ("user", "alpha", BASE_TS + 1)]))
+        await engine.append("agent:main:b", timed("b", [("user", "beta gamma", BASE_TS + 2)]))
+        # enough other rows that every word's idf is above FTS5's floor (a stale df changes scores)
+        await engine.append("agent:main:d", timed("d", [("user", f"filler {i}", BASE_TS) for i in range(40)]))
+        store = await engine.store("main")
+        queries = [Match(("alpha",)), Match(("beta",)), Match(("alpha", "beta")), Match(("al",), True)]
+
+        async def check(step: str) -> None:
+            for match in queries:
+                cached = await _top(engine, match, "relevance", 10)
+                kept, store._dfs = store._dfs, DfCache()  # as another process would count
+                fresh = await _top(engine, match, "relevance", 10)
+                store._dfs = kept
+                assert cached == fresh, (step, match)
+
+        await check("first")
+        await engine.append("agent:main:a", [msg("a3", "user", "alpha again", "a2", ts=BASE_TS + 3)])
+        await check("append to a window")
+        await engine.append("agent:main:c", timed("c", [("user", "alpha beta alpha", BASE_TS + 4)]))
+        await check("a new window")
+        await engine.delete("agent:main:b")
+        await check("a deleted session")
+        await engine.append("agent:main:a", [msg("a4", "user", "beta rewound", "a1", ts=BASE_TS + 5)])
+        await check("a side append")
+        await engine.reconcile_pending()  # index rows change, the catalog does not
+        await check("reconciled")
+        await engine.archive("agent:main:c")
+        await check("archived")
+        await engine.restore("agent:main:c")
+        await engine.reconcile_pending()
+        await check("restored")
 
 
 HOSTILE = ["'", "''", "\\", "\\'", "a'b", "it's", "&", "|", "!", "(", ")", ":*", "<->", "a&b", "a|b", "!a", "(a)",

@@ -9,7 +9,8 @@ a trigger on every insert), as SQLite's windows do (store/sqlite/recent.py). The
    range (rowids.py) and tested against the tsquery, until k + 1 matches are found. T is the
    oldest timestamp among those matches: at least k + 1 matches are at least as new as T, so the
    answer is among the matches with ts >= T, and those live in windows whose ts_max >= T.
-2. Those windows' rows (both id ranges of each), with ts >= T, sorted.
+2. Those windows' rows with ts >= T, sorted (but for the windows step 1 read whole, whose matches
+   it holds already).
 
 When the walk stops short of k + 1 matches, every match is sorted as before, found through the
 GIN index. The walk's length is planned from the counts the store last saw (DfCache): it reads
@@ -62,17 +63,25 @@ def recent_ctes(query: "Query", where: list[str], score: str, walk: int, params:
     stats_sql."""
     params["walk"] = walk
     cond = " AND ".join([f"m.tsv @@ {query.tsquery}", *where])
-    floor = "(SELECT t FROM floor)"
-    # no ORDER BY above the join: the nested loop yields matches window by window in ts_max order,
-    # and the LIMIT stops it at k + 1 of them (any k + 1 matches make a valid T)
+    floor, last = "(SELECT t FROM floor)", "((SELECT wts FROM floor), (SELECT wwid FROM floor))"
+
+    def rows_of(w: str) -> str:  # a window's index rows, both id ranges, by the primary key
+        return (f"(SELECT * FROM ss_index m WHERE {LOW.format(w=w)} UNION ALL "
+                f"SELECT * FROM ss_index m WHERE {HIGH_RANGE.format(w=w)}) m")
+
+    # near: no ORDER BY above the join, so the nested loop yields matches window by window in
+    # ts_max order and the LIMIT stops it at k + 1 of them (any k + 1 matches make a valid T).
+    # The windows before the last one it read were read whole: their matches are all in `near`,
+    # and step 2 reads only the last one and those after it with ts_max >= T.
     return (
-        f"near AS MATERIALIZED (SELECT m.ts FROM (SELECT wid FROM ss_windows WHERE {WINDOWS} "
-        "ORDER BY ts_max DESC, wid DESC LIMIT %(walk)s) w1 CROSS JOIN LATERAL (SELECT m.ts FROM "
-        f"(SELECT * FROM ss_index m WHERE {LOW.format(w='w1')} OFFSET 0) m, st WHERE {cond}) m LIMIT %(k)s), "
-        "floor AS MATERIALIZED (SELECT CASE WHEN count(*) = %(k)s THEN min(ts) END AS t FROM near), "
-        f"cand AS (SELECT m.id, {score} AS s, m.ts, m.mid FROM st, ss_windows w2 CROSS JOIN LATERAL "
-        f"(SELECT * FROM ss_index m WHERE {LOW.format(w='w2')} UNION ALL "
-        f"SELECT * FROM ss_index m WHERE {HIGH_RANGE.format(w='w2')}) m "
+        f"near AS MATERIALIZED (SELECT m.id, m.ts, w1.ts_max AS wts, w1.wid AS wwid FROM (SELECT wid, ts_max "
+        f"FROM ss_windows WHERE {WINDOWS} ORDER BY ts_max DESC, wid DESC LIMIT %(walk)s) w1 CROSS JOIN LATERAL "
+        f"(SELECT m.id, m.ts FROM st, {rows_of('w1')} WHERE {cond}) m LIMIT %(k)s), "
+        "floor AS MATERIALIZED (SELECT CASE WHEN (SELECT count(*) FROM near) = %(k)s THEN (SELECT min(ts) FROM near) "
+        "END AS t, l.wts, l.wwid FROM (SELECT wts, wwid FROM near ORDER BY wts, wwid LIMIT 1) l), "
+        f"cand AS (SELECT m.id, {score} AS s, m.ts, m.mid FROM st, ss_windows w2 CROSS JOIN LATERAL {rows_of('w2')} "
         f"WHERE {floor} IS NOT NULL AND w2.{WINDOWS.replace(' AND ', ' AND w2.')} AND w2.ts_max >= {floor} "
-        f"AND m.ts >= {floor} AND {cond} "
+        f"AND (w2.ts_max, w2.wid) <= {last} AND m.ts >= {floor} AND {cond} "
+        f"UNION ALL SELECT m.id, {score} AS s, m.ts, m.mid FROM st, near n JOIN ss_index m ON m.id = n.id "
+        f"WHERE {floor} IS NOT NULL AND (n.wts, n.wwid) > {last} "
         f"UNION ALL SELECT m.id, {score} AS s, m.ts, m.mid FROM st, ss_index m WHERE {floor} IS NULL AND {cond})")

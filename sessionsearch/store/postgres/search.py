@@ -13,10 +13,12 @@ A search is one statement (one round trip with its BEGIN and COMMIT, db.Reader):
 version, windows needing reconciliation), N, avgdl, each phrase's df and idf in CTEs, then the top
 hits. Counting df is most of a common word's cost (the GIN index finds the rows, but the count
 visits each one's heap page: 0.1 s for a word in 20,000 of 200,000 messages), so each store keeps
-the df it counted with the index state it counted it at, (count(windows), sum(idx_gen), idx_epoch)
-(schema migration 3: every insert or delete of a window's index rows stamps the window anew from a
-sequence): the statement reuses a cached df while that state holds and counts again when it moved
-(the CASE evaluates the count's subquery only then).
+the df it counted with the index state it counted it at, (meta_version, count(windows),
+sum(idx_gen), idx_epoch): schema migration 3 has every insert or delete of a window's index rows
+stamp the window anew from a sequence (a window's stamp only grows, so the sum grows while the set
+of windows stays), a window created or deleted moves meta_version, and index rows of a window that
+is gone move idx_epoch. The statement reuses a cached df while that state holds and counts again
+when it moved (the CASE evaluates the count's subquery only then).
 """
 
 from __future__ import annotations
@@ -106,10 +108,12 @@ class Query:
         dfs, idfs = [], []
         for i, phrase in enumerate(self.phrases):
             q = self.params[f"q{i}"] = tsquery_text([phrase], self._is_prefix(i))
-            state, df = cache.get(q) or ((None, None, None), None)
-            self.params.update({f"c{i}": df, f"c{i}w": state[0], f"c{i}g": state[1], f"c{i}e": state[2]})
-            dfs.append(f"CASE WHEN (h.windows, h.gen, h.epoch) = (%(c{i}w)s::bigint, %(c{i}g)s::numeric, "
-                       f"%(c{i}e)s::bigint) THEN %(c{i})s::bigint ELSE (SELECT count(*) FROM ss_index "
+            state, df = cache.get(q) or ((None, None, None, None), None)
+            self.params.update({f"c{i}": df, f"c{i}v": state[0], f"c{i}w": state[1], f"c{i}g": state[2],
+                                f"c{i}e": state[3]})
+            dfs.append(f"CASE WHEN (h.version, h.windows, h.gen, h.epoch) = (%(c{i}v)s::bigint, "
+                       f"%(c{i}w)s::bigint, %(c{i}g)s::numeric, %(c{i}e)s::bigint) THEN %(c{i})s::bigint "
+                       "ELSE (SELECT count(*) FROM ss_index "
                        f"WHERE ano = %(ano)s AND tsv @@ %(q{i})s::tsquery) END AS df{i}")
             x = f"ln(((n - df{i})::float8 + 0.5) / (df{i}::float8 + 0.5))"
             idfs.append(f"CASE WHEN {x} > 0.0 THEN {x} ELSE 1e-6::float8 END AS idf{i}")
@@ -132,7 +136,7 @@ class Query:
         cache.head = (rows, windows)
         count = len(self.phrases)
         for i, df in enumerate(row[6:6 + count]):
-            cache.put(self.params[f"q{i}"], (windows, gen, epoch), df)
+            cache.put(self.params[f"q{i}"], (version, windows, gen, epoch), df)
         return version, frozenset(dirty), row[6 + count:]
 
     def _tf(self, m: str, i: int) -> str:
