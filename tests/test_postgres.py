@@ -188,7 +188,8 @@ async def test_recent_walks_windows_newest_first_and_equals_sorting_every_match(
                      for _ in range(rng.randint(5, 40))]
             await append(f"agent:main:s{s}", timed(f"s{s}-", items), index=s % 7 != 3)
         for s in rng.sample(range(40), 12):  # old windows get the newest rows
-            await append(f"agent:main:s{s}", [msg(f"s{s}-late{i}", "user", rng.choice(["often seldom", "often", "once"]),
+            late = ["often seldom", "often", "once"]
+            await append(f"agent:main:s{s}", [msg(f"s{s}-late{i}", "user", rng.choice(late),
                                                   ts=BASE_TS + 2_000_000 + rng.randrange(1_000_000))
                                               for i in range(rng.randint(1, 3))])
         await engine.reconcile_pending()
@@ -212,7 +213,8 @@ async def test_cached_document_counts_follow_every_change_of_the_index(pg):
     """A store reuses the df it counted while the index state it counted at holds (search.py):
     after each kind of write, the scores it ranks with equal those of a store counting afresh."""
     async with engine_at(pg) as engine:
-        await engine.append("agent:main:a", timed("a", [("user", "alpha beta", BASE_TS), ("user", "alpha", BASE_TS + 1)]))
+        await engine.append("agent:main:a", timed("a", [("user", "alpha beta", BASE_TS),
+                                                        ("user", "alpha", BASE_TS + 1)]))
         await engine.append("agent:main:b", timed("b", [("user", "beta gamma", BASE_TS + 2)]))
         # enough other rows that every word's idf is above FTS5's floor (a stale df changes scores)
         await engine.append("agent:main:d", timed("d", [("user", f"filler {i}", BASE_TS) for i in range(40)]))
