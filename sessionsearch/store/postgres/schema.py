@@ -179,6 +179,9 @@ ALTER TABLE ss_agents ADD COLUMN idx_epoch bigint NOT NULL DEFAULT 0;
 CREATE SEQUENCE ss_idx_gen;
 UPDATE ss_windows w SET ts_max = i.ts FROM (SELECT wid, max(ts) AS ts FROM ss_index GROUP BY wid) i WHERE i.wid = w.wid;
 CREATE INDEX ss_windows_by_ts_max ON ss_windows (ano, ts_max, wid);
+-- Every search sums the agent's windows (search.py's head): read from this index alone (an
+-- index-only scan, 0.6 ms instead of 1.3 at 2,200 windows) where the pages are all-visible.
+CREATE INDEX ss_windows_stats ON ss_windows (ano) INCLUDE (wid, needs_rebuild, idx_rows, idx_tokens, idx_gen);
 
 CREATE FUNCTION ss_index_changed() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
