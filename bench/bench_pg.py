@@ -216,9 +216,11 @@ def _append_client(kind: str, url: str, client: int, batches: int, start, done) 
             start.wait()
             for b in range(batches):
                 chunk = texts[b * 100:(b + 1) * 100]
+                session = 900_000 + client * 10_000 + b  # the timestamps ours gets: newest of all
                 with conn.transaction(), conn.cursor() as cur:
                     cur.executemany("INSERT INTO msgs (session, ts, text) VALUES (%s, %s, %s)",
-                                    [(f"append-{client}-{b}", BASE_TS + i, t) for i, (_, t) in enumerate(chunk)])
+                                    [(f"append-{client}-{b}", BASE_TS + session * 10_000 + i, t)
+                                     for i, (_, t) in enumerate(chunk)])
         done.put(client)
         return
 

@@ -26,6 +26,7 @@ from sessionsearch.store.base import Match
 from sessionsearch.store.cjk import index_text, needs_fold, runs
 from sessionsearch.store.postgres import LATEST, migrate, schema_version
 from sessionsearch.store.postgres.lexemes import _patterns, fold_run, index_tokens
+from sessionsearch.store.postgres.search import DfCache
 from sessionsearch.store.postgres.lexemes import tokens as pg_tokens
 
 from .helpers import BASE_TS, Where, chain, engine_at, ids, leaf, msg, timed
@@ -165,6 +166,85 @@ async def test_bm25_scores_and_their_order_equal_sqlites_on_the_same_data(pg, tm
                     assert math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-15), (match, order, a, b)
                 compared += len(got)
         assert compared > 500  # the queries found what they were meant to compare
+
+
+async def test_recent_walks_windows_newest_first_and_equals_sorting_every_match(pg):
+    """`recent` reads the windows of highest ts_max first and stops (store/postgres/recent.py):
+    with timestamps interleaved across windows, old windows appended to late and windows imported
+    then reconciled, its hits are those of sorting every match, for words of every share, with and
+    without the store's counts to plan the walk."""
+    rng = random.Random(20261201)
+    vocab, weights = ["often", "sometimes", "seldom", "once", "filler"], [30, 8, 2, 0.2, 60]
+    texts: dict[str, tuple[str, int]] = {}  # message id -> (text, ts)
+
+    async def append(key: str, events: list[dict], index: bool = True) -> None:
+        await engine.append(key, events, index=index)
+        texts.update((e["id"], (e["message"]["content"], e["message"]["timestamp"])) for e in events)
+
+    async with engine_at(pg) as engine:
+        for s in range(40):
+            items = [(rng.choice(["user", "assistant"]), " ".join(rng.choices(vocab, weights, k=rng.randint(1, 6))),
+                      BASE_TS + rng.randrange(1_000_000) + s * rng.choice([0, 20_000]))  # interleaved, drifting
+                     for _ in range(rng.randint(5, 40))]
+            await append(f"agent:main:s{s}", timed(f"s{s}-", items), index=s % 7 != 3)
+        for s in rng.sample(range(40), 12):  # old windows get the newest rows
+            late = ["often seldom", "often", "once"]
+            await append(f"agent:main:s{s}", [msg(f"s{s}-late{i}", "user", rng.choice(late),
+                                                  ts=BASE_TS + 2_000_000 + rng.randrange(1_000_000))
+                                              for i in range(rng.randint(1, 3))])
+        await engine.reconcile_pending()
+        store = await engine.store("main")
+        compared = 0
+        for planned in (False, True):
+            for word in ["often", "sometimes", "seldom", "once", "nothing"]:
+                for k in (1, 3, 25):
+                    store._dfs.__init__()  # no counts: the walk is planned blind
+                    if planned:
+                        await _top(engine, Match((word,)), "relevance", k)  # counts seen
+                    got = [mid for _, _, mid in await _top(engine, Match((word,)), "recent", k)]
+                    want = [mid for _, mid in sorted((-ts, mid) for mid, (text, ts) in texts.items()
+                                                     if word in text.split())[:k]]
+                    assert got == want, (word, k, planned)
+                    compared += len(got)
+        assert compared > 100
+
+
+async def test_cached_document_counts_follow_every_change_of_the_index(pg):
+    """A store reuses the df it counted while the index state it counted at holds (search.py):
+    after each kind of write, the scores it ranks with equal those of a store counting afresh."""
+    async with engine_at(pg) as engine:
+        await engine.append("agent:main:a", timed("a", [("user", "alpha beta", BASE_TS),
+                                                        ("user", "alpha", BASE_TS + 1)]))
+        await engine.append("agent:main:b", timed("b", [("user", "beta gamma", BASE_TS + 2)]))
+        # enough other rows that every word's idf is above FTS5's floor (a stale df changes scores)
+        await engine.append("agent:main:d", timed("d", [("user", f"filler {i}", BASE_TS) for i in range(40)]))
+        store = await engine.store("main")
+        queries = [Match(("alpha",)), Match(("beta",)), Match(("alpha", "beta")), Match(("al",), True)]
+
+        async def check(step: str) -> None:
+            for match in queries:
+                cached = await _top(engine, match, "relevance", 10)
+                kept, store._dfs = store._dfs, DfCache()  # as another process would count
+                fresh = await _top(engine, match, "relevance", 10)
+                store._dfs = kept
+                assert cached == fresh, (step, match)
+
+        await check("first")
+        await engine.append("agent:main:a", [msg("a3", "user", "alpha again", "a2", ts=BASE_TS + 3)])
+        await check("append to a window")
+        await engine.append("agent:main:c", timed("c", [("user", "alpha beta alpha", BASE_TS + 4)]))
+        await check("a new window")
+        await engine.delete("agent:main:b")
+        await check("a deleted session")
+        await engine.append("agent:main:a", [msg("a4", "user", "beta rewound", "a1", ts=BASE_TS + 5)])
+        await check("a side append")
+        await engine.reconcile_pending()  # index rows change, the catalog does not
+        await check("reconciled")
+        await engine.archive("agent:main:c")
+        await check("archived")
+        await engine.restore("agent:main:c")
+        await engine.reconcile_pending()
+        await check("restored")
 
 
 HOSTILE = ["'", "''", "\\", "\\'", "a'b", "it's", "&", "|", "!", "(", ")", ":*", "<->", "a&b", "a|b", "!a", "(a)",

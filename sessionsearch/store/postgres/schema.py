@@ -164,6 +164,49 @@ ALTER INDEX ss_index_tsv SET (fastupdate = off);
 SELECT gin_clean_pending_list('ss_index_tsv'::regclass);
 DROP INDEX IF EXISTS ss_index_recent;
 """),
+    (3, "window_ts_max_and_index_gen", """
+-- What each window's index rows changed keeps on the window's own row (no agent-wide row that
+-- every write would update), maintained by statement triggers on the index, whatever path writes:
+-- ts_max, an upper bound on the timestamps of the window's index rows (raised by every insert,
+-- never lowered: a bound, as SQLite's windows.ts_max), which lets `recent` walk windows newest
+-- first and stop (recent.py); idx_gen, a stamp from a sequence set anew by every insert or delete
+-- of its index rows, so that (count(windows), sum(idx_gen)) moves with every change of the
+-- agent's index rows, and a document count read at one value holds while it does (search.py).
+-- Index rows of a window that is gone (orphans, until the sweep) move the agent's idx_epoch.
+ALTER TABLE ss_windows ADD COLUMN ts_max bigint NOT NULL DEFAULT -9223372036854775808,
+                       ADD COLUMN idx_gen bigint NOT NULL DEFAULT 0;
+ALTER TABLE ss_agents ADD COLUMN idx_epoch bigint NOT NULL DEFAULT 0;
+CREATE SEQUENCE ss_idx_gen;
+UPDATE ss_windows w SET ts_max = i.ts FROM (SELECT wid, max(ts) AS ts FROM ss_index GROUP BY wid) i WHERE i.wid = w.wid;
+CREATE INDEX ss_windows_by_ts_max ON ss_windows (ano, ts_max, wid);
+-- Every search sums the agent's windows (search.py's head): read from this index alone (an
+-- index-only scan, 0.6 ms instead of 1.3 at 2,200 windows) where the pages are all-visible.
+CREATE INDEX ss_windows_stats ON ss_windows (ano) INCLUDE (wid, needs_rebuild, idx_rows, idx_tokens, idx_gen);
+
+CREATE FUNCTION ss_index_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    windows integer;
+    touched integer;
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        UPDATE ss_windows w SET ts_max = greatest(w.ts_max, c.ts), idx_gen = nextval('ss_idx_gen')
+        FROM (SELECT wid, max(ts) AS ts FROM changed GROUP BY wid) c WHERE w.wid = c.wid;
+    ELSE
+        UPDATE ss_windows w SET idx_gen = nextval('ss_idx_gen') WHERE w.wid IN (SELECT wid FROM changed);
+    END IF;
+    GET DIAGNOSTICS touched = ROW_COUNT;
+    SELECT count(DISTINCT wid) INTO windows FROM changed;
+    IF touched < windows THEN
+        UPDATE ss_agents SET idx_epoch = idx_epoch + 1 WHERE ano IN
+            (SELECT c.ano FROM changed c WHERE NOT EXISTS (SELECT 1 FROM ss_windows w WHERE w.wid = c.wid));
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER ss_index_added AFTER INSERT ON ss_index REFERENCING NEW TABLE AS changed
+    FOR EACH STATEMENT EXECUTE FUNCTION ss_index_changed();
+CREATE TRIGGER ss_index_removed AFTER DELETE ON ss_index REFERENCING OLD TABLE AS changed
+    FOR EACH STATEMENT EXECUTE FUNCTION ss_index_changed();
+"""),
 )
 
 LATEST = MIGRATIONS[-1][0]

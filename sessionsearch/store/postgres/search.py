@@ -5,19 +5,32 @@ BM25 (k1 1.2, b 0.75): for each query word i, idf_i = ln((N - df_i + 0.5) / (df_
 when not positive) and the row scores -sum(idf_i * tf_i * (k1 + 1) / (tf_i + k1 * (1 - b + b *
 dl / avgdl))), lower is better. N and avgdl are the agent's indexed rows and tokens, summed from
 the per-window counters every index write keeps (ss_windows.idx_rows, idx_tokens); df_i is counted
-exactly from the GIN index for each search's words. As in FTS5 these cover every index row of the
-agent, including those of windows awaiting reconciliation, and the terms are evaluated in FTS5's
-order so scores agree to the last bit or nearly (tests/test_store_parity.py).
+exactly from the GIN index. As in FTS5 these cover every index row of the agent, including those of
+windows awaiting reconciliation, and the terms are evaluated in FTS5's order so scores agree to the
+last bit or nearly (tests/test_postgres.py compares them with SQLite's).
+
+A search is one statement (one round trip with its BEGIN and COMMIT, db.Reader): the head (meta
+version, windows needing reconciliation), N, avgdl, each phrase's df and idf in CTEs, then the top
+hits. Counting df is most of a common word's cost (the GIN index finds the rows, but the count
+visits each one's heap page: 0.1 s for a word in 20,000 of 200,000 messages), so each store keeps
+the df it counted with the index state it counted it at, (meta_version, count(windows),
+sum(idx_gen), idx_epoch): schema migration 3 has every insert or delete of a window's index rows
+stamp the window anew from a sequence (a window's stamp only grows, so the sum grows while the set
+of windows stays), a window created or deleted moves meta_version, and index rows of a window that
+is gone move idx_epoch. The statement reuses a cached df while that state holds and counts again
+when it moved (the CASE evaluates the count's subquery only then).
 """
 
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from typing import Any
 
 from ..base import Match
 from .db import Reader
 from .lexemes import query_phrases, quote
+from .recent import recent_ctes, walk_windows
 
 K1, B = 1.2, 0.75
 MID = "COLLATE \"C\" NULLS FIRST"  # SQLite's order of message ids: bytes, NULL first
@@ -42,6 +55,37 @@ def _positions(m: str, param: str, prefix: bool) -> str:
     return f"coalesce((SELECT u.positions FROM unnest({m}.tsv) u WHERE u.lexeme = %({param})s), '{{}}'::smallint[])"
 
 
+class DfCache:
+    """Document counts of phrases (by tsquery text) with the index state each was counted at."""
+
+    KEPT = 4096
+
+    def __init__(self) -> None:
+        self._counts: OrderedDict[str, tuple[tuple, int]] = OrderedDict()
+        self.head: tuple[int, int] | None = None  # (index rows, windows) of the agent as last seen
+
+    def get(self, phrase: str) -> tuple[tuple, int] | None:
+        hit = self._counts.get(phrase)
+        if hit is not None:
+            self._counts.move_to_end(phrase)
+        return hit
+
+    def put(self, phrase: str, state: tuple, df: int) -> None:
+        self._counts[phrase] = (state, df)
+        self._counts.move_to_end(phrase)
+        while len(self._counts) > self.KEPT:
+            self._counts.popitem(last=False)
+
+
+# The head of an agent's index: meta version, windows needing reconciliation, BM25 counters and the
+# index state (columns version, dirty, rows, tokens, windows, gen, epoch), one scan of its windows
+HEAD = ("SELECT a.meta_version AS version, w.dirty, w.rows, w.tokens, w.windows, w.gen, a.idx_epoch AS epoch "
+        "FROM ss_agents a, (SELECT coalesce(array_agg(wid) FILTER (WHERE needs_rebuild = 1), '{}') AS dirty, "
+        "coalesce(sum(idx_rows), 0)::bigint AS rows, coalesce(sum(idx_tokens), 0)::bigint AS tokens, "
+        "count(*) AS windows, coalesce(sum(idx_gen), 0)::numeric AS gen FROM ss_windows WHERE ano = %(ano)s) w "
+        "WHERE a.ano = %(ano)s")
+
+
 class Query:
     """A Match made ready for SQL: its phrases of lexemes, tsquery and BM25 expression, with
     their parameters (each phrase is one of FTS5's phrases: a df, a tf and an idf of its own)."""
@@ -56,24 +100,44 @@ class Query:
     def _is_prefix(self, i: int) -> bool:
         return self.prefix and i == len(self.phrases) - 1
 
-    async def load_stats(self, reader: Reader, ano: int) -> tuple[int, frozenset[int]]:
-        """N, avgdl and each phrase's df (FTS5 counts a phrase's rows over the whole agent), read
-        with the head (meta version, windows needing reconciliation) in one round trip."""
-        parts = []
+    def stats_sql(self, ano: int, cache: DfCache) -> str:
+        """CTEs ending in `st`, one row: the head (HEAD's columns), each phrase's df (df0, df1, …;
+        the cached count while the index state it was counted at holds), N (n), avgdl and each
+        phrase's idf (idf0, …), computed as FTS5 computes them."""
+        self.params["ano"] = ano
+        dfs, idfs = [], []
         for i, phrase in enumerate(self.phrases):
-            self.params[f"q{i}"] = tsquery_text([phrase], self._is_prefix(i))
-            parts.append(f"(SELECT count(*) FROM ss_index WHERE ano = %(ano)s AND tsv @@ %(q{i})s::tsquery)")
-        row = await reader.one(
-            f"SELECT ({HEAD}), ({DIRTY}), coalesce(sum(idx_rows), 0)::bigint, coalesce(sum(idx_tokens), 0)::bigint"
-            + "".join(", " + p for p in parts) + " FROM ss_windows WHERE ano = %(ano)s", {**self.params, "ano": ano})
-        version, dirty, row = row[0], frozenset(row[1]), row[2:]
+            q = self.params[f"q{i}"] = tsquery_text([phrase], self._is_prefix(i))
+            state, df = cache.get(q) or ((None, None, None, None), None)
+            self.params.update({f"c{i}": df, f"c{i}v": state[0], f"c{i}w": state[1], f"c{i}g": state[2],
+                                f"c{i}e": state[3]})
+            dfs.append(f"CASE WHEN (h.version, h.windows, h.gen, h.epoch) = (%(c{i}v)s::bigint, "
+                       f"%(c{i}w)s::bigint, %(c{i}g)s::numeric, %(c{i}e)s::bigint) THEN %(c{i})s::bigint "
+                       "ELSE (SELECT count(*) FROM ss_index "
+                       f"WHERE ano = %(ano)s AND tsv @@ %(q{i})s::tsquery) END AS df{i}")
+            x = f"ln(((n - df{i})::float8 + 0.5) / (df{i}::float8 + 0.5))"
+            idfs.append(f"CASE WHEN {x} > 0.0 THEN {x} ELSE 1e-6::float8 END AS idf{i}")
         # counters and index agree but for rows written around them (never by this store's writes)
-        n_rows, n_tokens, dfs = max(row[0], *row[2:]), row[1], row[2:]
-        self.params["avgdl"] = n_tokens / n_rows if n_rows else 1.0
-        for i, df in enumerate(dfs):
-            idf = math.log((n_rows - df + 0.5) / (df + 0.5))
-            self.params[f"idf{i}"] = idf if idf > 0.0 else 1e-6
-        return version, dirty
+        n = "greatest(" + ", ".join(["rows"] + [f"df{i}" for i in range(len(self.phrases))]) + ") AS n"
+        return (f"h AS MATERIALIZED ({HEAD}), d AS MATERIALIZED (SELECT h.*, {', '.join(dfs)} FROM h), "
+                f"c AS MATERIALIZED (SELECT d.*, {n} FROM d), "
+                "st AS MATERIALIZED (SELECT c.*, CASE WHEN n > 0 THEN tokens::float8 / n::float8 ELSE 1.0::float8 "
+                f"END AS avgdl, {', '.join(idfs)} FROM c)")
+
+    def stats_columns(self, st: str = "st") -> str:
+        """The columns of `st` a statement returns for `remember` (the head's first)."""
+        return ", ".join([f"{st}.version", f"{st}.dirty", f"{st}.windows", f"{st}.gen", f"{st}.epoch", f"{st}.rows"]
+                         + [f"{st}.df{i}" for i in range(len(self.phrases))])
+
+    def remember(self, row: tuple, cache: DfCache) -> tuple[int, frozenset[int], tuple]:
+        """(meta version, dirty windows, the rest of the row) from a row starting with
+        stats_columns(), each df counted now kept in `cache`."""
+        version, dirty, windows, gen, epoch, rows = row[:6]
+        cache.head = (rows, windows)
+        count = len(self.phrases)
+        for i, df in enumerate(row[6:6 + count]):
+            cache.put(self.params[f"q{i}"], (version, windows, gen, epoch), df)
+        return version, frozenset(dirty), row[6 + count:]
 
     def _tf(self, m: str, i: int) -> str:
         """SQL: phrase i's occurrences in row `m` (single words from tf, exact; phrases from positions)."""
@@ -89,26 +153,24 @@ class Query:
                               for j in range(1, len(phrase)))
         return f"(SELECT count(*)::float8 FROM unnest({_positions(m, f'x{i}_0', False)}) p WHERE {follow})"
 
-    def score_sql(self, m: str = "m") -> str:
-        """The row's bm25 (lower is better), term by term in FTS5's order of evaluation."""
+    def score_sql(self, m: str = "m", st: str = "st") -> str:
+        """The row's bm25 (lower is better), term by term in FTS5's order of evaluation, from the
+        statistics of `st` (stats_sql)."""
         expr = "0.0::float8"
         for i in range(len(self.phrases)):
             tf = self._tf(m, i)
-            expr = (f"({expr} + %(idf{i})s::float8 * (({tf} * %(k1p1)s::float8) / ({tf} + %(k1)s::float8 * "
-                    f"(%(omb)s::float8 + %(b)s::float8 * {m}.dl / %(avgdl)s::float8))))")
+            expr = (f"({expr} + {st}.idf{i} * (({tf} * %(k1p1)s::float8) / ({tf} + %(k1)s::float8 * "
+                    f"(%(omb)s::float8 + %(b)s::float8 * {m}.dl / {st}.avgdl))))")
         return f"(-1.0::float8 * {expr})"
 
 
 def scope_sql(include: list[int] | None, exclude: list[int] | None, role: str | None, since: int | None,
-              until: int | None, params: dict[str, Any], dirty: frozenset[int], m: str = "m") -> list[str]:
+              until: int | None, params: dict[str, Any], m: str = "m", st: str = "st") -> list[str]:
     """Conditions on the index rows `m` for a search's scope: not in the windows needing
-    reconciliation (`dirty`, read in the same snapshot; cold windows have no index rows), the
+    reconciliation (`st.dirty`, read in the same statement; cold windows have no index rows), the
     windows in or out, the role bit, the time range. No join with the windows: with statistics
     not yet analyzed (a fresh import) the planner would walk the word once per window."""
-    where = [f"{m}.ano = %(ano)s"]
-    if dirty:
-        where.append(f"NOT ({m}.wid = ANY(%(dirty)s::bigint[]))")
-        params["dirty"] = sorted(dirty)
+    where = [f"{m}.ano = %(ano)s", f"NOT ({m}.wid = ANY({st}.dirty))"]
     if include is not None:
         where.append(f"{m}.wid = ANY(%(incl)s::bigint[])")
         params["incl"] = list(include)
@@ -127,34 +189,35 @@ def scope_sql(include: list[int] | None, exclude: list[int] | None, role: str | 
     return where
 
 
-HEAD = "SELECT meta_version FROM ss_agents WHERE ano = %(ano)s"
-DIRTY = "SELECT coalesce(array_agg(wid), '{}') FROM ss_windows WHERE ano = %(ano)s AND needs_rebuild = 1"
-
-
-async def head(reader: Reader, ano: int) -> tuple[int, frozenset[int]]:
-    """The agent's meta version and its windows needing reconciliation, in the reader's snapshot."""
-    row = await reader.one(f"SELECT ({HEAD}), ({DIRTY})", {"ano": ano})
-    return row[0], frozenset(row[1])
-
-
-async def search_top(reader: Reader, ano: int, match: Match, *, k: int, order: str, include, exclude, role,
-                     since, until) -> tuple[int, frozenset[int], list[tuple]]:
-    """The exact top `k` hits (id, bm25, message id, ts, text) by `order`, then (0, inf) when more matched."""
+async def search_top(reader: Reader, ano: int, match: Match, cache: DfCache, *, k: int, order: str, include,
+                     exclude, role, since, until) -> tuple[int, frozenset[int], list[tuple]]:
+    """The exact top `k` hits (id, bm25, message id, ts, text) by `order`, then (0, inf) when more
+    matched; one statement, the reader's last."""
     q = Query(match)
     if not q.lexemes:
-        return (*await head(reader, ano), [])
-    version, dirty = await q.load_stats(reader, ano)
-    params = {**q.params, "ano": ano, "k": k + 1}
-    where = scope_sql(include, exclude, role, since, until, params, dirty)
+        row = await reader.one(f"SELECT version, dirty FROM ({HEAD}) h", {"ano": ano}, last=True)
+        return row[0], frozenset(row[1]), []
+    params = {"k": k + 1}
+    where = scope_sql(include, exclude, role, since, until, params)
     score = q.score_sql()
     params.update(q.params)
-    key = "s, m.ts DESC, m.mid" if order != "recent" else "m.ts DESC, m.mid"
-    outer = "t.s, t.ts DESC, t.mid" if order != "recent" else "t.ts DESC, t.mid"
+    stats = q.stats_sql(ano, cache)
+    params.update(q.params)
+    if order == "recent":
+        top = (recent_ctes(q, where, score, walk_windows(q, cache, k + 1), params)
+               + f", top AS (SELECT * FROM cand ORDER BY ts DESC, mid {MID} LIMIT %(k)s)")
+    else:
+        top = (f"top AS (SELECT m.id, {score} AS s, m.ts, m.mid FROM st, ss_index m WHERE m.tsv @@ {q.tsquery} "
+               f"AND {' AND '.join(where)} ORDER BY s, m.ts DESC, m.mid {MID} LIMIT %(k)s)")
+    outer = "r.s, r.ts DESC, r.mid" if order != "recent" else "r.ts DESC, r.mid"
     rows = await reader.all(
-        f"SELECT t.id, t.s, e.event_id, e.ts, e.text FROM (SELECT m.id, {score} AS s, m.ts, m.mid "
-        f"FROM ss_index m WHERE m.tsv @@ {q.tsquery} AND {' AND '.join(where)} "
-        f"ORDER BY {key} {MID} LIMIT %(k)s) t JOIN ss_events e ON e.id = t.id ORDER BY {outer} {MID}", params)
-    hits = [tuple(r) for r in rows[:k]]
-    if len(rows) > k:
+        f"WITH {stats}, {top} SELECT {q.stats_columns()}, r.id, r.s, r.event_id, r.ts, r.text FROM st "
+        "LEFT JOIN LATERAL (SELECT t.id, t.s, t.mid, e.event_id, e.ts, e.text FROM top t "
+        f"JOIN ss_events e ON e.id = t.id) r ON true ORDER BY {outer} {MID}", params, last=True)
+    version, dirty, _ = q.remember(rows[0], cache)
+    hits = [tuple(r[-5:]) for r in rows if r[-5] is not None]
+    more = len(hits) > k
+    hits = hits[:k]
+    if more:
         hits.append((0, math.inf, "", 0, ""))
     return version, dirty, hits

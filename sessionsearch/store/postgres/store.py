@@ -11,7 +11,7 @@ from ..base import AppendResult, ClaimInfo, Match
 from . import reads
 from .db import Db, Reader
 from .reconcile import ReconcileWrites
-from .search import search_top
+from .search import DfCache, search_top
 from .sessions import search_sessions
 from .writer import Writes
 
@@ -23,6 +23,7 @@ class PgAgentStore:
         self.ano = ano
         self._writes = Writes(agent_id, ano)
         self._reconcile = ReconcileWrites(ano)
+        self._dfs = DfCache()
 
     async def close(self) -> None:
         """Nothing of its own to release: the pool is the backend's."""
@@ -142,13 +143,13 @@ class PgAgentStore:
     async def search_top(self, reader: Reader, match: Match, *, k: int, order: str, include: list[int] | None,
                          exclude: list[int] | None, role: str | None, hot: str | None = None,
                          since: int | None = None, until: int | None = None, ties: bool = True):
-        return await search_top(reader, self.ano, match, k=k, order=order, include=include, exclude=exclude,
+        return await search_top(reader, self.ano, match, self._dfs, k=k, order=order, include=include, exclude=exclude,
                                 role=role, since=since, until=until)
 
     async def search_sessions(self, reader: Reader, match: Match, *, k: int,
                               order: str, include: list[int] | None, exclude: list[int] | None, role: str | None,
                               since: int | None = None, until: int | None = None, hot: str | None = None):
-        return await search_sessions(reader, self.ano, match, k=k, order=order, include=include,
+        return await search_sessions(reader, self.ano, match, self._dfs, k=k, order=order, include=include,
                                      exclude=exclude, role=role, since=since, until=until)
 
     async def window_of(self, reader: Reader, key: str, session_id: str | None) -> tuple | None:

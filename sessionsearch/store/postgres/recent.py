@@ -1,0 +1,87 @@
+"""`recent` (newest first) on PostgreSQL without sorting every match, and without an index on
+(ano, ts) that tempts the planner into walking every timestamp past a rare word (schema.py).
+
+Each window keeps `ts_max`, a bound on the timestamps of its index rows (migration 3, raised by
+a trigger on every insert), as SQLite's windows do (store/sqlite/recent.py). The top k + 1 by
+(ts DESC, message id) come from one statement in two steps:
+
+1. A walk of at most `walk` windows by ts_max, newest first, each window's rows read by their id
+   range (rowids.py) and tested against the tsquery, until k + 1 matches are found. T is the
+   oldest timestamp among those matches: at least k + 1 matches are at least as new as T, so the
+   answer is among the matches with ts >= T, and those live in windows whose ts_max >= T.
+2. Those windows' rows with ts >= T, sorted (but for the windows step 1 read whole, whose matches
+   it holds already).
+
+When the walk stops short of k + 1 matches, every match is sorted as before, found through the
+GIN index. The walk's length is planned from the counts the store last saw (DfCache): it reads
+rows in id order, several times cheaper than fetching a match through the GIN index, so it may
+read a few times as many rows as the word has matches, and is not tried when even its expected
+length is more than that (a rare word: sorting its few matches is cheaper than reading windows
+without it).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..rowids import HIGH, LOW_BITS, SEQ_BITS
+
+if TYPE_CHECKING:
+    from .search import DfCache, Query
+
+ROWS_PER_MATCH = 4  # rows a walk may read per match that sorting every match would fetch
+WALK_MARGIN = 3  # a walk is expected to need this many times k + 1 over the word's share
+WALK_UNKNOWN = 20  # windows walked for words whose counts the store has not seen yet
+
+# both id ranges of window `w` (rowids.window_ranges), in SQL
+LOW = f"m.id BETWEEN {{w}}.wid << {LOW_BITS} AND ({{w}}.wid << {LOW_BITS}) + {(1 << LOW_BITS) - 1}"
+HIGH_RANGE = (f"m.id BETWEEN {HIGH} + ({{w}}.wid << {SEQ_BITS + 1}) "
+              f"AND {HIGH} + ({{w}}.wid << {SEQ_BITS + 1}) + {(1 << (SEQ_BITS + 1)) - 1}")
+WINDOWS = "ano = %(ano)s AND needs_rebuild = 0 AND cold = 0"
+
+
+def walk_windows(query: "Query", cache: "DfCache", k: int) -> int:
+    """Windows step 1 may read for `query` (0: sort every match), from the cached counts."""
+    if cache.head is None:
+        return WALK_UNKNOWN
+    rows, windows = cache.head
+    share = 1.0
+    for i in range(len(query.phrases)):
+        hit = cache.get(query.params[f"q{i}"])
+        if hit is None:
+            return WALK_UNKNOWN
+        share *= min(1.0, hit[1] / rows) if rows > 0 else 0.0
+    cap = ROWS_PER_MATCH * share * rows
+    if share <= 0.0 or WALK_MARGIN * k / share > cap:
+        return 0
+    return max(1, int(cap * windows / rows))
+
+
+def recent_ctes(query: "Query", where: list[str], score: str, walk: int, params: dict) -> str:
+    """CTEs ending in `cand`, matching rows (id, s, ts, mid) among which are the top %(k)s newest
+    first, `where` holding the scope's conditions on `m` (search.scope_sql), after the CTEs of
+    stats_sql."""
+    params["walk"] = walk
+    cond = " AND ".join([f"m.tsv @@ {query.tsquery}", *where])
+    floor, last = "(SELECT t FROM floor)", "((SELECT wts FROM floor), (SELECT wwid FROM floor))"
+
+    def rows_of(w: str) -> str:  # a window's index rows, both id ranges, by the primary key
+        return (f"(SELECT * FROM ss_index m WHERE {LOW.format(w=w)} UNION ALL "
+                f"SELECT * FROM ss_index m WHERE {HIGH_RANGE.format(w=w)}) m")
+
+    # near: no ORDER BY above the join, so the nested loop yields matches window by window in
+    # ts_max order and the LIMIT stops it at k + 1 of them (any k + 1 matches make a valid T).
+    # The windows before the last one it read were read whole: their matches are all in `near`,
+    # and step 2 reads only the last one and those after it with ts_max >= T.
+    return (
+        f"near AS MATERIALIZED (SELECT m.id, m.ts, w1.ts_max AS wts, w1.wid AS wwid FROM (SELECT wid, ts_max "
+        f"FROM ss_windows WHERE {WINDOWS} ORDER BY ts_max DESC, wid DESC LIMIT %(walk)s) w1 CROSS JOIN LATERAL "
+        f"(SELECT m.id, m.ts FROM st, {rows_of('w1')} WHERE {cond}) m LIMIT %(k)s), "
+        "floor AS MATERIALIZED (SELECT CASE WHEN (SELECT count(*) FROM near) = %(k)s THEN (SELECT min(ts) FROM near) "
+        "END AS t, l.wts, l.wwid FROM (SELECT wts, wwid FROM near ORDER BY wts, wwid LIMIT 1) l), "
+        f"cand AS (SELECT m.id, {score} AS s, m.ts, m.mid FROM st, ss_windows w2 CROSS JOIN LATERAL {rows_of('w2')} "
+        f"WHERE {floor} IS NOT NULL AND w2.{WINDOWS.replace(' AND ', ' AND w2.')} AND w2.ts_max >= {floor} "
+        f"AND (w2.ts_max, w2.wid) <= {last} AND m.ts >= {floor} AND {cond} "
+        f"UNION ALL SELECT m.id, {score} AS s, m.ts, m.mid FROM st, near n JOIN ss_index m ON m.id = n.id "
+        f"WHERE {floor} IS NOT NULL AND (n.wts, n.wwid) > {last} "
+        f"UNION ALL SELECT m.id, {score} AS s, m.ts, m.mid FROM st, ss_index m WHERE {floor} IS NULL AND {cond})")
