@@ -152,6 +152,9 @@ class HotWrites:
         else:
             self.c.execute("UPDATE meta SET value = ? WHERE key = 'index_log'", (oldest + FRESH_LIMIT,))
             self.c.execute("DELETE FROM index_log WHERE seq <= ?", (oldest,))
+        # the deletions every usable prefix build holds (prefixes.py; none usable: all)
+        self.c.execute("DELETE FROM index_gone WHERE gseq <= coalesce("
+                       "(SELECT min(gone_seq) FROM prefix_words WHERE log_seq >= 0), 1 << 62)")
 
     def start_index_log(self) -> None:
         """From the next indexing transaction on, rows indexed are listed (before a build reads)."""
