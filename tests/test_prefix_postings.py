@@ -267,6 +267,23 @@ async def test_random_writes_deletes_and_folds_keep_every_answer_equal_to_fts5(t
         assert prefix_calls["answered"] >= 24 * 6
 
 
+async def test_postings_built_before_the_upgrade_stay_exact_through_deletes_after_it(tmp_path, prefix_calls):
+    async with engine_at(tmp_path) as engine:
+        await _corpus(engine, sessions=8)
+        await engine.optimize(min_docs=10_000)
+        await engine.append("agent:main:late", chain("late", [("user", "alpine " * 4)]))
+    with sqlite3.connect(tmp_path / "agents" / "main.db") as conn:  # as schema version 11 left it
+        conn.execute("DROP TABLE index_gone")
+        conn.execute("ALTER TABLE prefix_words DROP COLUMN gone_seq")
+        conn.execute("DELETE FROM schema_migrations WHERE version = 12")
+    async with engine_at(tmp_path) as engine:
+        await engine.search({"query": "al", "match": "prefix"})  # the store learns there is no backlog
+        await engine.delete("agent:main:s5")
+        for prefix in ("al", "alp", "be"):
+            await _same_both_ways(engine, {"query": prefix, "match": "prefix", "limit": 25})
+        assert prefix_calls == {"answered": 3, "fell_back": 0}
+
+
 async def test_past_the_log_limit_prefixes_are_searched_with_fts5_alone(tmp_path, prefix_calls, monkeypatch):
     async with engine_at(tmp_path) as engine:
         await _corpus(engine, sessions=6)
