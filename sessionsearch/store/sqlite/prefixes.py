@@ -187,11 +187,14 @@ class _Terms:
         c = self._conn
         c.execute("DELETE FROM scratch")
         c.executemany("INSERT INTO scratch (rowid, text) VALUES (?, ?)", enumerate(texts))
-        for term, doc in c.execute("SELECT term, doc FROM temp.scratch_vi"):
-            found = out[doc]
-            for n in range(MIN_LEN, min(MAX_LEN, len(term)) + 1):
-                if (p := term[:n]) in wanted:
-                    found[p] = found.get(p, 0) + 1
+        last, found = None, []
+        for term, doc in c.execute("SELECT term, doc FROM temp.scratch_vi"):  # in term order
+            if term != last:
+                last = term
+                found = [p for n in range(MIN_LEN, min(MAX_LEN, len(term)) + 1) if (p := term[:n]) in wanted]
+            counts = out[doc]
+            for p in found:
+                counts[p] = counts.get(p, 0) + 1
         return out
 
 
@@ -208,6 +211,8 @@ class Changes:
         self.now: dict[int, tuple[int, dict[str, int]]] = {}  # touched row indexed now -> (dl, {prefix: tf})
         self.by_prefix: dict[str, dict[int, int]] = {}  # prefix -> {touched row matching now: tf}
         self.net = 0  # touched rows indexed now less those indexed at the build
+        self._best: dict[str, tuple[tuple[int, int], list[tuple[int, int, int]]]] = {}  # see rows()
+        self._spans = 0  # spans taken in
 
     def apply(self, rows: list[tuple]) -> bool:
         """Take in the next span of CHANGES_SQL's rows; False when they are not consistent (a
@@ -223,6 +228,7 @@ class Changes:
                 first[rid] = (pos, gone if kind == 1 else None)  # first a deletion: the row was indexed then
         if any(text is not None and sz is None for text, sz in current.values()):
             return False
+        self._spans += 1
         was = [(rid, gone) for rid, (_, gone) in first.items() if gone is not None]
         now = [(rid, text, sz) for rid, (text, sz) in current.items() if text is not None]
         counted = self._terms.count([t for _, t in was] + [t for _, t, _ in now], self.wanted)
@@ -249,9 +255,25 @@ class Changes:
         """How many more rows match `prefix` than at the build."""
         return len(self.by_prefix.get(prefix, ())) - len(self.before.get(prefix, ()))
 
-    def rows(self, prefix: str) -> list[tuple[int, int, int]]:
-        """The touched rows matching `prefix` now (tf, dl, rid)."""
-        return [(tf, self.now[rid][0], rid) for rid, tf in self.by_prefix.get(prefix, {}).items()]
+    def rows(self, prefix: str, k: int | None = None) -> list[tuple[int, int, int]]:
+        """The touched rows matching `prefix` now (tf, dl, rid); with `k`, only those that can be
+        among its top k: per tf run the k shortest, and any as short as the k-th (a tie)."""
+        if k is None:
+            return [(tf, self.now[rid][0], rid) for rid, tf in self.by_prefix.get(prefix, {}).items()]
+        cached = self._best.get(prefix)
+        if cached is not None and cached[0] == (self._spans, k):
+            return cached[1]
+        runs: Runs = {}
+        for rid, tf in self.by_prefix.get(prefix, {}).items():
+            runs.setdefault(tf, []).append((self.now[rid][0], rid))
+        best = []
+        for tf, run in runs.items():
+            if len(run) > k:
+                run.sort()
+                run = [r for r in run if r[0] <= run[k - 1][0]]
+            best += [(tf, dl, rid) for dl, rid in run]
+        self._best[prefix] = ((self._spans, k), best)
+        return best
 
 
 # -- folding the changes into the postings (a connection of its own, on a thread) ----------------
@@ -404,7 +426,7 @@ class PrefixTop:
         if changes is None or n_rows != built_rows + changes.net:
             return None  # a change not logged (or this snapshot is older than the changes read)
         kept = await conn.execute_fetchall("SELECT tf, dl, rid FROM prefix_postings WHERE pno = ?", (pno,))
-        candidates = [r for r in kept if r[2] not in changes.touched] + changes.rows(prefix)
+        candidates = [r for r in kept if r[2] not in changes.touched] + changes.rows(prefix, k)
         docs += changes.docs_moved(prefix)
         avgdl = average_length(averages)
         idf = math.log((n_rows - docs + 0.5) / (docs + 0.5))
