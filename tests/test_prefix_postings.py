@@ -4,6 +4,7 @@ whatever was appended, deleted or reconciled since they were built."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 import sqlite3
 
@@ -156,7 +157,8 @@ async def test_other_searches_keep_their_path(tmp_path, prefix_calls):
 async def test_top_hits_stay_exact_through_rewinds_archives_restores_and_deletes_since_the_build(tmp_path,
                                                                                               prefix_calls):
     async with engine_at(tmp_path) as engine:
-        await engine.append("agent:main:r", chain("r", [("user", "cat"), ("user", "alpine " * 9), ("assistant", "alps")]))
+        await engine.append("agent:main:r", chain("r", [("user", "cat"), ("user", "alpine " * 9),
+                                                        ("assistant", "alps")]))
         await _corpus(engine)
         await engine.optimize(min_docs=10_000)
         assert ids(await _same_both_ways(engine, {"query": "alpi", "match": "prefix", "limit": 1})) == ["r2"]
@@ -282,6 +284,22 @@ async def test_postings_built_before_the_upgrade_stay_exact_through_deletes_afte
         for prefix in ("al", "alp", "be"):
             await _same_both_ways(engine, {"query": prefix, "match": "prefix", "limit": 25})
         assert prefix_calls == {"answered": 3, "fell_back": 0}
+
+
+async def test_a_build_counts_out_the_rows_deleted_while_it_read(tmp_path, prefix_calls):
+    async with engine_at(tmp_path) as engine:
+        await _corpus(engine, sessions=8)
+        await engine.optimize(min_docs=20, min_share=0.0)  # common words too: they keep the log running
+        store = await engine.store("main")
+        await store.execute_write("UPDATE prefix_words SET log_seq = -1")  # given up: a build is due
+        read = await asyncio.to_thread(sqlite_prefixes.read_prefixes, store.path)
+        await engine.delete("agent:main:s4")  # after the build's snapshot, before it is stored
+        await store._run(lambda: store._writer.drop_hot_words({"alpha", "beta", "alps"}))  # cuts the logs
+        await store._run(lambda: store._writer.store_prefixes(*read))
+        await engine.search({"query": "al", "match": "prefix"})  # the store learns there is no backlog
+        result = await _same_both_ways(engine, {"query": "al", "match": "prefix", "limit": 25})
+        assert not any(i.startswith("s4m") for i in ids(result))
+        assert prefix_calls == {"answered": 1, "fell_back": 0}
 
 
 async def test_past_the_log_limit_prefixes_are_searched_with_fts5_alone(tmp_path, prefix_calls, monkeypatch):

@@ -68,7 +68,8 @@ def common_prefixes(conn: sqlite3.Connection, min_docs: int, max_prefixes: int) 
     return {p for _, p in common[:max_prefixes]}
 
 
-def trim(runs: Runs, cut: dict[int, int], cap: int, keep: int, avgdl: float) -> tuple[list[tuple[int, int, int]], dict[int, int]]:
+def trim(runs: Runs, cut: dict[int, int], cap: int, keep: int,
+         avgdl: float) -> tuple[list[tuple[int, int, int]], dict[int, int]]:
     """(kept rows (tf, dl, rid), {tf: cut}) of a prefix whose candidate rows are `runs`: the `cap`
     shortest of each run, of those the `keep` best by score (and each run's first). A run's cut,
     the length of its first row left out, only goes down: `cut` holds those of rows left out
