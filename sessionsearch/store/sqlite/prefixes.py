@@ -207,7 +207,7 @@ class Changes:
     def __init__(self, wanted: set[str], terms: _Terms) -> None:
         self.wanted = wanted
         self._terms = terms
-        self.touched: dict[int, bool] = {}  # row id -> indexed at the build
+        self.touched: set[int] = set()  # rows indexed or deleted since the build
         self.before: dict[str, set[int]] = {}  # prefix -> touched rows that matched it at the build
         self.now: dict[int, tuple[int, dict[str, int]]] = {}  # touched row indexed now -> (dl, {prefix: tf})
         self.by_prefix: dict[str, dict[int, int]] = {}  # prefix -> {touched row matching now: tf}
@@ -233,10 +233,8 @@ class Changes:
         was = [(rid, gone) for rid, (_, gone) in first.items() if gone is not None]
         now = [(rid, text, sz) for rid, (text, sz) in current.items() if text is not None]
         counted = self._terms.count([t for _, t in was] + [t for _, t, _ in now], self.wanted)
-        for rid in first:
-            self.touched[rid] = False
-        for (rid, _), found in zip(was, counted):
-            self.touched[rid] = True
+        self.touched.update(first)
+        for (rid, _), found in zip(was, counted):  # indexed at the build
             self.net -= 1
             for p in found:
                 self.before.setdefault(p, set()).add(rid)
