@@ -239,7 +239,9 @@ async def changes_phases(args, work: Path, db: Path, prefixes: list[str], report
 
 
 async def beside_writer(engine, prefixes: list[str], texts: list[str], seconds: float) -> tuple[dict, int]:
-    """Searches for each prefix in turn while another task appends 10 rows every 50 ms."""
+    """Searches for each prefix in turn while another task appends 10 rows every 50 ms; beside
+    them, as the floor that the writer's share of the process and machine sets, an exact search
+    for a word in no message (`control`)."""
     stop = asyncio.Event()
     written = 0
 
@@ -255,7 +257,7 @@ async def beside_writer(engine, prefixes: list[str], texts: list[str], seconds: 
             await asyncio.sleep(0.05)
 
     task = asyncio.create_task(writer())
-    times: dict[str, list[float]] = {p: [] for p in prefixes}
+    times: dict[str, list[float]] = {p: [] for p in [*prefixes, "control"]}
     end = time.perf_counter() + seconds
     try:
         while time.perf_counter() < end:
@@ -263,6 +265,9 @@ async def beside_writer(engine, prefixes: list[str], texts: list[str], seconds: 
                 t = time.perf_counter()
                 await engine.search({"query": prefix, "match": "prefix", "limit": 25})
                 times[prefix].append(time.perf_counter() - t)
+                t = time.perf_counter()
+                await engine.search({"query": "qqqqzzzz", "limit": 25})
+                times["control"].append(time.perf_counter() - t)
     finally:
         stop.set()
         await task
