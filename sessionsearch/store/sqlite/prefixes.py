@@ -208,7 +208,7 @@ class Changes:
         self.wanted = wanted
         self._terms = terms
         self.touched: set[int] = set()  # rows indexed or deleted since the build
-        self.before: dict[str, set[int]] = {}  # prefix -> touched rows that matched it at the build
+        self.before: dict[str, int] = {}  # prefix -> touched rows that matched it at the build
         self.now: dict[int, tuple[int, dict[str, int]]] = {}  # touched row indexed now -> (dl, {prefix: tf})
         self.by_prefix: dict[str, dict[int, int]] = {}  # prefix -> {touched row matching now: tf}
         self.net = 0  # touched rows indexed now less those indexed at the build
@@ -234,10 +234,10 @@ class Changes:
         now = [(rid, text, sz) for rid, (text, sz) in current.items() if text is not None]
         counted = self._terms.count([t for _, t in was] + [t for _, t, _ in now], self.wanted)
         self.touched.update(first)
-        for (rid, _), found in zip(was, counted):  # indexed at the build
+        for _, found in zip(was, counted):  # indexed at the build
             self.net -= 1
             for p in found:
-                self.before.setdefault(p, set()).add(rid)
+                self.before[p] = self.before.get(p, 0) + 1
         for rid in current:
             if (old := self.now.pop(rid, None)) is not None:
                 self.net -= 1
@@ -252,7 +252,7 @@ class Changes:
 
     def docs_moved(self, prefix: str) -> int:
         """How many more rows match `prefix` than at the build."""
-        return len(self.by_prefix.get(prefix, ())) - len(self.before.get(prefix, ()))
+        return len(self.by_prefix.get(prefix, ())) - self.before.get(prefix, 0)
 
     def rows(self, prefix: str, k: int | None = None) -> list[tuple[int, int, int]]:
         """The touched rows matching `prefix` now (tf, dl, rid); with `k`, only those that can be
