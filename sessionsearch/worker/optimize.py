@@ -149,6 +149,8 @@ class PeriodicOptimize:
                      kept=done.get("kept", 0), dropped=len(done["dropped"]),
                      rows=sum(w["rows"] for w in done["words"].values()), seconds=round(result["seconds"], 2),
                      prefixes=(done.get("prefixes") or {}).get("count", 0),
+                     prefixes_folded=(done.get("prefixes") or {}).get("folded"),  # rows touched, when a fold
+                     prefixes_s=(done.get("prefixes") or {}).get("seconds"),
                      pid=result["pid"], cpu_priority=result["cpu_priority"])
         self.builds = [*self.builds[-9:], {**result, "due": due}]
         return result

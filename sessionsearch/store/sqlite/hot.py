@@ -151,9 +151,14 @@ class HotWrites:
         if oldest is None:
             self.c.execute("UPDATE meta SET value = 0 WHERE key = 'index_log'")
             self.c.execute("DELETE FROM index_log")
+            self.c.execute("DELETE FROM index_gone")
         else:
             self.c.execute("UPDATE meta SET value = ? WHERE key = 'index_log'", (oldest + FRESH_LIMIT,))
             self.c.execute("DELETE FROM index_log WHERE seq <= ?", (oldest,))
+            # the deletions every usable prefix build holds (prefixes.py); none usable: kept while
+            # the log runs, for a prefix build that may be reading
+            self.c.execute("DELETE FROM index_gone WHERE gseq <= "
+                           "(SELECT min(gone_seq) FROM prefix_words WHERE log_seq >= 0)")
 
     def start_index_log(self) -> None:
         """From the next indexing transaction on, rows indexed are listed (before a build reads)."""

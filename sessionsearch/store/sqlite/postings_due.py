@@ -7,12 +7,14 @@ it runs when it pays off, not on every write:
   then would be stale within minutes; once the backlog drains, a build is due if
 - no build ever ran and the index holds enough rows for a word to be common ("first"), or
 - the index grew by `grow_share` of its rows at the last build ("grown": words became common), or
-- a word's or the prefixes' postings are stale, or half their log budget is used ("stale": their
-  searches are about to go back to FTS5 alone).
+- a word's or the prefixes' postings are stale, or half a word's log budget is used ("stale": its
+  searches are about to go back to FTS5 alone), or
+- the index changed by FOLD_AFTER rows since the prefixes' build or last fold ("fold").
 
-A build redoes only the words that need it (new, stale, or past half their log budget), and the
-prefixes only when they need it; the others stay exact through the index log (hot.py) and are
-kept as they are.
+A build redoes only the words that need it (new, stale, or past half their log budget); the
+prefixes are built when there are none or they were given up, and else have the index's changes
+folded into them (prefixes.py: a cost in the rows changed, not in the index). The others stay
+exact through the index log (hot.py) and are kept as they are.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import sqlite3
 from pathlib import Path
 
 from .hot import FRESH_LIMIT, varint
-from .prefixes import LOG_LIMIT as PREFIX_LOG_LIMIT
+from .prefixes import FOLD_AFTER, positions
 
 BUILT_ROWS_KEY = "hot_built_rows"  # meta: the index's rows when the last build started
 
@@ -45,9 +47,10 @@ def postings_due(path: Path, *, min_docs: int, grow_share: float) -> str | None:
             return "first" if rows >= min_docs else None
         if rows - built[0] >= grow_share * max(built[0], min_docs):
             return "grown"
-        if stale_words(conn) or stale_prefixes(conn):
+        upkeep = prefix_upkeep(conn)
+        if stale_words(conn) or upkeep == "stale":
             return "stale"
-        return None
+        return "fold" if upkeep == "fold" else None
     finally:
         conn.close()
 
@@ -60,19 +63,23 @@ def stale_words(conn: sqlite3.Connection) -> set[str]:
             if log_seq < 0 or last - log_seq >= FRESH_LIMIT // 2}
 
 
-def stale_prefixes(conn: sqlite3.Connection) -> bool:
-    """Whether the prefixes' postings (prefixes.py) are stale or have used half their log budget."""
-    (last,) = conn.execute(
-        "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'index_log'), 0)").fetchone()
-    (oldest,) = conn.execute("SELECT min(log_seq) FROM prefix_words").fetchone()
-    return oldest is not None and (oldest < 0 or last - oldest >= PREFIX_LOG_LIMIT // 2)
+def prefix_upkeep(conn: sqlite3.Connection) -> str | None:
+    """What the prefixes' postings (prefixes.py) need: "first" (none built), "stale" (given up: a
+    build), "fold" (FOLD_AFTER or more index changes since their build or last fold), or None."""
+    count, oldest, gone = conn.execute("SELECT count(*), min(log_seq), min(gone_seq) FROM prefix_words").fetchone()
+    if not count:
+        return "first"
+    if oldest < 0:
+        return "stale"
+    last, glast = positions(conn)
+    return "fold" if (last - oldest) + (glast - gone) >= FOLD_AFTER else None
 
 
-def prefixes_to_build(path: Path) -> bool:
-    """Whether an incremental build must redo the prefixes: none built, or stale (see above)."""
+def prefix_upkeep_at(path: Path) -> str | None:
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        return conn.execute("SELECT 1 FROM prefix_words LIMIT 1").fetchone() is None or stale_prefixes(conn)
+        conn.execute("BEGIN")  # one snapshot
+        return prefix_upkeep(conn)
     finally:
         conn.close()
 

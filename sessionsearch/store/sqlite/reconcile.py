@@ -31,7 +31,7 @@ def _claim(c: sqlite3.Connection, wid: int, token: str, lease_s: float, now: flo
 
 class ReconcileWrites:
     """Needs from the writer: `c`, `tx()`, `_bump_dirty()`, `_log_indexed()` and `_log_indexed_sql()`
-    (hot.py), `lock_wait_s` (how long the last BEGIN waited) and `rows_in_sql`."""
+    (hot.py), `_log_gone()` (prefixes.py), `lock_wait_s` (how long the last BEGIN waited) and `rows_in_sql`."""
 
     c: sqlite3.Connection
     rows_in_sql: bool
@@ -160,10 +160,10 @@ class ReconcileWrites:
         if self.c.execute("SELECT 1 FROM msg_fts WHERE rowid BETWEEN ? AND ? LIMIT 1", (lo, hi)).fetchone() is None:
             deleted = 0  # nothing indexed here yet (an import): a plain insert, no diff to compute
         else:
-            deleted = self.c.execute(
-                "DELETE FROM msg_fts WHERE rowid BETWEEN :lo AND :hi AND rowid NOT IN "
-                f"(SELECT id FROM events WHERE id BETWEEN :lo AND :hi AND {INDEXABLE})",
-                {"lo": lo, "hi": hi}).rowcount
+            stale = ("rowid BETWEEN :lo AND :hi AND rowid NOT IN "
+                     f"(SELECT id FROM events WHERE id BETWEEN :lo AND :hi AND {INDEXABLE})")
+            self._log_gone(stale, {"lo": lo, "hi": hi})
+            deleted = self.c.execute(f"DELETE FROM msg_fts WHERE {stale}", {"lo": lo, "hi": hi}).rowcount
             select += " AND id NOT IN (SELECT rowid FROM msg_fts WHERE rowid BETWEEN :lo AND :hi)"
         if self.rows_in_sql:
             self._log_indexed_sql(select, {"lo": lo, "hi": hi})  # before: the select skips indexed rows
@@ -210,12 +210,13 @@ class ReconcileWrites:
 
     def sweep_orphans(self) -> int:
         """Delete index rows whose window is gone or cold, or (clean windows) whose row is off the branch."""
+        orphan = ("rowid IN (SELECT f.rowid FROM msg_fts f "
+                  f"LEFT JOIN windows win ON win.wid = {wid_sql('f.rowid')} "
+                  "WHERE win.wid IS NULL OR win.cold = 1 OR (win.needs_rebuild = 0 AND NOT EXISTS "
+                  "(SELECT 1 FROM events e WHERE e.id = f.rowid AND e.on_branch = 1 AND e.text IS NOT NULL)))")
         with self.tx() as c:
-            return c.execute(
-                "DELETE FROM msg_fts WHERE rowid IN (SELECT f.rowid FROM msg_fts f "
-                f"LEFT JOIN windows win ON win.wid = {wid_sql('f.rowid')} "
-                "WHERE win.wid IS NULL OR win.cold = 1 OR (win.needs_rebuild = 0 AND NOT EXISTS "
-                "(SELECT 1 FROM events e WHERE e.id = f.rowid AND e.on_branch = 1 AND e.text IS NOT NULL)))").rowcount
+            self._log_gone(orphan, ())
+            return c.execute(f"DELETE FROM msg_fts WHERE {orphan}").rowcount
 
     def dirty_windows(self) -> list[int]:
         return [r[0] for r in self.c.execute("SELECT wid FROM windows WHERE needs_rebuild = 1 ORDER BY wid")]

@@ -254,4 +254,18 @@ CREATE TABLE prefix_postings (
     PRIMARY KEY (pno, tf, dl, rid)
 ) WITHOUT ROWID;
 """),
+    (12, "index_gone", """
+-- Index rows deleted while the prefixes' postings are usable, with their indexed text: searches
+-- take them out of a prefix's document count and rows, and the worker folds them into the
+-- postings (store/sqlite/prefixes.py), instead of giving the postings up at the first delete.
+-- `after` orders a deletion among the rows indexed: after index_log's rows up to it, before the next.
+CREATE TABLE index_gone (
+    gseq INTEGER PRIMARY KEY AUTOINCREMENT,
+    rid INTEGER NOT NULL,
+    after INTEGER NOT NULL,
+    text TEXT NOT NULL
+);
+-- index_gone rows up to this one are in the postings (a build before this migration: none are)
+ALTER TABLE prefix_words ADD COLUMN gone_seq INTEGER NOT NULL DEFAULT 0;
+"""),
 )

@@ -25,8 +25,8 @@ from ...indexer.events import Event
 from ..base import AppendResult, ClaimInfo, Match, SessionMeta, WindowMeta
 from ..rowids import row_id, seq_sql, window_ranges
 from .fts import fts5_match
-from .postings_due import BUILT_ROWS_KEY, built_rows, postings_due, prefixes_to_build, words_to_build
-from .prefixes import PrefixTop, is_prefix_query, read_prefixes
+from .postings_due import BUILT_ROWS_KEY, built_rows, postings_due, prefix_upkeep_at, words_to_build
+from .prefixes import PrefixTop, is_prefix_query, read_fold, read_prefixes
 from .hot import MAX_WORDS, MIN_DOCS, MIN_SHARE, common_words, hot_top, read_postings
 from .ranking import TS_JOIN, materialized, ranked_shown
 from .recent import RecentScores, ShownIndex
@@ -252,7 +252,9 @@ class SqliteAgentStore:
         """Build postings for the words common enough (hot.py) and drop those of words no longer
         among them; `incremental`: only the words without usable postings or about to lose them
         (postings_due.py), the others kept; then the common prefixes' postings (prefixes.py), in an
-        incremental build only when they need it. Reads run on a connection of their own, on a thread."""
+        incremental build only when they need it: built when none are or they were given up, else
+        the index's changes since folded in (`prefixes.folded`: the rows touched). Reads run on a
+        connection of their own, on a thread."""
         rows = await asyncio.to_thread(built_rows, self.path)
         words = await asyncio.to_thread(common_words, self.path, min_docs=min_docs, min_share=min_share,
                                         max_words=max_words)
@@ -268,10 +270,19 @@ class SqliteAgentStore:
             built[word] = {"rows": len(postings) // 3, "seconds": round(time.monotonic() - started, 3)}
         started = time.monotonic()
         prefix_build = None
-        if not incremental or await asyncio.to_thread(prefixes_to_build, self.path):
+        upkeep = await asyncio.to_thread(prefix_upkeep_at, self.path) if incremental else "first"
+        if upkeep == "fold":
+            fold = await asyncio.to_thread(read_fold, self.path)
+            if fold is not None and await self._run(lambda: self._writer.fold_prefixes(fold)):
+                prefix_build = {"folded": fold.touched, "count": len(fold.heads),
+                                "rows": sum(len(kept) for kept in fold.kept.values()),
+                                "seconds": round(time.monotonic() - started, 3)}
+            else:  # not foldable (a change not logged, or the postings moved on): build them
+                upkeep = "stale"
+        if upkeep in ("first", "stale"):
             await self._run(lambda: self._writer.start_index_log())
-            log_seq, n_rows, prefixes = await asyncio.to_thread(read_prefixes, self.path)
-            await self._run(lambda: self._writer.store_prefixes(log_seq, n_rows, prefixes))
+            log_seq, gone_seq, n_rows, prefixes = await asyncio.to_thread(read_prefixes, self.path)
+            await self._run(lambda: self._writer.store_prefixes(log_seq, gone_seq, n_rows, prefixes))
             prefix_build = {"count": len(prefixes), "rows": sum(len(p[2]) for p in prefixes.values()),
                             "seconds": round(time.monotonic() - started, 3)}
         await self.execute_write("INSERT OR REPLACE INTO meta VALUES (?, ?)", (BUILT_ROWS_KEY, rows))

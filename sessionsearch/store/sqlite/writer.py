@@ -334,6 +334,7 @@ class SqliteWriter(ReconcileWrites, HotWrites, PrefixWrites):
         """Delete a window's transcript rows, and its index rows unless `index` is False."""
         for lo, hi in window_ranges(wid):
             if index:
+                self._log_gone("rowid BETWEEN ? AND ?", (lo, hi))
                 self.c.execute("DELETE FROM msg_fts WHERE rowid BETWEEN ? AND ?", (lo, hi))
             self.c.execute("DELETE FROM events WHERE id BETWEEN ? AND ?", (lo, hi))
 
