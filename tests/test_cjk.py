@@ -224,7 +224,7 @@ def test_cjk_search_finds_exactly_what_python_in_finds(backend):
 
 def _to_schema_8(db) -> None:
     """Rewrite a store as schema version 8 wrote it: index rows hold the text as it stands, and
-    migrations 9-12 are not recorded (what 10-12 made is dropped too)."""
+    migrations 9-13 are not recorded (what 10-13 made is dropped too)."""
     with sqlite3.connect(db) as conn:
         rows = conn.execute("SELECT f.rowid, e.text, f.ts, f.mid FROM msg_fts f JOIN events e ON e.id = f.rowid "
                             "ORDER BY f.rowid").fetchall()
@@ -236,6 +236,8 @@ def _to_schema_8(db) -> None:
         conn.execute("DROP TABLE prefix_words")
         conn.execute("DROP TABLE prefix_postings")
         conn.execute("DROP TABLE index_gone")  # migration 12's
+        conn.execute("DROP INDEX events_all_by_ts")  # 13 replaced 8's index
+        conn.execute("CREATE INDEX events_by_ts ON events (ts) WHERE text IS NOT NULL")
 
 
 async def _old_store(data_dir) -> None:
@@ -251,7 +253,7 @@ async def test_an_upgraded_store_hands_its_cjk_windows_to_reconciliation(tmp_pat
     await _old_store(tmp_path)
     async with engine_at(tmp_path) as engine:
         store = await engine.store("main")
-        assert [v for v, _ in await store.applied_migrations()][-4:] == [9, 10, 11, 12]
+        assert [v for v, _ in await store.applied_migrations()][-5:] == [9, 10, 11, 12, 13]
         first = await engine.search(query="deploy")
         assert first["indexing"] is True and ids(first) == ["l1"]  # the Latin-only window stays searchable
         assert (await engine.search(query="开会"))["results"] == []

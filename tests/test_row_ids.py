@@ -134,6 +134,7 @@ def _to_schema_5(db, cold_file) -> None:
         conn.execute("DROP TABLE prefix_words")  # migration 11's
         conn.execute("DROP TABLE prefix_postings")
         conn.execute("DROP TABLE index_gone")  # migration 12's
+        conn.execute("DROP INDEX events_all_by_ts")  # migration 13's
         conn.execute("DELETE FROM schema_migrations WHERE version >= 6")
     with gzip.open(cold_file, "rt", encoding="utf-8") as fh:
         rows = [json.loads(line) for line in fh]
@@ -155,7 +156,7 @@ async def test_a_store_written_with_the_old_row_ids_is_migrated_on_open(tmp_path
 
     async with engine_at(tmp_path) as engine:
         store = await engine.store("main")
-        assert [v for v, _ in await store.applied_migrations()][-7:] == [6, 7, 8, 9, 10, 11, 12]
+        assert [v for v, _ in await store.applied_migrations()][-8:] == [6, 7, 8, 9, 10, 11, 12, 13]
         # migration 9 hands the window with CJK text ("ローン相談") to reconciliation
         assert (await engine.search(query="needle", limit=25))["indexing"] is True
         await engine.reconcile_pending()

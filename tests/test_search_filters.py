@@ -10,7 +10,7 @@ import pytest
 
 from sessionsearch import InvalidRequest
 from sessionsearch.indexer.events import MAX_TS_MS, MIN_TS_MS
-from sessionsearch.store.sqlite.scope import id_bounds
+from sessionsearch.store.sqlite.scope import ID_BOUNDS_SQL, id_bounds
 
 from .helpers import BASE_TS, chain, engine_at, ids, timed
 
@@ -167,6 +167,59 @@ async def test_a_narrow_range_is_an_id_span_holding_every_message_in_it(tmp_path
             assert len(ids_in) == 3 and lo == min(ids_in) and hi == max(ids_in)
             assert await id_bounds(reader.conn, BASE_TS + 2000, BASE_TS + 3000) == (1, 0)  # none in range
             assert await id_bounds(reader.conn, BASE_TS, BASE_TS + 100_000) is None  # most of the time span
+
+
+def _to_schema_12(db) -> None:
+    """Rewrite a store as schema version 12 left it: the partial index of migration 8, no 13."""
+    with sqlite3.connect(db) as conn:
+        conn.execute("DROP INDEX events_all_by_ts")
+        conn.execute("CREATE INDEX events_by_ts ON events (ts) WHERE text IS NOT NULL")
+        conn.execute("DELETE FROM schema_migrations WHERE version = 13")
+
+
+async def test_an_upgraded_store_answers_ranges_the_same_from_a_covering_index(tmp_path):  # SQLite only: SQLite's migration 13
+    """Tool results (events the index leaves out) lie among the messages, so the span of a range's
+    events is wider than its messages': every ranged search still gives the oracle's hits, before
+    the upgrade's rewrite and after it, and the span is read from the index alone."""
+    rng = random.Random(20261201)
+    words, span = ["alpha", "beta", "gamma"], 1_000_000
+    async with engine_at(tmp_path) as engine:
+        for s in range(4):
+            items = [(rng.choice(["user", "assistant", "toolResult", "toolResult"]),
+                      " ".join(rng.choices(words, k=rng.randint(1, 4))), BASE_TS + rng.randrange(span))
+                     for _ in range(150)]
+            await engine.append(f"agent:main:s{s}", timed(f"s{s}-", items))
+    db = tmp_path / "agents" / "main.db"
+    queries = []
+    for _ in range(40):
+        since = BASE_TS + rng.randrange(-span // 20, span)
+        queries.append((rng.choice(words), since, since + rng.randrange(1, span // 25),
+                        rng.choice(["relevance", "recent"]), rng.randint(1, 10)))
+
+    async def answers(engine) -> list[list[tuple]]:
+        out = []
+        for word, since, until, order, limit in queries:
+            got = await engine.search(query=word, since=since, until=until, order=order, limit=limit)
+            out.append([(h["messageId"], h["score"]) for h in got["results"]])
+            assert out[-1] == _oracle(db, word, since, until, order, limit)
+        return out
+
+    async with engine_at(tmp_path) as engine:
+        before = await answers(engine)
+    _to_schema_12(db)
+    async with engine_at(tmp_path) as engine:
+        store = await engine.store("main")
+        assert (await store.applied_migrations())[-1] == (12, "time_ranges_covering")
+        assert await answers(engine) == before
+        async with store.reader() as reader:
+            narrowed = [await id_bounds(reader.conn, since, until) for _, since, until, _, _ in queries]
+            plan = " ".join(r[3] for r in await reader.conn.execute_fetchall(
+                "EXPLAIN QUERY PLAN " + ID_BOUNDS_SQL, {"since": BASE_TS, "until": BASE_TS + 1, "share": 20, "cap": 9}))
+    assert sum(b is not None and b != (1, 0) for b in narrowed) >= 20  # most ranges were narrowed
+    assert plan.count("COVERING INDEX events_all_by_ts") == 3 and "USING INDEX" not in plan, plan
+    with sqlite3.connect(db) as conn:
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    assert "events_all_by_ts" in names and "events_by_ts" not in names
 
 
 async def test_every_query_of_a_batch_takes_the_range(backend):

@@ -268,4 +268,12 @@ CREATE TABLE index_gone (
 -- index_gone rows up to this one are in the postings (a build before this migration: none are)
 ALTER TABLE prefix_words ADD COLUMN gone_seq INTEGER NOT NULL DEFAULT 0;
 """),
+    (13, "time_ranges_covering", """
+-- `since`/`until` read the id span of a range from this index alone (store/sqlite/scope.py, id_bounds).
+-- events_by_ts (8) is partial, so on SQLite 3.40 every entry read cost a lookup of its events row
+-- to test the index's own `text IS NOT NULL` (15-21 ms for a range of 7,000-15,000 messages at
+-- 1,000,000). This one holds every event: the span of all events in a range bounds its messages.
+CREATE INDEX events_all_by_ts ON events (ts);
+DROP INDEX events_by_ts;
+"""),
 )

@@ -57,28 +57,38 @@ def scope_arms(include: list[int] | None, exclude: list[int] | None, role: str |
             (LONG_IN_SCOPE, scope_conditions(include, exclude, role, params, dirty=dirty, region="high"))]
 
 
-# A time range narrows the scan to the id span of its messages (found in the events_by_ts index)
-# when it is short: it holds at most NARROW_MAX_ROWS messages and spans at most 1/NARROW_SHARE of
-# the agent's time; reading the span of a longer one costs more than the rows it would skip.
+# A time range narrows the scan to the id span of its events (found in the events_all_by_ts index,
+# migration 13), which holds every message in it, when it is short: it holds at most
+# NARROW_MAX_ROWS events and spans at most 1/NARROW_SHARE of the agent's time; reading the span of
+# a longer one costs more than the rows it would skip.
 NARROW_MAX_ROWS = 20_000
 NARROW_SHARE = 20
 MAX_ID = (1 << 63) - 1
 
 
+# id_bounds' statement, read from migration 13's index alone (a test pins its plan as covering)
+ID_BOUNDS_SQL = (
+    "WITH span AS MATERIALIZED (SELECT "
+    "(SELECT min(ts) FROM events INDEXED BY events_all_by_ts) AS first, "
+    "(SELECT max(ts) FROM events INDEXED BY events_all_by_ts) AS last), "
+    "r AS MATERIALIZED (SELECT first, last, max(coalesce(:since, first), first) AS lo, "
+    "min(coalesce(:until, last + 1), last + 1) AS hi FROM span) "
+    "SELECT r.first, r.last, b.* FROM r, (SELECT min(id), max(id), count(*) FROM (SELECT e.id FROM r, "
+    "events AS e INDEXED BY events_all_by_ts WHERE e.ts >= r.lo AND e.ts < r.hi "
+    "AND (r.hi - r.lo) * :share <= r.last + 1 - r.first LIMIT :cap)) AS b")
+
+
 async def id_bounds(conn, since: int | None, until: int | None) -> tuple[int, int] | None:
     """(lo, hi) holding the id of every indexed message with since <= ts < until, (1, 0) when there
-    is none, or None when the range is too long to be worth narrowing to. One statement: the time
-    span first (two index probes), the ids only for a range short against it."""
+    is no event in range, or None when the range is too long to be worth narrowing to. One
+    statement: the time span first (two index probes), the ids only for a range short against it.
+
+    The span and ids are those of every event, messages or not: read from the index alone (a
+    covering index; testing `text IS NOT NULL` cost a lookup of each events row, 15-21 ms for a
+    range of 7,000-15,000 messages at 1,000,000), and the ids of all events in a range bound
+    those of its messages."""
     (first, last, lo, hi, n), = await conn.execute_fetchall(
-        "WITH span AS MATERIALIZED (SELECT "
-        "(SELECT min(ts) FROM events INDEXED BY events_by_ts WHERE text IS NOT NULL) AS first, "
-        "(SELECT max(ts) FROM events INDEXED BY events_by_ts WHERE text IS NOT NULL) AS last), "
-        "r AS MATERIALIZED (SELECT first, last, max(coalesce(:since, first), first) AS lo, "
-        "min(coalesce(:until, last + 1), last + 1) AS hi FROM span) "
-        "SELECT r.first, r.last, b.* FROM r, (SELECT min(id), max(id), count(*) FROM (SELECT e.id FROM r, "
-        "events AS e INDEXED BY events_by_ts WHERE e.text IS NOT NULL AND e.ts >= r.lo AND e.ts < r.hi "
-        "AND (r.hi - r.lo) * :share <= r.last + 1 - r.first LIMIT :cap)) AS b",
-        {"since": since, "until": until, "share": NARROW_SHARE, "cap": NARROW_MAX_ROWS})
+        ID_BOUNDS_SQL, {"since": since, "until": until, "share": NARROW_SHARE, "cap": NARROW_MAX_ROWS})
     if first is None:
         return (1, 0)
     lo_ts = first if since is None else max(since, first)
