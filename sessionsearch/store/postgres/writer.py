@@ -13,7 +13,7 @@ import gzip
 import json
 import time
 import uuid
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import psycopg
 
@@ -43,14 +43,17 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def index_rows(ano: int, rows: Iterable[tuple[int, int, str, int, str | None]]) -> tuple[tuple[str, tuple], dict[int, list[int]]]:
+def index_rows(ano: int, rows: Iterable[tuple[int, int, str, int, str | None]],
+               fields: Callable[[str], tuple[int, str, str]] = index_fields,
+               ) -> tuple[tuple[str, tuple], dict[int, list[int]]]:
     """The statement indexing (id, wid, text, ts, mid) rows, and (rows, tokens) it adds per window,
     for their counters. One INSERT of arrays, so that it can go in a pipeline with the statements
-    around it (a COPY cannot): a batch of appends or a reconciliation then costs one round trip."""
+    around it (a COPY cannot): a batch of appends or a reconciliation then costs one round trip.
+    `fields`: index_fields, or a look-up of what it gave before (an append's, computed unlocked)."""
     ids, wids, tss, mids, dls, tfs, tsvs = [], [], [], [], [], [], []
     counts: dict[int, list[int]] = {}
     for rid, wid, text, ts, mid in rows:
-        dl, tf, tsv = index_fields(text)
+        dl, tf, tsv = fields(text)
         for col, value in ((ids, rid), (wids, wid), (tss, ts), (mids, mid), (dls, dl), (tfs, tf), (tsvs, tsv)):
             col.append(value)
         count = counts.setdefault(wid, [0, 0])
@@ -195,6 +198,9 @@ class Writes:
                      source_lines: int | None, fields: dict[str, Any] | None = None) -> AppendResult:
         """Store events (and, `fields`, the session's metadata): two round trips in all, one for
         the window and one pipeline of every write, unless the events leave the linear branch."""
+        # tokenized before the window's lock (and, for a new window, the agent's meta stamp) is taken:
+        # concurrent appends wait on those until commit, not on this one's Python
+        tokenized = {e.text: index_fields(e.text) for e in events if e.text} if index else {}
         wid, sid, last_seq, leaf_seq, leaf_event_id, has_header, cold = await self._window_for_write(
             conn, key, session_id, fields)
         if cold:
@@ -217,7 +223,7 @@ class Writes:
                 col.append(value)
         insert, counts = index_rows(self.ano, (
             (row_id(wid, r.seq, r.event.role), wid, r.event.text, r.event.ts, r.event.event_id)
-            for r in plan.rows if live and r.on_branch and r.event.text))
+            for r in plan.rows if live and r.on_branch and r.event.text), tokenized.__getitem__)
         n, tokens = counts.get(wid, (0, 0))
         async with conn.pipeline():
             if plan.rows:
