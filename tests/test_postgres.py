@@ -25,9 +25,10 @@ from sessionsearch.search.text import tokens as text_tokens
 from sessionsearch.store.base import Match
 from sessionsearch.store.cjk import index_text, needs_fold, runs
 from sessionsearch.store.postgres import LATEST, migrate, schema_version
-from sessionsearch.store.postgres.lexemes import _patterns, fold_run, index_tokens
+from sessionsearch.store.postgres.lexemes import _index_fields_limited, _patterns, fold_run, index_fields, index_tokens
 from sessionsearch.store.postgres.search import DfCache
 from sessionsearch.store.postgres.lexemes import tokens as pg_tokens
+from sessionsearch.store.postgres.schema import MIGRATIONS
 
 from .helpers import BASE_TS, Where, chain, engine_at, ids, leaf, msg, timed
 from .pg_proxy import PgProxy
@@ -112,6 +113,28 @@ async def test_postgresql_indexes_exactly_the_tokens_sqlite_would(pg):
     for dl, tf, lexemes, text in rows:
         want = Counter(_model_tokens(index_text(text)))  # CJK runs as their shadow tokens (store/cjk.py)
         assert (dl, tf, sorted(lexemes)) == (sum(want.values()), dict(want), sorted(want)), text
+
+
+def test_the_fast_index_fields_store_what_merging_positions_in_python_stores(pg):
+    """index_fields leaves merging a lexeme's positions to tsvector input: on every kind of text,
+    and past each limit (16,383 positions, 256 of one lexeme, long tokens), PostgreSQL stores the
+    same tsvector, tf and dl as merging them in Python does; ASCII is split as text.py splits it."""
+    rng = random.Random(11)
+    ascii_chars = [chr(c) for c in range(0x20, 0x7F)]
+    texts = [*TEXTS, "".join(ascii_chars), "a " * 300 + "b", "x" * 3000 + " y", "Ünïcödé " + "ø" * 600,
+             " ".join(str(i % 50) for i in range(17_000)), ""]
+    texts += ["".join(rng.choice(ascii_chars) for _ in range(rng.randint(0, 80))) for _ in range(2000)]
+    texts += [rng.choice(TEXTS) + " " + "".join(rng.choice(ascii_chars) for _ in range(20)) for _ in range(200)]
+    for text in texts:
+        if text.isascii():
+            assert index_tokens(text) == text_tokens(text), text
+    fast = [index_fields(t) for t in texts]
+    slow = [_index_fields_limited(index_tokens(t)) for t in texts]
+    assert [f[:2] for f in fast] == [s[:2] for s in slow]
+    with psycopg.connect(pg.database_url) as conn:
+        differ = conn.execute("SELECT count(*) FROM unnest(%s::text[], %s::text[]) AS u(a, b) "
+                              "WHERE a::tsvector <> b::tsvector", ([f[2] for f in fast], [s[2] for s in slow]))
+        assert differ.fetchone()[0] == 0
 
 
 def _corpus(rng: random.Random) -> list[tuple[str, list[dict]]]:
@@ -315,6 +338,53 @@ async def test_processes_appending_to_one_session_lose_duplicate_and_reorder_not
             assert len((await engine.search(query=f"word{p}", limit=25))["results"]) == 25
 
 
+NEW_SESSIONS = """
+import asyncio, sys
+from sessionsearch import Engine, Settings
+url, proc, batches = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+async def main():
+    async with Engine("/nonexistent", settings=Settings(database_url=url)) as engine:
+        for b in range(batches):
+            events = [{"type": "message", "id": f"p{proc}-{b}-{i}", "timestamp": "2026-01-02T03:04:05Z",
+                       "message": {"role": "user", "content": f"fresh word{proc} w{b} n{i} " * (1 + i % 3)}}
+                      for i in range(20)]
+            await engine.append(f"agent:main:new-{proc}-{b}", events, sessionId=f"new-{proc}-{b}", index=b % 2 == 0)
+asyncio.run(main())
+"""
+
+
+async def test_processes_making_sessions_at_once_and_a_coalesced_reconciliation_keep_counts_exact(pg):
+    """Several processes each appending batches to new sessions (a session, a window and a meta
+    stamp per batch; every other batch unindexed), then one job reconciling the waiting windows
+    many to a transaction: every row is stored once, every branch message indexed once, and the
+    BM25 counters of each window are exactly its index rows and their tokens."""
+    procs, batches = 3, 6
+    async with engine_at(pg) as engine:
+        runs = [subprocess.Popen([sys.executable, "-c", NEW_SESSIONS, pg.database_url, str(p), str(batches)])
+                for p in range(procs)]
+        for run in runs:
+            assert await asyncio.to_thread(run.wait, 120) == 0
+        store = await engine.store("main")
+        dirty = await store.dirty_windows()
+        assert len(dirty) == procs * batches // 2
+        result = await reconcile_window(store, dirty[0], more_s=60.0)
+        assert result.outcome == "published" and sorted([dirty[0], *result.beside]) == dirty
+        assert await store.dirty_windows() == []
+        with psycopg.connect(pg.database_url) as conn:
+            assert conn.execute("SELECT count(*), count(DISTINCT id) FROM ss_events").fetchone() == (
+                procs * batches * 20,) * 2
+            assert conn.execute("SELECT count(*) FROM ss_events e WHERE e.on_branch = 1 AND e.text IS NOT NULL AND "
+                                "NOT EXISTS (SELECT 1 FROM ss_index i WHERE i.id = e.id)").fetchone()[0] == 0
+            assert conn.execute("SELECT count(*) FROM ss_windows w LEFT JOIN (SELECT wid, count(*) AS n, sum(dl) AS t "
+                                "FROM ss_index GROUP BY wid) i ON i.wid = w.wid WHERE (w.idx_rows, w.idx_tokens) "
+                                "IS DISTINCT FROM (coalesce(i.n, 0), coalesce(i.t, 0))").fetchone()[0] == 0
+            versions = conn.execute("SELECT meta_seq FROM ss_windows").fetchall()
+            assert len(set(versions)) == procs * batches  # one meta version per transaction that made one
+        for p in range(procs):
+            hits = (await engine.search(query=f"word{p} w{batches - 1}", limit=25))["results"]
+            assert len(hits) == 20
+
+
 RECONCILER = """
 import asyncio, sys
 from sessionsearch import Engine, Settings
@@ -371,7 +441,7 @@ def test_migrations_run_once_however_many_processes_start_together():
         assert results == [(0, LATEST)] + [(LATEST, LATEST)] * 2
         assert asyncio.run(schema_version(url)) == LATEST and asyncio.run(migrate(url)) == (LATEST, LATEST)
         with psycopg.connect(url) as conn:
-            assert conn.execute("SELECT count(*) FROM ss_schema_migrations").fetchone()[0] == LATEST
+            assert conn.execute("SELECT count(*) FROM ss_schema_migrations").fetchone()[0] == len(MIGRATIONS)
     finally:
         drop_pg_database(url)
 

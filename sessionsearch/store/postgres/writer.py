@@ -13,7 +13,7 @@ import gzip
 import json
 import time
 import uuid
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import psycopg
 
@@ -26,8 +26,13 @@ from .db import all_rows, one
 from .lexemes import index_fields
 
 INSERT_EVENT = f"INSERT INTO ss_events ({EVENT_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-INSERT_INDEX = ("INSERT INTO ss_index (id, ano, wid, ts, mid, dl, tf, tsv) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s::jsonb, %s::tsvector)")
+# arrays go in binary: as text, PostgreSQL parsing them cost three times a COPY of the rows
+INSERT_INDEX = ("INSERT INTO ss_index (id, ano, wid, ts, mid, dl, tf, tsv) SELECT u.id, %b, u.wid, u.ts, u.mid, u.dl, "
+                "u.tf::jsonb, u.tsv::tsvector FROM unnest(%b::bigint[], %b::bigint[], %b::bigint[], %b::text[], "
+                "%b::integer[], %b::text[], %b::text[]) AS u(id, wid, ts, mid, dl, tf, tsv)")
+INSERT_EVENTS = (f"INSERT INTO ss_events ({EVENT_COLUMNS}) SELECT * FROM unnest(%b::bigint[], %b::bigint[], "
+                 "%b::text[], %b::integer[], %b::integer[], %b::text[], %b::text[], %b::bigint[], %b::integer[], "
+                 "%b::text[], %b::text[])")
 INDEXABLE = "on_branch = 1 AND text IS NOT NULL"
 TOMBSTONES_KEPT = 20_000
 COPY_FROM = 16  # rows from which an insert goes by COPY
@@ -38,16 +43,23 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-async def insert_index(conn: psycopg.AsyncConnection, ano: int, wid: int,
-                       rows: Iterable[tuple[int, str, int, str | None]]) -> tuple[int, int]:
-    """Index (id, text, ts, mid) rows of window `wid`; (rows, tokens) added, for its counters."""
-    data, tokens = [], 0
-    for rid, text, ts, mid in rows:
-        dl, tf, tsv = index_fields(text)
-        tokens += dl
-        data.append((rid, ano, wid, ts, mid, dl, tf, tsv))
-    await insert_rows(conn, "ss_index (id, ano, wid, ts, mid, dl, tf, tsv)", INSERT_INDEX, data)
-    return len(data), tokens
+def index_rows(ano: int, rows: Iterable[tuple[int, int, str, int, str | None]],
+               fields: Callable[[str], tuple[int, str, str]] = index_fields,
+               ) -> tuple[tuple[str, tuple], dict[int, list[int]]]:
+    """The statement indexing (id, wid, text, ts, mid) rows, and (rows, tokens) it adds per window,
+    for their counters. One INSERT of arrays, so that it can go in a pipeline with the statements
+    around it (a COPY cannot): a batch of appends or a reconciliation then costs one round trip.
+    `fields`: index_fields, or a look-up of what it gave before (an append's, computed unlocked)."""
+    ids, wids, tss, mids, dls, tfs, tsvs = [], [], [], [], [], [], []
+    counts: dict[int, list[int]] = {}
+    for rid, wid, text, ts, mid in rows:
+        dl, tf, tsv = fields(text)
+        for col, value in ((ids, rid), (wids, wid), (tss, ts), (mids, mid), (dls, dl), (tfs, tf), (tsvs, tsv)):
+            col.append(value)
+        count = counts.setdefault(wid, [0, 0])
+        count[0] += 1
+        count[1] += dl
+    return (INSERT_INDEX, (ano, ids, wids, tss, mids, dls, tfs, tsvs)), counts
 
 
 async def insert_rows(conn: psycopg.AsyncConnection, target: str, insert: str, rows: list[tuple]) -> None:
@@ -111,32 +123,30 @@ class Writes:
             await self._window_for_write(conn, key, session_id)
         return created
 
-    async def _window_for_write(self, conn, key: str, session_id: str | None) -> int:
-        """The window a write to `key` goes to, creating session and window as needed."""
-        _, current = await self._lock_session(conn, key)
-        if session_id is not None:
-            found = await one(conn, "SELECT wid, session_key FROM ss_windows WHERE ano = %s AND session_id = %s",
-                              (self.ano, session_id))
-            if found:
-                if found[1] != key:
-                    raise Conflict(f"sessionId {session_id!r} belongs to another session key", field="sessionId")
-                if current is None:
-                    await conn.execute("UPDATE ss_sessions SET current_wid = %s WHERE ano = %s AND session_key = %s",
-                                       (found[0], self.ano, key))
-                return found[0]
-        elif current is not None:
-            return current
-        return await self._create_window(conn, key, session_id or str(uuid.uuid4()))
+    async def _window_for_write(self, conn, key: str, session_id: str | None,
+                                fields: dict[str, Any] | None = None) -> tuple:
+        """The window a write to `key` goes to, creating session and window as needed, both rows
+        locked: (wid, session_id, last_seq, leaf_seq, leaf_event_id, has_header, cold). One round
+        trip (`ss_window_for_write`, migration 4), with the session's metadata `fields` set first
+        (as upsert_session would) when given."""
+        async with conn.pipeline():
+            if fields is not None:
+                cols = session_columns(fields, now_ms())
+                await conn.execute("INSERT INTO ss_sessions (ano, session_key, updated_at) VALUES (%s, %s, %s) "
+                                   "ON CONFLICT DO NOTHING", (self.ano, key, now_ms()))
+                await conn.execute(f"UPDATE ss_sessions SET {', '.join(f'{col} = %s' for col in cols)} "
+                                   "WHERE ano = %s AND session_key = %s", (*cols.values(), self.ano, key))
+            cur = await conn.execute("SELECT * FROM ss_window_for_write(%s, %s, %s, %s, %s)",
+                                     (self.ano, key, session_id, str(uuid.uuid4()), now_ms()))
+        return self._checked_window(await cur.fetchone(), session_id)
 
-    async def _create_window(self, conn, key: str, session_id: str) -> int:
-        now = now_ms()
-        (wid,) = await one(conn, "INSERT INTO ss_windows (ano, session_key, session_id, created_at, updated_at) "
-                                 "VALUES (%s, %s, %s, %s, %s) RETURNING wid", (self.ano, key, session_id, now, now))
-        if wid > MAX_WID:  # the ids of its rows would not hold it (rowids.py)
+    @staticmethod
+    def _checked_window(row: tuple, session_id: str | None) -> tuple:
+        if row[-1]:
+            raise Conflict(f"sessionId {session_id!r} belongs to another session key", field="sessionId")
+        if row[0] > MAX_WID:  # the ids of its rows would not hold it (rowids.py)
             raise Unavailable(f"this database has used all {MAX_WID} session window numbers")
-        await conn.execute("UPDATE ss_sessions SET current_wid = %s, updated_at = %s WHERE ano = %s AND session_key = %s",
-                           (wid, now, self.ano, key))
-        return wid
+        return row[:-1]
 
     async def rotate(self, conn, key: str, session_id: str | None) -> tuple[str, str | None]:
         row = await one(conn, "SELECT w.session_id FROM ss_sessions s LEFT JOIN ss_windows w ON w.wid = s.current_wid "
@@ -146,7 +156,7 @@ class Writes:
         new_id = session_id or str(uuid.uuid4())
         if await one(conn, "SELECT 1 FROM ss_windows WHERE ano = %s AND session_id = %s", (self.ano, new_id)):
             raise Conflict(f"sessionId {new_id!r} already exists", field="sessionId")
-        await self._create_window(conn, key, new_id)
+        await self._window_for_write(conn, key, new_id)  # a new window, now the session's current one
         return new_id, row[0]
 
     async def delete_session(self, conn, key: str) -> bool:
@@ -185,11 +195,14 @@ class Writes:
     # -- appends -----------------------------------------------------------------------------
 
     async def append(self, conn, key: str, events: list[Event], session_id: str | None, index: bool,
-                     source_lines: int | None) -> AppendResult:
-        wid = await self._window_for_write(conn, key, session_id)
-        st = await one(conn, "SELECT session_id, last_seq, leaf_seq, leaf_event_id, has_header, cold FROM ss_windows "
-                             "WHERE wid = %s FOR UPDATE", (wid,))
-        sid, last_seq, leaf_seq, leaf_event_id, has_header, cold = st
+                     source_lines: int | None, fields: dict[str, Any] | None = None) -> AppendResult:
+        """Store events (and, `fields`, the session's metadata): two round trips in all, one for
+        the window and one pipeline of every write, unless the events leave the linear branch."""
+        # tokenized before the window's lock (and, for a new window, the agent's meta stamp) is taken:
+        # concurrent appends wait on those until commit, not on this one's Python
+        tokenized = {e.text: index_fields(e.text) for e in events if e.text} if index else {}
+        wid, sid, last_seq, leaf_seq, leaf_event_id, has_header, cold = await self._window_for_write(
+            conn, key, session_id, fields)
         if cold:
             raise Conflict(f"session {key!r} is archived; restore it before appending", field="sessionKey")
         wanted = ids_to_resolve(events, leaf_event_id) if last_seq else None
@@ -200,28 +213,37 @@ class Writes:
             raise InvalidRequest(f"session window {sid!r} is full", field="events")
         live = index and plan.linear
         dirty = bool(plan.rows) and not live
-        to_index = [r for r in plan.rows if r.on_branch and r.event.text] if live else []
         header = bool(has_header) or any(r.event.type == "session" for r in plan.rows)
-        await insert_rows(conn, f"ss_events ({EVENT_COLUMNS})", INSERT_EVENT, [
-            (row_id(wid, r.seq, r.event.role), wid, r.event.event_id, r.parent_seq, r.node_seq, r.event.type,
-             r.event.role, r.event.ts, int(r.on_branch), r.event.text,
-             r.event.raw or _COMPACT.encode(r.event.body)) for r in plan.rows])
-        n, tokens = await insert_index(conn, self.ano, wid, (
-            (row_id(wid, r.seq, r.event.role), r.event.text, r.event.ts, r.event.event_id) for r in to_index))
-        (needs,) = await one(
-            conn,
-            "UPDATE ss_windows SET last_seq = %(last)s, leaf_seq = %(leaf)s, leaf_event_id = %(leaf_id)s, "
-            "has_header = %(header)s, messages = messages + %(messages)s, updated_at = %(now)s, "
-            "source_lines = coalesce(%(lines)s, source_lines), idx_rows = idx_rows + %(n)s, "
-            "idx_tokens = idx_tokens + %(tokens)s, "
-            "needs_rebuild = CASE WHEN %(dirty)s THEN 1 ELSE needs_rebuild END, "
-            "rebuild_gen = rebuild_gen + %(gen)s, "
-            "indexed_seq = CASE WHEN needs_rebuild = 0 AND NOT %(dirty)s THEN %(last)s ELSE indexed_seq END, "
-            "indexed_leaf = CASE WHEN needs_rebuild = 0 AND NOT %(dirty)s THEN %(leaf)s ELSE indexed_leaf END "
-            "WHERE wid = %(wid)s RETURNING needs_rebuild",
-            {"last": plan.last_seq, "leaf": plan.leaf_seq, "leaf_id": plan.leaf_event_id, "header": int(header),
-             "messages": plan.messages if plan.linear else 0, "now": now_ms(), "lines": source_lines, "n": n,
-             "tokens": tokens, "dirty": dirty, "gen": int(dirty), "wid": wid})
+        events_cols: list[list] = [[] for _ in range(11)]
+        for r in plan.rows:
+            for col, value in zip(events_cols, (
+                    row_id(wid, r.seq, r.event.role), wid, r.event.event_id, r.parent_seq, r.node_seq, r.event.type,
+                    r.event.role, r.event.ts, int(r.on_branch), r.event.text,
+                    r.event.raw or _COMPACT.encode(r.event.body))):
+                col.append(value)
+        insert, counts = index_rows(self.ano, (
+            (row_id(wid, r.seq, r.event.role), wid, r.event.text, r.event.ts, r.event.event_id)
+            for r in plan.rows if live and r.on_branch and r.event.text), tokenized.__getitem__)
+        n, tokens = counts.get(wid, (0, 0))
+        async with conn.pipeline():
+            if plan.rows:
+                await conn.execute(INSERT_EVENTS, events_cols)
+            if n:
+                await conn.execute(*insert)
+            cur = await conn.execute(
+                "UPDATE ss_windows SET last_seq = %(last)s, leaf_seq = %(leaf)s, leaf_event_id = %(leaf_id)s, "
+                "has_header = %(header)s, messages = messages + %(messages)s, updated_at = %(now)s, "
+                "source_lines = coalesce(%(lines)s, source_lines), idx_rows = idx_rows + %(n)s, "
+                "idx_tokens = idx_tokens + %(tokens)s, "
+                "needs_rebuild = CASE WHEN %(dirty)s THEN 1 ELSE needs_rebuild END, "
+                "rebuild_gen = rebuild_gen + %(gen)s, "
+                "indexed_seq = CASE WHEN needs_rebuild = 0 AND NOT %(dirty)s THEN %(last)s ELSE indexed_seq END, "
+                "indexed_leaf = CASE WHEN needs_rebuild = 0 AND NOT %(dirty)s THEN %(leaf)s ELSE indexed_leaf END "
+                "WHERE wid = %(wid)s RETURNING needs_rebuild",
+                {"last": plan.last_seq, "leaf": plan.leaf_seq, "leaf_id": plan.leaf_event_id, "header": int(header),
+                 "messages": plan.messages if plan.linear else 0, "now": now_ms(), "lines": source_lines, "n": n,
+                 "tokens": tokens, "dirty": dirty, "gen": int(dirty), "wid": wid})
+        (needs,) = await cur.fetchone()
         if not plan.linear:
             await self._reproject(conn, wid, plan.leaf_seq)
         return AppendResult(appended=len(plan.rows), indexed=n, needs_reconcile=bool(needs), session_id=sid,
@@ -256,9 +278,8 @@ class Writes:
 
     async def import_step(self, conn, key: str, fields: dict[str, Any] | None, events: list[Event], session_id: str,
                           lines: int) -> AppendResult:
-        if fields is not None:
-            await self.upsert_session(conn, key, {**fields, "sessionId": session_id})
-        return await self.append(conn, key, events, session_id, False, lines)
+        return await self.append(conn, key, events, session_id, False, lines,
+                                 None if fields is None else {**fields, "sessionId": session_id})
 
     # -- archive -----------------------------------------------------------------------------
 
