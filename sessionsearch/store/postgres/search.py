@@ -67,13 +67,17 @@ class Query:
             f"SELECT ({HEAD}), ({DIRTY}), coalesce(sum(idx_rows), 0)::bigint, coalesce(sum(idx_tokens), 0)::bigint"
             + "".join(", " + p for p in parts) + " FROM ss_windows WHERE ano = %(ano)s", {**self.params, "ano": ano})
         version, dirty, row = row[0], frozenset(row[1]), row[2:]
+        self.set_stats(row[0], row[1], row[2:])
+        return version, dirty
+
+    def set_stats(self, n_rows: int, n_tokens: int, dfs) -> None:
+        """avgdl and each phrase's idf from the agent's indexed rows and tokens and the dfs."""
         # counters and index agree but for rows written around them (never by this store's writes)
-        n_rows, n_tokens, dfs = max(row[0], *row[2:]), row[1], row[2:]
+        n_rows = max(n_rows, *dfs)
         self.params["avgdl"] = n_tokens / n_rows if n_rows else 1.0
         for i, df in enumerate(dfs):
             idf = math.log((n_rows - df + 0.5) / (df + 0.5))
             self.params[f"idf{i}"] = idf if idf > 0.0 else 1e-6
-        return version, dirty
 
     def _tf(self, m: str, i: int) -> str:
         """SQL: phrase i's occurrences in row `m` (single words from tf, exact; phrases from positions)."""
@@ -139,10 +143,15 @@ async def head(reader: Reader, ano: int) -> tuple[int, frozenset[int]]:
 
 async def search_top(reader: Reader, ano: int, match: Match, *, k: int, order: str, include, exclude, role,
                      since, until) -> tuple[int, frozenset[int], list[tuple]]:
-    """The exact top `k` hits (id, bm25, message id, ts, text) by `order`, then (0, inf) when more matched."""
+    """The exact top `k` hits (id, bm25, message id, ts, text) by `order`, then (0, inf) when more matched;
+    for one word or one short prefix by relevance, from its postings when they can tell (postings.py)."""
+    from .postings import postings_top  # it imports this module
     q = Query(match)
     if not q.lexemes:
         return (*await head(reader, ano), [])
+    if order != "recent" and (found := await postings_top(reader, ano, q, k=k, include=include, exclude=exclude,
+                                                          role=role, since=since, until=until)) is not None:
+        return found
     version, dirty = await q.load_stats(reader, ano)
     params = {**q.params, "ano": ano, "k": k + 1}
     where = scope_sql(include, exclude, role, since, until, params, dirty)
