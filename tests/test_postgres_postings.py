@@ -79,7 +79,7 @@ async def test_postings_rank_exactly_as_scoring_every_row_after_appends_rewinds_
         await _corpus(engine)
         store = await engine.store("main")
         built = await store.optimize(min_docs=30, min_share=0.0)
-        assert "loan" in built["words"] and built["prefixes"] >= 3
+        assert "loan" in built["words"] and built["prefixes"]["count"] >= 3
         assert await _same_both_ways(store, monkeypatch) > 1000
         assert await _same_both_ways(store, monkeypatch, role="assistant", limits=(5,)) > 20
         async with store.reader() as reader:

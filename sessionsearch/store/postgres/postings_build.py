@@ -56,39 +56,70 @@ def is_prefix_key(lexeme: str) -> bool:
     return PREFIX_RE.fullmatch(lexeme) is not None
 
 
-class _Runs:
-    """The shortest rows of each run of equal frequency of one word or prefix, and its rows."""
+Key = tuple[int, str]  # (WORD or PREFIX, the word or prefix)
 
-    __slots__ = ("docs", "runs")
 
-    def __init__(self) -> None:
-        self.docs = 0
-        self.runs: dict[int, list[tuple[int, int]]] = {}  # tf -> max-heap of (-dl, -id), CAP + 1 kept
+class Runs:
+    """Per word and prefix: the rows holding it (docs) and, per run of equal frequency, its CAP + 1
+    shortest rows (max-heaps of (-dl, -id)): one pass over the rows' term counts fills them."""
 
-    def add(self, tf: int, dl: int, rid: int) -> None:
-        self.docs += 1
-        heap = self.runs.get(tf)
-        if heap is None:
-            self.runs[tf] = [(-dl, -rid)]
-        elif len(heap) <= CAP:
-            heapq.heappush(heap, (-dl, -rid))
-        elif (-dl, -rid) > heap[0]:
-            heapq.heapreplace(heap, (-dl, -rid))
+    def __init__(self, words: set[str], prefixes: set[str]) -> None:
+        self.words, self.prefixes = words, prefixes
+        self.docs: dict[Key, int] = {}
+        self.heaps: dict[tuple[Key, int], list[tuple[int, int]]] = {}
+        self._targets: dict[str, tuple[Key, ...]] = {}  # term -> the words and prefixes it counts for
 
-    def finish(self, avgdl: float) -> tuple[int, dict[str, int], list[int], list[int], list[int]]:
-        """(docs, {tf: length of the run's first row left out}, ids, tfs, dls) of the rows kept."""
-        runs = {tf: sorted((-d, -r) for d, r in heap) for tf, heap in self.runs.items()}
-        kept = [(i, tf, dl, rid) for tf, rows in runs.items() for i, (dl, rid) in enumerate(rows[:CAP])]
-        if len(kept) > KEEP:
-            def factor(row: tuple[int, int, int, int]) -> float:
-                return row[1] / (row[1] + K1 * (1 - B + B * row[2] / avgdl))
-            floor = sorted((factor(r) for r in kept), reverse=True)[KEEP - 1]
-            kept = [r for r in kept if r[0] == 0 or factor(r) >= floor]
-        counts: dict[int, int] = {}
-        for _, tf, _, _ in kept:
-            counts[tf] = counts.get(tf, 0) + 1
-        cut = {str(tf): rows[counts[tf]][0] for tf, rows in runs.items() if counts[tf] < len(rows)}
-        return self.docs, cut, [r[3] for r in kept], [r[1] for r in kept], [r[2] for r in kept]
+    def _targets_of(self, term: str) -> tuple[Key, ...]:
+        out = [(WORD, term)] if term in self.words else []
+        out += [(PREFIX, term[:n]) for n in range(MIN_LEN, min(MAX_LEN, len(term)) + 1) if term[:n] in self.prefixes]
+        self._targets[term] = found = tuple(out)
+        return found
+
+    def count(self, batch: list[tuple[int, int, dict[str, int]]]) -> None:
+        """Add rows (id, dl, {term: count}); the hot loop of a build, kept flat."""
+        targets, docs, heaps, cap = self._targets, self.docs, self.heaps, CAP
+        for rid, dl, tf in batch:
+            freq: dict[Key, int] = {}
+            for term, n in tf.items():
+                found = targets.get(term)
+                if found is None:
+                    found = self._targets_of(term)
+                for key in found:
+                    freq[key] = freq.get(key, 0) + n
+            item = (-dl, -rid)
+            for key, n in freq.items():
+                docs[key] = docs.get(key, 0) + 1
+                heap = heaps.get((key, n))
+                if heap is None:
+                    heaps[(key, n)] = [item]
+                elif len(heap) <= cap:
+                    heapq.heappush(heap, item)
+                elif item > heap[0]:
+                    heapq.heapreplace(heap, item)
+
+    def finish(self, avgdl: float) -> dict[Key, tuple[int, dict[str, int], list[int], list[int], list[int]]]:
+        """{key: (docs, {tf: length of the run's first row left out}, ids, tfs, dls of the rows kept)}."""
+        by_key: dict[Key, dict[int, list[tuple[int, int]]]] = {}
+        for (key, tf), heap in self.heaps.items():
+            by_key.setdefault(key, {})[tf] = sorted((-d, -r) for d, r in heap)
+        return {key: _kept(self.docs[key], runs, avgdl) for key, runs in by_key.items()}
+
+
+def _kept(docs: int, runs: dict[int, list[tuple[int, int]]],
+          avgdl: float) -> tuple[int, dict[str, int], list[int], list[int], list[int]]:
+    """The rows kept of one key's runs: each run's CAP shortest, of those the KEEP best by score at
+    the build and each run's first; per run cut short, the length of its first row left out."""
+    kept = [(i, tf, dl, rid) for tf, rows in runs.items() for i, (dl, rid) in enumerate(rows[:CAP])]
+    if len(kept) > KEEP:
+        def factor(row: tuple[int, int, int, int]) -> float:
+            return row[1] / (row[1] + K1 * (1 - B + B * row[2] / avgdl))
+        floor = sorted((factor(r) for r in kept), reverse=True)[KEEP - 1]
+        kept = [r for r in kept if r[0] == 0 or factor(r) >= floor]
+    counts: dict[int, int] = {}
+    for _, tf, _, _ in kept:
+        counts[tf] = counts.get(tf, 0) + 1
+    cut = {str(tf): rows[counts[tf]][0] for tf, rows in runs.items() if counts[tf] < len(rows)}
+    return docs, cut, [r[3] for r in kept], [r[1] for r in kept], [r[2] for r in kept]
 
 
 async def take_mark(db: Db) -> int:
@@ -137,31 +168,15 @@ async def read_postings(db: Db, ano: int, mark: int, *, min_docs: int, min_share
             # ts_stat reads the text of a query: made of two integers here, never of user text
             stats = await all_rows(conn, "SELECT word, ndoc FROM ts_stat(%s)", (f"SELECT m.tsv FROM ss_index m WHERE {old}",))
             words, prefixes = _choose(stats, old_rows, min_docs, min_share, max_words)
-            runs: dict[tuple[int, str], _Runs] = {}
+            runs = Runs(words, prefixes)
             if words or prefixes:
                 async with conn.cursor(name="ss_postings_build") as cur:
                     await cur.execute(f"SELECT m.id, m.dl, m.tf FROM ss_index m WHERE {old}")
                     while batch := await cur.fetchmany(5000):
-                        _count(batch, words, prefixes, runs)
+                        runs.count(batch)
         finally:
             await conn.execute("COMMIT")
-    avgdl = old_tokens / old_rows if old_rows else 1.0
-    return old_rows, {key: r.finish(avgdl) for key, r in runs.items()}
-
-
-def _count(batch: list[tuple[int, int, dict[str, int]]], words: set[str], prefixes: set[str],
-           runs: dict[tuple[int, str], _Runs]) -> None:
-    for rid, dl, tf in batch:
-        of_prefix: dict[str, int] = {}
-        for term, n in tf.items():
-            if term in words:
-                (runs.get((WORD, term)) or runs.setdefault((WORD, term), _Runs())).add(n, dl, rid)
-            for length in range(MIN_LEN, min(MAX_LEN, len(term)) + 1):
-                p = term[:length]
-                if p in prefixes:
-                    of_prefix[p] = of_prefix.get(p, 0) + n
-        for p, n in of_prefix.items():
-            (runs.get((PREFIX, p)) or runs.setdefault((PREFIX, p), _Runs())).add(n, dl, rid)
+    return old_rows, runs.finish(old_tokens / old_rows if old_rows else 1.0)
 
 
 async def store_postings(db: Db, ano: int, mark: int, old_rows: int, postings: dict[tuple[int, str], tuple]) -> None:
@@ -181,15 +196,17 @@ async def store_postings(db: Db, ano: int, mark: int, old_rows: int, postings: d
 
 
 async def build(db: Db, ano: int, *, min_docs: int, min_share: float, max_words: int) -> dict[str, Any]:
-    """Build the agent's postings from scratch; what `optimize` reports."""
+    """Build the agent's postings from scratch; what `optimize` reports (words: {word: its rows and
+    those kept}, as SQLite's shape; prefixes: how many, rows kept)."""
     started = time.monotonic()
     mark = await take_mark(db)
     old_rows, postings = await read_postings(db, ano, mark, min_docs=min_docs, min_share=min_share,
                                              max_words=max_words)
     await store_postings(db, ano, mark, old_rows, postings)
-    words = {key: p[0] for (kind, key), p in postings.items() if kind == WORD}
-    return {"words": words, "prefixes": sum(1 for kind, _ in postings if kind == PREFIX), "rows": old_rows,
-            "kept": sum(len(p[2]) for p in postings.values()), "seconds": round(time.monotonic() - started, 3)}
+    words = {key: {"rows": p[0], "kept": len(p[2])} for (kind, key), p in postings.items() if kind == WORD}
+    prefixes = [p for (kind, _), p in postings.items() if kind == PREFIX]
+    return {"words": words, "kept": 0, "rows": old_rows, "seconds": round(time.monotonic() - started, 3),
+            "prefixes": {"count": len(prefixes), "rows": sum(len(p[2]) for p in prefixes)}}
 
 
 async def postings_due(conn: psycopg.AsyncConnection, ano: int, *, min_docs: int, grow_share: float) -> str | None:
