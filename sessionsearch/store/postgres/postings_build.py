@@ -125,7 +125,9 @@ def _kept(docs: int, runs: dict[int, list[tuple[int, int]]],
 async def take_mark(db: Db) -> int:
     """A mark every row numbered at or below which is committed (or gone) when this returns."""
     async def mark(conn) -> tuple[int, int]:
-        return await one(conn, "SELECT nextval('ss_index_iseq'), pg_snapshot_xmax(pg_current_snapshot())::text::bigint")
+        (value,) = await one(conn, "SELECT nextval('ss_index_iseq')")
+        (xmax,) = await one(conn, "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint")  # after it
+        return value, xmax
     value, xmax = await db.tx(mark)
     deadline = time.monotonic() + WAIT_S
 
