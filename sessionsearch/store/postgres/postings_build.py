@@ -61,37 +61,39 @@ Key = tuple[int, str]  # (WORD or PREFIX, the word or prefix)
 
 class Runs:
     """Per word and prefix: the rows holding it (docs) and, per run of equal frequency, its CAP + 1
-    shortest rows (max-heaps of (-dl, -id)): one pass over the rows' term counts fills them."""
+    shortest rows (max-heaps of (-dl, -id)): one pass over the rows' term counts fills them. Each
+    word and prefix is a slot number, and each term maps to the slots it counts for (ints hash
+    fastest: this is a build's hot loop)."""
 
     def __init__(self, words: set[str], prefixes: set[str]) -> None:
-        self.words, self.prefixes = words, prefixes
-        self.docs: dict[Key, int] = {}
-        self.heaps: dict[tuple[Key, int], list[tuple[int, int]]] = {}
-        self._targets: dict[str, tuple[Key, ...]] = {}  # term -> the words and prefixes it counts for
+        self.keys: list[Key] = [(WORD, w) for w in sorted(words)] + [(PREFIX, p) for p in sorted(prefixes)]
+        self._slot = {key: i for i, key in enumerate(self.keys)}
+        self.docs = [0] * len(self.keys)
+        self.runs: list[dict[int, list[tuple[int, int]]]] = [{} for _ in self.keys]
+        self._targets: dict[str, tuple[int, ...]] = {}  # term -> the slots it counts for
 
-    def _targets_of(self, term: str) -> tuple[Key, ...]:
-        out = [(WORD, term)] if term in self.words else []
-        out += [(PREFIX, term[:n]) for n in range(MIN_LEN, min(MAX_LEN, len(term)) + 1) if term[:n] in self.prefixes]
-        self._targets[term] = found = tuple(out)
+    def _targets_of(self, term: str) -> tuple[int, ...]:
+        keys = [(WORD, term)] + [(PREFIX, term[:n]) for n in range(MIN_LEN, min(MAX_LEN, len(term)) + 1)]
+        self._targets[term] = found = tuple(self._slot[k] for k in keys if k in self._slot)
         return found
 
     def count(self, batch: list[tuple[int, int, dict[str, int]]]) -> None:
-        """Add rows (id, dl, {term: count}); the hot loop of a build, kept flat."""
-        targets, docs, heaps, cap = self._targets, self.docs, self.heaps, CAP
+        """Add rows (id, dl, {term: count})."""
+        targets, docs, runs, cap = self._targets, self.docs, self.runs, CAP
         for rid, dl, tf in batch:
-            freq: dict[Key, int] = {}
+            freq: dict[int, int] = {}
             for term, n in tf.items():
                 found = targets.get(term)
                 if found is None:
                     found = self._targets_of(term)
-                for key in found:
-                    freq[key] = freq.get(key, 0) + n
+                for slot in found:
+                    freq[slot] = freq.get(slot, 0) + n
             item = (-dl, -rid)
-            for key, n in freq.items():
-                docs[key] = docs.get(key, 0) + 1
-                heap = heaps.get((key, n))
+            for slot, n in freq.items():
+                docs[slot] += 1
+                heap = runs[slot].get(n)
                 if heap is None:
-                    heaps[(key, n)] = [item]
+                    runs[slot][n] = [item]
                 elif len(heap) <= cap:
                     heapq.heappush(heap, item)
                 elif item > heap[0]:
@@ -99,10 +101,8 @@ class Runs:
 
     def finish(self, avgdl: float) -> dict[Key, tuple[int, dict[str, int], list[int], list[int], list[int]]]:
         """{key: (docs, {tf: length of the run's first row left out}, ids, tfs, dls of the rows kept)}."""
-        by_key: dict[Key, dict[int, list[tuple[int, int]]]] = {}
-        for (key, tf), heap in self.heaps.items():
-            by_key.setdefault(key, {})[tf] = sorted((-d, -r) for d, r in heap)
-        return {key: _kept(self.docs[key], runs, avgdl) for key, runs in by_key.items()}
+        return {key: _kept(self.docs[i], {tf: sorted((-d, -r) for d, r in heap) for tf, heap in self.runs[i].items()},
+                           avgdl) for i, key in enumerate(self.keys) if self.docs[i]}
 
 
 def _kept(docs: int, runs: dict[int, list[tuple[int, int]]],
