@@ -140,9 +140,13 @@ async def test_a_build_is_due_first_then_when_stale_or_grown_never_during_a_back
         monkeypatch.setattr(postings_build, "PREFIX_FRESH_LIMIT", 20)
         await _corpus(engine, sessions=1, seed=4, name="h")
         assert await store.postings_due(min_docs=30, grow_share=10.0) == "stale"  # half the budget used
-        await store.optimize(min_docs=30, min_share=0.0)
+        built = await store.optimize(min_docs=30, min_share=0.0)
+        status = dict(engine.backend.agent_status())["main"]  # the metrics' gauges
+        assert (status["postings_usable"], status["postings_stale"]) == (len(built["words"]), 0)
         await engine.delete("agent:main:s0")
         assert await store.postings_due(min_docs=30, grow_share=10.0) == "stale"  # rows it counted are gone
+        status = dict(engine.backend.agent_status())["main"]
+        assert (status["postings_usable"], status["postings_stale"]) == (0, len(built["words"]))
 
 
 async def test_a_build_waits_for_older_writers_and_blocks_no_append(pg):
