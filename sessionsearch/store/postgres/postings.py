@@ -22,15 +22,13 @@ searches the slow way (search.py).
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
 from .db import Reader
 from .postings_build import FRESH_LIMIT, PREFIX, PREFIX_FRESH_LIMIT, WORD, is_prefix_key
-from .search import DIRTY, HEAD, MID, Query, scope_sql
+from .search import B, DIRTY, HEAD, K1, MID, Query, scope_sql
 
-K1, B = 1.2, 0.75
 EPS = 1e-9  # relative; far above the rounding difference between this score and the SQL's
 MAX_ROUNDS = 3  # rounds of taking more kept rows before a narrow scope goes the slow way
 

@@ -33,8 +33,8 @@ from typing import Any
 import psycopg
 
 from .db import Db, all_rows, one
+from .search import B, K1
 
-K1, B = 1.2, 0.75
 CAP = 128  # rows kept per run of equal frequency: an unscoped top 25 rarely reaches past a few dozen
 KEEP = 512  # rows kept per word or prefix, the best by score at the build (and each run's first)
 MIN_DOCS = 5_000  # a word is built when in at least this many rows (search.postingsMinDocs) …
