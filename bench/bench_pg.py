@@ -16,7 +16,10 @@ through the Python API (`Engine.search`). Both live in scratch databases on the 
 - search p50/p95 per query class (rare, 0.3%, 1%, 10% word, two words, 4-letter prefix, and
   recent-first for each word class), interleaved query by query, with ratios.
 
-Figures go to bench/results/pg.json.
+The postings of common words and prefixes (docs/postgres.md) are built as a worker's check would
+build them: once the import is reconciled, and again before the searches (the appends made them
+stale); the workers' own checks are off so no build runs at another moment. Figures go to
+bench/results/pg.json (`--out` names another).
 """
 
 from __future__ import annotations
@@ -130,7 +133,9 @@ class Workers:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONSEARCH_")}
         env.update(SESSIONSEARCH_DATABASE_URL=url, SESSIONSEARCH_REDIS_URL=redis_url,
                    SESSIONSEARCH_DATA_DIR=str(work / "data"), SESSIONSEARCH_LOG_LEVEL="WARNING",
-                   SESSIONSEARCH_RECONCILE_SWEEP_EVERY_S="2")
+                   SESSIONSEARCH_RECONCILE_SWEEP_EVERY_S="2",
+                   # the benchmark builds the postings itself, when a worker's check would, and times it
+                   SESSIONSEARCH_POSTINGS_CHECK_EVERY_S="0", SESSIONSEARCH_OPTIMIZE_EVERY_S="0")
         self.procs = [subprocess.Popen(
             [sys.executable, "-m", "sessionsearch.cli", "worker", "--processes", "1", "--threads", "2",
              "--metrics-port", "0", "--metrics-dir", str(work / f"worker{i}.metrics"), "--cpu-priority", "normal"],
@@ -256,6 +261,19 @@ def append_throughput(kind: str, url: str, clients: int = 4, batches: int = 50) 
     return clients * batches * 100 / seconds
 
 
+async def build_postings(engine: Engine, agent: str) -> dict:
+    """What a worker's check does when a build is due (worker/optimize.py): postings_due, then
+    an incremental optimize of the agent; its reason and cost."""
+    t = time.perf_counter()
+    why = (await engine.postings_due()).get(agent)
+    if why is None:
+        return {"due": None}
+    done = await (await engine.store(agent)).optimize(min_docs=engine.settings.postings_min_docs, incremental=True)
+    return {"due": why, "seconds": time.perf_counter() - t, "words": len(done["words"]),
+            "prefixes": done["prefixes"]["count"], "rows_kept": done["prefixes"]["rows"]
+            + sum(w["kept"] for w in done["words"].values())}
+
+
 async def timed_searches(engine: Engine, queries: list[str], stop) -> list[float]:
     """Seconds of each search of agent main for `queries` in turn, until `stop(searches so far)`."""
     out: list[float] = []
@@ -277,6 +295,7 @@ async def main() -> None:
     parser.add_argument("--redis-url", default=os.environ.get("SESSIONSEARCH_REDIS_URL", "redis://127.0.0.1:6379/14"))
     parser.add_argument("--append-batches", type=int, default=50, help="batches of 100 per client (4 clients)")
     parser.add_argument("--keep", action="store_true", help="keep the databases and work dir afterwards")
+    parser.add_argument("--out", default="pg", help="figures go to bench/results/<out>.json")
     args = parser.parse_args()
     sslogging.configure("WARNING")
     spec = CorpusSpec(messages=args.messages, sessions=args.sessions or max(1, args.messages // 100))
@@ -295,7 +314,7 @@ async def main() -> None:
     results.mkdir(exist_ok=True)
 
     def save() -> None:  # after every phase: a long run stopped midway still leaves its figures
-        (results / "pg.json").write_text(json.dumps(out, indent=2) + "\n")
+        (results / f"{args.out}.json").write_text(json.dumps(out, indent=2) + "\n")
 
     out: dict = {"messages": args.messages, "sessions": spec.sessions, "reps": args.reps,
                  "machine": {"cpus": os.cpu_count(), "python": platform.python_version()}}
@@ -332,6 +351,8 @@ async def main() -> None:
                     conn.execute("VACUUM ANALYZE")
                 out["ours_build"]["vacuum_analyze_s"] = time.perf_counter() - t
                 print(f"  {out['ours_build']} -> x{out['build_ratio']:.2f} the anchor", file=sys.stderr)
+                out["postings_build"] = {"after_import": await build_postings(engine, "main")}
+                print(f"  postings: {out['postings_build']}", file=sys.stderr)
                 save()
 
                 print("appends: 4 client processes, batches of 100 ...", file=sys.stderr)
@@ -363,6 +384,8 @@ async def main() -> None:
                 print(f"  {out['search_during_reconcile']}", file=sys.stderr)
                 save()
 
+                out["postings_build"]["before_searches"] = await build_postings(engine, "main")  # after the appends
+                print(f"  postings: {out['postings_build']}", file=sys.stderr)
                 print("searches, side by side ...", file=sys.stderr)
                 out["search"] = {}
                 await measure_searches(engine, anchor_url, words, args.reps, "main", out["search"], save)

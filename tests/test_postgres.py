@@ -26,9 +26,9 @@ from sessionsearch.store.base import Match
 from sessionsearch.store.cjk import index_text, needs_fold, runs
 from sessionsearch.store.postgres import LATEST, migrate, schema_version
 from sessionsearch.store.postgres.lexemes import _index_fields_limited, _patterns, fold_run, index_fields, index_tokens
+from sessionsearch.store.postgres.schema import MIGRATIONS
 from sessionsearch.store.postgres.search import DfCache
 from sessionsearch.store.postgres.lexemes import tokens as pg_tokens
-from sessionsearch.store.postgres.schema import MIGRATIONS
 
 from .helpers import BASE_TS, Where, chain, engine_at, ids, leaf, msg, timed
 from .pg_proxy import PgProxy

@@ -18,6 +18,7 @@ from ...errors import NotFound, Unavailable
 from ...settings import Settings
 from .db import CONNECT_TIMEOUT_S, Db, connect_kwargs, unavailable
 from ..urls import redact
+from .postings_build import FRESH_LIMIT
 from .schema import LATEST, migrate, migrate_connection, schema_version
 from .store import PgAgentStore
 
@@ -135,15 +136,20 @@ class PgBackend:
             raise unavailable(exc) from exc
 
     def agent_status(self) -> Iterable[tuple[str, dict[str, int]]]:
-        """Per agent: window and message counts, one short query (no event loop needed)."""
+        """Per agent: window and message counts, and its postings (postings.py: the common words'
+        usable or stale, the rows written since the build), one short query (no event loop)."""
         rows = self._probe.rows(
             "SELECT a.agent_id, count(w.wid), coalesce(sum(w.needs_rebuild), 0), coalesce(sum(w.messages), 0), "
-            "coalesce(sum(w.messages) FILTER (WHERE w.needs_rebuild = 0), 0) FROM ss_agents a "
-            "LEFT JOIN ss_windows w ON w.ano = a.ano GROUP BY a.agent_id ORDER BY a.agent_id")
-        for agent_id, windows, pending, messages, indexed in rows or []:
+            "coalesce(sum(w.messages) FILTER (WHERE w.needs_rebuild = 0), 0), coalesce(sum(w.idx_rows), 0), "
+            "b.old_rows, (SELECT count(*) FROM ss_postings p WHERE p.ano = a.ano AND p.kind = 0), "
+            "(SELECT count(*) FROM ss_index f WHERE f.ano = a.ano AND f.iseq > b.mark) FROM ss_agents a "
+            "LEFT JOIN ss_windows w ON w.ano = a.ano LEFT JOIN ss_postings_built b ON b.ano = a.ano "
+            "GROUP BY a.agent_id, a.ano, b.old_rows, b.mark ORDER BY a.agent_id")
+        for agent_id, windows, pending, messages, indexed, idx_rows, old_rows, words, fresh in rows or []:
+            usable = old_rows is not None and idx_rows - fresh == old_rows and fresh <= FRESH_LIMIT
             yield agent_id, {"windows": windows, "pending": int(pending), "messages": int(messages),
-                             "indexed_messages": int(indexed), "postings_usable": 0, "postings_stale": 0,
-                             "index_log_rows": 0}
+                             "indexed_messages": int(indexed), "postings_usable": words if usable else 0,
+                             "postings_stale": 0 if usable else words, "index_log_rows": fresh or 0}
 
 
 __all__ = ["CONNECT_TIMEOUT_S", "PgBackend"]

@@ -255,6 +255,43 @@ BEGIN
         FROM ss_windows w WHERE w.wid = ss_window_for_write.wid FOR UPDATE;
 END $$;
 """),
+    (5, "postings", """
+-- Every index row written from now on takes the next number of one sequence (no row that writers
+-- share: a sequence hands out numbers without waiting for anyone's commit). The function takes
+-- the transaction's id before the number, so a postings build that waited for every transaction
+-- with an older id to end sees every row numbered before its mark (postings_build.py). Rows
+-- written before this migration stay NULL: older than any build.
+CREATE SEQUENCE ss_index_iseq;
+CREATE FUNCTION ss_next_iseq() RETURNS bigint LANGUAGE sql VOLATILE AS $$
+    SELECT nextval('ss_index_iseq') WHERE txid_current() IS NOT NULL
+$$;
+ALTER TABLE ss_index ADD COLUMN iseq bigint;
+ALTER TABLE ss_index ALTER COLUMN iseq SET DEFAULT ss_next_iseq();
+CREATE INDEX ss_index_by_iseq ON ss_index (ano, iseq);
+
+-- The last postings build of an agent: its mark (rows numbered above it came after it), the
+-- agent's index rows at or below the mark as the window counters give them, and their tokens.
+CREATE TABLE ss_postings_built (
+    ano integer PRIMARY KEY,
+    mark bigint NOT NULL,
+    old_rows bigint NOT NULL,
+    built_at bigint NOT NULL
+);
+-- Per common word (kind 0) or 2-4 letter prefix (kind 1): the rows at or below the mark holding
+-- it (docs), the shortest rows of each run of equal frequency (ids, tfs, dls) and, per run cut
+-- short, the length of its first row left out (cut: {tf: dl}).
+CREATE TABLE ss_postings (
+    ano integer NOT NULL,
+    kind smallint NOT NULL,
+    key text NOT NULL,
+    docs bigint NOT NULL,
+    cut jsonb NOT NULL,
+    ids bigint[] NOT NULL,
+    tfs integer[] NOT NULL,
+    dls integer[] NOT NULL,
+    PRIMARY KEY (ano, kind, key)
+);
+"""),
 )
 
 LATEST = MIGRATIONS[-1][0]

@@ -139,6 +139,16 @@ class Query:
             cache.put(self.params[f"q{i}"], (version, windows, gen, epoch), df)
         return version, frozenset(dirty), row[6 + count:]
 
+    def set_stats(self, n_rows: int, n_tokens: int, dfs) -> None:
+        """avgdl and each phrase's idf as parameters (avgdl, idf0, …), computed as stats_sql's `st`
+        computes them, for a statement that reads them from a `st` made of those (postings.py)."""
+        # counters and index agree but for rows written around them (never by this store's writes)
+        n_rows = max(n_rows, *dfs)
+        self.params["avgdl"] = n_tokens / n_rows if n_rows else 1.0
+        for i, df in enumerate(dfs):
+            idf = math.log((n_rows - df + 0.5) / (df + 0.5))
+            self.params[f"idf{i}"] = idf if idf > 0.0 else 1e-6
+
     def _tf(self, m: str, i: int) -> str:
         """SQL: phrase i's occurrences in row `m` (single words from tf, exact; phrases from positions)."""
         phrase, prefix = self.phrases[i], self._is_prefix(i)
@@ -192,11 +202,15 @@ def scope_sql(include: list[int] | None, exclude: list[int] | None, role: str | 
 async def search_top(reader: Reader, ano: int, match: Match, cache: DfCache, *, k: int, order: str, include,
                      exclude, role, since, until) -> tuple[int, frozenset[int], list[tuple]]:
     """The exact top `k` hits (id, bm25, message id, ts, text) by `order`, then (0, inf) when more
-    matched; one statement, the reader's last."""
+    matched; one statement, the reader's last (unless the postings answer)."""
+    from .postings import postings_top  # it imports this module
     q = Query(match)
     if not q.lexemes:
         row = await reader.one(f"SELECT version, dirty FROM ({HEAD}) h", {"ano": ano}, last=True)
         return row[0], frozenset(row[1]), []
+    if order != "recent" and (found := await postings_top(reader, ano, q, k=k, include=include, exclude=exclude,
+                                                          role=role, since=since, until=until)) is not None:
+        return found  # one word or one short prefix by relevance, from its postings (postings.py)
     params = {"k": k + 1}
     where = scope_sql(include, exclude, role, since, until, params)
     score = q.score_sql()

@@ -8,7 +8,7 @@ from typing import Any
 
 from ...indexer.events import Event
 from ..base import AppendResult, ClaimInfo, Match
-from . import reads
+from . import postings_build, reads
 from .db import Db, Reader
 from .reconcile import ReconcileWrites
 from .search import DfCache, search_top
@@ -76,17 +76,20 @@ class PgAgentStore:
     async def dirty_windows(self) -> list[int]:
         return await self.db.tx(self._reconcile.dirty_windows)
 
-    async def optimize(self, *, min_docs: int = 0, min_share: float = 0.0, max_words: int = 0,
-                       incremental: bool = False) -> dict[str, Any]:
-        """No postings to build: PostgreSQL ranks common words from the GIN index (docs/postgres.md).
-        The tables' planner statistics are refreshed instead (ANALYZE), which a bulk import leaves
-        stale until autovacuum comes by; the tables hold every agent, so this is not per agent."""
+    async def optimize(self, *, min_docs: int = postings_build.MIN_DOCS, min_share: float = postings_build.MIN_SHARE,
+                       max_words: int = postings_build.MAX_WORDS, incremental: bool = False) -> dict[str, Any]:
+        """Refresh the tables' planner statistics (ANALYZE: a bulk import leaves them stale until
+        autovacuum comes by; the tables hold every agent, so this is not per agent), then build
+        the agent's postings of common words and prefixes (postings_build.py). A build always
+        redoes the whole agent (`incremental` changes nothing): its cost is one pass over the rows."""
         await self.db.tx(_analyze)
-        return {"words": {}, "dropped": [], "kept": 0}
+        out = await postings_build.build(self.db, self.ano, min_docs=min_docs, min_share=min_share,
+                                         max_words=max_words)
+        return {**out, "dropped": []}
 
     async def postings_due(self, *, min_docs: int, grow_share: float) -> str | None:
-        """Never: there are no postings on PostgreSQL (the hourly `optimize` runs ANALYZE)."""
-        return None
+        async with self.reader() as r:
+            return await postings_build.postings_due(r, self.ano, min_docs=min_docs, grow_share=grow_share)
 
     # -- reconciliation ----------------------------------------------------------------------
 
