@@ -30,7 +30,6 @@ import re
 import time
 from typing import Any
 
-
 from .db import Db, Reader, all_rows, one
 from .search import B, K1
 
