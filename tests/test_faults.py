@@ -341,34 +341,6 @@ async def test_a_write_whose_checkpoint_meets_the_full_disk_is_answered_as_store
         assert_index_invariant(db)
 
 
-async def test_an_archive_makes_its_cold_files_durable_before_the_rows_leave_the_database(tmp_path, monkeypatch):
-    """A crash right after the archive's commit must find every transcript in a cold file: each
-    file, and the directory holding their names, is fsync'd while the rows are still stored."""
-    async with engine_at(tmp_path) as engine:
-        await engine.append("agent:main:a", chain("a", [("user", f"kept {i}") for i in range(300)]))
-        await engine.append("agent:main:a", [msg("b1", "user", "second window", None)], sessionId="s2")
-        db = tmp_path / "agents" / "main.db"
-        synced: list[tuple[str, int]] = []
-        real_fsync = os.fsync
-
-        def fsync(fd: int) -> None:
-            real_fsync(fd)
-            with closing(sqlite3.connect(db)) as conn:  # what a crash at this instant would leave
-                synced.append((os.readlink(f"/proc/self/fd/{fd}"), conn.execute("SELECT count(*) FROM events").fetchone()[0]))
-
-        monkeypatch.setattr(os, "fsync", fsync)
-        assert (await engine.archive("agent:main:a"))["archivedWindows"] == 2
-        monkeypatch.undo()
-        cold = tmp_path / "cold" / "main"
-        files = sorted(p.name for p in cold.iterdir())
-        assert len(files) == 2 and all(name.endswith(".jsonl.gz") for name in files)
-        names = [Path(path).name for path, _ in synced]
-        assert sorted(n.replace(".tmp", ".gz") for n in names if n.endswith(".tmp")) == files
-        assert "main" in names  # the directory, after the renames
-        assert all(rows == 301 for _, rows in synced), synced  # every fsync came before the delete
-        assert (await engine.history(sessionKey="agent:main:a", limit=5))["totalMessages"] > 0  # read back
-
-
 # -- the disk fills up under an import ---------------------------------------------------------------
 
 def _stored_events(db: Path) -> dict[str, int]:

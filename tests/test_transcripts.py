@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
+from contextlib import closing
+from pathlib import Path
 
 import pytest
 
@@ -199,6 +202,34 @@ async def test_appending_to_an_archived_session_is_refused(backend):
             await engine.append(KEY, [msg("m2", "user", "more")])
         await engine.restore(KEY)
         assert (await engine.append(KEY, [msg("m2", "user", "more")]))["appended"] == 1
+
+
+async def test_an_archive_makes_its_cold_files_durable_before_the_rows_leave_the_database(tmp_path, monkeypatch):
+    """SQLite's cold files: a crash right after the archive's commit finds every transcript in one;
+    each file, and the directory holding their names, is fsync'd while the rows are still stored."""
+    async with engine_at(tmp_path) as engine:
+        await engine.append("agent:main:a", chain("a", [("user", f"kept {i}") for i in range(300)]))
+        await engine.append("agent:main:a", [msg("b1", "user", "second window", None)], sessionId="s2")
+        db = tmp_path / "agents" / "main.db"
+        synced: list[tuple[str, int]] = []
+        real_fsync = os.fsync
+
+        def fsync(fd: int) -> None:
+            real_fsync(fd)
+            with closing(sqlite3.connect(db)) as conn:  # what a crash at this instant would leave
+                synced.append((os.readlink(f"/proc/self/fd/{fd}"), conn.execute("SELECT count(*) FROM events").fetchone()[0]))
+
+        monkeypatch.setattr(os, "fsync", fsync)
+        assert (await engine.archive("agent:main:a"))["archivedWindows"] == 2
+        monkeypatch.undo()
+        cold = tmp_path / "cold" / "main"
+        files = sorted(p.name for p in cold.iterdir())
+        assert len(files) == 2 and all(name.endswith(".jsonl.gz") for name in files)
+        names = [Path(path).name for path, _ in synced]
+        assert sorted(n.replace(".tmp", ".gz") for n in names if n.endswith(".tmp")) == files
+        assert "main" in names  # the directory, after the renames
+        assert all(rows == 301 for _, rows in synced), synced  # every fsync came before the delete
+        assert (await engine.history(sessionKey="agent:main:a", limit=5))["totalMessages"] > 0  # read back
 
 
 async def test_a_session_id_of_another_key_is_rejected(backend):
