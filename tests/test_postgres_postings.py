@@ -161,3 +161,23 @@ async def test_a_build_waits_for_older_writers_and_blocks_no_append(pg):
             await asyncio.wait_for(engine.append("agent:main:s0", chain("new", [("user", "loan")], parent="s0m20")), 5)
             await older.rollback()
         assert "loan" in (await asyncio.wait_for(build, 30))["words"]
+
+
+async def test_a_build_by_another_process_is_used_once_the_terms_are_read_again(pg, small_postings, monkeypatch):
+    """A web process learns of a worker's build from the list of postings terms it re-reads every
+    TERMS_TTL_S; until then its searches take the slow path (exact, slower), never a wrong answer."""
+    async with engine_at(pg) as web, engine_at(pg) as worker:
+        await _corpus(web, sessions=6)
+        store = await web.store("main")
+        loan = Match(("loan",))
+
+        async def search() -> tuple:
+            async with store.reader() as reader:
+                return await store.search_top(reader, loan, k=5, order="relevance", include=None, exclude=None,
+                                              role=None)
+
+        slow = await search()  # reads the terms: none yet
+        await (await worker.store("main")).optimize(min_docs=30, min_share=0.0)
+        assert await search() == slow and small_postings["answered"] == 0  # the list read before the build
+        monkeypatch.setattr(postings, "TERMS_TTL_S", 0.0)
+        assert await search() == slow and small_postings["answered"] == 1  # read again: the postings answer

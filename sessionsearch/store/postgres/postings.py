@@ -23,14 +23,16 @@ searches the slow way (search.py).
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 from .db import Reader
 from .postings_build import FRESH_LIMIT, PREFIX, PREFIX_FRESH_LIMIT, WORD, is_prefix_key
-from .search import B, HEAD, K1, MID, Query, scope_sql
+from .search import B, HEAD, K1, MID, DfCache, Query, scope_sql
 
 EPS = 1e-9  # relative; far above the rounding difference between this score and the SQL's
 MAX_ROUNDS = 3  # rounds of taking more kept rows before a narrow scope goes the slow way
+TERMS_TTL_S = 5.0  # a build by another process (a worker) is used by searches this much later at most
 
 
 def postings_key(q: Query) -> tuple[int, str] | None:
@@ -43,11 +45,23 @@ def postings_key(q: Query) -> tuple[int, str] | None:
     return WORD, lex
 
 
-async def postings_top(reader: Reader, ano: int, q: Query, *, k: int, include, exclude, role, since,
-                       until) -> tuple[int, frozenset[int], list[tuple]] | None:
+async def has_postings(reader: Reader, ano: int, key: tuple[int, str], cache: DfCache) -> bool:
+    """Whether the agent's postings hold the term, by the list of their terms this process read at
+    most TERMS_TTL_S ago (or since its own last build): a rare word then costs no round trip here.
+    A list out of date only costs speed: a term built since waits for the next read, and a term
+    dropped since is looked up and not found."""
+    now = time.monotonic()
+    if cache.postings_terms is None or now - cache.postings_read_at > TERMS_TTL_S:
+        rows = await reader.all("SELECT kind, key FROM ss_postings WHERE ano = %s", (ano,))
+        cache.postings_terms, cache.postings_read_at = frozenset((kind, term) for kind, term in rows), now
+    return key in cache.postings_terms
+
+
+async def postings_top(reader: Reader, ano: int, q: Query, cache: DfCache, *, k: int, include, exclude, role,
+                       since, until) -> tuple[int, frozenset[int], list[tuple]] | None:
     """As search.search_top for relevance order, from postings; None: search the slow way."""
     key = postings_key(q)
-    if key is None:
+    if key is None or not await has_postings(reader, ano, key, cache):
         return None
     row = await reader.one("SELECT b.mark, b.old_rows, p.docs, p.cut, p.ids, p.tfs, p.dls FROM ss_postings_built b "
                            "JOIN ss_postings p ON p.ano = b.ano AND p.kind = %s AND p.key = %s WHERE b.ano = %s",

@@ -56,13 +56,16 @@ def _positions(m: str, param: str, prefix: bool) -> str:
 
 
 class DfCache:
-    """Document counts of phrases (by tsquery text) with the index state each was counted at."""
+    """Document counts of phrases (by tsquery text) with the index state each was counted at, and
+    the terms the agent's postings hold as last read (postings.py)."""
 
     KEPT = 4096
 
     def __init__(self) -> None:
         self._counts: OrderedDict[str, tuple[tuple, int]] = OrderedDict()
         self.head: tuple[int, int] | None = None  # (index rows, windows) of the agent as last seen
+        self.postings_terms: frozenset[tuple[int, str]] | None = None  # None: to be read
+        self.postings_read_at = 0.0
 
     def get(self, phrase: str) -> tuple[tuple, int] | None:
         hit = self._counts.get(phrase)
@@ -208,7 +211,7 @@ async def search_top(reader: Reader, ano: int, match: Match, cache: DfCache, *, 
     if not q.lexemes:
         row = await reader.one(f"SELECT version, dirty FROM ({HEAD}) h", {"ano": ano}, last=True)
         return row[0], frozenset(row[1]), []
-    if order != "recent" and (found := await postings_top(reader, ano, q, k=k, include=include, exclude=exclude,
+    if order != "recent" and (found := await postings_top(reader, ano, q, cache, k=k, include=include, exclude=exclude,
                                                           role=role, since=since, until=until)) is not None:
         return found  # one word or one short prefix by relevance, from its postings (postings.py)
     params = {"k": k + 1}

@@ -85,6 +85,7 @@ class PgAgentStore:
         await self.db.tx(_analyze)
         out = await postings_build.build(self.db, self.ano, min_docs=min_docs, min_share=min_share,
                                          max_words=max_words)
+        self._dfs.postings_terms = None  # this process's searches read the new terms at once
         return {**out, "dropped": []}
 
     async def postings_due(self, *, min_docs: int, grow_share: float) -> str | None:
