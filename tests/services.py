@@ -34,8 +34,9 @@ def worker_redis_db() -> int:
     return 1 + n
 
 
-def require_redis(db: int | None = None) -> str:
-    url = f"redis://{REDIS_HOST}:{REDIS_PORT}/{worker_redis_db() if db is None else db}"
+def require_redis() -> str:
+    """This test process's Redis database (worker_redis_db); the test fails, never skips, without Redis."""
+    url = f"redis://{REDIS_HOST}:{REDIS_PORT}/{worker_redis_db()}"
     try:
         redis.Redis.from_url(url, socket_connect_timeout=2).ping()
     except redis.RedisError as exc:
