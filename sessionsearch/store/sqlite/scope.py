@@ -60,10 +60,12 @@ def scope_arms(include: list[int] | None, exclude: list[int] | None, role: str |
 
 # A time range narrows the scan to the id span of the windows it overlaps (each window's ts_min and
 # ts_max bound its messages' timestamps, migrations 10 and 14), which holds every message in it,
-# when it is short: it spans at most 1/NARROW_SHARE of the agent's time and overlaps at most
-# NARROW_MAX_WINDOWS windows; the span of a longer one skips few rows.
-NARROW_MAX_WINDOWS = 2_000
-NARROW_SHARE = 20
+# when it spans at most 1/NARROW_SHARE of the agent's time and overlaps at most NARROW_MAX_WINDOWS
+# windows (reading them costs ~0.2 µs each); the span of a longer one skips few rows. Measured at
+# 1,000,000 messages in 10,000 windows, a range of 10% of the time took 1.8-3.2 ms narrowed
+# against 4.9-9.9 ms walking every match (words in 0.3-1% of the messages; 19 against 49 ms in 10%).
+NARROW_MAX_WINDOWS = 4_096
+NARROW_SHARE = 4
 MAX_ID = (1 << 63) - 1
 SPAN_CLASSES = 16  # a window's span has at most 15 digits (timestamps of years 1 to 9999)
 
