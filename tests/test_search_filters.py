@@ -292,3 +292,29 @@ async def test_a_range_leaves_dirty_windows_out_and_says_indexing(backend):
         await engine.append("agent:main:imported", chain("i", [("user", "ledger two")]), index=False)
         result = await engine.search(query="ledger", since=BASE_TS)
         assert ids(result) == ["m1"] and result["indexing"] is True
+
+
+async def test_recent_over_a_range_scores_its_hits_as_fts5_as_the_index_grows(tmp_path):  # SQLite only: the oracle reads the agent's SQLite file
+    """`recent` over a short range: plain words scored from document counts kept per index state
+    (recent.py), a phrase of two tokens by FTS5 as it sorts; both equal to FTS5's bm25 after each
+    append moves the index on (the counts kept must not be stale)."""
+    rng = random.Random(20261202)
+    span = 1_000_000
+    db = tmp_path / "agents" / "main.db"
+    async with engine_at(tmp_path) as engine:
+        for s in range(8):
+            base = BASE_TS + s * span // 8
+            await engine.append(f"agent:main:s{s}", timed(f"s{s}-", [
+                ("user", " ".join(rng.choices(["alpha", "per-session", "beta", "gamma"], k=rng.randint(1, 5))),
+                 base + i * 500) for i in range(60)]))
+        for round_ in range(3):
+            for _ in range(10):
+                since = BASE_TS + rng.randrange(span)
+                until = since + rng.randrange(1, span // 20)
+                for word in ("alpha", "per-session"):
+                    got = await engine.search(query=word, since=since, until=until, order="recent", limit=8)
+                    assert [(h["messageId"], h["score"]) for h in got["results"]] == \
+                        _oracle(db, word, since, until, "recent", 8)
+            # more of both words: every document count changes
+            await engine.append(f"agent:main:more{round_}", timed(f"m{round_}-", [
+                ("user", "alpha per-session alpha", BASE_TS + rng.randrange(span)) for _ in range(30)]))
