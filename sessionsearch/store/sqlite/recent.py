@@ -51,8 +51,8 @@ MIN_TS = -(1 << 63)
 SPAN_READ = 1024  # messages step 2's range may hold for it to be skipped without a walk (see above)
 COUNTS_KEPT = 4096  # document counts cached per store (a phrase each)
 MARK = "\x01"  # highlight's opening mark: one character per phrase instance
-CHUNKS_KEPT = 65536  # non-ASCII chunks of text kept with their tokens, per store (_Counter)
-CHUNK_CHARS = 64  # longer chunks are tokenized each time, not kept
+CHUNKS_KEPT = 16384  # non-ASCII chunks of text kept with their tokens, per store (_Counter): ~3.5 MB at most, of short words
+CHUNK_CHARS = 32  # longer chunks are tokenized each time, not kept
 # unicode61 (remove_diacritics 2) on ASCII text: a token is a run of letters and digits, folded to
 # lower case, so an ASCII phrase of one such token is counted in ASCII text without the tokenizer
 UNICODE61 = "tokenize = 'unicode61 remove_diacritics 2')"
