@@ -229,8 +229,9 @@ def to_schema_8(db: Path) -> int:
     conn.executemany("DELETE FROM msg_fts WHERE rowid = ?", [(r[0],) for r in rows])
     conn.executemany("INSERT INTO msg_fts (rowid, text, ts, mid) VALUES (?, ?, ?, ?)", rows)
     conn.execute("DELETE FROM schema_migrations WHERE version >= 9")
-    # what migrations 10-13 made goes too, so that opening the store applies 9-13 again
-    for statement in ("DROP INDEX windows_by_ts_max", "ALTER TABLE windows DROP COLUMN ts_max",
+    # what migrations 10-14 made goes too, so that opening the store applies 9-14 again
+    for statement in ("DROP INDEX windows_by_span", "ALTER TABLE windows DROP COLUMN ts_min",
+                      "DROP INDEX windows_by_ts_max", "ALTER TABLE windows DROP COLUMN ts_max",
                       "DROP TABLE prefix_words", "DROP TABLE prefix_postings", "DROP TABLE index_gone",
                       "DROP INDEX events_all_by_ts",
                       "CREATE INDEX events_by_ts ON events (ts) WHERE text IS NOT NULL"):

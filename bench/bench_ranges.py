@@ -6,10 +6,12 @@ queries without a range and to bare FTS5 filtering its unindexed ts column.
 Ranges cover 1% of the corpus's time span, at five places along it; each word class has five
 words (bench_search.pick_words). Latencies through the Python API, interleaved query by query, as wall time and as the
 process's CPU time (all threads), which the machine's other load does not inflate.
-Then (`--appends N`, 0 to skip) what the index `scope.id_bounds` reads (migration 13, every event
-by ts) costs the writer against the partial index it replaced (messages only): two agents of one
-engine, one rewritten to the old index, appended alternately in batches of 100 events of which
-every other one is a tool result (not indexed, but in the new index), and the indexes' sizes.
+Then (`--appends N`, 0 to skip) what the index `scope.id_bounds` reads costs the writer: with
+`--append-baseline 13`, migration 13's (every event by ts) against the partial index it replaced
+(messages only); with `--append-baseline 14`, migration 14's windows by span against none (each
+append's UPDATE of its window then writes ts_min, and an index entry). Two agents of one engine,
+one rewritten to the baseline, appended alternately in batches of 100 events of which every
+other one is a tool result (not indexed, but in migration 13's index), and the indexes' sizes.
 Figures go to bench/results/ranges.json.
 """
 
@@ -44,6 +46,9 @@ HERE = Path(__file__).resolve().parent
 BARE_RANGED = "SELECT rowid, bm25(f) FROM f WHERE f MATCH ? AND ts >= ? AND ts < ? ORDER BY bm25(f) LIMIT 26"
 PLACES = (0.1, 0.3, 0.5, 0.7, 0.9)
 OLD_INDEX = "CREATE INDEX events_by_ts ON events (ts) WHERE text IS NOT NULL"  # migration 8's
+# baseline -> (statements rewriting the `old` agent to it, the index measured in `main`, in `old`)
+BASELINES = {"13": (["DROP INDEX events_all_by_ts", OLD_INDEX], "events_all_by_ts", "events_by_ts"),
+             "14": (["DROP INDEX windows_by_span"], "windows_by_span", None)}
 
 
 def index_bytes(db: Path, name: str) -> int:
@@ -51,8 +56,9 @@ def index_bytes(db: Path, name: str) -> int:
         return conn.execute("SELECT coalesce(sum(pgsize), 0) FROM dbstat WHERE name = ?", (name,)).fetchone()[0]
 
 
-async def append_cost(events: int) -> dict:
-    """Append rate and index size, migration 13's index (`main`) against migration 8's (`old`)."""
+async def append_cost(events: int, baseline: str = "13") -> dict:
+    """Append rate and index size, the current schema (`main`) against `baseline` (`old`, see above)."""
+    rewrite, main_index, old_index = BASELINES[baseline]
     tmp = Path(tempfile.mkdtemp(prefix="bench_ranges_"))
     try:
         data_dir = tmp / "data"
@@ -61,8 +67,8 @@ async def append_cost(events: int) -> dict:
             for agent in ("main", "old"):
                 await engine.append(f"agent:{agent}:first", events_for(0, [("user", "first")]))
         with sqlite3.connect(data_dir / "agents" / "old.db") as conn:
-            conn.execute("DROP INDEX events_all_by_ts")
-            conn.execute(OLD_INDEX)
+            for statement in rewrite:
+                conn.execute(statement)
         spent = {"main": 0.0, "old": 0.0}
         n = 0
         async with Engine(data_dir, settings=settings) as engine:
@@ -80,10 +86,10 @@ async def append_cost(events: int) -> dict:
                         spent[agent] += time.perf_counter() - t
                     n += len(batch)
         agents = data_dir / "agents"
-        out = {"events": n, "messages": n // 2,
+        out = {"baseline": baseline, "events": n, "messages": n // 2,
                "main_batch100_events_per_s": n / spent["main"], "old_batch100_events_per_s": n / spent["old"],
-               "index_bytes_main": index_bytes(agents / "main.db", "events_all_by_ts"),
-               "index_bytes_old": index_bytes(agents / "old.db", "events_by_ts"),
+               "index_bytes_main": index_bytes(agents / "main.db", main_index),
+               "index_bytes_old": index_bytes(agents / "old.db", old_index) if old_index else 0,
                "db_bytes_main": (agents / "main.db").stat().st_size, "db_bytes_old": (agents / "old.db").stat().st_size}
         out["append_rate_main_vs_old"] = out["main_batch100_events_per_s"] / out["old_batch100_events_per_s"]
         return out
@@ -101,6 +107,8 @@ async def main() -> None:
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--reps", type=int, default=6)
     parser.add_argument("--appends", type=int, default=100_000, help="events appended for the writer's cost")
+    parser.add_argument("--append-baseline", choices=sorted(BASELINES), default="13")
+    parser.add_argument("--queries", type=int, default=1, help="0: the append cost only")
     parser.add_argument("--out", default=str(HERE / "results" / "ranges.json"))
     args = parser.parse_args()
     sslogging.configure("WARNING")
@@ -126,7 +134,7 @@ async def main() -> None:
     results: dict = {}
     async with Engine(data_dir, settings=settings) as engine:
         bare = await aiosqlite.connect(work / "bare.db")
-        for name in ("rare", "mid_0.3pct", "common_1pct", "common_10pct"):
+        for name in ("rare", "mid_0.3pct", "common_1pct", "common_10pct") if args.queries else ():
             times: dict[str, list[float]] = {m: [] for m in modes} | {"bare_ranged": []}
             cpu: dict[str, list[float]] = {m: [] for m in times}  # all the process's threads: load-proof
             hits: dict[str, list[int]] = {m: [] for m in modes}
@@ -162,7 +170,7 @@ async def main() -> None:
                                                 f"(cpu {row[f'{m}_cpu_p50_ms']:.2f}/{row[f'{m}_cpu_p95_ms']:.2f})"
                                                 for m in times) + "  (p50/p95 ms)", file=sys.stderr)
         await bare.close()
-    appends = await append_cost(args.appends) if args.appends else None
+    appends = await append_cost(args.appends, args.append_baseline) if args.appends else None
     if appends:
         print(f"appends: {appends}", file=sys.stderr)
     index = {name: index_bytes(db, name) for name in ("events_all_by_ts", "events_by_ts")}

@@ -224,13 +224,15 @@ def test_cjk_search_finds_exactly_what_python_in_finds(backend):
 
 def _to_schema_8(db) -> None:
     """Rewrite a store as schema version 8 wrote it: index rows hold the text as it stands, and
-    migrations 9-13 are not recorded (what 10-13 made is dropped too)."""
+    migrations 9-14 are not recorded (what 10-14 made is dropped too)."""
     with sqlite3.connect(db) as conn:
         rows = conn.execute("SELECT f.rowid, e.text, f.ts, f.mid FROM msg_fts f JOIN events e ON e.id = f.rowid "
                             "ORDER BY f.rowid").fetchall()
         conn.execute("DELETE FROM msg_fts")
         conn.executemany("INSERT INTO msg_fts (rowid, text, ts, mid) VALUES (?, ?, ?, ?)", rows)
         conn.execute("DELETE FROM schema_migrations WHERE version >= 9")
+        conn.execute("DROP INDEX windows_by_span")  # migration 14's
+        conn.execute("ALTER TABLE windows DROP COLUMN ts_min")
         conn.execute("DROP INDEX windows_by_ts_max")
         conn.execute("ALTER TABLE windows DROP COLUMN ts_max")
         conn.execute("DROP TABLE prefix_words")
@@ -253,7 +255,7 @@ async def test_an_upgraded_store_hands_its_cjk_windows_to_reconciliation(tmp_pat
     await _old_store(tmp_path)
     async with engine_at(tmp_path) as engine:
         store = await engine.store("main")
-        assert [v for v, _ in await store.applied_migrations()][-5:] == [9, 10, 11, 12, 13]
+        assert [v for v, _ in await store.applied_migrations()][-6:] == [9, 10, 11, 12, 13, 14]
         first = await engine.search(query="deploy")
         assert first["indexing"] is True and ids(first) == ["l1"]  # the Latin-only window stays searchable
         assert (await engine.search(query="开会"))["results"] == []

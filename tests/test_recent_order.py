@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import sqlite3
 
-from sessionsearch.store.sqlite.recent import RecentScores, phrases
+from sessionsearch.store.sqlite.recent import RecentScores, _Counter, phrases
 from sessionsearch.store.base import Match
 
 from .helpers import BASE_TS, engine_at, timed
@@ -153,3 +153,30 @@ async def test_a_restored_session_is_found_newest_first(tmp_path):
         await engine.reconcile_pending()
         got = _got(await engine.search(query="alpha", order="recent", limit=25))
         assert got[0][0] == "l1" and got == _brute(db, '"alpha"')
+
+
+def test_phrase_instances_in_any_text_are_counted_as_fts5_counts_them():
+    """_Counter's counts of ASCII words and prefixes in texts of every kind (accented, folded as
+    unicode61 folds them or not at all, CJK shadows, white space of other scripts), with the
+    chunks' tokens kept between calls, equal FTS5's own (highlight marks each instance once)."""
+    schema = ("CREATE VIRTUAL TABLE msg_fts USING fts5 (text, ts UNINDEXED, mid UNINDEXED, "
+              "tokenize = 'unicode61 remove_diacritics 2')")
+    counter = _Counter.for_schema(schema)
+    oracle = sqlite3.connect(":memory:")
+    oracle.execute(schema.replace("msg_fts", "o"))
+    pieces = ["cafe", "Café", "CAFÉ", "cafés", "café-bar", "straße", "strasse", "ﬁne", "fine", "naïve", "naive",
+              "e\u0301te", "ete", "été", "東京 京都 東 京", "x\u3000cafe", "cafe\u00a0cafe", "CAFE.cafe", "über",
+              "uber", "Über-cafe", "ete,ete", "ÉTÉ", "cafeé", "\u2019cafe\u2019", "ﾃｽﾄ"]
+    rng = random.Random(20261203)
+    for round_ in range(40):
+        texts = [(n, " ".join(rng.choices(pieces, k=rng.randint(1, 6)))) for n in range(1, 9)]
+        oracle.execute("DELETE FROM o")
+        oracle.executemany("INSERT INTO o (rowid, text) VALUES (?, ?)", texts)
+        for parts in (['"cafe"'], ['"ete"', '"fine" *'], ['"naive"', '"uber"', '"strasse"'], ['"caf" *']):
+            want = {n: [0.0] * len(parts) for n, _ in texts}
+            for i, phrase in enumerate(parts):
+                for n, marks in oracle.execute("SELECT rowid, length(highlight(o, 0, char(1), '')) - length(text) "
+                                               "FROM o WHERE o MATCH ?", (phrase,)):
+                    want[n][i] = float(marks)
+            assert counter.frequencies(texts, parts) == want, (texts, parts)
+    assert counter._chunks  # the non-ASCII chunks were kept: later rounds counted from them

@@ -129,6 +129,8 @@ def _to_schema_5(db, cold_file) -> None:
         conn.execute("INSERT INTO hot_postings VALUES (1, 1, 3, ?)", (fts[0][0],))
         conn.execute("DROP INDEX windows_long")
         conn.execute("DROP INDEX events_ts")
+        conn.execute("DROP INDEX windows_by_span")  # migration 14's
+        conn.execute("ALTER TABLE windows DROP COLUMN ts_min")
         conn.execute("DROP INDEX windows_by_ts_max")  # migration 10's, on the windows table that 6 keeps
         conn.execute("ALTER TABLE windows DROP COLUMN ts_max")
         conn.execute("DROP TABLE prefix_words")  # migration 11's
@@ -156,7 +158,7 @@ async def test_a_store_written_with_the_old_row_ids_is_migrated_on_open(tmp_path
 
     async with engine_at(tmp_path) as engine:
         store = await engine.store("main")
-        assert [v for v, _ in await store.applied_migrations()][-8:] == [6, 7, 8, 9, 10, 11, 12, 13]
+        assert [v for v, _ in await store.applied_migrations()][-9:] == [6, 7, 8, 9, 10, 11, 12, 13, 14]
         # migration 9 hands the window with CJK text ("ローン相談") to reconciliation
         assert (await engine.search(query="needle", limit=25))["indexing"] is True
         await engine.reconcile_pending()

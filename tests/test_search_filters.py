@@ -12,7 +12,9 @@ from sessionsearch import InvalidRequest
 from sessionsearch.indexer.events import MAX_TS_MS, MIN_TS_MS
 from sessionsearch.store.sqlite.scope import ID_BOUNDS_SQL, id_bounds
 
-from .helpers import BASE_TS, chain, engine_at, ids, timed
+from sessionsearch.store.rowids import wid_of
+
+from .helpers import BASE_TS, chain, engine_at, ids, msg, timed
 
 KEY = "agent:main:main"
 DAY = 86_400_000
@@ -156,7 +158,7 @@ async def test_random_ranges_give_exactly_the_hits_of_ranking_everything_and_fil
 
 async def test_a_narrow_range_is_an_id_span_holding_every_message_in_it(tmp_path):  # SQLite only: SQLite's id spans (scope.id_bounds)
     async with engine_at(tmp_path) as engine:
-        # timestamps falling then rising inside one window: the span comes from the rows, not their order
+        # timestamps falling then rising inside one window: the span comes from the window's bounds
         await engine.append(KEY, timed("m", [("user", "w", BASE_TS + t) for t in (900, 5, 400, 1000, 1)]))
         await engine.append("agent:main:b", timed("b", [("user", "w", BASE_TS + 100_000 + i) for i in range(100)]))
         store = await engine.store("main")
@@ -164,17 +166,62 @@ async def test_a_narrow_range_is_an_id_span_holding_every_message_in_it(tmp_path
             ids_in = [r[0] for r in await reader.conn.execute_fetchall(
                 "SELECT id FROM events WHERE text IS NOT NULL AND ts >= ? AND ts < ?", (BASE_TS + 2, BASE_TS + 950))]
             lo, hi = await id_bounds(reader.conn, BASE_TS + 2, BASE_TS + 950)
-            assert len(ids_in) == 3 and lo == min(ids_in) and hi == max(ids_in)
+            # the first window whole, not the second, whose messages are all later
+            assert len(ids_in) == 3 and lo <= min(ids_in) and hi >= max(ids_in) and wid_of(lo) == wid_of(hi)
             assert await id_bounds(reader.conn, BASE_TS + 2000, BASE_TS + 3000) == (1, 0)  # none in range
             assert await id_bounds(reader.conn, BASE_TS, BASE_TS + 100_000) is None  # most of the time span
 
 
+async def test_windows_are_found_by_their_timestamps_however_they_were_written(tmp_path):  # SQLite only: SQLite's id spans (scope.id_bounds)
+    """A window's ts_min and ts_max follow appends of older and newer messages and come back with a
+    restore, and a window spanning much of the time is found beside short ones (each order of
+    magnitude of span has its range of the index): every ranged search gives the oracle's hits."""
+    rng = random.Random(20261201)
+    span = 10_000_000
+    async with engine_at(tmp_path) as engine:
+        for s in range(40):  # short windows one after another
+            base = BASE_TS + s * span // 40
+            await engine.append(f"agent:main:s{s}", timed(f"s{s}-", [
+                ("user", rng.choice(["alpha", "alpha beta", "beta"]), base + i * 97) for i in range(20)]))
+        # one window written over the whole time, its messages appended newest first then oldest
+        for n, (text, ts) in enumerate([("alpha", BASE_TS + span // 2), ("alpha late", BASE_TS + span - 1),
+                                        ("alpha early", BASE_TS + 3)], 1):
+            await engine.append("agent:main:long", [msg(f"l{n}", "user", text, f"l{n - 1}" if n > 1 else None, ts=ts)])
+        await engine.archive("agent:main:s7")
+        store = await engine.store("main")
+        await store.execute_write("UPDATE windows SET ts_min = NULL, ts_max = NULL WHERE session_key = 'agent:main:s7'")
+        await engine.restore("agent:main:s7")
+        await engine.reconcile_pending()
+        async with store.reader() as reader:
+            bounds = dict((r[0], r[1:]) for r in await reader.conn.execute_fetchall(
+                "SELECT session_key, ts_min, ts_max FROM windows"))
+            assert bounds["agent:main:long"] == (BASE_TS + 3, BASE_TS + span - 1)
+            assert bounds["agent:main:s7"] == (BASE_TS + 7 * span // 40, BASE_TS + 7 * span // 40 + 19 * 97)
+        db = tmp_path / "agents" / "main.db"
+        narrowed = 0
+        for _ in range(60):
+            since = BASE_TS + rng.randrange(-span // 50, span)
+            until = since + rng.randrange(1, span // 25)
+            async with store.reader() as reader:
+                narrowed += (await id_bounds(reader.conn, since, until)) not in (None, (1, 0))
+            for word in ("alpha", "beta"):
+                order = rng.choice(["relevance", "recent"])
+                got = await engine.search(query=word, since=since, until=until, order=order, limit=10)
+                assert [(h["messageId"], h["score"]) for h in got["results"]] == \
+                    _oracle(db, word, since, until, order, 10)
+        early = await engine.search(query="early", since=BASE_TS, until=BASE_TS + 10)
+        assert ids(early) == ["l3"]
+        assert narrowed >= 40
+
+
 def _to_schema_12(db) -> None:
-    """Rewrite a store as schema version 12 left it: the partial index of migration 8, no 13."""
+    """Rewrite a store as schema version 12 left it: the partial index of migration 8, no 13 nor 14."""
     with sqlite3.connect(db) as conn:
         conn.execute("DROP INDEX events_all_by_ts")
         conn.execute("CREATE INDEX events_by_ts ON events (ts) WHERE text IS NOT NULL")
-        conn.execute("DELETE FROM schema_migrations WHERE version = 13")
+        conn.execute("DROP INDEX windows_by_span")
+        conn.execute("ALTER TABLE windows DROP COLUMN ts_min")
+        conn.execute("DELETE FROM schema_migrations WHERE version >= 13")
 
 
 async def test_an_upgraded_store_answers_ranges_the_same_from_a_covering_index(tmp_path):  # SQLite only: SQLite's migration 13
@@ -209,14 +256,15 @@ async def test_an_upgraded_store_answers_ranges_the_same_from_a_covering_index(t
     _to_schema_12(db)
     async with engine_at(tmp_path) as engine:
         store = await engine.store("main")
-        assert (await store.applied_migrations())[-1] == (13, "time_ranges_covering")
+        assert (await store.applied_migrations())[-2:] == [(13, "time_ranges_covering"), (14, "window_ts_min")]
         assert await answers(engine) == before
         async with store.reader() as reader:
             narrowed = [await id_bounds(reader.conn, since, until) for _, since, until, _, _ in queries]
             plan = " ".join(r[3] for r in await reader.conn.execute_fetchall(
                 "EXPLAIN QUERY PLAN " + ID_BOUNDS_SQL, {"since": BASE_TS, "until": BASE_TS + 1, "share": 20, "cap": 9}))
     assert sum(b is not None and b != (1, 0) for b in narrowed) >= 20  # most ranges were narrowed
-    assert plan.count("COVERING INDEX events_all_by_ts") == 3 and "USING INDEX" not in plan, plan
+    assert plan.count("COVERING INDEX events_all_by_ts") == 2 and "USING INDEX" not in plan, plan
+    assert "COVERING INDEX windows_by_span" in plan, plan
     with sqlite3.connect(db) as conn:
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
     assert "events_all_by_ts" in names and "events_by_ts" not in names
@@ -244,3 +292,29 @@ async def test_a_range_leaves_dirty_windows_out_and_says_indexing(backend):
         await engine.append("agent:main:imported", chain("i", [("user", "ledger two")]), index=False)
         result = await engine.search(query="ledger", since=BASE_TS)
         assert ids(result) == ["m1"] and result["indexing"] is True
+
+
+async def test_recent_over_a_range_scores_its_hits_as_fts5_as_the_index_grows(tmp_path):  # SQLite only: the oracle reads the agent's SQLite file
+    """`recent` over a short range: plain words scored from document counts kept per index state
+    (recent.py), a phrase of two tokens by FTS5 as it sorts; both equal to FTS5's bm25 after each
+    append moves the index on (the counts kept must not be stale)."""
+    rng = random.Random(20261202)
+    span = 1_000_000
+    db = tmp_path / "agents" / "main.db"
+    async with engine_at(tmp_path) as engine:
+        for s in range(8):
+            base = BASE_TS + s * span // 8
+            await engine.append(f"agent:main:s{s}", timed(f"s{s}-", [
+                ("user", " ".join(rng.choices(["alpha", "per-session", "beta", "gamma"], k=rng.randint(1, 5))),
+                 base + i * 500) for i in range(60)]))
+        for round_ in range(3):
+            for _ in range(10):
+                since = BASE_TS + rng.randrange(span)
+                until = since + rng.randrange(1, span // 20)
+                for word in ("alpha", "per-session"):
+                    got = await engine.search(query=word, since=since, until=until, order="recent", limit=8)
+                    assert [(h["messageId"], h["score"]) for h in got["results"]] == \
+                        _oracle(db, word, since, until, "recent", 8)
+            # more of both words: every document count changes
+            await engine.append(f"agent:main:more{round_}", timed(f"m{round_}-", [
+                ("user", "alpha per-session alpha", BASE_TS + rng.randrange(span)) for _ in range(30)]))

@@ -48,9 +48,11 @@ from .hot import average_length, varint, varint_sum
 
 K1, B = 1.2, 0.75  # FTS5's bm25() defaults
 MIN_TS = -(1 << 63)
-SPAN_READ = 256  # messages step 2's range may hold for it to be skipped without a walk (see above)
+SPAN_READ = 1024  # messages step 2's range may hold for it to be skipped without a walk (see above)
 COUNTS_KEPT = 4096  # document counts cached per store (a phrase each)
 MARK = "\x01"  # highlight's opening mark: one character per phrase instance
+CHUNKS_KEPT = 16384  # non-ASCII chunks of text kept with their tokens, per store (_Counter): ~3.5 MB at most, of short words
+CHUNK_CHARS = 32  # longer chunks are tokenized each time, not kept
 # unicode61 (remove_diacritics 2) on ASCII text: a token is a run of letters and digits, folded to
 # lower case, so an ASCII phrase of one such token is counted in ASCII text without the tokenizer
 UNICODE61 = "tokenize = 'unicode61 remove_diacritics 2')"
@@ -198,13 +200,16 @@ def _ascii_count(folded: str, term: str, prefix: bool, matching: bool) -> int:
 
 class _Counter:
     """Phrase instances in a few texts, counted by an in-memory FTS5 table made with the index's
-    own definition (so the same tokenizer): each instance highlighted once, one mark each."""
+    own definition (so the same tokenizer): each instance highlighted once, one mark each; or,
+    for ASCII words, from the tokens that table's tokenizer makes of each chunk of the text,
+    kept per chunk (see frequencies)."""
 
     COLUMNS = ["text", "ts", "mid"]  # the index's columns this counts for; any other form: None
 
     def __init__(self, schema: str, conn: sqlite3.Connection) -> None:
         self.schema = schema
         self.conn = conn
+        self._chunks: OrderedDict[str, tuple[str, ...]] = OrderedDict()  # chunk -> its folded tokens
 
     @classmethod
     def for_schema(cls, schema: str) -> "_Counter | None":
@@ -214,6 +219,7 @@ class _Counter:
         conn = sqlite3.connect(":memory:", isolation_level=None)  # transactions as frequencies() opens them
         try:
             conn.execute("CREATE VIRTUAL TABLE scratch" + schema[using:])
+            conn.execute("CREATE VIRTUAL TABLE scratch_tokens USING fts5vocab(scratch, 'instance')")
             columns = [r[1] for r in conn.execute("PRAGMA table_info(scratch)")]
         except sqlite3.Error:
             conn.close()
@@ -232,19 +238,35 @@ class _Counter:
         unicode61, ASCII texts are counted here, as that tokenizer splits and folds them: the
         scratch table costs ~25 µs a text (0.4-0.9 ms for a page of hits), this ~2 µs, and less
         for a matching text that holds the word once (most): it holds it as a token at least
-        once, so one occurrence in the text is the one. Other texts (diacritics, CJK shadows) go
-        through the scratch table."""
+        once, so one occurrence in the text is the one.
+
+        Other texts (diacritics, CJK shadows) are split at whitespace, which unicode61 never keeps
+        in a token (str.split() splits at Unicode white space only: separators to it too), so a
+        text's tokens are its chunks' tokens: ASCII chunks are tokenized here, the others by the
+        scratch table's tokenizer (an fts5vocab table lists each row's tokens as FTS5 folds them),
+        and kept: the accented words and CJK shadow tokens of a transcript recur, and the scratch
+        table's fixed cost (a transaction, ~0.1 ms) is then spent only on chunks not seen before."""
         freq = {rid: [0.0] * len(parts) for rid, _ in texts}
         words = [ASCII_PHRASE.fullmatch(p) for p in parts] if UNICODE61 in self.schema else [None]
         if all(words):
             terms = [(m[1].lower(), bool(m[2])) for m in words]  # type: ignore[index]
+            other = []
             for rid, text in texts:
                 if text.isascii():
                     folded = text.lower()
                     freq[rid] = [float(_ascii_count(folded, term, prefix, matching)) for term, prefix in terms]
-            texts = [(rid, text) for rid, text in texts if not text.isascii()]
-            if not texts:
-                return freq
+                else:
+                    other.append((rid, text.split()))
+            if other:
+                tokens = self._tokens({chunk for _, chunks in other for chunk in chunks if not chunk.isascii()})
+                for rid, chunks in other:
+                    found = ASCII_TOKEN.findall(" ".join(c for c in chunks if c.isascii()).lower())
+                    for chunk in chunks:
+                        if not chunk.isascii():
+                            found += tokens[chunk]
+                    freq[rid] = [float(sum(t.startswith(term) for t in found) if prefix else found.count(term))
+                                 for term, prefix in terms]
+            return freq
         # rolled back, so the table is always empty: deleting the last texts instead cost FTS5 a
         # delete marker per token and a growing index to merge (2.5x the time for two texts)
         c = self.conn
@@ -258,3 +280,32 @@ class _Counter:
         finally:
             c.execute("ROLLBACK")
         return freq
+
+    def _tokens(self, chunks: set[str]) -> dict[str, tuple[str, ...]]:
+        """{chunk: its tokens as the index's tokenizer folds them} of non-ASCII chunks of text:
+        those kept from earlier calls, the others through the scratch table (one transaction)."""
+        out, todo = {}, []
+        for chunk in chunks:
+            kept = self._chunks.get(chunk)
+            if kept is None:
+                todo.append(chunk)
+            else:
+                self._chunks.move_to_end(chunk)
+                out[chunk] = kept
+        if todo:
+            found: dict[int, list[tuple[int, str]]] = {n: [] for n in range(1, len(todo) + 1)}
+            c = self.conn
+            c.execute("BEGIN")
+            try:
+                c.executemany("INSERT INTO scratch (rowid, text) VALUES (?, ?)", enumerate(todo, 1))
+                for n, term, offset in c.execute("SELECT doc, term, offset FROM scratch_tokens"):
+                    found[n].append((offset, term))
+            finally:
+                c.execute("ROLLBACK")
+            for n, chunk in enumerate(todo, 1):
+                out[chunk] = tuple(term for _, term in sorted(found[n]))
+                if len(chunk) <= CHUNK_CHARS:
+                    self._chunks[chunk] = out[chunk]
+            while len(self._chunks) > CHUNKS_KEPT:
+                self._chunks.popitem(last=False)
+        return out

@@ -15,9 +15,19 @@ def ts_max_of(wid: str) -> str:
             f"AND e.id BETWEEN {HIGH} | ({wid} << {SEQ_BITS + 1}) AND {HIGH} | ((({wid} + 1) << {SEQ_BITS + 1}) - 1)))")
 
 
-# a window's ts_max raised to its messages' newest (a restore brings rows back)
-TS_MAX_SQL = ("UPDATE windows SET ts_max = max(coalesce(ts_max, {x}), coalesce({x}, ts_max)) "
-              "WHERE wid = :wid").format(x=ts_max_of(":wid"))
+def ts_min_of(wid: str) -> str:
+    """SQL for the oldest timestamp among the messages of window `wid`, as ts_max_of."""
+    return ts_max_of(wid).replace("max(", "min(")
+
+
+# a window's ts_max raised to its messages' newest and ts_min lowered to their oldest (a restore
+# brings rows back)
+TS_MAX_SQL = ("UPDATE windows SET ts_max = max(coalesce(ts_max, {x}), coalesce({x}, ts_max)), "
+              "ts_min = min(coalesce(ts_min, {n}), coalesce({n}, ts_min)) "
+              "WHERE wid = :wid").format(x=ts_max_of(":wid"), n=ts_min_of(":wid"))
+# The order of magnitude of a window's time span (the digits of ts_max - ts_min), which migration
+# 14's index leads with: scope.id_bounds finds the windows overlapping a range one class at a time.
+SPAN_DIGITS = "length(ts_max - ts_min)"
 
 MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (1, "transcripts_and_index", """
@@ -275,5 +285,15 @@ ALTER TABLE prefix_words ADD COLUMN gone_seq INTEGER NOT NULL DEFAULT 0;
 -- 1,000,000). This one holds every event: the span of all events in a range bounds its messages.
 CREATE INDEX events_all_by_ts ON events (ts);
 DROP INDEX events_by_ts;
+"""),
+    (14, "window_ts_min", f"""
+-- `since`/`until` read the id span of a range from the windows it overlaps (store/sqlite/scope.py,
+-- id_bounds), not from every event in it: each window's ts_min bounds its messages' timestamps from
+-- below as ts_max (10) does from above. Appends lower it, a restore sets it from the rows brought
+-- back. The index holds windows by the order of magnitude of their span, then ts_min: a window of
+-- span < 10^d overlapping [since, until) has since - 10^d < ts_min < until, one range per d.
+ALTER TABLE windows ADD COLUMN ts_min INTEGER;
+UPDATE windows SET ts_min = {ts_min_of("windows.wid")};
+CREATE INDEX windows_by_span ON windows ({SPAN_DIGITS}, ts_min, ts_max, wid, last_seq);
 """),
 )

@@ -29,7 +29,7 @@ from .postings_due import BUILT_ROWS_KEY, built_rows, postings_due, prefix_upkee
 from .prefixes import PrefixTop, is_prefix_query, read_fold, read_prefixes
 from .hot import MAX_WORDS, MIN_DOCS, MIN_SHARE, common_words, hot_top, read_postings
 from .ranking import TS_JOIN, materialized, ranked_shown
-from .recent import RecentScores, ShownIndex
+from .recent import RecentScores, ShownIndex, phrases
 from .scope import id_bounds, range_conditions, scope_arms, scope_conditions
 from .sessions import search_sessions
 from .writer import SqliteWriter, create_database, is_full, unwritable
@@ -409,9 +409,13 @@ class SqliteAgentStore:
             finally:
                 if reader.conn.in_transaction:
                     await reader.conn.execute("RELEASE hot")
-        # `recent` over a short range scores the few rows in it as it sorts them, sparing the
-        # statement below, whose cost is a walk of the word's whole doclist
-        scores: dict[int, float] | None = {} if order == "recent" and bounds is not None else None
+        # `recent` scores the rows it shows from what its ranking statement reads of them
+        # (recent.py, RecentScores: the words' document counts kept per index state); a query of
+        # other words over a short range scores the few rows in it as it sorts them instead, sparing
+        # the statement below, whose cost is a walk of the word's whole doclist (FTS5's bm25() counts
+        # the documents on each statement: 3.6-5 ms for a word in 10% of 1,000,000 messages)
+        scores: dict[int, float] | None = (
+            {} if order == "recent" and bounds is not None and phrases(match) is None else None)
         if (top is None and order != "recent" and include is None and not ranged and not arms[0][1]
                 and match.prefix and len(match.words) == 1 and is_prefix_query(match.words[0])):
             await reader.conn.execute("SAVEPOINT prefix")  # one snapshot for postings, log and rows
@@ -420,7 +424,6 @@ class SqliteAgentStore:
             finally:
                 if reader.conn.in_transaction:
                     await reader.conn.execute("RELEASE prefix")
-        # `recent` scores its shown rows from what its ranking statement reads of them (recent.py)
         index = ShownIndex() if order == "recent" and scores is None else None
         if top is None:
             top, shown, head = await ranked_shown(reader.conn, self._HEAD_SQL,

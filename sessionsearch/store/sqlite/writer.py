@@ -381,17 +381,20 @@ class SqliteWriter(ReconcileWrites, HotWrites, PrefixWrites):
         to_index = [r for r in plan.rows if r.on_branch and r.event.text] if live else []
         has_header = st.has_header or any(r.event.type == "session" for r in plan.rows)
         newest = max((r.event.ts for r in plan.rows if r.event.text is not None), default=None)
+        oldest = min((r.event.ts for r in plan.rows if r.event.text is not None), default=None)
         guarded = c.execute(
             "UPDATE windows SET last_seq = ?, leaf_seq = ?, leaf_event_id = ?, has_header = ?, "
             "messages = messages + ?, updated_at = ?, source_lines = coalesce(?, source_lines), "
             "needs_rebuild = CASE WHEN ? THEN 1 ELSE needs_rebuild END, rebuild_gen = rebuild_gen + ?, "
             "indexed_seq = CASE WHEN needs_rebuild = 0 AND NOT ? THEN ? ELSE indexed_seq END, "
             "indexed_leaf = CASE WHEN needs_rebuild = 0 AND NOT ? THEN ? ELSE indexed_leaf END, "
-            "ts_max = max(coalesce(ts_max, ?), coalesce(?, ts_max)) "  # a bound on its messages' ts (recent.py)
+            "ts_max = max(coalesce(ts_max, ?), coalesce(?, ts_max)), "  # bounds on its messages' ts (recent.py)
+            "ts_min = min(coalesce(ts_min, ?), coalesce(?, ts_min)) "  # (scope.py, id_bounds)
             "WHERE wid = ? AND last_seq = ? AND leaf_seq IS ? AND cold = 0 RETURNING needs_rebuild",
             (plan.last_seq, plan.leaf_seq, plan.leaf_event_id, int(has_header),
              plan.messages if plan.linear else 0, now_ms(), source_lines, dirty, int(dirty),
-             dirty, plan.last_seq, dirty, plan.leaf_seq, newest, newest, wid, st.last_seq, st.leaf_seq)).fetchone()
+             dirty, plan.last_seq, dirty, plan.leaf_seq, newest, newest, oldest, oldest, wid, st.last_seq,
+             st.leaf_seq)).fetchone()
         if guarded is None:
             if c.execute("SELECT 1 FROM windows WHERE wid = ? AND cold = 1", (wid,)).fetchone():
                 raise Conflict(f"session {key!r} is archived; restore it before appending", field="sessionKey")
