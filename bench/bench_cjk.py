@@ -11,7 +11,9 @@ same texts in an FTS5 table (unicode61) and a trigram one. Then, interleaved que
 `main`: CJK unigrams and bigrams at a few document frequencies, each next to the Latin word whose
 frequency is nearest, through the Python API (wall time, and the process's CPU time, which the
 machine's other load does not inflate); bare FTS5 for the Latin word, the trigram table for
-the CJK string (LIKE, as it must for fewer than three characters). Last, on a copy of `main`
+the CJK string (LIKE, as it must for fewer than three characters); and each query once more
+with the store's postings out of use for that search (`*_fts5`: FTS5 ranks every row, as before
+the postings, side by side). Last, on a copy of `main`
 rewritten to the layout before migration 9: how long the migration takes on open, and the
 reconciliation of the windows it hands over. Figures go to bench/results/cjk.json (--out).
 
@@ -202,19 +204,25 @@ async def measure(work: Path, reps: int, total: int) -> dict:
                 for body in (term, word):
                     for _ in range(3):
                         await engine.search({"query": body, "agentId": "main", "limit": 25})
+        store = await engine.store("main")
         for name, pairs in classes.items():
             times: dict[str, list[float]] = {"cjk": [], "latin": [], "bare_latin": [], "scan_cjk": [],
-                                             "cjk_cpu": [], "latin_cpu": []}
+                                             "cjk_cpu": [], "latin_cpu": [], "cjk_fts5": [], "latin_fts5": [],
+                                             "cjk_fts5_cpu": [], "latin_fts5_cpu": []}
             for term, word, _, _ in pairs:  # warm
                 await engine.search({"query": term, "agentId": "main", "limit": 25})
                 await engine.search({"query": word, "agentId": "main", "limit": 25})
             for _ in range(reps):
                 for term, word, _, _ in pairs:
-                    for key, body in (("cjk", term), ("latin", word)):
+                    for key, body in (("cjk", term), ("latin", word), ("cjk_fts5", term), ("latin_fts5", word)):
+                        seen = store._hot_seen
+                        if key.endswith("_fts5"):  # this one search without postings (FTS5 ranks every row)
+                            store._hot_seen = (seen[0], frozenset())  # the same version: the list is not read again
                         t, cpu = time.perf_counter(), time.process_time()
                         await engine.search({"query": body, "agentId": "main", "limit": 25})
                         times[key].append(time.perf_counter() - t)
                         times[f"{key}_cpu"].append(time.process_time() - cpu)  # all threads: load-proof
+                        store._hot_seen = seen
                     t = time.perf_counter()
                     bare.execute(BARE_SQL, (quote(word),)).fetchall()
                     times["bare_latin"].append(time.perf_counter() - t)
@@ -231,7 +239,9 @@ async def measure(work: Path, reps: int, total: int) -> dict:
             print(f"{name:22s} cjk p50 {row['cjk_p50_ms']:6.2f} p95 {row['cjk_p95_ms']:6.2f} | latin p50 "
                   f"{row['latin_p50_ms']:6.2f} p95 {row['latin_p95_ms']:6.2f} | ratio {row['cjk_vs_latin_p50']:.2f}"
                   f" (cpu {row['cjk_cpu_p50_ms']:5.2f} / {row['latin_cpu_p50_ms']:5.2f} = {row['cjk_vs_latin_cpu_p50']:.2f})"
-                  f" | bare latin {row['bare_latin_p50_ms']:6.2f} | bare scan {row['scan_cjk_p50_ms']:7.2f}")
+                  f" | bare latin {row['bare_latin_p50_ms']:6.2f} | bare scan {row['scan_cjk_p50_ms']:7.2f}"
+                  f" | without postings: cjk p50 {row['cjk_fts5_p50_ms']:6.2f} p95 {row['cjk_fts5_p95_ms']:6.2f}"
+                  f" (cpu {row['cjk_fts5_cpu_p50_ms']:5.2f}), latin p50 {row['latin_fts5_p50_ms']:6.2f}")
         # longer runs: phrases of bigrams on ours, the trigram index's own MATCH beside them
         longer = []
         texts = [r[0] for r in bare.execute("SELECT text FROM tri WHERE rowid % 997 = 0").fetchall()]
