@@ -10,6 +10,9 @@ row left scores below the k-th one taken. FTS5 then scores just the rows taken, 
 scope (`+rowid IN (...)`), which gives the exact bm25 values and the tie order, and drops rows no
 longer indexed or out of scope.
 
+A word here is a token a one-word search looks up (query.hot_token): an ASCII word, or the
+unigram or bigram shadow token of a one- or two-character CJK query (store/cjk.py).
+
 The postings of a word are built from the FTS index itself (fts5vocab 'instance' for tf, the
 docsize table for dl) by `optimize`. Rows indexed after a build are listed in `index_log` by every
 write path while any word has postings, and each search scores them with FTS5 beside the rows
@@ -36,11 +39,11 @@ FRESH_LIMIT = 20_000  # rows indexed since a word's build beyond which its searc
 PAGE = 64  # postings fetched per tf run and round trip
 MAX_ROUNDS = 4  # rescoring rounds before a narrow scope gives up on the postings
 # `optimize` builds postings for the words FTS5 takes ~2 ms or more to rank (~3 µs a matching row;
-# p95 over 10 ms on a loaded machine from ~1,000 rows, docs/search-speed.md):
+# wall p95 over 10 ms on a loaded machine from ~1,000 rows, docs/cjk.md):
 MIN_DOCS = 500  # in at least this many rows (search.postingsMinDocs) …
 MIN_SHARE = 0.0005  # … and this share of them,
-# the most frequent first (the benchmark corpus at 1,000,000 rows: 3,332 words in 500+ rows, 1,059
-# of them CJK unigrams and bigrams, 12.2 million postings)
+# the most frequent first (the benchmark corpus at 1,000,000 rows: 3,329 words in 500+ rows, 1,059
+# of them CJK unigrams and bigrams, 12.1 million postings)
 MAX_WORDS = 4096
 BATCH_ROWS = 1_000_000  # a build reads words in one snapshot until they hold this many postings (24 MB)
 
