@@ -11,9 +11,16 @@ same texts in an FTS5 table (unicode61) and a trigram one. Then, interleaved que
 `main`: CJK unigrams and bigrams at a few document frequencies, each next to the Latin word whose
 frequency is nearest, through the Python API (wall time, and the process's CPU time, which the
 machine's other load does not inflate); bare FTS5 for the Latin word, the trigram table for
-the CJK string (LIKE, as it must for fewer than three characters). Last, on a copy of `main`
+the CJK string (LIKE, as it must for fewer than three characters); and each query once more
+with the store's postings out of use for that search (`*_fts5`: FTS5 ranks every row, as before
+the postings, side by side). Last, on a copy of `main`
 rewritten to the layout before migration 9: how long the migration takes on open, and the
-reconciliation of the windows it hands over. Figures go to bench/results/cjk.json.
+reconciliation of the windows it hands over. Figures go to bench/results/cjk.json (--out).
+
+Before the queries, `optimize` builds the postings of `main` as the workers do once an import
+drains (store/sqlite/hot.py: every word, Latin or CJK shadow token, in at least
+search.postingsMinDocs rows), timed, with their size (`postings`); --no-postings measures
+without them, FTS5 ranking every query.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from stats import pct  # noqa: E402
 from sessionsearch import Engine, Settings  # noqa: E402
 from sessionsearch import logging as sslogging  # noqa: E402
 from sessionsearch.store import cjk  # noqa: E402
+from sessionsearch.store.sqlite import hot  # noqa: E402
 from sessionsearch.store.sqlite import writer as writer_module  # noqa: E402
 from sessionsearch.store.sqlite.fts import quote  # noqa: E402
 
@@ -151,6 +159,40 @@ def pick(db: Path, total: int) -> dict[str, list[tuple[str, str, int, int]]]:
     return out
 
 
+def postings_bytes(path: Path) -> dict[str, int]:
+    """Bytes of the words' postings tables and the prefixes' (dbstat), by table."""
+    conn = sqlite3.connect(path)
+    try:
+        return dict(conn.execute(
+            "SELECT name, sum(pgsize) FROM dbstat WHERE name IN ('hot_words', 'hot_postings', "
+            "'sqlite_autoindex_hot_words_1', 'sqlite_autoindex_hot_words_2', 'prefix_words', "
+            "'prefix_postings') GROUP BY name").fetchall())
+    finally:
+        conn.close()
+
+
+async def build_postings(work: Path) -> dict:
+    """`optimize` of agent `main` (every word from scratch, then the prefixes), timed."""
+    data_dir = work / "data"
+    db = data_dir / "agents" / "main.db"
+    async with Engine(data_dir, settings=Settings(data_dir=str(data_dir))) as engine:
+        await engine.search({"query": "x", "agentId": "main"})  # the store opened
+        t, cpu = time.perf_counter(), time.process_time()
+        done = (await engine.optimize("main"))["agents"]["main"]
+        wall, cpu = time.perf_counter() - t, time.process_time() - cpu
+    words = done["words"]
+    cjk_words = [w for w in words if not w.isascii()]
+    out = {"min_docs": hot.MIN_DOCS, "min_share": hot.MIN_SHARE, "seconds": wall, "cpu_seconds": cpu,
+           "words_seconds": sum(w["seconds"] for w in words.values()), "words": len(words),
+           "cjk_words": len(cjk_words), "rows": sum(w["rows"] for w in words.values()),
+           "cjk_rows": sum(words[w]["rows"] for w in cjk_words),
+           "fewest_rows": min((w["rows"] for w in words.values()), default=0),
+           "prefixes": done["prefixes"], "bytes": postings_bytes(db), "db_bytes_main": db_bytes(db)}
+    print(f"postings: {out['words']} words ({out['cjk_words']} CJK), {out['rows']:,} rows, {wall:.1f} s "
+          f"(cpu {cpu:.1f} s), {sum(out['bytes'].values()) / 1e6:.1f} MB", file=sys.stderr)
+    return out
+
+
 async def measure(work: Path, reps: int, total: int) -> dict:
     data_dir = work / "data"
     classes = pick(data_dir / "agents" / "main.db", total)
@@ -162,19 +204,25 @@ async def measure(work: Path, reps: int, total: int) -> dict:
                 for body in (term, word):
                     for _ in range(3):
                         await engine.search({"query": body, "agentId": "main", "limit": 25})
+        store = await engine.store("main")
         for name, pairs in classes.items():
             times: dict[str, list[float]] = {"cjk": [], "latin": [], "bare_latin": [], "scan_cjk": [],
-                                             "cjk_cpu": [], "latin_cpu": []}
+                                             "cjk_cpu": [], "latin_cpu": [], "cjk_fts5": [], "latin_fts5": [],
+                                             "cjk_fts5_cpu": [], "latin_fts5_cpu": []}
             for term, word, _, _ in pairs:  # warm
                 await engine.search({"query": term, "agentId": "main", "limit": 25})
                 await engine.search({"query": word, "agentId": "main", "limit": 25})
             for _ in range(reps):
                 for term, word, _, _ in pairs:
-                    for key, body in (("cjk", term), ("latin", word)):
+                    for key, body in (("cjk", term), ("latin", word), ("cjk_fts5", term), ("latin_fts5", word)):
+                        seen = store._hot_seen
+                        if key.endswith("_fts5"):  # this one search without postings (FTS5 ranks every row)
+                            store._hot_seen = (seen[0], frozenset())  # the same version: the list is not read again
                         t, cpu = time.perf_counter(), time.process_time()
                         await engine.search({"query": body, "agentId": "main", "limit": 25})
                         times[key].append(time.perf_counter() - t)
                         times[f"{key}_cpu"].append(time.process_time() - cpu)  # all threads: load-proof
+                        store._hot_seen = seen
                     t = time.perf_counter()
                     bare.execute(BARE_SQL, (quote(word),)).fetchall()
                     times["bare_latin"].append(time.perf_counter() - t)
@@ -191,7 +239,9 @@ async def measure(work: Path, reps: int, total: int) -> dict:
             print(f"{name:22s} cjk p50 {row['cjk_p50_ms']:6.2f} p95 {row['cjk_p95_ms']:6.2f} | latin p50 "
                   f"{row['latin_p50_ms']:6.2f} p95 {row['latin_p95_ms']:6.2f} | ratio {row['cjk_vs_latin_p50']:.2f}"
                   f" (cpu {row['cjk_cpu_p50_ms']:5.2f} / {row['latin_cpu_p50_ms']:5.2f} = {row['cjk_vs_latin_cpu_p50']:.2f})"
-                  f" | bare latin {row['bare_latin_p50_ms']:6.2f} | bare scan {row['scan_cjk_p50_ms']:7.2f}")
+                  f" | bare latin {row['bare_latin_p50_ms']:6.2f} | bare scan {row['scan_cjk_p50_ms']:7.2f}"
+                  f" | without postings: cjk p50 {row['cjk_fts5_p50_ms']:6.2f} p95 {row['cjk_fts5_p95_ms']:6.2f}"
+                  f" (cpu {row['cjk_fts5_cpu_p50_ms']:5.2f}), latin p50 {row['latin_fts5_p50_ms']:6.2f}")
         # longer runs: phrases of bigrams on ours, the trigram index's own MATCH beside them
         longer = []
         texts = [r[0] for r in bare.execute("SELECT text FROM tri WHERE rowid % 997 = 0").fetchall()]
@@ -268,6 +318,9 @@ async def main() -> None:
     ap.add_argument("--messages", type=int, default=200_000)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--reuse", action="store_true", help="measure the data built by an earlier run")
+    ap.add_argument("--no-postings", action="store_true", help="measure without building postings first")
+    ap.add_argument("--out", default="cjk.json", help="file name under bench/results")
+    ap.add_argument("--no-upgrade", action="store_true", help="skip the upgrade of the old layout")
     args = ap.parse_args()
     sslogging.configure("WARNING")
     spec = CorpusSpec(messages=args.messages, sessions=max(10, args.messages // 100), cjk_share=0.05)
@@ -277,13 +330,17 @@ async def main() -> None:
     else:
         built = await build(spec, work)
     print(json.dumps(built, indent=2))
+    postings = None if args.no_postings else await build_postings(work)
+    load = {"before_queries": os.getloadavg()}
     results = await measure(work, args.reps, built["messages"])
-    upgraded = await upgrade(work)
+    load["after_queries"] = os.getloadavg()
+    upgraded = None if args.no_upgrade else await upgrade(work)
     print(json.dumps(upgraded, indent=2))
     out = {"machine": {"python": platform.python_version(), "sqlite": sqlite3.sqlite_version, "cpus": os.cpu_count()},
            "spec": {"messages": args.messages, "cjk_share": spec.cjk_share, "reps": args.reps},
-           "build": built, "queries": results, "upgrade": upgraded}
-    path = HERE / "results" / "cjk.json"
+           "build": built, "postings": postings, "queries": results, "upgrade": upgraded,
+           "load_average": load}
+    path = HERE / "results" / args.out
     path.write_text(json.dumps(out, indent=2) + "\n")
     print(f"wrote {path}")
 

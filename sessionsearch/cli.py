@@ -73,8 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--agent", dest="agentId")
     p.add_argument("--min-docs", dest="min_docs", type=int,
-                   help="a word needs at least this many messages (SESSIONSEARCH_POSTINGS_MIN_DOCS, default 5000) "
-                        "and 0.5%% of them")
+                   help="a word needs at least this many messages (SESSIONSEARCH_POSTINGS_MIN_DOCS; default 500 "
+                        "on SQLite, 5000 on PostgreSQL) and 0.05%% (SQLite) or 0.5%% (PostgreSQL) of them")
 
     p = sub.add_parser("import", help="import the gateway's JSONL transcripts and sessions.json")
     _common(p)

@@ -340,8 +340,9 @@ class Engine:
     async def optimize(self, agent_id: str | None = None, **limits: Any) -> dict[str, Any]:
         """Build what answers one-word searches for common words fast (SQLite: postings,
         store/sqlite/hot.py), per agent; `limits`: min_docs (default: the setting
-        postings_min_docs), min_share, max_words."""
-        limits.setdefault("min_docs", self.settings.postings_min_docs)
+        postings_min_docs, else the backend's own), min_share, max_words."""
+        if self.settings.postings_min_docs is not None:
+            limits.setdefault("min_docs", self.settings.postings_min_docs)
         agents = [check_agent_id(agent_id)] if agent_id else self.agent_ids_on_disk()
         return {"agents": {a: await (await self.store(a)).optimize(**limits) for a in agents}}
 

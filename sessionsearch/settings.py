@@ -156,8 +156,9 @@ SETTINGS: tuple[Setting, ...] = (
             "Seconds between a worker's sweeps for windows needing reconciliation with no job queued or taken "
             "(0: at startup only).", env="SESSIONSEARCH_RECONCILE_SWEEP_EVERY_S", toml="reconcile.sweepEveryS",
             parse=_seconds),
-    Setting("postings_min_docs", 5000,
-            "`optimize` gives postings to words in at least this many messages (and 0.5% of them).",
+    Setting("postings_min_docs", None,
+            "`optimize` gives postings to words in at least this many messages (unset: 500 on SQLite, "
+            "5000 on PostgreSQL), and 0.05% (SQLite) or 0.5% (PostgreSQL) of them.",
             env="SESSIONSEARCH_POSTINGS_MIN_DOCS", toml="search.postingsMinDocs", parse=int),
     Setting("optimize_every_s", 3600.0,
             "Seconds between rebuilds of the common words' postings by `worker` and embedded `serve` (0: never).",
@@ -210,7 +211,7 @@ class Settings:
     reconcile_batch_rows: int = 5000
     claim_lease_s: float = 60.0
     reconcile_sweep_every_s: float = 30.0
-    postings_min_docs: int = 5000
+    postings_min_docs: int | None = None  # None: the backend's own
     optimize_every_s: float = 3600.0
     postings_check_every_s: float = 30.0
     postings_grow_share: float = 0.2

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import random
 import re
 import sqlite3
 import time
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 from sessionsearch import Engine, Settings
 from sessionsearch.search.text import utf16_len
 from sessionsearch.store.cjk import index_text
+from sessionsearch.store.sqlite import store as store_module
 
 from .helpers import chain, engine_at, ids
 from .server import Server
@@ -107,13 +109,36 @@ async def test_sessions_mode_and_ranges_count_cjk_hits_through_the_index(backend
             [("agent:main:a", 2), ("agent:main:b", 1)]
 
 
-async def test_common_cjk_tokens_get_no_postings_a_search_could_not_use(tmp_path):
+async def test_common_cjk_unigrams_and_bigrams_get_postings_that_answer_their_searches(tmp_path, monkeypatch):
+    calls = {"answered": [], "fell_back": []}
+    original = store_module.hot_top
+
+    async def counting(conn, token, *args, **kwargs):
+        top = await original(conn, token, *args, **kwargs)
+        calls["answered" if top is not None else "fell_back"].append(token)
+        return top
+
+    monkeypatch.setattr(store_module, "hot_top", counting)
+    rng = random.Random(5)
+    texts = [("user", "".join(rng.choice("東京大阪ガイ") for _ in range(rng.choice([1, 2, 5, 12, 30])))
+              + rng.choice(["", " report", "・東京"])) for _ in range(150)]
     async with engine_at(tmp_path) as engine:
-        await engine.append(KEY, chain("m", [("user", f"東京の会議 report {n}") for n in range(60)]))
-        built = await engine.optimize(min_docs=50, min_share=0.0)
-        assert set(built["agents"]["main"]["words"]) == {"report"}  # not 東, 京, 東京, 京の, …
-        result = await engine.search(query="京の")
-        assert len(result["results"]) == 10 and result["truncated"] is True
+        await engine.append(KEY, chain("m", texts))
+        built = set((await engine.optimize(min_docs=20, min_share=0.0))["agents"]["main"]["words"])
+        assert {"東", "東京", "ガ", "ガイ", "report"} <= built and all(len(w) <= 2 for w in built if w != "report")
+        # after the build: rows only the index log knows of, one of them above any other for 東京
+        await engine.append("agent:main:late", chain("late", [("user", "東京東京東京"), ("user", "大阪")]))
+        store = await engine.store("main")
+        for query in ("東", "東京", "「東京」", "ｶﾞｲ", "阪", "report", "京大阪", "東京 report", "東京report"):
+            await engine.search(query=query, limit=25)  # the store learns which words have postings
+            hot = await engine.search(query=query, limit=25)
+            store._hot_seen = (None, frozenset())  # this one search ranks with FTS5 alone
+            assert hot == await engine.search(query=query, limit=25), query
+            assert hot["results"], query
+        assert ids(await engine.search(query="東京", limit=1)) == ["late1"]
+        # one or two characters (quoted, half-width or not) from postings; longer runs are phrases,
+        # several words an AND, both for FTS5
+        assert set(calls["answered"]) == {"東", "東京", "ガイ", "阪", "report"} and not calls["fell_back"]
 
 
 @pytest.mark.parametrize("rows_in_sql", [False, True], ids=["executemany", "insert-select"])

@@ -203,3 +203,14 @@ async def test_metrics_show_usable_and_stale_postings_and_the_log(tmp_path, monk
         text = scrape()
         assert 'sessionsearch_postings_words{agent="main",state="stale"} 10.0' in text
         assert 'sessionsearch_postings_log_rows{agent="main"} 0.0' in text
+
+
+async def test_by_default_words_in_500_rows_get_postings(tmp_path, hot_calls):
+    async with engine_at(tmp_path) as engine:
+        assert engine.settings.postings_min_docs is None  # the backend's own floor: 500 rows on SQLite
+        texts = [("user", "alpha beta" if n < 499 else "alpha gamma") for n in range(520)]
+        await engine.append("agent:main:a", chain("a", texts))
+        built = (await engine.optimize())["agents"]["main"]
+        assert set(built["words"]) == {"alpha"} and built["words"]["alpha"]["rows"] == 520  # beta: in 499
+        await _same_both_ways(engine, {"query": "alpha"})
+        assert hot_calls == {"answered": 1, "fell_back": 0}

@@ -460,7 +460,7 @@ async def test_sigterm_mid_job_releases_the_claim_and_another_worker_finishes(tm
 async def test_the_worker_rebuilds_common_words_postings_on_its_schedule(tmp_path, redis_url):
     settings = _settings(tmp_path, redis_url)
     async with Engine(settings=settings) as engine:
-        for s in range(120):  # 12,000 messages, "loan talk" in 87 of every 100, "rare" in 120
+        for s in range(120):  # 12,000 messages, "loan talk" in 87 of every 100, "other words" in 12, "rare" in 120
             texts = [("user", "loan talk" if i % 8 else f"other words {s} {i}") for i in range(100)]
             texts[0] = ("user", "rare mention")
             await engine.append(f"agent:main:s{s}", chain(f"s{s}m", texts))
@@ -473,10 +473,10 @@ async def test_the_worker_rebuilds_common_words_postings_on_its_schedule(tmp_pat
         finally:
             assert worker.stop() == 0
         done = next(e for e in worker.events() if e.get("event") == "optimize.done")
-        assert done["agent"] == "main" and done["words"] == 2 and done["rows"] == 2 * 87 * 120
+        assert done["agent"] == "main" and done["words"] == 4 and done["rows"] == 2 * 87 * 120 + 2 * 12 * 120
         with sqlite3.connect(tmp_path / "data" / "agents" / "main.db") as db:
             words = {w for (w,) in db.execute("SELECT word FROM hot_words")}
-        assert words == {"loan", "talk"}
+        assert words == {"loan", "talk", "other", "words"}  # in 500+ rows; "rare" in 120 is not
         first = await engine.search(query="loan", limit=5)
         assert len(first["results"]) == 5 and first["truncated"] is True
         assert first == await engine.search(query="loan", limit=5)  # the second from the postings

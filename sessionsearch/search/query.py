@@ -9,6 +9,7 @@ from typing import Any
 from ..errors import InvalidRequest
 from ..keys import check_agent_id, check_session_key
 from ..store.base import Match
+from ..store.cjk import query_parts
 from ..values import check_name, check_text
 from .text import term_pieces, tokens, utf16_len
 from .timerange import parse_range
@@ -45,12 +46,18 @@ class ParsedQuery:
 
     @property
     def hot_token(self) -> str | None:
-        """The FTS5 token of a one-word query that a common word's postings can answer (ASCII
-        letters and digits only, which unicode61 keeps as one token, lowercased); else None."""
+        """The FTS5 token of a one-word query that a word's postings can answer, else None: a word
+        of ASCII letters and digits once folded (unicode61 keeps it as one token, lowercased), or
+        a CJK run of one or two characters (its unigram or bigram shadow token, store/cjk.py)."""
         if len(self.words) != 1 or self.prefix:
             return None
-        word = self.words[0]
-        return word.lower() if word.isascii() and word.isalnum() else None
+        parts = query_parts(self.words[0])
+        if len(parts) != 1:
+            return None
+        kind, text = parts[0]
+        if kind == "cjk":
+            return text if len(text) <= 2 else None
+        return text.lower() if text.isascii() and text.isalnum() else None
 
 
 @dataclass

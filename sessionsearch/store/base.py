@@ -140,13 +140,14 @@ class AgentStore(Protocol):
     async def dirty_windows(self) -> list[int]:
         """Ids of the windows needing reconciliation, ascending."""
 
-    async def optimize(self, *, min_docs: int = ..., min_share: float = ..., max_words: int = ...,
+    async def optimize(self, *, min_docs: int | None = ..., min_share: float = ..., max_words: int = ...,
                        incremental: bool = ...) -> dict[str, Any]:
         """Rebuild whatever speeds up searches for common words (words in at least `min_docs`
-        messages and `min_share` of them, `max_words` at most; `incremental`: only what is
-        missing or about to be given up); {"words": {...}, "dropped": [...], "kept": n}."""
+        messages, None: the backend's own floor, and `min_share` of them, `max_words` at most;
+        `incremental`: only what is missing or about to be given up); {"words": {...},
+        "dropped": [...], "kept": n}."""
 
-    async def postings_due(self, *, min_docs: int, grow_share: float) -> str | None:
+    async def postings_due(self, *, min_docs: int | None, grow_share: float) -> str | None:
         """Why `optimize` would pay off now (no reconciliation backlog, and a first build, the
         index grown by `grow_share`, or words about to go back to the slow path), or None."""
 

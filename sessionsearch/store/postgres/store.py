@@ -76,19 +76,21 @@ class PgAgentStore:
     async def dirty_windows(self) -> list[int]:
         return await self.db.tx(self._reconcile.dirty_windows)
 
-    async def optimize(self, *, min_docs: int = postings_build.MIN_DOCS, min_share: float = postings_build.MIN_SHARE,
+    async def optimize(self, *, min_docs: int | None = None, min_share: float = postings_build.MIN_SHARE,
                        max_words: int = postings_build.MAX_WORDS, incremental: bool = False) -> dict[str, Any]:
         """Refresh the tables' planner statistics (ANALYZE: a bulk import leaves them stale until
         autovacuum comes by; the tables hold every agent, so this is not per agent), then build
         the agent's postings of common words and prefixes (postings_build.py). A build always
         redoes the whole agent (`incremental` changes nothing): its cost is one pass over the rows."""
         await self.db.tx(_analyze)
+        min_docs = postings_build.MIN_DOCS if min_docs is None else min_docs
         out = await postings_build.build(self.db, self.ano, min_docs=min_docs, min_share=min_share,
                                          max_words=max_words)
         self._dfs.postings_terms = None  # this process's searches read the new terms at once
         return {**out, "dropped": []}
 
-    async def postings_due(self, *, min_docs: int, grow_share: float) -> str | None:
+    async def postings_due(self, *, min_docs: int | None, grow_share: float) -> str | None:
+        min_docs = postings_build.MIN_DOCS if min_docs is None else min_docs
         async with self.reader() as r:
             return await postings_build.postings_due(r, self.ano, min_docs=min_docs, grow_share=grow_share)
 

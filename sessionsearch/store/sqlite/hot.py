@@ -10,6 +10,9 @@ row left scores below the k-th one taken. FTS5 then scores just the rows taken, 
 scope (`+rowid IN (...)`), which gives the exact bm25 values and the tie order, and drops rows no
 longer indexed or out of scope.
 
+A word here is a token a one-word search looks up (query.hot_token): an ASCII word, or the
+unigram or bigram shadow token of a one- or two-character CJK query (store/cjk.py).
+
 The postings of a word are built from the FTS index itself (fts5vocab 'instance' for tf, the
 docsize table for dl) by `optimize`. Rows indexed after a build are listed in `index_log` by every
 write path while any word has postings, and each search scores them with FTS5 beside the rows
@@ -28,15 +31,21 @@ from array import array
 from pathlib import Path
 from typing import Any
 
+from ..cjk import runs
+
 K1, B = 1.2, 0.75  # FTS5's bm25() defaults
 EPS = 1e-9  # relative; far above the rounding difference between this score and FTS5's own
 FRESH_LIMIT = 20_000  # rows indexed since a word's build beyond which its searches use FTS5 alone
 PAGE = 64  # postings fetched per tf run and round trip
 MAX_ROUNDS = 4  # rescoring rounds before a narrow scope gives up on the postings
-# `optimize` builds postings for the words FTS5 takes ~5 ms or more to rank (~1 µs a matching row):
-MIN_DOCS = 5_000  # in at least this many rows (search.postingsMinDocs) …
-MIN_SHARE = 0.005  # … and this share of them,
-MAX_WORDS = 512  # the most frequent first (the benchmark corpus: 262 words in 5,000+ of 1,000,000 rows)
+# `optimize` builds postings for the words FTS5 takes ~2 ms or more to rank (~3 µs a matching row;
+# wall p95 over 10 ms on a loaded machine from ~1,000 rows, docs/cjk.md):
+MIN_DOCS = 500  # in at least this many rows (search.postingsMinDocs) …
+MIN_SHARE = 0.0005  # … and this share of them,
+# the most frequent first (the benchmark corpus at 1,000,000 rows: 3,329 words in 500+ rows, 1,059
+# of them CJK unigrams and bigrams, 12.1 million postings)
+MAX_WORDS = 4096
+BATCH_ROWS = 1_000_000  # a build reads words in one snapshot until they hold this many postings (24 MB)
 
 
 def varint(buf: bytes, i: int) -> tuple[int, int]:
@@ -69,26 +78,49 @@ def average_length(averages: bytes) -> float:
 
 # -- building (a connection of its own, on a thread) ---------------------------------------------
 
+def searchable(term: str) -> bool:
+    """Whether a one-word search can rank `term` from postings (query.hot_token): ASCII letters
+    and digits, or a CJK shadow token (a unigram or bigram of a run, store/cjk.py)."""
+    if term.isascii():
+        return term.isalnum() and term == term.lower()
+    return len(term) <= 2 and runs(term) == [term]
+
+
 def common_words(path: Path, *, min_docs: int, min_share: float, max_words: int) -> list[tuple[str, int]]:
-    """The words in at least `min_docs` rows and `min_share` of them, most frequent first."""
+    """The words in at least `min_docs` rows and `min_share` of them that a one-word search can
+    rank from postings, most frequent first."""
     conn = sqlite3.connect(path)
     try:
         conn.execute("CREATE VIRTUAL TABLE temp.hot_vr USING fts5vocab(main, msg_fts, 'row')")
         (blob,) = conn.execute("SELECT block FROM msg_fts_data WHERE id = 1").fetchone() or (b"",)
         rows = varint(blob, 0)[0] if blob else 0
         floor = max(min_docs, int(min_share * rows))
-        return [tuple(r) for r in conn.execute(
-            # only what a one-word search can rank from postings (query.hot_token: ASCII letters and
-            # digits), not the CJK shadow tokens, however common
-            "SELECT term, doc FROM temp.hot_vr WHERE doc >= ? AND NOT term GLOB '*[^a-z0-9]*' "
-            "ORDER BY doc DESC, term LIMIT ?", (floor, max_words))]
+        words = [(term, doc) for term, doc in conn.execute(
+            "SELECT term, doc FROM temp.hot_vr WHERE doc >= ? ORDER BY doc DESC, term", (floor,)) if searchable(term)]
+        return words[:max_words]
     finally:
         conn.close()
 
 
-def read_postings(path: Path, word: str) -> tuple[int, array]:
-    """(log position, postings) of `word`, read in one snapshot of the index; the postings flat,
-    tf, dl, rid after one another (a word in half of 1,000,000 rows: 12 MB, not 100 of tuples)."""
+def batches(words: list[tuple[str, int]], rows: int = BATCH_ROWS) -> list[list[str]]:
+    """(word, docs) in order, grouped so that a group holds at most `rows` postings (or one word)."""
+    out: list[list[str]] = []
+    held = rows
+    for word, docs in words:
+        if held + docs > rows:
+            out.append([])
+            held = 0
+        out[-1].append(word)
+        held += docs
+    return out
+
+
+def read_postings(path: Path, words: list[str]) -> tuple[int, list[array]]:
+    """(log position, postings of each word) read in one snapshot of the index; the postings flat,
+    tf, dl, rid after one another (a word in half of 1,000,000 rows: 12 MB, not 100 of tuples).
+    Words read together share the connection's page cache: the row sizes of a rare word's rows
+    are scattered over the docsize table, and a connection of its own per word read them at
+    ~5 µs a row, against ~2 µs here (words in ~600 of 1,000,000 rows)."""
     conn = sqlite3.connect(path, isolation_level=None)
     try:
         conn.execute("CREATE VIRTUAL TABLE temp.hot_vi USING fts5vocab(main, msg_fts, 'instance')")
@@ -96,15 +128,19 @@ def read_postings(path: Path, word: str) -> tuple[int, array]:
         # the highest position ever given out: every row listed up to it is in this snapshot
         (log_seq,) = conn.execute(
             "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'index_log'), 0)").fetchone()
-        cursor = conn.execute(
-            "SELECT v.doc, count(*), d.sz FROM temp.hot_vi v JOIN msg_fts_docsize d ON d.id = v.doc "
-            "WHERE v.term = ? GROUP BY v.doc", (word,))
-        postings = array("q")
-        while rows := cursor.fetchmany(10_000):
-            for rid, tf, sz in rows:
-                postings.extend((tf, varint_sum(sz), rid))
+        out = []
+        for word in words:
+            # each row's size looked up once, not once per instance of the word in it
+            cursor = conn.execute(
+                "SELECT g.doc, g.tf, d.sz FROM (SELECT doc, count(*) AS tf FROM temp.hot_vi WHERE term = ? "
+                "GROUP BY doc) g JOIN msg_fts_docsize d ON d.id = g.doc", (word,))
+            postings = array("q")
+            while rows := cursor.fetchmany(10_000):
+                for rid, tf, sz in rows:
+                    postings.extend((tf, varint_sum(sz), rid))
+            out.append(postings)
         conn.execute("COMMIT")
-        return log_seq, postings
+        return log_seq, out
     finally:
         conn.close()
 

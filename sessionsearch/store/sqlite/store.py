@@ -27,7 +27,7 @@ from ..rowids import row_id, seq_sql, window_ranges
 from .fts import fts5_match
 from .postings_due import BUILT_ROWS_KEY, built_rows, postings_due, prefix_upkeep_at, words_to_build
 from .prefixes import PrefixTop, is_prefix_query, read_fold, read_prefixes
-from .hot import MAX_WORDS, MIN_DOCS, MIN_SHARE, common_words, hot_top, read_postings
+from .hot import MAX_WORDS, MIN_DOCS, MIN_SHARE, batches, common_words, hot_top, read_postings
 from .ranking import TS_JOIN, materialized, ranked_shown
 from .recent import RecentScores, ShownIndex, phrases
 from .scope import id_bounds, range_conditions, scope_arms, scope_conditions
@@ -247,14 +247,15 @@ class SqliteAgentStore:
     async def sweep_orphans(self) -> int:
         return await self._run(lambda: self._writer.sweep_orphans())
 
-    async def optimize(self, *, min_docs: int = MIN_DOCS, min_share: float = MIN_SHARE,
+    async def optimize(self, *, min_docs: int | None = None, min_share: float = MIN_SHARE,
                        max_words: int = MAX_WORDS, incremental: bool = False) -> dict[str, Any]:
         """Build postings for the words common enough (hot.py) and drop those of words no longer
         among them; `incremental`: only the words without usable postings or about to lose them
         (postings_due.py), the others kept; then the common prefixes' postings (prefixes.py), in an
         incremental build only when they need it: built when none are or they were given up, else
         the index's changes since folded in (`prefixes.folded`: the rows touched). Reads run on a
-        connection of their own, on a thread."""
+        connection of their own, on a thread. `min_docs` None: MIN_DOCS."""
+        min_docs = MIN_DOCS if min_docs is None else min_docs
         rows = await asyncio.to_thread(built_rows, self.path)
         words = await asyncio.to_thread(common_words, self.path, min_docs=min_docs, min_share=min_share,
                                         max_words=max_words)
@@ -263,11 +264,15 @@ class SqliteAgentStore:
         if todo:
             await self._run(lambda: self._writer.start_index_log())
         built = {}
-        for word, _docs in todo:
+        for batch in batches(todo):
             started = time.monotonic()
-            log_seq, postings = await asyncio.to_thread(read_postings, self.path, word)
-            await self._run(lambda: self._writer.store_hot_word(word, log_seq, postings))
-            built[word] = {"rows": len(postings) // 3, "seconds": round(time.monotonic() - started, 3)}
+            log_seq, read = await asyncio.to_thread(read_postings, self.path, batch)
+            per_row = (time.monotonic() - started) / max(1, sum(len(p) for p in read))  # of the read
+            for word, postings in zip(batch, read):
+                started = time.monotonic()
+                await self._run(lambda: self._writer.store_hot_word(word, log_seq, postings))
+                built[word] = {"rows": len(postings) // 3,
+                               "seconds": round(per_row * len(postings) + time.monotonic() - started, 3)}
         started = time.monotonic()
         prefix_build = None
         upkeep = await asyncio.to_thread(prefix_upkeep_at, self.path) if incremental else "first"
@@ -288,9 +293,10 @@ class SqliteAgentStore:
         await self.execute_write("INSERT OR REPLACE INTO meta VALUES (?, ?)", (BUILT_ROWS_KEY, rows))
         return {"words": built, "dropped": dropped, "kept": len(words) - len(todo), "prefixes": prefix_build}
 
-    async def postings_due(self, *, min_docs: int, grow_share: float) -> str | None:
+    async def postings_due(self, *, min_docs: int | None, grow_share: float) -> str | None:
         """Why building postings would pay off now, or None (postings_due.py)."""
-        return await asyncio.to_thread(postings_due, self.path, min_docs=min_docs, grow_share=grow_share)
+        return await asyncio.to_thread(postings_due, self.path, min_docs=MIN_DOCS if min_docs is None else min_docs,
+                                       grow_share=grow_share)
 
     async def dirty_windows(self) -> list[int]:
         return await self._run(lambda: self._writer.dirty_windows())
