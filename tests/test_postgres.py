@@ -270,6 +270,29 @@ async def test_cached_document_counts_follow_every_change_of_the_index(pg):
         await check("restored")
 
 
+async def test_the_kept_head_follows_a_write_in_flight_when_it_was_read(pg):
+    """A store keeps the sums of its windows' counters and has each search check them rather than
+    sum them again (schema migration 6): a write that had not committed when they were summed is
+    seen once it has, as a store summing afresh sees it."""
+    async with engine_at(pg) as engine:
+        await engine.append("agent:main:a", timed("a", [("user", "alpha beta", BASE_TS), ("user", "alpha", BASE_TS + 1)]))
+        await engine.append("agent:main:d", timed("d", [("user", f"filler {i}", BASE_TS) for i in range(40)]))
+        store = await engine.store("main")
+        async with store.reader() as reader:
+            (wid, _, _), = await store.windows_of(reader, "agent:main:a")
+        match = Match(("alpha",))
+        before = await _top(engine, match, "relevance", 10)
+        with psycopg.connect(pg.database_url) as writer:  # in flight while the next search sums
+            writer.execute("UPDATE ss_windows SET idx_rows = idx_rows + 30, idx_tokens = idx_tokens + 900 "
+                           "WHERE wid = %s", (wid,))
+            store._dfs = DfCache()
+            assert await _top(engine, match, "relevance", 10) == before  # summed without it
+            assert await _top(engine, match, "relevance", 10) == before  # checked, kept
+        kept = await _top(engine, match, "relevance", 10)  # committed now
+        store._dfs = DfCache()
+        assert kept == await _top(engine, match, "relevance", 10) != before
+
+
 HOSTILE = ["'", "''", "\\", "\\'", "a'b", "it's", "&", "|", "!", "(", ")", ":*", "<->", "a&b", "a|b", "!a", "(a)",
            "a:*", "a<->b", "'a' & 'b'", "x:A", "a:1", "\\x00", "%", "_", "a%b", "a_b", "--", "/*", ";", "$1", "%s",
            "%(k)s", "E'\\\\'", "naïve's"]
