@@ -27,7 +27,9 @@ from sessionsearch.store.cjk import index_text, needs_fold, runs
 from sessionsearch.store.postgres import LATEST, migrate, schema_version
 from sessionsearch.store.postgres.lexemes import _index_fields_limited, _patterns, fold_run, index_fields, index_tokens
 from sessionsearch.store.postgres.schema import MIGRATIONS
-from sessionsearch.store.postgres.search import DfCache
+from sessionsearch.store.postgres.recent import walk_windows
+from sessionsearch.store.postgres.search import DfCache, Query
+from sessionsearch.store.rowids import LOW_SEQS
 from sessionsearch.store.postgres.lexemes import tokens as pg_tokens
 
 from .helpers import BASE_TS, Where, chain, engine_at, ids, leaf, msg, timed
@@ -153,6 +155,13 @@ def _corpus(rng: random.Random) -> list[tuple[str, list[dict]]]:
                   BASE_TS + rng.randrange(10_000_000)) for _ in range(rng.randint(10, 40))]
         out.append((f"agent:main:s{s}", timed(f"s{s}-", items)))
     return out
+
+
+def walk_windows_for(engine, word: str) -> int:
+    """Windows a `recent` search of `word` may walk, as the main agent's store plans it now."""
+    q = Query(Match((word,)))
+    q.stats_sql(0, engine._stores["main"]._dfs)
+    return walk_windows(q, engine._stores["main"]._dfs, 4)
 
 
 async def _top(engine, match: Match, order: str, k: int) -> list[tuple]:
@@ -291,6 +300,21 @@ async def test_the_kept_head_follows_a_write_in_flight_when_it_was_read(pg):
         kept = await _top(engine, match, "relevance", 10)  # committed now
         store._dfs = DfCache()
         assert kept == await _top(engine, match, "relevance", 10) != before
+
+
+async def test_recent_walks_both_id_ranges_of_a_window_past_the_low_region(pg):
+    """`recent` reads a window's high id range (recent.py) only when its seqs reach it: the newest
+    rows of a window that long are there, and are the answer."""
+    n = LOW_SEQS + 40
+    async with engine_at(pg) as engine:
+        await engine.append("agent:main:old", timed("o", [("user", "word filler", BASE_TS + i) for i in range(30)]))
+        events = timed("m", [("user", "word filler", BASE_TS + 1000 + i) for i in range(n)])
+        for start in range(0, n, 10_000):
+            await engine.append(KEY, events[start:start + 10_000], sessionId="s-long")
+        await _top(engine, Match(("word",)), "relevance", 3)  # counts seen: the walk is planned from them
+        assert walk_windows_for(engine, "word") > 0
+        got = [mid for _, _, mid in await _top(engine, Match(("word",)), "recent", 3)]
+        assert got == [f"m{i}" for i in (n, n - 1, n - 2)]
 
 
 HOSTILE = ["'", "''", "\\", "\\'", "a'b", "it's", "&", "|", "!", "(", ")", ":*", "<->", "a&b", "a|b", "!a", "(a)",

@@ -243,9 +243,10 @@ async def search_top(reader: Reader, ano: int, match: Match, cache: DfCache, *, 
     params.update(q.params)
     stats = q.stats_sql(ano, cache)
     params.update(q.params)
-    if order == "recent":
-        top = (recent_ctes(q, where, score, walk_windows(q, cache, k + 1), params)
-               + f", top AS (SELECT * FROM cand ORDER BY ts DESC, mid {MID} LIMIT %(k)s)")
+    if order == "recent":  # scored once chosen: k + 1 rows, not every match sorted
+        top = (recent_ctes(q, where, walk_windows(q, cache, k + 1), params)
+               + f", top AS (SELECT m.id, {score} AS s, m.ts, m.mid FROM st, (SELECT id FROM cand "
+               f"ORDER BY ts DESC, mid {MID} LIMIT %(k)s) c JOIN ss_index m ON m.id = c.id)")
     else:
         top = (f"top AS (SELECT m.id, {score} AS s, m.ts, m.mid FROM st, ss_index m WHERE m.tsv @@ {q.tsquery} "
                f"AND {' AND '.join(where)} ORDER BY s, m.ts DESC, m.mid {MID} LIMIT %(k)s)")
