@@ -28,6 +28,7 @@ from sessionsearch.store.postgres import LATEST, migrate, schema_version
 from sessionsearch.store.postgres.lexemes import _index_fields_limited, _patterns, fold_run, index_fields, index_tokens
 from sessionsearch.store.postgres.schema import MIGRATIONS
 from sessionsearch.store.postgres.recent import walk_windows
+from sessionsearch.store.postgres import search as search_module
 from sessionsearch.store.postgres.search import DfCache, Query
 from sessionsearch.store.rowids import LOW_SEQS
 from sessionsearch.store.postgres.lexemes import tokens as pg_tokens
@@ -279,7 +280,7 @@ async def test_cached_document_counts_follow_every_change_of_the_index(pg):
         await check("restored")
 
 
-async def test_the_kept_head_follows_a_write_in_flight_when_it_was_read(pg):
+async def test_the_kept_head_follows_a_write_in_flight_when_it_was_read(pg, monkeypatch):
     """A store keeps the sums of its windows' counters and has each search check them rather than
     sum them again (schema migration 6): a write that had not committed when they were summed is
     seen once it has, as a store summing afresh sees it."""
@@ -297,9 +298,20 @@ async def test_the_kept_head_follows_a_write_in_flight_when_it_was_read(pg):
             store._dfs = DfCache()
             assert await _top(engine, match, "relevance", 10) == before  # summed without it
             assert await _top(engine, match, "relevance", 10) == before  # checked, kept
+            # a newer write commits while the older one holds the snapshots' xmin back: its window
+            # is among those the kept head has checked (and past KEPT_RECENT of them it is not kept)
+            await engine.append("agent:main:d", [msg("d41", "user", "alpha late", "d40", ts=BASE_TS + 2)])
+            between = await _top(engine, match, "relevance", 10)
+            async with store.reader() as reader:
+                (late, _, _), = await store.windows_of(reader, "agent:main:d")
+            assert store._dfs.kept_head is not None
+            assert any(w.startswith(f"{late}:") for w in store._dfs.kept_head[3])  # (others' xmin may add more)
+            monkeypatch.setattr(search_module, "KEPT_RECENT", 0)
+            assert await _top(engine, match, "relevance", 10) == between and store._dfs.kept_head is None
+            monkeypatch.undo()
         kept = await _top(engine, match, "relevance", 10)  # committed now
         store._dfs = DfCache()
-        assert kept == await _top(engine, match, "relevance", 10) != before
+        assert kept == await _top(engine, match, "relevance", 10) != between != before
 
 
 async def test_recent_walks_both_id_ranges_of_a_window_past_the_low_region(pg):

@@ -34,6 +34,7 @@ from .recent import recent_ctes, walk_windows
 
 K1, B = 1.2, 0.75
 MID = "COLLATE \"C\" NULLS FIRST"  # SQLite's order of message ids: bytes, NULL first
+KEPT_RECENT = 256  # windows changed since the kept head's snapshot, past which it is not kept (HEAD)
 
 
 def tsquery_text(phrases: list[list[str]], prefix: bool) -> str:
@@ -74,8 +75,13 @@ class DfCache:
         self.listing = max(self.listing, listing or 0)
 
     def keep_head(self, head: dict[str, Any]) -> None:
-        """A row of HEAD's columns, as read: the next search has it checked rather than summed."""
+        """A row of HEAD's columns, as read: the next search has it checked rather than summed
+        (unless the windows it would send back are many: a transaction left open for long holds
+        the snapshots' xmin back, and summing costs less than sending and comparing them)."""
         self.saw_listing(head["listing"])
+        if len(head["recent"]) > KEPT_RECENT:
+            self.kept_head = None
+            return
         self.kept_head = (head["version"], head["epoch"], head["at"], head["recent"], head["rows"], head["tokens"],
                           head["windows"], head["gen"])
 
