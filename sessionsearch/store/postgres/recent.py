@@ -38,6 +38,7 @@ LOW = f"m.id BETWEEN {{w}}.wid << {LOW_BITS} AND ({{w}}.wid << {LOW_BITS}) + {(1
 HIGH_RANGE = (f"m.id BETWEEN {HIGH} + ({{w}}.wid << {SEQ_BITS + 1}) "
               f"AND {HIGH} + ({{w}}.wid << {SEQ_BITS + 1}) + {(1 << (SEQ_BITS + 1)) - 1}")
 WINDOWS = "ano = %(ano)s AND needs_rebuild = 0 AND cold = 0"
+ROW = "m.id, m.ano, m.wid, m.ts, m.mid, m.tsv"  # what the walk's conditions and answer read of an index row
 
 
 def walk_windows(query: "Query", cache: "DfCache", k: int) -> int:
@@ -68,9 +69,13 @@ def recent_ctes(query: "Query", where: list[str], walk: int, params: dict) -> st
     floor, last = "(SELECT t FROM floor)", "((SELECT wts FROM floor), (SELECT wwid FROM floor))"
 
     def rows_of(w: str) -> str:  # a window's index rows, both id ranges (the high one only when the
-        # window's seqs reach it: a one-time filter), by the primary key
-        return (f"(SELECT * FROM ss_index m WHERE {LOW.format(w=w)} UNION ALL "
-                f"SELECT * FROM ss_index m WHERE {w}.last_seq >= {LOW_SEQS} AND {HIGH_RANGE.format(w=w)}) m")
+        # window's seqs reach it: a one-time filter), by the primary key alone: OFFSET 0 keeps the
+        # word's condition above the scan, else the planner ANDs each window's range with the word's
+        # whole GIN posting list, read again for every window (a 1% word at 1,000,000 messages:
+        # ~1.5 ms a window, 360 ms a search)
+        return (f"((SELECT {ROW} FROM ss_index m WHERE {LOW.format(w=w)} OFFSET 0) UNION ALL "
+                f"(SELECT {ROW} FROM ss_index m WHERE {w}.last_seq >= {LOW_SEQS} AND {HIGH_RANGE.format(w=w)} "
+                "OFFSET 0)) m")
 
     # near: no ORDER BY above the join, so the nested loop yields matches window by window in
     # ts_max order and the LIMIT stops it at k + 1 of them (any k + 1 matches make a valid T).
