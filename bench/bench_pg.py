@@ -14,7 +14,8 @@ through the Python API (`Engine.search`). Both live in scratch databases on the 
   (the same texts into both, so both corpora stay equal);
 - search p95 while the workers reconcile another agent's import, next to idle;
 - search p50/p95 per query class (rare, 0.3%, 1%, 10% word, two words, 4-letter prefix, and
-  recent-first for each word class), interleaved query by query, with ratios.
+  recent-first for each word class), interleaved query by query, with ratios, and our median CPU
+  time per search in this process (the API layer's own cost) with the load average then.
 
 The postings of common words and prefixes (docs/postgres.md) are built as a worker's check would
 build them: once the import is reconciled, and again before the searches (the appends made them
@@ -188,26 +189,29 @@ async def measure_searches(engine: Engine, anchor_url: str, words: dict, reps: i
                            results: dict, save) -> dict:
     async with await psycopg.AsyncConnection.connect(anchor_url, autocommit=True) as anchor:
         for name, items in classes_for(words).items():
-            ours, bare = [], []
+            ours, bare, cpu = [], [], []
             for body, sql, param in items:  # warm both caches once
                 await engine.search({**body, "agentId": agent, "limit": 25})
                 await (await anchor.execute(sql, (param,))).fetchall()
             for _ in range(reps):
                 for body, sql, param in items:
-                    t = time.perf_counter()
+                    t, c = time.perf_counter(), time.process_time()
                     await engine.search({**body, "agentId": agent, "limit": 25})
                     ours.append(time.perf_counter() - t)
+                    cpu.append(time.process_time() - c)  # this process's CPU: the API layer's own cost
                     t = time.perf_counter()
                     await (await anchor.execute(sql, (param,))).fetchall()
                     bare.append(time.perf_counter() - t)
             row = {"queries": [b["query"] for b, _, _ in items],
                    "ours_p50_ms": statistics.median(ours) * 1000, "ours_p95_ms": pct(ours, 0.95) * 1000,
-                   "anchor_p50_ms": statistics.median(bare) * 1000, "anchor_p95_ms": pct(bare, 0.95) * 1000}
+                   "anchor_p50_ms": statistics.median(bare) * 1000, "anchor_p95_ms": pct(bare, 0.95) * 1000,
+                   "ours_cpu_p50_ms": statistics.median(cpu) * 1000, "loadavg_1m": os.getloadavg()[0]}
             row["ratio_p50"] = row["ours_p50_ms"] / row["anchor_p50_ms"]
             row["ratio_p95"] = row["ours_p95_ms"] / row["anchor_p95_ms"]
             results[name] = row
             save()
-            print(f"{name:>20}: ours p50 {row['ours_p50_ms']:8.2f} p95 {row['ours_p95_ms']:8.2f} ms | anchor p50 "
+            print(f"{name:>20}: ours p50 {row['ours_p50_ms']:8.2f} p95 {row['ours_p95_ms']:8.2f} ms "
+                  f"(CPU {row['ours_cpu_p50_ms']:.2f}, load {row['loadavg_1m']:.1f}) | anchor p50 "
                   f"{row['anchor_p50_ms']:8.2f} p95 {row['anchor_p95_ms']:8.2f} ms | x{row['ratio_p50']:.2f} p50, "
                   f"x{row['ratio_p95']:.2f} p95", file=sys.stderr)
     return results

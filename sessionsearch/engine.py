@@ -100,9 +100,10 @@ class Engine:
 
     # -- the catalog search scopes with ----------------------------------------------------
 
-    async def catalog_view(self, deadline: float = math.inf, *, refresh: bool = False) -> CatalogView:
+    async def catalog_view(self, deadline: float = math.inf, *, refresh: bool = False,
+                           fresh_listing: bool = False) -> CatalogView:
         """The session catalog as of the agents' current meta versions (see CatalogCache.view)."""
-        return await self._catalog.view(deadline, refresh=refresh)
+        return await self._catalog.view(deadline, refresh=refresh, fresh_listing=fresh_listing)
 
     async def meta_version(self, agent_id: str, deadline: float = math.inf) -> int:
         """The agent's meta version as committed now (a view holding another one is stale)."""
@@ -229,7 +230,7 @@ class Engine:
         for name in ("palette", "includeArchived"):
             if not isinstance(body.get(name, False), bool):
                 raise InvalidRequest(f"{name} must be a boolean", field=name)
-        view = await self.catalog_view()
+        view = await self.catalog_view(fresh_listing=True)  # every agent there is now, not a moment ago
         if agent_id is not None and agent_id not in view.agents:
             raise NotFound(f"agent {agent_id!r} not found")
         active: dict[str, int] = {}

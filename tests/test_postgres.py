@@ -27,7 +27,10 @@ from sessionsearch.store.cjk import index_text, needs_fold, runs
 from sessionsearch.store.postgres import LATEST, migrate, schema_version
 from sessionsearch.store.postgres.lexemes import _index_fields_limited, _patterns, fold_run, index_fields, index_tokens
 from sessionsearch.store.postgres.schema import MIGRATIONS
-from sessionsearch.store.postgres.search import DfCache
+from sessionsearch.store.postgres.recent import walk_windows
+from sessionsearch.store.postgres import search as search_module
+from sessionsearch.store.postgres.search import DfCache, Query
+from sessionsearch.store.rowids import LOW_SEQS
 from sessionsearch.store.postgres.lexemes import tokens as pg_tokens
 
 from .helpers import BASE_TS, Where, chain, engine_at, ids, leaf, msg, timed
@@ -155,6 +158,13 @@ def _corpus(rng: random.Random) -> list[tuple[str, list[dict]]]:
     return out
 
 
+def walk_windows_for(engine, word: str) -> int:
+    """Windows a `recent` search of `word` may walk, as the main agent's store plans it now."""
+    q = Query(Match((word,)))
+    q.stats_sql(0, engine._stores["main"]._dfs)
+    return walk_windows(q, engine._stores["main"]._dfs, 4)
+
+
 async def _top(engine, match: Match, order: str, k: int) -> list[tuple]:
     store = await engine.store("main")
     async with store.reader() as reader:
@@ -268,6 +278,55 @@ async def test_cached_document_counts_follow_every_change_of_the_index(pg):
         await engine.restore("agent:main:c")
         await engine.reconcile_pending()
         await check("restored")
+
+
+async def test_the_kept_head_follows_a_write_in_flight_when_it_was_read(pg, monkeypatch):
+    """A store keeps the sums of its windows' counters and has each search check them rather than
+    sum them again (schema migration 6): a write that had not committed when they were summed is
+    seen once it has, as a store summing afresh sees it."""
+    async with engine_at(pg) as engine:
+        await engine.append("agent:main:a", timed("a", [("user", "alpha beta", BASE_TS), ("user", "alpha", BASE_TS + 1)]))
+        await engine.append("agent:main:d", timed("d", [("user", f"filler {i}", BASE_TS) for i in range(40)]))
+        store = await engine.store("main")
+        async with store.reader() as reader:
+            (wid, _, _), = await store.windows_of(reader, "agent:main:a")
+        match = Match(("alpha",))
+        before = await _top(engine, match, "relevance", 10)
+        with psycopg.connect(pg.database_url) as writer:  # in flight while the next search sums
+            writer.execute("UPDATE ss_windows SET idx_rows = idx_rows + 30, idx_tokens = idx_tokens + 900 "
+                           "WHERE wid = %s", (wid,))
+            store._dfs = DfCache()
+            assert await _top(engine, match, "relevance", 10) == before  # summed without it
+            assert await _top(engine, match, "relevance", 10) == before  # checked, kept
+            # a newer write commits while the older one holds the snapshots' xmin back: its window
+            # is among those the kept head has checked (and past KEPT_RECENT of them it is not kept)
+            await engine.append("agent:main:d", [msg("d41", "user", "alpha late", "d40", ts=BASE_TS + 2)])
+            between = await _top(engine, match, "relevance", 10)
+            async with store.reader() as reader:
+                (late, _, _), = await store.windows_of(reader, "agent:main:d")
+            assert store._dfs.kept_head is not None
+            assert any(w.startswith(f"{late}:") for w in store._dfs.kept_head[3])  # (others' xmin may add more)
+            monkeypatch.setattr(search_module, "KEPT_RECENT", 0)
+            assert await _top(engine, match, "relevance", 10) == between and store._dfs.kept_head is None
+            monkeypatch.undo()
+        kept = await _top(engine, match, "relevance", 10)  # committed now
+        store._dfs = DfCache()
+        assert kept == await _top(engine, match, "relevance", 10) != between != before
+
+
+async def test_recent_walks_both_id_ranges_of_a_window_past_the_low_region(pg):
+    """`recent` reads a window's high id range (recent.py) only when its seqs reach it: the newest
+    rows of a window that long are there, and are the answer."""
+    n = LOW_SEQS + 40
+    async with engine_at(pg) as engine:
+        await engine.append("agent:main:old", timed("o", [("user", "word filler", BASE_TS + i) for i in range(30)]))
+        events = timed("m", [("user", "word filler", BASE_TS + 1000 + i) for i in range(n)])
+        for start in range(0, n, 10_000):
+            await engine.append(KEY, events[start:start + 10_000], sessionId="s-long")
+        await _top(engine, Match(("word",)), "relevance", 3)  # counts seen: the walk is planned from them
+        assert walk_windows_for(engine, "word") > 0
+        got = [mid for _, _, mid in await _top(engine, Match(("word",)), "recent", 3)]
+        assert got == [f"m{i}" for i in (n, n - 1, n - 2)]
 
 
 HOSTILE = ["'", "''", "\\", "\\'", "a'b", "it's", "&", "|", "!", "(", ")", ":*", "<->", "a&b", "a|b", "!a", "(a)",

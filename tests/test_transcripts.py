@@ -410,6 +410,24 @@ async def test_a_search_finds_sessions_and_agents_another_process_created(backen
         assert ids(await serving.search(query="gamma", sessionKeys=["agent:main:c"])) == ["c1"]
 
 
+async def test_an_agent_another_process_just_created_is_searched_read_and_listed(backend):
+    """The agent listing a process keeps (PostgreSQL reads it inside each search) never hides an
+    agent created elsewhere a moment ago: not by name, not by session, not among every agent."""
+    async with engine_at(backend) as serving, engine_at(backend) as other:
+        await serving.append("agent:main:a", chain("a", [("user", "alpha here")]))
+        assert ids(await serving.search(query="alpha")) == ["a1"]
+        await other.append("agent:ops:o", chain("o", [("user", "alpha from ops")]))
+        assert ids(await serving.search(query="alpha", agentId="ops")) == ["o1"]
+        await other.append("agent:qa:q", chain("q", [("user", "alpha from qa")]))
+        assert [m["messageId"] for m in (await serving.history(sessionKey="agent:qa:q"))["messages"]] == ["q1"]
+        await other.append("agent:dev:d", chain("d", [("user", "alpha from dev")]))
+        assert ids(await serving.search(query="alpha", sessionKeys=["agent:dev:d"])) == ["d1"]
+        await other.append("agent:ux:u", chain("u", [("user", "alpha from ux")]))
+        assert "agent:ux:u" in [s["sessionKey"] for s in (await serving.list_sessions())["sessions"]]
+        await other.append("agent:web:w", chain("w", [("user", "alpha from web")]))
+        assert sorted(ids(await serving.search(query="alpha"))) == ["a1", "d1", "o1", "q1", "u1", "w1"]
+
+
 async def test_history_decides_on_metadata_another_process_just_wrote(backend):
     async with engine_at(backend) as serving, engine_at(backend) as other:
         await serving.append("agent:main:x", chain("x", [("user", "private words")]))

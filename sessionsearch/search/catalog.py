@@ -6,13 +6,18 @@ from __future__ import annotations
 import asyncio
 import math
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Mapping
+from typing import Awaitable, Callable, Iterable, Mapping, Protocol
 
 from ..store.base import AgentStore, SessionMeta, WindowMeta
 from .visibility import Catalog
 
 # an agent's store, opened on first use; raises NotFound for an agent without one
 StoreLookup = Callable[[str], Awaitable[AgentStore]]
+
+
+class ListingVersion(Protocol):
+    def __call__(self, *, fresh: bool = False) -> int:
+        """Backend.listing_version."""
 
 
 @dataclass
@@ -93,7 +98,7 @@ class CatalogCache:
     """The catalog as this process last read it, refreshed from each agent's store by changes."""
 
     def __init__(self, stores: Callable[[], Awaitable[Mapping[str, AgentStore]]], store: StoreLookup,
-                 listing_version: Callable[[], int]) -> None:
+                 listing_version: ListingVersion) -> None:
         """`stores()` opens every agent's store and returns them by agent id; `store` looks one up;
         `listing_version()` changes when an agent's store appears (Backend.listing_version)."""
         self._stores = stores
@@ -122,7 +127,22 @@ class CatalogCache:
         if agent is None or not any(w.session_id == session_id for w in agent.windows_by_key.get(key, ())):
             self.invalidate()
 
-    async def view(self, deadline: float = math.inf, *, refresh: bool = False) -> CatalogView:
+    def listing_moved(self, *, fresh: bool = False) -> bool:
+        """Whether the agent listing moved since the view was read (an agent created elsewhere);
+        `fresh`: as read now, not as a search read it a moment ago."""
+        return self._listing_version(fresh=fresh) != self._listing_seen
+
+    async def view_with(self, agents: Iterable[str], deadline: float = math.inf, *,
+                        refresh: bool = False) -> CatalogView:
+        """As `view`, the listing read afresh when the view lacks one of `agents` (another process
+        may have just created it; the listing answers from memory a moment otherwise)."""
+        view = await self.view(deadline, refresh=refresh)
+        if any(a not in view.agents for a in agents):
+            view = await self.view(deadline, fresh_listing=True)
+        return view
+
+    async def view(self, deadline: float = math.inf, *, refresh: bool = False,
+                   fresh_listing: bool = False) -> CatalogView:
         """The session catalog as of the agents' current meta versions.
 
         Each agent's sessions and windows are read whole once; after that a refresh reads only the
@@ -130,7 +150,8 @@ class CatalogCache:
         the scoping structures again in memory.
         """
         async with self._lock:
-            listing = self._listing_version()  # another process may have created an agent's store
+            # another process may have created an agent's store
+            listing = self._listing_version(fresh=fresh_listing)
             if self._view is not None and not refresh and listing == self._listing_seen:
                 return self._view
             self._listing_seen = listing

@@ -134,7 +134,7 @@ async def history(req: HistoryRequest, *, settings: Settings, catalog: CatalogCa
     """Answer a parsed history read; `restore(key)` brings an archived session back (as
     sessions.restore does) when the read opens it."""
     agent_id = agent_of(req.session_key)
-    view = await catalog.view(math.inf)
+    view = await catalog.view_with([agent_id], math.inf)
     # visibility is decided on metadata as of now, not as of the last search
     if agent_id in view.agents and await catalog.meta_version(agent_id) != view.versions.get(agent_id):
         view = await catalog.view(math.inf, refresh=True)

@@ -318,15 +318,21 @@ async def search(req: SearchRequest, *, settings: Settings, catalog: CatalogCach
             return await run_sessions_query(open_store, catalog, query, req, scopes, view, versions, deadline)
         return await run_query(open_store, catalog, query, req, scopes, versions, deadline)
 
+    targets = {agent_of(key) for key in req.session_keys or ()} | ({req.agent_id} if req.agent_id else set())
     for attempt in range(4):
-        view = await catalog.view(deadline, refresh=attempt > 0)
+        view = await catalog.view_with(targets, deadline, refresh=attempt > 0)
         viewer = Viewer(settings, req.requester, view.catalog)
         scopes = plan_scopes(req, viewer, view, view.agent_ids)
         try:
             outcomes = [await run(q, view.versions) for q in req.queries]
-            break
         except MetaChanged:
             continue
+        # an agent created elsewhere since the view was read: scope again, so that a search of every
+        # agent covers it. Each search statement reads the listing (Backend.listing_version); a search
+        # that sent none (no agent in scope holds a window) reads it now
+        if not targets and attempt < 3 and catalog.listing_moved(fresh=not any(s.wids for s in scopes.values())):
+            continue
+        break
     else:  # metadata kept changing: answer from the last scope rather than spin
         outcomes = [await run(q, None) for q in req.queries]
     archived = sum(s.archived for s in scopes.values())

@@ -254,8 +254,9 @@ class Backend(Protocol):
     def agent_ids(self) -> list[str]:
         """Ids of the agents that have a store, sorted."""
 
-    def listing_version(self) -> int:
-        """A token that changes when an agent's store appears or goes (cheap: read per search)."""
+    def listing_version(self, *, fresh: bool = False) -> int:
+        """A token that changes when an agent's store appears or goes (cheap: read per search).
+        It may lag another process's change by a moment unless `fresh` (PostgreSQL: backend.py)."""
 
     async def open_store(self, agent_id: str, *, create: bool = False) -> AgentStore:
         """Open an agent's store, creating it when `create`; raises NotFound when it has none."""

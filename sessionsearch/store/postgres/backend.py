@@ -4,10 +4,18 @@
 The agent listing is read with a short synchronous query (the Backend interface reads it without
 an event loop), on one small connection of its own that is remade after a failure; when the
 database does not answer, the last listing read is kept.
+
+Every search reads the listing's version (the highest agent number: agents are only added) in its
+own statement (search.py's HEAD) and hands it here, so `listing_version` answers from memory while
+searches run: a probe costs a round trip that blocks the event loop (~1.7 ms a search, most of the
+fixed cost of a rare word). The version is read anew by a probe only when no search brought it for
+LISTING_TTL_S, or when a caller asks for it fresh (an agent it was asked for and does not know).
+A search whose statement saw an agent its scope did not know is scoped again (search/runner.py).
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from typing import Any, Iterable
@@ -24,6 +32,7 @@ from .store import PgAgentStore
 
 POOL_SIZE = 10  # connections per process at most (docs/postgres.md)
 RETRY_S = 1.0  # after a failed listing read, the cached listing is answered this long
+LISTING_TTL_S = 1.0  # a listing version read this recently (by a probe or a search) is answered as is
 
 
 class _Probe:
@@ -67,6 +76,8 @@ class PgBackend:
         self.db = Db(url, max_size=pool_size)
         self._probe = _Probe(url)
         self._agents: dict[str, int] = {}  # as last read
+        self._listing = 0  # the highest agent number as last read (by a probe or a search's statement)
+        self._listing_at = -math.inf  # when (time.monotonic)
 
     async def open(self) -> None:
         try:
@@ -97,19 +108,31 @@ class PgBackend:
             raise unavailable(exc) from exc
         return [{"database": redact(self.url), "from": before, "to": after}]
 
-    def _listing(self) -> dict[str, int]:
+    def _read_agents(self) -> dict[str, int]:
+        at = time.monotonic()
         rows = self._probe.rows("SELECT agent_id, ano FROM ss_agents ORDER BY agent_id")
         if rows is not None:
             self._agents = dict(rows)
+            self.listing_seen(max(self._agents.values(), default=0), at)
         return self._agents
 
     def agent_ids(self) -> list[str]:
-        return sorted(self._listing())
+        return sorted(self._read_agents())
 
-    def listing_version(self) -> int:
-        """The highest agent number: agents are only ever added."""
-        rows = self._probe.rows("SELECT coalesce(max(ano), 0) FROM ss_agents")
-        return rows[0][0] if rows else max(self._agents.values(), default=0)
+    def listing_seen(self, version: int, at: float) -> None:
+        """A listing version read at `at` (time.monotonic, taken before the read began)."""
+        self._listing = max(self._listing, version)
+        self._listing_at = max(self._listing_at, at)
+
+    def listing_version(self, *, fresh: bool = False) -> int:
+        """The highest agent number (agents are only ever added): as a search or a probe read it
+        at most LISTING_TTL_S ago, unless `fresh`."""
+        at = time.monotonic()
+        if fresh or at - self._listing_at >= LISTING_TTL_S:
+            rows = self._probe.rows("SELECT coalesce(max(ano), 0) FROM ss_agents")
+            if rows:
+                self.listing_seen(rows[0][0], at)
+        return max(self._listing, max(self._agents.values(), default=0))
 
     async def open_store(self, agent_id: str, *, create: bool = False) -> PgAgentStore:
         async def find(conn) -> int | None:
@@ -123,7 +146,7 @@ class PgBackend:
         if ano is None:
             raise NotFound(f"agent {agent_id!r} not found")
         self._agents[agent_id] = ano
-        return PgAgentStore(self.db, agent_id, ano)
+        return PgAgentStore(self.db, agent_id, ano, listing_seen=self.listing_seen)
 
     async def check_ready(self) -> None:
         async def ping(conn) -> None:

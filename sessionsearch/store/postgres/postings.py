@@ -28,7 +28,7 @@ from typing import Any
 
 from .db import Reader
 from .postings_build import FRESH_LIMIT, PREFIX, PREFIX_FRESH_LIMIT, WORD, is_prefix_key
-from .search import B, HEAD, K1, MID, DfCache, Query, scope_sql
+from .search import B, HEAD, HEAD_COLUMNS, K1, MID, DfCache, Query, head_params, scope_sql
 
 EPS = 1e-9  # relative; far above the rounding difference between this score and the SQL's
 MAX_ROUNDS = 3  # rounds of taking more kept rows before a narrow scope goes the slow way
@@ -69,13 +69,15 @@ async def postings_top(reader: Reader, ano: int, q: Query, cache: DfCache, *, k:
     if row is None:
         return None
     mark, old_rows, docs, cut, ids, tfs, dls = row
-    params: dict[str, Any] = {**q.params, "ano": ano, "mark": mark}
+    params: dict[str, Any] = {**q.params, **head_params(ano, cache), "mark": mark}
     stats = await reader.one(
-        "SELECT h.version, h.dirty, h.rows, h.tokens, "
-        "(SELECT count(*) FROM ss_index f WHERE f.ano = %(ano)s AND f.iseq > %(mark)s), "
+        "SELECT h.*, (SELECT count(*) FROM ss_index f WHERE f.ano = %(ano)s AND f.iseq > %(mark)s), "
         "(SELECT count(*) FROM ss_index f WHERE f.ano = %(ano)s AND f.iseq > %(mark)s AND f.tsv @@ %(q)s::tsquery) "
         f"FROM ({HEAD}) h", params)
-    version, dirty, n_rows, n_tokens, fresh, fresh_docs = stats
+    head = dict(zip(HEAD_COLUMNS, stats))
+    cache.keep_head(head)
+    version, dirty, n_rows, n_tokens = head["version"], head["dirty"], head["rows"], head["tokens"]
+    fresh, fresh_docs = stats[len(HEAD_COLUMNS):]
     limit = PREFIX_FRESH_LIMIT if key[0] == PREFIX else FRESH_LIMIT
     if n_rows - fresh != old_rows or fresh > limit:
         return None  # rows the build counted are gone, or too many were written since

@@ -34,6 +34,7 @@ from .recent import recent_ctes, walk_windows
 
 K1, B = 1.2, 0.75
 MID = "COLLATE \"C\" NULLS FIRST"  # SQLite's order of message ids: bytes, NULL first
+KEPT_RECENT = 256  # windows changed since the kept head's snapshot, past which it is not kept (HEAD)
 
 
 def tsquery_text(phrases: list[list[str]], prefix: bool) -> str:
@@ -66,6 +67,23 @@ class DfCache:
         self.head: tuple[int, int] | None = None  # (index rows, windows) of the agent as last seen
         self.postings_terms: frozenset[tuple[int, str]] | None = None  # None: to be read
         self.postings_read_at = 0.0
+        self.listing = 0  # the highest agent number a search of this store read (backend.py)
+        # the head as last read: (version, epoch, at, recent, rows, tokens, windows, gen), HEAD checks it
+        self.kept_head: tuple | None = None
+
+    def saw_listing(self, listing: int | None) -> None:
+        self.listing = max(self.listing, listing or 0)
+
+    def keep_head(self, head: dict[str, Any]) -> None:
+        """A row of HEAD's columns, as read: the next search has it checked rather than summed
+        (unless the windows it would send back are many: a transaction left open for long holds
+        the snapshots' xmin back, and summing costs less than sending and comparing them)."""
+        self.saw_listing(head["listing"])
+        if len(head["recent"]) > KEPT_RECENT:
+            self.kept_head = None
+            return
+        self.kept_head = (head["version"], head["epoch"], head["at"], head["recent"], head["rows"], head["tokens"],
+                          head["windows"], head["gen"])
 
     def get(self, phrase: str) -> tuple[tuple, int] | None:
         hit = self._counts.get(phrase)
@@ -81,12 +99,19 @@ class DfCache:
 
 
 # The head of an agent's index: meta version, windows needing reconciliation, BM25 counters and the
-# index state (columns version, dirty, rows, tokens, windows, gen, epoch), one scan of its windows
-HEAD = ("SELECT a.meta_version AS version, w.dirty, w.rows, w.tokens, w.windows, w.gen, a.idx_epoch AS epoch "
-        "FROM ss_agents a, (SELECT coalesce(array_agg(wid) FILTER (WHERE needs_rebuild = 1), '{}') AS dirty, "
-        "coalesce(sum(idx_rows), 0)::bigint AS rows, coalesce(sum(idx_tokens), 0)::bigint AS tokens, "
-        "count(*) AS windows, coalesce(sum(idx_gen), 0)::numeric AS gen FROM ss_windows WHERE ano = %(ano)s) w "
-        "WHERE a.ano = %(ano)s")
+# index state (columns version, dirty, rows, tokens, windows, gen, epoch), the agent listing's
+# version (listing: the highest agent number, backend.py) and what the store keeps to have its
+# counters checked rather than summed again next time (at, recent): schema migration 6
+HEAD = ("SELECT * FROM ss_search_head(%(ano)s, %(hv)s::bigint, %(he)s::bigint, %(ha)s::text, %(hc)s::text[], "
+        "%(hn)s::bigint, %(ht)s::bigint, %(hw)s::bigint, %(hg)s::numeric)")
+HEAD_COLUMNS = ("version", "dirty", "rows", "tokens", "windows", "gen", "epoch", "listing", "at", "recent")
+
+
+def head_params(ano: int, cache: DfCache) -> dict[str, Any]:
+    """HEAD's parameters: the agent and the head `cache` kept (NULLs when none)."""
+    version, epoch, at, recent, rows, tokens, windows, gen = cache.kept_head or (None,) * 8
+    return {"ano": ano, "hv": version, "he": epoch, "ha": at, "hc": recent, "hn": rows, "ht": tokens, "hw": windows,
+            "hg": gen}
 
 
 class Query:
@@ -107,7 +132,7 @@ class Query:
         """CTEs ending in `st`, one row: the head (HEAD's columns), each phrase's df (df0, df1, …;
         the cached count while the index state it was counted at holds), N (n), avgdl and each
         phrase's idf (idf0, …), computed as FTS5 computes them."""
-        self.params["ano"] = ano
+        self.params.update(head_params(ano, cache))
         dfs, idfs = [], []
         for i, phrase in enumerate(self.phrases):
             q = self.params[f"q{i}"] = tsquery_text([phrase], self._is_prefix(i))
@@ -129,18 +154,20 @@ class Query:
 
     def stats_columns(self, st: str = "st") -> str:
         """The columns of `st` a statement returns for `remember` (the head's first)."""
-        return ", ".join([f"{st}.version", f"{st}.dirty", f"{st}.windows", f"{st}.gen", f"{st}.epoch", f"{st}.rows"]
-                         + [f"{st}.df{i}" for i in range(len(self.phrases))])
+        return ", ".join([f"{st}.{c}" for c in HEAD_COLUMNS] + [f"{st}.df{i}" for i in range(len(self.phrases))])
 
     def remember(self, row: tuple, cache: DfCache) -> tuple[int, frozenset[int], tuple]:
         """(meta version, dirty windows, the rest of the row) from a row starting with
         stats_columns(), each df counted now kept in `cache`."""
-        version, dirty, windows, gen, epoch, rows = row[:6]
-        cache.head = (rows, windows)
+        head = dict(zip(HEAD_COLUMNS, row))
+        version, windows, gen, epoch = head["version"], head["windows"], head["gen"], head["epoch"]
+        cache.head = (head["rows"], windows)
+        cache.keep_head(head)
+        start = len(HEAD_COLUMNS)
         count = len(self.phrases)
-        for i, df in enumerate(row[6:6 + count]):
+        for i, df in enumerate(row[start:start + count]):
             cache.put(self.params[f"q{i}"], (version, windows, gen, epoch), df)
-        return version, frozenset(dirty), row[6 + count:]
+        return version, frozenset(head["dirty"]), row[start + count:]
 
     def set_stats(self, n_rows: int, n_tokens: int, dfs) -> None:
         """avgdl and each phrase's idf as parameters (avgdl, idf0, …), computed as stats_sql's `st`
@@ -209,8 +236,10 @@ async def search_top(reader: Reader, ano: int, match: Match, cache: DfCache, *, 
     from .postings import postings_top  # it imports this module
     q = Query(match)
     if not q.lexemes:
-        row = await reader.one(f"SELECT version, dirty FROM ({HEAD}) h", {"ano": ano}, last=True)
-        return row[0], frozenset(row[1]), []
+        row = await reader.one(HEAD, head_params(ano, cache), last=True)
+        head = dict(zip(HEAD_COLUMNS, row))
+        cache.keep_head(head)
+        return head["version"], frozenset(head["dirty"]), []
     if order != "recent" and (found := await postings_top(reader, ano, q, cache, k=k, include=include, exclude=exclude,
                                                           role=role, since=since, until=until)) is not None:
         return found  # one word or one short prefix by relevance, from its postings (postings.py)
@@ -220,9 +249,10 @@ async def search_top(reader: Reader, ano: int, match: Match, cache: DfCache, *, 
     params.update(q.params)
     stats = q.stats_sql(ano, cache)
     params.update(q.params)
-    if order == "recent":
-        top = (recent_ctes(q, where, score, walk_windows(q, cache, k + 1), params)
-               + f", top AS (SELECT * FROM cand ORDER BY ts DESC, mid {MID} LIMIT %(k)s)")
+    if order == "recent":  # scored once chosen: k + 1 rows, not every match sorted
+        top = (recent_ctes(q, where, walk_windows(q, cache, k + 1), params)
+               + f", top AS (SELECT m.id, {score} AS s, m.ts, m.mid FROM st, (SELECT id FROM cand "
+               f"ORDER BY ts DESC, mid {MID} LIMIT %(k)s) c JOIN ss_index m ON m.id = c.id)")
     else:
         top = (f"top AS (SELECT m.id, {score} AS s, m.ts, m.mid FROM st, ss_index m WHERE m.tsv @@ {q.tsquery} "
                f"AND {' AND '.join(where)} ORDER BY s, m.ts DESC, m.mid {MID} LIMIT %(k)s)")

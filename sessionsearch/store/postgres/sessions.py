@@ -11,7 +11,7 @@ from typing import Any
 
 from ..base import Match
 from .db import Reader
-from .search import HEAD, MID, DfCache, Query, scope_sql
+from .search import HEAD, HEAD_COLUMNS, MID, DfCache, Query, head_params, scope_sql
 
 
 def _matches(query: Query, *, order: str, include, exclude, role, since, until, params: dict[str, Any]) -> str:
@@ -29,8 +29,10 @@ async def search_sessions(reader: Reader, ano: int, match: Match | None, cache: 
     params: dict[str, Any] = {"ano": ano, "k": k}
     query = Query(match) if match is not None and match.words else None
     if query is None or not query.lexemes:
-        row = await reader.one(f"SELECT version, dirty FROM ({HEAD}) h", {"ano": ano}, last=True)
-        return row[0], frozenset(row[1]), []
+        row = await reader.one(HEAD, head_params(ano, cache), last=True)
+        head = dict(zip(HEAD_COLUMNS, row))
+        cache.keep_head(head)
+        return head["version"], frozenset(head["dirty"]), []
     scan = _matches(query, order=order, include=include, exclude=exclude, role=role, since=since, until=until,
                     params=params)
     stats = query.stats_sql(ano, cache)

@@ -4,7 +4,8 @@ shared tables keyed by its number; the pool is the backend's, shared by every ag
 from __future__ import annotations
 
 import math
-from typing import Any
+import time
+from typing import Any, Callable
 
 from ...indexer.events import Event
 from ..base import AppendResult, ClaimInfo, Match
@@ -17,8 +18,12 @@ from .writer import Writes
 
 
 class PgAgentStore:
-    def __init__(self, db: Db, agent_id: str, ano: int) -> None:
+    def __init__(self, db: Db, agent_id: str, ano: int, *,
+                 listing_seen: Callable[[int, float], None] | None = None) -> None:
+        """`listing_seen(version, at)` is told the agent listing's version each search read
+        (backend.py), `at` the time.monotonic() before it began."""
         self.db = db
+        self._listing_seen = listing_seen
         self.agent_id = agent_id
         self.ano = ano
         self._writes = Writes(agent_id, ano)
@@ -149,14 +154,24 @@ class PgAgentStore:
     async def search_top(self, reader: Reader, match: Match, *, k: int, order: str, include: list[int] | None,
                          exclude: list[int] | None, role: str | None, hot: str | None = None,
                          since: int | None = None, until: int | None = None, ties: bool = True):
-        return await search_top(reader, self.ano, match, self._dfs, k=k, order=order, include=include, exclude=exclude,
-                                role=role, since=since, until=until)
+        at = time.monotonic()
+        out = await search_top(reader, self.ano, match, self._dfs, k=k, order=order, include=include, exclude=exclude,
+                               role=role, since=since, until=until)
+        self._seen(at)
+        return out
 
     async def search_sessions(self, reader: Reader, match: Match, *, k: int,
                               order: str, include: list[int] | None, exclude: list[int] | None, role: str | None,
                               since: int | None = None, until: int | None = None, hot: str | None = None):
-        return await search_sessions(reader, self.ano, match, self._dfs, k=k, order=order, include=include,
-                                     exclude=exclude, role=role, since=since, until=until)
+        at = time.monotonic()
+        out = await search_sessions(reader, self.ano, match, self._dfs, k=k, order=order, include=include,
+                                    exclude=exclude, role=role, since=since, until=until)
+        self._seen(at)
+        return out
+
+    def _seen(self, at: float) -> None:
+        if self._listing_seen is not None and self._dfs.listing:
+            self._listing_seen(self._dfs.listing, at)
 
     async def window_of(self, reader: Reader, key: str, session_id: str | None) -> tuple | None:
         return await reads.window_of(reader, self.ano, key, session_id)

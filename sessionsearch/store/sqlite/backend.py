@@ -38,8 +38,8 @@ class SqliteBackend:
             return []
         return sorted(p.stem for p in self.folder.glob("*.db") if AGENT_ID_RE.fullmatch(p.stem))
 
-    def listing_version(self) -> int:
-        """The agents folder's mtime: it moves when a database file appears or goes."""
+    def listing_version(self, *, fresh: bool = False) -> int:
+        """The agents folder's mtime: it moves when a database file appears or goes (always fresh)."""
         try:
             return os.stat(self.folder).st_mtime_ns
         except OSError:
