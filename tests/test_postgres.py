@@ -385,6 +385,32 @@ async def test_processes_making_sessions_at_once_and_a_coalesced_reconciliation_
             assert len(hits) == 20
 
 
+def _pending_pages(url: str) -> int:
+    """Pages of the GIN index's pending list, moved into the tree by the call (0: it was empty)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        return conn.execute("SELECT gin_clean_pending_list('ss_index_tsv'::regclass)").fetchone()[0]
+
+
+async def test_a_reconciliation_moves_its_index_rows_out_of_the_pending_list_and_appends_keep_it_short(pg):
+    """The GIN index's pending list is the writing transaction's to size (migration 6): an append
+    leaves it at most 64 kB (every search reads it whole); a reconciliation lets its own rows
+    gather (up to BULK_PENDING_KB) and moves them into the tree before it commits."""
+    texts = [("user" if i % 2 else "assistant", f"message {i} about topic{i % 13} and w{i} x{i * 7}") for i in range(3000)]
+    async with engine_at(pg) as engine:
+        await engine.append(KEY, chain("m", texts), index=False)
+        assert _pending_pages(pg.database_url) == 0
+        assert (await engine.reconcile_pending("main")) == {"published": 1}
+        assert _pending_pages(pg.database_url) == 0  # 3,000 rows went to the tree, not left in the list
+        for b in range(20):  # appends alone: each insert that finds the list over 64 kB moves it
+            await engine.append(f"agent:main:live{b}", chain(f"l{b}-", texts[b * 100:(b + 1) * 100]))
+        with psycopg.connect(pg.database_url) as conn:
+            assert conn.execute("SELECT reloptions FROM pg_class WHERE relname = 'ss_index_tsv'").fetchone()[0] == [
+                "fastupdate=on"]
+        assert _pending_pages(pg.database_url) <= 64 * 1024 // 8192 + 4  # 64 kB; under the 4 MB default: 35 pages
+        hits = (await engine.search(query="topic3", limit=25))["results"]
+        assert len(hits) == 25
+
+
 RECONCILER = """
 import asyncio, sys
 from sessionsearch import Engine, Settings
