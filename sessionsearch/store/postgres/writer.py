@@ -237,7 +237,7 @@ class Writes:
         the windows of all of them in one pipeline, then every step's rows (one INSERT) and window
         updates in another. Steps are taken in rounds of distinct sessions and windows, so that a
         window's state is read after an earlier step's rows are in. An import step was two round
-        trips of its own: under load each costs a wait to be scheduled, most of an import's time."""
+        trips of its own, each a wait to be scheduled on a loaded host (docs/postgres.md, "Ingest")."""
         out: list[AppendResult] = []
         first = 0
         while first < len(steps):
