@@ -19,6 +19,7 @@ import pytest
 
 from sessionsearch import Engine, Settings
 from sessionsearch.errors import SearchTimeout, Unavailable
+from sessionsearch.indexer.events import parse_event
 from sessionsearch.indexer.reconcile import reconcile_window
 from sessionsearch.search.text import fold_char, is_token_char
 from sessionsearch.search.text import tokens as text_tokens
@@ -444,9 +445,69 @@ async def test_processes_making_sessions_at_once_and_a_coalesced_reconciliation_
             assert len(hits) == 20
 
 
+async def test_import_steps_of_one_transaction_keep_each_windows_rows_in_order_and_a_refused_one_costs_itself(pg):
+    """The steps of an import transaction are written together (their windows in one round trip,
+    their rows in another): a file's later chunk in the same transaction goes after its earlier
+    one, other files' steps beside them keep their own windows, and a step the store refuses
+    (a session id of another session) sends the others through one by one, each still stored."""
+    def events(prefix: str, n: int, parent: str | None = None) -> list:
+        return [parse_event(e, "e") for e in chain(prefix, [("user", f"{prefix} text {i}") for i in range(n)], parent)]
+
+    async with engine_at(pg) as engine:
+        store = await engine.store("main", create=True)
+        a, b = "agent:main:a", "agent:main:b"
+        results = await store.import_many([
+            (a, {"label": "A"}, events("a", 3), "wa", 3), (b, {"label": "B"}, events("b", 2), "wb", 2),
+            (a, None, events("x", 2, parent="a3"), "wa", 5)])
+        assert [(r.appended, r.session_id) for r in results] == [(3, "wa"), (2, "wb"), (2, "wa")]
+        results = await store.import_many([(b, None, events("y", 1, parent="b2"), "wb", 3),
+                                           (a, None, events("z", 1), "wb", 1)])  # wb is b's window
+        assert results[0].appended == 1 and isinstance(results[1], Exception)
+        with psycopg.connect(pg.database_url) as conn:
+            rows = conn.execute("SELECT w.session_id, e.event_id FROM ss_events e JOIN ss_windows w ON w.wid = e.wid "
+                                "ORDER BY e.id").fetchall()
+            assert rows == [("wa", "a1"), ("wa", "a2"), ("wa", "a3"), ("wa", "x1"), ("wa", "x2"),
+                            ("wb", "b1"), ("wb", "b2"), ("wb", "y1")]
+            assert conn.execute("SELECT session_id, source_lines, messages, needs_rebuild, last_seq FROM ss_windows "
+                                "ORDER BY wid").fetchall() == [("wa", 5, 5, 1, 5), ("wb", 3, 3, 1, 3)]
+            assert conn.execute("SELECT session_key, label FROM ss_sessions ORDER BY session_key").fetchall() == [
+                (a, "A"), (b, "B")]
+            # both windows were made by the first call's one transaction (one meta version), not step by step
+            assert conn.execute("SELECT count(DISTINCT meta_seq) FROM ss_windows").fetchone()[0] == 1
+        assert (await engine.reconcile_pending("main")) == {"published": 2}
+        assert len((await engine.search(query="text", limit=25))["results"]) == 8
+
+
+def _pending_pages(url: str) -> int:
+    """Pages of the GIN index's pending list, moved into the tree by the call (0: it was empty)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        return conn.execute("SELECT gin_clean_pending_list('ss_index_tsv'::regclass)").fetchone()[0]
+
+
+async def test_a_reconciliation_moves_its_index_rows_out_of_the_pending_list_and_appends_keep_it_short(pg):
+    """The GIN index's pending list is the writing transaction's to size (migration 7): an append
+    leaves it at most 64 kB (every search reads it whole); a reconciliation lets its own rows
+    gather (up to BULK_PENDING_KB) and moves them into the tree before it commits."""
+    texts = [("user" if i % 2 else "assistant", f"message {i} about topic{i % 13} and w{i} x{i * 7}") for i in range(3000)]
+    async with engine_at(pg) as engine:
+        await engine.append(KEY, chain("m", texts), index=False)
+        assert _pending_pages(pg.database_url) == 0
+        assert (await engine.reconcile_pending("main")) == {"published": 1}
+        assert _pending_pages(pg.database_url) == 0  # 3,000 rows went to the tree, not left in the list
+        for b in range(20):  # appends alone: each insert that finds the list over 64 kB moves it
+            await engine.append(f"agent:main:live{b}", chain(f"l{b}-", texts[b * 100:(b + 1) * 100]))
+        with psycopg.connect(pg.database_url) as conn:
+            assert conn.execute("SELECT reloptions FROM pg_class WHERE relname = 'ss_index_tsv'").fetchone()[0] == [
+                "fastupdate=on"]
+        assert _pending_pages(pg.database_url) <= 64 * 1024 // 8192 + 4  # 64 kB; under the 4 MB default: 35 pages
+        hits = (await engine.search(query="topic3", limit=25))["results"]
+        assert len(hits) == 25
+
+
 RECONCILER = """
 import asyncio, sys
 from sessionsearch import Engine, Settings
+from sessionsearch.indexer.events import parse_event
 from sessionsearch.indexer.reconcile import reconcile_window
 url, wid = sys.argv[1], int(sys.argv[2])
 async def main():

@@ -30,6 +30,10 @@ CONNECT_TIMEOUT_S = 3
 # the server is away (the pool reconnects in the background, and the next request waits again)
 WAIT_S = 2.0
 RETRYABLE = (pgerrors.DeadlockDetected, pgerrors.SerializationFailure)
+# Every write transaction keeps the GIN index's pending list short (migration 7 left the limit to
+# this setting): a search reads the whole list, and an append's insert that finds it over 64 kB
+# moves it into the tree. A reconciliation raises it for its own bulk insert (reconcile.py).
+BEGIN = "BEGIN; SET LOCAL gin_pending_list_limit = 64"
 
 
 def connect_kwargs() -> dict[str, Any]:
@@ -188,7 +192,7 @@ class Db:
         back and runs it again (a few times, with jitter); a lost server raises Unavailable."""
         for attempt in range(RETRIES):
             try:
-                async with self._begun("BEGIN", WAIT_S) as conn:
+                async with self._begun(BEGIN, WAIT_S) as conn:
                     return await fn(conn, *args)
             except RETRYABLE as exc:
                 if attempt == RETRIES - 1:

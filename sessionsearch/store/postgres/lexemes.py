@@ -37,6 +37,7 @@ MAX_TOKEN_BYTES = 2046
 MAX_LEXEME_BYTES = 900_000
 MAX_POS = 16383  # tsvector's highest position
 MAX_POSITIONS = 256  # positions a tsvector keeps per lexeme
+FAST_CHARS = MAX_TOKEN_BYTES // 4  # ASCII text this short has no token past MAX_TOKEN_BYTES
 ASCII_TOKEN = re.compile(r"[a-z0-9]+")  # tokens() of lowercased ASCII text (their parity is tested)
 TF_JSON = json.JSONEncoder(ensure_ascii=False)  # json.dumps with an option makes an encoder per call
 
@@ -144,11 +145,15 @@ def index_fields(text: str) -> tuple[int, str, str]:
     16,383, a lexeme's 257th, a token or the lexemes too long) is merged here, within them."""
     toks = index_tokens(text)
     tf = Counter(toks)
-    if tf and (len(toks) > MAX_POS or max(tf.values()) > MAX_POSITIONS or max(map(len, tf)) * 4 > MAX_TOKEN_BYTES
-               or sum(map(len, tf)) * 4 + 8 * len(tf) > MAX_LEXEME_BYTES):
+    # ASCII text of at most FAST_CHARS characters and MAX_POSITIONS tokens is within every limit
+    # (no token or lexemes longer than the text, no lexeme more often than the tokens): unchecked
+    if (len(toks) > MAX_POSITIONS or len(text) > FAST_CHARS or not text.isascii()) and tf and (
+            len(toks) > MAX_POS or max(tf.values()) > MAX_POSITIONS or max(map(len, tf)) * 4 > MAX_TOKEN_BYTES
+            or sum(map(len, tf)) * 4 + 8 * len(tf) > MAX_LEXEME_BYTES):
         return _index_fields_limited(toks)
-    quoted = (f"'{t}':" for t in toks) if text.isascii() else (quote(t) + ":" for t in toks)
-    tsv = " ".join([q + str(pos) for pos, q in enumerate(quoted, 1)])
+    # unquoted: a token never holds `'` or `\` (they are not token characters), the only characters
+    # tsvector input reads specially inside quotes
+    tsv = " ".join([f"'{t}':{pos}" for pos, t in enumerate(toks, 1)])
     return len(toks), TF_JSON.encode(tf), tsv
 
 

@@ -64,10 +64,8 @@ class PgAgentStore:
     async def import_many(self, items: list[tuple]) -> list:
         """Import steps in one transaction; when it fails, each step alone (its slot then holds
         its error)."""
-        async def together(conn) -> list:
-            return [await self._writes.import_step(conn, *item) for item in items]
         try:
-            return await self.db.tx(together)
+            return await self.db.tx(self._writes.import_steps, items)
         except Exception:
             pass
         out: list = []

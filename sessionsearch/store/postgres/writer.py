@@ -13,6 +13,7 @@ import gzip
 import json
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 import psycopg
@@ -34,6 +35,15 @@ INSERT_EVENTS = (f"INSERT INTO ss_events ({EVENT_COLUMNS}) SELECT * FROM unnest(
                  "%b::text[], %b::integer[], %b::integer[], %b::text[], %b::text[], %b::bigint[], %b::integer[], "
                  "%b::text[], %b::text[])")
 INDEXABLE = "on_branch = 1 AND text IS NOT NULL"
+UPDATE_WINDOW = (
+    "UPDATE ss_windows SET last_seq = %(last)s, leaf_seq = %(leaf)s, leaf_event_id = %(leaf_id)s, "
+    "has_header = %(header)s, messages = messages + %(messages)s, updated_at = %(now)s, "
+    "source_lines = coalesce(%(lines)s, source_lines), idx_rows = idx_rows + %(n)s, "
+    "idx_tokens = idx_tokens + %(tokens)s, "
+    "needs_rebuild = CASE WHEN %(dirty)s THEN 1 ELSE needs_rebuild END, rebuild_gen = rebuild_gen + %(gen)s, "
+    "indexed_seq = CASE WHEN needs_rebuild = 0 AND NOT %(dirty)s THEN %(last)s ELSE indexed_seq END, "
+    "indexed_leaf = CASE WHEN needs_rebuild = 0 AND NOT %(dirty)s THEN %(leaf)s ELSE indexed_leaf END "
+    "WHERE wid = %(wid)s RETURNING needs_rebuild")
 TOMBSTONES_KEPT = 20_000
 COPY_FROM = 16  # rows from which an insert goes by COPY
 _COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
@@ -91,6 +101,18 @@ async def delete_index(conn: psycopg.AsyncConnection, where: str, params: dict[s
     return gone
 
 
+@dataclass(slots=True)
+class _Write:
+    """One planned write of rows to a window: its session id, plan, event rows, index-row insert
+    (None: none) and the parameters of its window's update (UPDATE_WINDOW)."""
+
+    sid: str
+    plan: Any
+    rows: list[tuple]
+    insert: tuple[str, tuple] | None
+    update: dict[str, Any]
+
+
 class Writes:
     """The write transactions of one agent (`ano`); methods take the transaction's connection."""
 
@@ -130,15 +152,19 @@ class Writes:
         trip (`ss_window_for_write`, migration 4), with the session's metadata `fields` set first
         (as upsert_session would) when given."""
         async with conn.pipeline():
-            if fields is not None:
-                cols = session_columns(fields, now_ms())
-                await conn.execute("INSERT INTO ss_sessions (ano, session_key, updated_at) VALUES (%s, %s, %s) "
-                                   "ON CONFLICT DO NOTHING", (self.ano, key, now_ms()))
-                await conn.execute(f"UPDATE ss_sessions SET {', '.join(f'{col} = %s' for col in cols)} "
-                                   "WHERE ano = %s AND session_key = %s", (*cols.values(), self.ano, key))
-            cur = await conn.execute("SELECT * FROM ss_window_for_write(%s, %s, %s, %s, %s)",
-                                     (self.ano, key, session_id, str(uuid.uuid4()), now_ms()))
+            cur = await self._queue_window(conn, key, session_id, fields)
         return self._checked_window(await cur.fetchone(), session_id)
+
+    async def _queue_window(self, conn, key: str, session_id: str | None, fields: dict[str, Any] | None):
+        """_window_for_write's statements, queued in the pipeline `conn` is in; the cursor of its row."""
+        if fields is not None:
+            cols = session_columns(fields, now_ms())
+            await conn.execute("INSERT INTO ss_sessions (ano, session_key, updated_at) VALUES (%s, %s, %s) "
+                               "ON CONFLICT DO NOTHING", (self.ano, key, now_ms()))
+            await conn.execute(f"UPDATE ss_sessions SET {', '.join(f'{col} = %s' for col in cols)} "
+                               "WHERE ano = %s AND session_key = %s", (*cols.values(), self.ano, key))
+        return await conn.execute("SELECT * FROM ss_window_for_write(%s, %s, %s, %s, %s)",
+                                  (self.ano, key, session_id, str(uuid.uuid4()), now_ms()))
 
     @staticmethod
     def _checked_window(row: tuple, session_id: str | None) -> tuple:
@@ -201,8 +227,43 @@ class Writes:
         # tokenized before the window's lock (and, for a new window, the agent's meta stamp) is taken:
         # concurrent appends wait on those until commit, not on this one's Python
         tokenized = {e.text: index_fields(e.text) for e in events if e.text} if index else {}
-        wid, sid, last_seq, leaf_seq, leaf_event_id, has_header, cold = await self._window_for_write(
-            conn, key, session_id, fields)
+        window = await self._window_for_write(conn, key, session_id, fields)
+        (result,) = await self._write(conn, [await self._planned(conn, key, window, events, source_lines,
+                                                                 tokenized if index else None)])
+        return result
+
+    async def import_steps(self, conn, steps: list[tuple]) -> list[AppendResult]:
+        """Import steps (key, fields, events, session_id, lines), unindexed, in this transaction:
+        the windows of all of them in one pipeline, then every step's rows (one INSERT) and window
+        updates in another. Steps are taken in rounds of distinct sessions and windows, so that a
+        window's state is read after an earlier step's rows are in. An import step was two round
+        trips of its own, each a wait to be scheduled on a loaded host (docs/postgres.md, "Ingest")."""
+        out: list[AppendResult] = []
+        first = 0
+        while first < len(steps):
+            keys: set[str] = set()
+            sids: set[str] = set()
+            last = first
+            while last < len(steps) and steps[last][0] not in keys and steps[last][3] not in sids:
+                keys.add(steps[last][0])
+                sids.add(steps[last][3])
+                last += 1
+            round_ = steps[first:last]
+            async with conn.pipeline():
+                curs = [await self._queue_window(conn, key, sid,
+                                                 None if fields is None else {**fields, "sessionId": sid})
+                        for key, fields, _, sid, _ in round_]
+            windows = [self._checked_window(await cur.fetchone(), sid) for cur, (_, _, _, sid, _) in zip(curs, round_)]
+            out += await self._write(conn, [await self._planned(conn, key, window, events, lines, None)
+                                            for window, (key, _, events, _, lines) in zip(windows, round_)])
+            first = last
+        return out
+
+    async def _planned(self, conn, key: str, window: tuple, events: list[Event], source_lines: int | None,
+                       tokenized: dict[str, tuple[int, str, str]] | None) -> _Write:
+        """What storing `events` in `window` (as _window_for_write gave it) writes; `tokenized`:
+        their index fields, to index them live (None: unindexed)."""
+        wid, sid, last_seq, leaf_seq, leaf_event_id, has_header, cold = window
         if cold:
             raise Conflict(f"session {key!r} is archived; restore it before appending", field="sessionKey")
         wanted = ids_to_resolve(events, leaf_event_id) if last_seq else None
@@ -211,43 +272,46 @@ class Writes:
                            has_header=bool(has_header), known=known)
         if plan.last_seq > MAX_SEQ:
             raise InvalidRequest(f"session window {sid!r} is full", field="events")
-        live = index and plan.linear
+        live = tokenized is not None and plan.linear
         dirty = bool(plan.rows) and not live
         header = bool(has_header) or any(r.event.type == "session" for r in plan.rows)
-        events_cols: list[list] = [[] for _ in range(11)]
-        for r in plan.rows:
-            for col, value in zip(events_cols, (
-                    row_id(wid, r.seq, r.event.role), wid, r.event.event_id, r.parent_seq, r.node_seq, r.event.type,
-                    r.event.role, r.event.ts, int(r.on_branch), r.event.text,
-                    r.event.raw or _COMPACT.encode(r.event.body))):
-                col.append(value)
-        insert, counts = index_rows(self.ano, (
-            (row_id(wid, r.seq, r.event.role), wid, r.event.text, r.event.ts, r.event.event_id)
-            for r in plan.rows if live and r.on_branch and r.event.text), tokenized.__getitem__)
+        rows = [(row_id(wid, r.seq, r.event.role), wid, r.event.event_id, r.parent_seq, r.node_seq, r.event.type,
+                 r.event.role, r.event.ts, int(r.on_branch), r.event.text, r.event.raw or _COMPACT.encode(r.event.body))
+                for r in plan.rows]
+        insert, counts = (None, {}) if not live else index_rows(self.ano, (
+            (row[0], wid, row[9], row[7], row[2]) for row, r in zip(rows, plan.rows) if r.on_branch and row[9]),
+            tokenized.__getitem__)
         n, tokens = counts.get(wid, (0, 0))
+        update = {"last": plan.last_seq, "leaf": plan.leaf_seq, "leaf_id": plan.leaf_event_id, "header": int(header),
+                  "messages": plan.messages if plan.linear else 0, "now": now_ms(), "lines": source_lines, "n": n,
+                  "tokens": tokens, "dirty": dirty, "gen": int(dirty), "wid": wid}
+        return _Write(sid, plan, rows, insert if n else None, update)
+
+    async def _write(self, conn, writes: list[_Write]) -> list[AppendResult]:
+        """Store planned writes: their rows in one INSERT, index rows and window updates, in one
+        pipeline; then the branch of each window a write left non-linear."""
+        columns: list[list] = [[] for _ in range(11)]
+        for w in writes:
+            for row in w.rows:
+                for col, value in zip(columns, row):
+                    col.append(value)
         async with conn.pipeline():
-            if plan.rows:
-                await conn.execute(INSERT_EVENTS, events_cols)
-            if n:
-                await conn.execute(*insert)
-            cur = await conn.execute(
-                "UPDATE ss_windows SET last_seq = %(last)s, leaf_seq = %(leaf)s, leaf_event_id = %(leaf_id)s, "
-                "has_header = %(header)s, messages = messages + %(messages)s, updated_at = %(now)s, "
-                "source_lines = coalesce(%(lines)s, source_lines), idx_rows = idx_rows + %(n)s, "
-                "idx_tokens = idx_tokens + %(tokens)s, "
-                "needs_rebuild = CASE WHEN %(dirty)s THEN 1 ELSE needs_rebuild END, "
-                "rebuild_gen = rebuild_gen + %(gen)s, "
-                "indexed_seq = CASE WHEN needs_rebuild = 0 AND NOT %(dirty)s THEN %(last)s ELSE indexed_seq END, "
-                "indexed_leaf = CASE WHEN needs_rebuild = 0 AND NOT %(dirty)s THEN %(leaf)s ELSE indexed_leaf END "
-                "WHERE wid = %(wid)s RETURNING needs_rebuild",
-                {"last": plan.last_seq, "leaf": plan.leaf_seq, "leaf_id": plan.leaf_event_id, "header": int(header),
-                 "messages": plan.messages if plan.linear else 0, "now": now_ms(), "lines": source_lines, "n": n,
-                 "tokens": tokens, "dirty": dirty, "gen": int(dirty), "wid": wid})
-        (needs,) = await cur.fetchone()
-        if not plan.linear:
-            await self._reproject(conn, wid, plan.leaf_seq)
-        return AppendResult(appended=len(plan.rows), indexed=n, needs_reconcile=bool(needs), session_id=sid,
-                            duplicates=plan.duplicates, unknown_parents=plan.unknown_parents)
+            if columns[0]:
+                await conn.execute(INSERT_EVENTS, columns)
+            curs = []
+            for w in writes:
+                if w.insert is not None:
+                    await conn.execute(*w.insert)
+                curs.append(await conn.execute(UPDATE_WINDOW, w.update))
+        out = []
+        for w, cur in zip(writes, curs):
+            (needs,) = await cur.fetchone()
+            if not w.plan.linear:
+                await self._reproject(conn, w.update["wid"], w.plan.leaf_seq)
+            out.append(AppendResult(appended=len(w.rows), indexed=w.update["n"], needs_reconcile=bool(needs),
+                                    session_id=w.sid, duplicates=w.plan.duplicates,
+                                    unknown_parents=w.plan.unknown_parents))
+        return out
 
     async def _resolve_ids(self, conn, wid: int, ids: Iterable[str]) -> dict[str, tuple[int, int | None]]:
         found: dict[str, tuple[int, int | None]] = {}
@@ -278,8 +342,8 @@ class Writes:
 
     async def import_step(self, conn, key: str, fields: dict[str, Any] | None, events: list[Event], session_id: str,
                           lines: int) -> AppendResult:
-        return await self.append(conn, key, events, session_id, False, lines,
-                                 None if fields is None else {**fields, "sessionId": session_id})
+        (result,) = await self.import_steps(conn, [(key, fields, events, session_id, lines)])
+        return result
 
     # -- archive -----------------------------------------------------------------------------
 
