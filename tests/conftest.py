@@ -68,3 +68,11 @@ def backend(request, tmp_path):
     url = request.getfixturevalue("pg_database")
     empty_pg_database(url)
     yield Where("postgres", tmp_path, url)
+
+
+@pytest.fixture
+def pg(request, tmp_path):
+    """The session's PostgreSQL database emptied for this test: the PostgreSQL-only tests take this."""
+    url = request.getfixturevalue("pg_database")
+    empty_pg_database(url)
+    return Where("postgres", tmp_path, url)

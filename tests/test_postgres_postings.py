@@ -15,7 +15,6 @@ from sessionsearch.store.base import Match
 from sessionsearch.store.postgres import postings, postings_build
 
 from .helpers import chain, engine_at, leaf, msg
-from .test_postgres import pg  # noqa: F401  (the fixture)
 
 WORDS = ["loan", "bank", "car", "pay", "lorem", "loop", "lost", "bat", "banner", "band", "rate", "late"]
 
