@@ -175,6 +175,7 @@ async def test_a_build_by_another_process_is_used_once_the_terms_are_read_again(
                 return await store.search_top(reader, loan, k=5, order="relevance", include=None, exclude=None,
                                               role=None)
 
+        monkeypatch.setattr(postings, "TERMS_TTL_S", 3600.0)  # a build slower than 5 s on a loaded machine
         slow = await search()  # reads the terms: none yet
         await (await worker.store("main")).optimize(min_docs=30, min_share=0.0)
         assert await search() == slow and small_postings["answered"] == 0  # the list read before the build
