@@ -392,8 +392,8 @@ def test_search_latency_and_drain_time_with_redis_healthy_stopped_hung_and_resta
         # the worker's consumers are still in Dramatiq's 3 s reconnect delay when the search queues them
         private_redis.stop()
         make_backlog(web, "restarted", 30, messages=300)
+        sent = enqueues(web, worker)  # while Redis is away nobody can send, so the count holds still
         private_redis.start()
-        sent = enqueues(web, worker)
         _, status, body = search(web, "restartedkeep")
         assert status == 200 and body["indexing"] is True
         deadline = time.monotonic() + DEADLINE_S
