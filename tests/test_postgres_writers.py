@@ -206,6 +206,38 @@ async def test_two_processes_reconciling_one_window_leave_exactly_its_branch_ind
         assert len((await engine.search(query="topic3", limit=25))["results"]) == 25
 
 
+async def test_a_new_session_waits_for_no_other_open_transaction_and_versions_commit_in_order(pg):
+    """A catalog change takes the agent's meta version at commit (migration 8): an append making
+    a session, its transaction still open, does not hold up another append making one; and the
+    one committed later has the later version, so a view refreshed at the first one's version
+    finds the second's session and window in the changes since."""
+    async with engine_at(pg) as engine:
+        await engine.append("agent:main:first", [msg("f", "user", "first")])
+        store = await engine.store("main")
+        written, release = asyncio.Event(), asyncio.Event()
+
+        async def slow(conn):
+            await store._writes.append(conn, "agent:main:slow", [parse_event(msg("s", "user", "slow words"), "e")],
+                                       "slow-window", True, None)
+            written.set()
+            await release.wait()  # the transaction stays open, its rows written
+
+        pending = asyncio.create_task(store.db.tx(slow))
+        await asyncio.wait_for(written.wait(), 10)
+        # before migration 8 this append waited here for the open transaction's commit
+        await asyncio.wait_for(engine.append("agent:main:fast", [msg("q", "user", "fast words")]), 10)
+        async with store.reader() as reader:
+            version, _, sessions, _, _, _ = await store.meta_snapshot(reader)
+        assert {s.session_key for s in sessions} == {"agent:main:first", "agent:main:fast"}
+        release.set()
+        await pending
+        async with store.reader() as reader:
+            later, whole, sessions, windows, _, _ = await store.meta_snapshot(reader, since=version)
+        assert later > version and not whole
+        assert [s.session_key for s in sessions] == ["agent:main:slow"]
+        assert [w.session_id for w in windows] == ["slow-window"]
+
+
 MIGRATOR = """
 import asyncio, sys
 from sessionsearch.store.postgres import migrate
