@@ -361,6 +361,19 @@ DROP TRIGGER ss_windows_stamp_insert ON ss_windows;
 DROP TRIGGER ss_windows_stamp_update ON ss_windows;
 DROP TRIGGER ss_windows_gone ON ss_windows;
 DROP FUNCTION ss_stamp_row();
+-- The version moves once per transaction: a transaction's later stamps read it without writing
+-- the agent row again (a SQL function planned its UPDATE at every call; PL/pgSQL keeps the plans).
+CREATE OR REPLACE FUNCTION ss_meta_stamp(p_ano integer) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    v bigint;
+BEGIN
+    UPDATE ss_agents SET meta_version = meta_version + 1, meta_txid = txid_current()
+        WHERE ano = p_ano AND meta_txid IS DISTINCT FROM txid_current() RETURNING meta_version INTO v;
+    IF NOT FOUND THEN  -- moved by this transaction already
+        SELECT meta_version INTO v FROM ss_agents WHERE ano = p_ano;
+    END IF;
+    RETURN v;
+END $$;
 CREATE FUNCTION ss_stamp_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     v bigint := ss_meta_stamp(NEW.ano);
