@@ -14,7 +14,8 @@ import psycopg
 
 from sessionsearch.indexer.events import parse_event
 from sessionsearch.indexer.reconcile import reconcile_window
-from sessionsearch.store.postgres import LATEST, migrate, schema_version
+from sessionsearch.store.postgres import LATEST, arrays, migrate, schema_version
+from sessionsearch.store.postgres.arrays import Int4Array, Int8Array, TextArray
 from sessionsearch.store.postgres.schema import MIGRATIONS
 
 from .helpers import chain, engine_at, msg
@@ -236,6 +237,24 @@ async def test_a_new_session_waits_for_no_other_open_transaction_and_versions_co
         assert later > version and not whole
         assert [s.session_key for s in sessions] == ["agent:main:slow"]
         assert [w.session_id for w in windows] == ["slow-window"]
+
+
+async def test_rows_sent_as_prebuilt_binary_arrays_arrive_as_psycopg_would_send_them(pg):
+    """arrays.py builds the binary arrays of an append's columns itself: NULLs, empty strings and
+    arrays, non-ASCII text and the integer ranges arrive as psycopg's own dumping makes them;
+    a value that does not fit falls back to psycopg (and its error)."""
+    cases = [("text[]", TextArray, ["a", "", None, "é中文 '\"\\{},", "x" * 5000]), ("text[]", TextArray, []),
+             ("text[]", TextArray, [None]), ("bigint[]", Int8Array, [1, -1, 2 ** 63 - 1, None, -2 ** 63]),
+             ("integer[]", Int4Array, [1, None, -5, 2 ** 31 - 1]), ("integer[]", Int4Array, [3, 4])]
+    async with await psycopg.AsyncConnection.connect(pg.database_url, autocommit=True) as conn:
+        await arrays.register(conn)
+        for sql_type, kind, values in cases:
+            (built,) = arrays.columns((kind,), [values])
+            assert isinstance(built, kind)
+            query = f"SELECT %b::{sql_type}, array_ndims(%b::{sql_type}), array_lower(%b::{sql_type}, 1)"
+            assert (await (await conn.execute(query, (built,) * 3)).fetchone()
+                    == await (await conn.execute(query, (values,) * 3)).fetchone())
+    assert arrays.columns((Int4Array, TextArray), [[2 ** 31], ["a"]]) == [[2 ** 31], ["a"]]
 
 
 MIGRATOR = """
