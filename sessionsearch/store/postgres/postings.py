@@ -47,7 +47,8 @@ def postings_key(q: Query) -> tuple[int, str] | None:
 
 async def has_postings(reader: Reader, ano: int, key: tuple[int, str], cache: DfCache) -> bool:
     """Whether the agent's postings hold the term, by the list of their terms this process read at
-    most TERMS_TTL_S ago (or since its own last build): a rare word then costs no round trip here.
+    most TERMS_TTL_S ago (or since its own last build), with that build's mark (cache.postings_mark,
+    which `recent` checks its kept rows against): a rare word then costs no round trip here.
     A list out of date only costs speed: a term built since waits for the next read, and a term
     dropped since is looked up and not found."""
     now = time.monotonic()

@@ -9,7 +9,10 @@ below the mark is in the snapshot, and the rows above it are the "fresh" rows a 
 on its own. The words and prefixes are chosen from `ts_stat` (in C, over the rows' tsvectors);
 one pass over the rows' term counts (jsonb `tf`) then keeps, per word and per prefix and per run
 of equal frequency, the CAP shortest rows (of those, the KEEP best by score at the build, and
-each run's first), each run's first row left out, and the rows holding it. The read holds no
+each run's first), each run's first row left out, and the rows holding it; and per word in
+RECENT_MIN_DOCS rows its RECENT_KEEP newest rows (ts, id), for `recent` (recent.py, kept_ctes),
+stored as kind RECENT in the same table: `ids` the rows newer than the floor, `cut` {"floor":
+the RECENT_KEEP-th newest ts, or null when every row of the word is kept}. The read holds no
 transaction id, so two builds never wait for each other; the postings are written afterwards in
 one short transaction under the agent's advisory lock.
 
