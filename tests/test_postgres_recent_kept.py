@@ -122,3 +122,28 @@ async def test_words_in_fewer_rows_than_kept_answer_from_every_row(pg, small_kep
         # whatever the scope: every match is a candidate
         assert await _same_both_ways(store, monkeypatch, limits=(5, 200)) >= 6
         assert await _same_both_ways(store, monkeypatch, until=BASE + 500, limits=(5,)) >= 3
+
+
+async def test_words_kept_among_the_newest_rows_only_answer_exactly(pg, small_kept, monkeypatch):
+    """With a cutoff (the newest ~32 rows of 240), the kept rows are those newer than it, and a word
+    with fewer than 8 there has the cutoff as its floor."""
+    monkeypatch.setattr(postings_build, "RECENT_MIN_DOCS", 30)
+    monkeypatch.setattr(postings_build, "RECENT_SPAN", 0.5)
+    async with engine_at(pg) as engine:
+        await _corpus(engine)
+        # a word in 32 old rows and in 2 of the newest: its floor is the cutoff, 2 rows above it
+        await engine.append("agent:main:zold", chain("zo", [("user", "zebra loan")] * 32, ts=BASE - 100_000))
+        await engine.append("agent:main:znew", chain("zn", [("user", "zebra"), ("user", "car")] * 2, ts=BASE + 5000))
+        store = await engine.store("main")
+        built = await store.optimize(min_docs=30, min_share=0.0)
+        async with store.reader() as reader:
+            kept = dict(await reader.all("SELECT key, cut->>'floor' FROM ss_postings WHERE kind = 2"))
+        assert len(kept) == built["recent"]["count"] >= 4 and all(f is not None for f in kept.values())
+        assert await _same_both_ways(store, monkeypatch) >= 4
+        assert await _same_both_ways(store, monkeypatch, role="user") >= 2
+        assert kept["zebra"] is not None
+        assert await _same_both_ways(store, monkeypatch, queries=[Match(("zebra",))], limits=(1,)) == 1
+        assert await _same_both_ways(store, monkeypatch, queries=[Match(("zebra",))], limits=(5, 25)) == 0
+        await engine.append("agent:main:new", chain("nw", [("user", "loan bank"), ("assistant", "car late loan")],
+                                                    ts=BASE + 10_000))
+        assert await _same_both_ways(store, monkeypatch) >= 4

@@ -10,9 +10,10 @@ on its own. The words and prefixes are chosen from `ts_stat` (in C, over the row
 one pass over the rows' term counts (jsonb `tf`) then keeps, per word and per prefix and per run
 of equal frequency, the CAP shortest rows (of those, the KEEP best by score at the build, and
 each run's first), each run's first row left out, and the rows holding it; and per word in
-RECENT_MIN_DOCS rows its RECENT_KEEP newest rows (ts, id), for `recent` (recent.py, kept_ctes),
-stored as kind RECENT in the same table: `ids` the rows newer than the floor, `cut` {"floor":
-the RECENT_KEEP-th newest ts, or null when every row of the word is kept}. The read holds no
+RECENT_MIN_DOCS rows its RECENT_KEEP newest rows (ts, id) among the agent's newest rows (those
+newer than a cutoff), for `recent` (recent.py, kept_ctes), stored as kind RECENT in the same
+table: `ids` the rows newer than the floor, `cut` {"floor": the RECENT_KEEP-th newest ts, or the
+cutoff when fewer were newer, or null when every row of the word is kept}. The read holds no
 transaction id, so two builds never wait for each other; the postings are written afterwards in
 one short transaction under the agent's advisory lock.
 
@@ -50,7 +51,10 @@ WAIT_S = 600.0  # the longest a build waits for the transactions older than its 
 WORD, PREFIX, RECENT = 0, 1, 2
 RECENT_MIN_DOCS = 1_000  # a word (CJK shadow tokens too) in this many rows keeps its newest rows (recent.py) …
 RECENT_MAX_WORDS = 8192  # … the most frequent first, …
-RECENT_KEEP = 256  # … this many of them (fewer when the oldest kept shares its timestamp)
+RECENT_KEEP = 256  # … this many of them (fewer when the oldest kept shares its timestamp), …
+RECENT_SPAN = 1.0  # … of its rows newer than the cutoff, the newest RECENT_SPAN * RECENT_KEEP / RECENT_MIN_DOCS
+# of the agent's rows (about RECENT_KEEP rows of a word in RECENT_MIN_DOCS spread evenly in time): the
+# rows older than it cost the pass nothing more
 PREFIX_RE = re.compile(r"[a-z0-9]{2,4}")
 LOCK = 0x706F7374  # advisory lock key space ("post"), with the agent number as the second key
 
@@ -70,13 +74,15 @@ class Runs:
     term maps to the slots it counts for and the newest-rows list it adds to (ints hash fastest:
     this is a build's hot loop)."""
 
-    def __init__(self, words: set[str], prefixes: set[str], recent: dict[str, int] | None = None) -> None:
+    def __init__(self, words: set[str], prefixes: set[str], recent: dict[str, int] | None = None,
+                 cutoff: int | None = None) -> None:
         self.keys: list[Key] = [(WORD, w) for w in sorted(words)] + [(PREFIX, p) for p in sorted(prefixes)]
         self._slot = {key: i for i, key in enumerate(self.keys)}
         self.docs = [0] * len(self.keys)
         self.runs: list[dict[int, list[tuple[int, int]]]] = [{} for _ in self.keys]
         self.newest: dict[str, list[tuple[int, int]]] = {w: [] for w in sorted(recent or {})}  # (ts, id)
         self._recent_docs = dict(recent or {})  # word -> its rows (ts_stat's count)
+        self.cutoff = cutoff  # the newest rows are taken among those newer than this (None: all)
         self._targets: dict[str, tuple[tuple[int, ...], list | None]] = {}  # term -> (slots, newest list)
 
     def _targets_of(self, term: str) -> tuple[tuple[int, ...], list | None]:
@@ -88,14 +94,16 @@ class Runs:
     def count(self, batch: list[tuple[int, int, dict[str, int], int]]) -> None:
         """Add rows (id, dl, {term: count}, ts)."""
         targets, docs, runs, cap = self._targets, self.docs, self.runs, CAP
+        cutoff = -(1 << 63) if self.cutoff is None else self.cutoff
         for rid, dl, tf, ts in batch:
+            new = ts > cutoff
             freq: dict[int, int] = {}
             for term, n in tf.items():
                 found = targets.get(term)
                 if found is None:
                     found = self._targets_of(term)
                 slots, newest = found
-                if newest is not None:
+                if new and newest is not None:
                     newest.append((ts, rid))
                 for slot in slots:
                     freq[slot] = freq.get(slot, 0) + n
@@ -122,18 +130,19 @@ class Runs:
                           avgdl) for i, key in enumerate(self.keys) if self.docs[i]}
         for word, rows in self.newest.items():
             if rows:
-                out[(RECENT, word)] = _newest(self._recent_docs[word], rows)
+                out[(RECENT, word)] = _newest(self._recent_docs[word], rows, self.cutoff)
         return out
 
 
-def _newest(docs: int, rows: list[tuple[int, int]]) -> tuple[int, dict[str, int | None], list[int], list[int],
-                                                              list[int]]:
-    """A word's newest rows, as stored: every row of the word when it has fewer than RECENT_KEEP (floor
-    None), else the rows newer than the RECENT_KEEP-th newest (floor: its ts). Either way the list
-    holds every row of the word newer than the floor, whatever the order of rows of equal ts."""
+def _newest(docs: int, rows: list[tuple[int, int]], cutoff: int | None) -> tuple[int, dict[str, int | None],
+                                                                                list[int], list[int], list[int]]:
+    """A word's newest rows, as stored: when fewer than RECENT_KEEP were newer than the cutoff, all
+    those (floor: the cutoff; None when there was none: every row of the word), else the rows newer
+    than the RECENT_KEEP-th newest (floor: its ts). Either way the list holds every row of the word
+    newer than the floor, whatever the order of rows of equal ts."""
     rows.sort(reverse=True)
-    if len(rows) < RECENT_KEEP:  # never trimmed (a trim leaves RECENT_KEEP): every row of the word
-        return docs, {"floor": None}, [rid for _, rid in rows], [], []
+    if len(rows) < RECENT_KEEP:  # never trimmed (a trim leaves RECENT_KEEP)
+        return docs, {"floor": cutoff}, [rid for _, rid in rows], [], []
     floor = rows[RECENT_KEEP - 1][0]
     return docs, {"floor": floor}, [rid for ts, rid in rows[:RECENT_KEEP] if ts > floor], [], []
 
@@ -194,6 +203,25 @@ def _recent_words(stats: list[tuple[str, int]]) -> dict[str, int]:
     return {w: d for d, w in words}
 
 
+async def _cutoff(conn, ano: int, old_rows: int) -> int | None:
+    """A timestamp about the newest RECENT_SPAN * RECENT_KEEP / RECENT_MIN_DOCS of the agent's rows are
+    newer than (None: all of them), from the windows' ts_max newest first: the ts_max next below
+    that of the window where their rows reach that many (a bound on each window's rows). Any value
+    keeps the newest rows exact (_newest)."""
+    want = int(old_rows * RECENT_SPAN * RECENT_KEEP / RECENT_MIN_DOCS)
+    if want >= old_rows:
+        return None
+    seen, reached = 0, None
+    for ts_max, rows in await all_rows(conn, "SELECT ts_max, idx_rows FROM ss_windows WHERE ano = %s AND idx_rows > 0 "
+                                             "ORDER BY ts_max DESC", (ano,)):
+        if reached is not None and ts_max < reached:
+            return ts_max  # below every window counted (windows may share their ts_max)
+        seen += rows
+        if reached is None and seen >= want:
+            reached = ts_max
+    return None
+
+
 async def read_postings(db: Db, ano: int, mark: int, *, min_docs: int, min_share: float,
                         max_words: int) -> tuple[int, dict[tuple[int, str], tuple]]:
     """(the agent's rows at or below the mark, by its counters; {(kind, key): finished runs}),
@@ -211,7 +239,7 @@ async def read_postings(db: Db, ano: int, mark: int, *, min_docs: int, min_share
             stats = await all_rows(conn, "SELECT word, ndoc FROM ts_stat(%s)", (f"SELECT m.tsv FROM ss_index m WHERE {old}",))
             words, prefixes = _choose(stats, old_rows, min_docs, min_share, max_words)
             recent = _recent_words(stats)
-            runs = Runs(words, prefixes, recent)
+            runs = Runs(words, prefixes, recent, await _cutoff(conn, ano, old_rows) if recent else None)
             if words or prefixes or recent:
                 async with conn.cursor(name="ss_postings_build") as cur:
                     await cur.execute(f"SELECT m.id, m.dl, m.tf, m.ts FROM ss_index m WHERE {old}")
