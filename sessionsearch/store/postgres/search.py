@@ -30,7 +30,7 @@ from typing import Any
 from ..base import Match
 from .db import Reader
 from .lexemes import query_phrases, quote
-from .recent import recent_ctes, walk_windows
+from .recent import kept_ctes, kept_word, recent_ctes, walk_windows
 
 K1, B = 1.2, 0.75
 MID = "COLLATE \"C\" NULLS FIRST"  # SQLite's order of message ids: bytes, NULL first
@@ -67,6 +67,8 @@ class DfCache:
         self.head: tuple[int, int] | None = None  # (index rows, windows) of the agent as last seen
         self.postings_terms: frozenset[tuple[int, str]] | None = None  # None: to be read
         self.postings_read_at = 0.0
+        self.postings_mark: int | None = None  # the mark of the build whose terms those are
+        self.recent_kept = 0  # `recent` searches the newest rows kept by a build answered (recent.py)
         self.listing = 0  # the highest agent number a search of this store read (backend.py)
         # the head as last read: (version, epoch, at, recent, rows, tokens, windows, gen), HEAD checks it
         self.kept_head: tuple | None = None
@@ -233,7 +235,8 @@ async def search_top(reader: Reader, ano: int, match: Match, cache: DfCache, *, 
                      exclude, role, since, until) -> tuple[int, frozenset[int], list[tuple]]:
     """The exact top `k` hits (id, bm25, message id, ts, text) by `order`, then (0, inf) when more
     matched; one statement, the reader's last (unless the postings answer)."""
-    from .postings import postings_top  # it imports this module
+    from .postings import has_postings, postings_top  # it imports this module
+    from .postings_build import RECENT
     q = Query(match)
     if not q.lexemes:
         row = await reader.one(HEAD, head_params(ano, cache), last=True)
@@ -249,19 +252,27 @@ async def search_top(reader: Reader, ano: int, match: Match, cache: DfCache, *, 
     params.update(q.params)
     stats = q.stats_sql(ano, cache)
     params.update(q.params)
+    kept = ""
     if order == "recent":  # scored once chosen: k + 1 rows, not every match sorted
-        top = (recent_ctes(q, where, walk_windows(q, cache, k + 1), params)
-               + f", top AS (SELECT m.id, {score} AS s, m.ts, m.mid FROM st, (SELECT id FROM cand "
+        walk = walk_windows(q, cache, k + 1)
+        word = kept_word(q)
+        if word is not None and await has_postings(reader, ano, (RECENT, word), cache):
+            cand, kept = kept_ctes(q, where, walk, params, word, cache.postings_mark), "(SELECT kept FROM ok), "
+        else:
+            cand = recent_ctes(q, where, walk, params)
+        top = (cand + f", top AS (SELECT m.id, {score} AS s, m.ts, m.mid FROM st, (SELECT id FROM cand "
                f"ORDER BY ts DESC, mid {MID} LIMIT %(k)s) c JOIN ss_index m ON m.id = c.id)")
     else:
         top = (f"top AS (SELECT m.id, {score} AS s, m.ts, m.mid FROM st, ss_index m WHERE m.tsv @@ {q.tsquery} "
                f"AND {' AND '.join(where)} ORDER BY s, m.ts DESC, m.mid {MID} LIMIT %(k)s)")
     outer = "r.s, r.ts DESC, r.mid" if order != "recent" else "r.ts DESC, r.mid"
     rows = await reader.all(
-        f"WITH {stats}, {top} SELECT {q.stats_columns()}, r.id, r.s, r.event_id, r.ts, r.text FROM st "
+        f"WITH {stats}, {top} SELECT {q.stats_columns()}, {kept}r.id, r.s, r.event_id, r.ts, r.text FROM st "
         "LEFT JOIN LATERAL (SELECT t.id, t.s, t.mid, e.event_id, e.ts, e.text FROM top t "
         f"JOIN ss_events e ON e.id = t.id) r ON true ORDER BY {outer} {MID}", params, last=True)
-    version, dirty, _ = q.remember(rows[0], cache)
+    version, dirty, rest = q.remember(rows[0], cache)
+    if kept and rest[0]:
+        cache.recent_kept += 1
     hits = [tuple(r[-5:]) for r in rows if r[-5] is not None]
     more = len(hits) > k
     hits = hits[:k]
