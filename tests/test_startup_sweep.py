@@ -62,6 +62,8 @@ async def test_workers_starting_together_send_each_dirty_window_once(tmp_path, r
         # a marker set before a sweep began (a worker killed mid-job left it) is taken over
         third = Sweeper(settings, pipelines[1].reconciler)
         pipelines[0].reconciler.broker.flush_all()  # the jobs were lost, the markers stayed
+        markers = pipelines[0].reconciler.markers
+        assert markers.client.zcard(markers.zset) == WINDOWS
         try:
             assert (await third.startup())["enqueued"] == WINDOWS
         finally:
