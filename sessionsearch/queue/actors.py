@@ -42,6 +42,7 @@ _ACQUIRE = """
 local now = tonumber(ARGV[1])
 local expires = now + tonumber(ARGV[2])
 local force = ARGV[3] == '1'
+local before = tonumber(ARGV[5])  -- a marker set before this (epoch s) is taken over too
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local members = {}
 for member in string.gmatch(ARGV[4], '[^,]+') do members[#members + 1] = member end
@@ -51,7 +52,7 @@ for first = 1, #members, 4000 do
   local scores = redis.call('ZMSCORE', KEYS[1], unpack(members, first, last))
   local add = {}
   for i, score in ipairs(scores) do
-    local fresh = force or not score
+    local fresh = force or not score or tonumber(score) - tonumber(ARGV[2]) < before
     flags[#flags + 1] = fresh and '1' or '0'
     if fresh then
       add[#add + 1] = expires
@@ -82,26 +83,33 @@ class Markers:
     def key(agent_id: str, wid: int) -> str:
         return f"{agent_id}:{wid}"
 
-    def acquire(self, items: list[tuple[str, int]], *, force: bool = False) -> list[tuple[str, int]]:
+    def acquire(self, items: list[tuple[str, int]], *, force: bool = False,
+                set_before: float = 0.0) -> list[tuple[str, int]]:
         """Mark each window; return those that were not marked already (a round trip per ACQUIRE_CHUNK).
 
-        `force` marks and returns them all (a worker's startup sweep: a marker may outlive a
-        worker killed mid-job, and a duplicate job is harmless under the claim).
+        `force` marks and returns them all (a periodic sweep: it sends only windows with no job
+        waiting or running, whose markers were lost). `set_before` (epoch s) takes over the markers
+        set before then as well (a worker's startup sweep, from when it began: a marker may outlive
+        a worker killed mid-job), but not those set since, by another process that has just sent
+        the job: workers started together would otherwise each send every dirty window, and a
+        window's duplicate jobs cost a job each (docs/postgres.md, "Import and reconciliation").
         """
         if self._acquire is not None:
             fresh = []
             for first in range(0, len(items), ACQUIRE_CHUNK):
                 chunk = items[first:first + ACQUIRE_CHUNK]
                 members = ",".join(self.key(agent_id, wid) for agent_id, wid in chunk)
-                flags = self._acquire(keys=[self.zset], args=[time.time(), MARKER_TTL_S, int(force), members])
+                flags = self._acquire(keys=[self.zset], args=[time.time(), MARKER_TTL_S, int(force), members,
+                                                              set_before])
                 fresh += [item for item, flag in zip(chunk, flags) if flag == 49]  # b"1"
             return fresh
         now = time.monotonic()
+        before = now - (time.time() - set_before) + MARKER_TTL_S  # the expiry of a marker set then
         fresh = []
         with self._lock:
             for item in items:
                 key = self.key(*item)
-                if force or self._local.get(key, 0) < now:
+                if force or self._local.get(key, 0) < max(now, before):
                     self._local[key] = now + MARKER_TTL_S
                     fresh.append(item)
         return fresh
@@ -184,22 +192,25 @@ class Reconciler:
 
     # -- enqueue (search and sweep side) -------------------------------------------------------
 
-    def enqueue_sync(self, dirty: dict[str, set[int]], *, force: bool = False) -> tuple[int, int]:
-        """Queue, on this thread, one job per window not already queued (`force`: every window).
-        Returns (sent, deduplicated); raises redis errors when the broker cannot be reached."""
-        fresh, deduplicated = self._mark(dirty, force=force)
+    def enqueue_sync(self, dirty: dict[str, set[int]], *, force: bool = False,
+                     set_before: float = 0.0) -> tuple[int, int]:
+        """Queue, on this thread, one job per window not already queued (`force`: every window;
+        `set_before`: also those marked before then, see Markers.acquire). Returns (sent,
+        deduplicated); raises redis errors when the broker cannot be reached."""
+        fresh, deduplicated = self._mark(dirty, force=force, set_before=set_before)
         self._send(fresh)
         return len(fresh), deduplicated
 
-    def _mark(self, dirty: dict[str, set[int]], *, force: bool) -> tuple[list[tuple[str, int]], int]:
+    def _mark(self, dirty: dict[str, set[int]], *, force: bool,
+              set_before: float = 0.0) -> tuple[list[tuple[str, int]], int]:
         """Set the markers; returns the windows that were not marked already, and how many were."""
         items = [(agent_id, wid) for agent_id, wids in sorted(dirty.items()) for wid in sorted(wids)]
         everything = len(items)
         now = time.monotonic()
-        if not force:  # while a backlog drains, every search meets it: skip what was just queued here
+        if not force and not set_before:  # while a backlog drains, every search meets it: skip what was just queued here
             with self._recent_lock:
                 items = [item for item in items if self._recent.get(item, 0.0) < now]
-        fresh = self.markers.acquire(items, force=force)
+        fresh = self.markers.acquire(items, force=force, set_before=set_before)
         with self._recent_lock:
             if len(self._recent) > 100_000:
                 self._recent = {k: t for k, t in self._recent.items() if t >= now}

@@ -91,16 +91,20 @@ class Sweeper:
 
     async def startup(self) -> dict[str, int]:
         """Enqueue every window still needing reconciliation that has no job waiting; drop orphan index rows."""
+        began = time.time()
         engine = await self.engine()
         pending = await engine.pending()
         swept = await engine.sweep_orphans()
         # A window whose job still waits in the queue needs nothing more; any other is sent again even
         # if its marker says queued: a job taken by a worker killed mid-job would otherwise come back
-        # only after Dramatiq's heartbeat timeout, and a duplicate is harmless under the claim.
+        # only after Dramatiq's heartbeat timeout, and a duplicate is harmless under the claim. Not
+        # a window marked since this sweep began: another process (a worker starting beside this
+        # one) has just sent its job. Three workers started together after an import each sent every
+        # window, and the 4,000 duplicate jobs of 2,000 windows cost more than the reconciliation.
         queued = pending_jobs(self.reconciler.broker)
         dirty = {agent: {w for w in wids if (agent, w) not in queued} for agent, wids in pending.items()}
         dirty = {agent: wids for agent, wids in dirty.items() if wids}
-        sent, _ = self.reconciler.enqueue_sync(dirty, force=True) if dirty else (0, 0)
+        sent, _ = self.reconciler.enqueue_sync(dirty, set_before=began) if dirty else (0, 0)
         return {"pending": sum(len(w) for w in pending.values()), "enqueued": sent,
                 "alreadyQueued": sum(len(w) for w in pending.values()) - sent, "swept": swept}
 
