@@ -102,8 +102,9 @@ class DfCache:
 # index state (columns version, dirty, rows, tokens, windows, gen, epoch), the agent listing's
 # version (listing: the highest agent number, backend.py) and what the store keeps to have its
 # counters checked rather than summed again next time (at, recent): schema migration 6
-HEAD = ("SELECT * FROM ss_search_head(%(ano)s, %(hv)s::bigint, %(he)s::bigint, %(ha)s::text, %(hc)s::text[], "
-        "%(hn)s::bigint, %(ht)s::bigint, %(hw)s::bigint, %(hg)s::numeric)")
+HEAD_ARGS = ("%(ano)s, %(hv)s::bigint, %(he)s::bigint, %(ha)s::text, %(hc)s::text[], %(hn)s::bigint, %(ht)s::bigint, "
+             "%(hw)s::bigint, %(hg)s::numeric")
+HEAD = f"SELECT * FROM ss_search_head({HEAD_ARGS})"
 HEAD_COLUMNS = ("version", "dirty", "rows", "tokens", "windows", "gen", "epoch", "listing", "at", "recent")
 
 
@@ -129,28 +130,32 @@ class Query:
         return self.prefix and i == len(self.phrases) - 1
 
     def stats_sql(self, ano: int, cache: DfCache) -> str:
-        """CTEs ending in `st`, one row: the head (HEAD's columns), each phrase's df (df0, df1, …;
-        the cached count while the index state it was counted at holds), N (n), avgdl and each
-        phrase's idf (idf0, …), computed as FTS5 computes them."""
+        """A CTE `st`, one row: the head (HEAD's columns), each phrase's df (df0, df1, …; the
+        cached count while the index state it was counted at holds, else counted now: schema
+        migration 8's ss_search_stats), N (n), avgdl and each phrase's idf (idf0, …), computed as
+        FTS5 computes them."""
         self.params.update(head_params(ano, cache))
-        dfs, idfs = [], []
         for i, phrase in enumerate(self.phrases):
             q = self.params[f"q{i}"] = tsquery_text([phrase], self._is_prefix(i))
             state, df = cache.get(q) or ((None, None, None, None), None)
             self.params.update({f"c{i}": df, f"c{i}v": state[0], f"c{i}w": state[1], f"c{i}g": state[2],
                                 f"c{i}e": state[3]})
-            dfs.append(f"CASE WHEN (h.version, h.windows, h.gen, h.epoch) = (%(c{i}v)s::bigint, "
-                       f"%(c{i}w)s::bigint, %(c{i}g)s::numeric, %(c{i}e)s::bigint) THEN %(c{i})s::bigint "
-                       "ELSE (SELECT count(*) FROM ss_index "
-                       f"WHERE ano = %(ano)s AND tsv @@ %(q{i})s::tsquery) END AS df{i}")
+
+        def array(param: str, kind: str) -> str:  # one value a phrase: scalars bind for a tenth of a list's cost
+            return f"ARRAY[{', '.join(f'%({param.format(i)})s::{kind}' for i in range(len(self.phrases)))}]::{kind}[]"
+        call = (f"ss_search_stats({HEAD_ARGS}, {array('q{}', 'text')}, {array('c{}', 'bigint')}, "
+                f"{array('c{}v', 'bigint')}, {array('c{}w', 'bigint')}, {array('c{}g', 'numeric')}, "
+                f"{array('c{}e', 'bigint')})")
+        dfs = ", ".join(f"f.dfs[{i + 1}] AS df{i}" for i in range(len(self.phrases)))
+        idfs = []
+        for i in range(len(self.phrases)):
             x = f"ln(((n - df{i})::float8 + 0.5) / (df{i}::float8 + 0.5))"
             idfs.append(f"CASE WHEN {x} > 0.0 THEN {x} ELSE 1e-6::float8 END AS idf{i}")
         # counters and index agree but for rows written around them (never by this store's writes)
         n = "greatest(" + ", ".join(["rows"] + [f"df{i}" for i in range(len(self.phrases))]) + ") AS n"
-        return (f"h AS MATERIALIZED ({HEAD}), d AS MATERIALIZED (SELECT h.*, {', '.join(dfs)} FROM h), "
-                f"c AS MATERIALIZED (SELECT d.*, {n} FROM d), "
-                "st AS MATERIALIZED (SELECT c.*, CASE WHEN n > 0 THEN tokens::float8 / n::float8 ELSE 1.0::float8 "
-                f"END AS avgdl, {', '.join(idfs)} FROM c)")
+        head = ", ".join(f"f.{c}" for c in HEAD_COLUMNS)
+        return ("st AS MATERIALIZED (SELECT c.*, CASE WHEN n > 0 THEN tokens::float8 / n::float8 ELSE 1.0::float8 "
+                f"END AS avgdl, {', '.join(idfs)} FROM (SELECT d.*, {n} FROM (SELECT {head}, {dfs} FROM {call} f) d) c)")
 
     def stats_columns(self, st: str = "st") -> str:
         """The columns of `st` a statement returns for `remember` (the head's first)."""
