@@ -10,15 +10,15 @@ windows awaiting reconciliation, and the terms are evaluated in FTS5's order so 
 last bit or nearly (tests/test_postgres.py compares them with SQLite's).
 
 A search is one statement (one round trip with its BEGIN and COMMIT, db.Reader): the head (meta
-version, windows needing reconciliation), N, avgdl, each phrase's df and idf in CTEs, then the top
-hits. Counting df is most of a common word's cost (the GIN index finds the rows, but the count
+version, windows needing reconciliation), N, avgdl, each phrase's df and idf in one CTE, then the
+top hits, each matching row's tf of each phrase read once (terms_sql). Counting df is most of a common word's cost (the GIN index finds the rows, but the count
 visits each one's heap page: 0.1 s for a word in 20,000 of 200,000 messages), so each store keeps
 the df it counted with the index state it counted it at, (meta_version, count(windows),
 sum(idx_gen), idx_epoch): schema migration 3 has every insert or delete of a window's index rows
 stamp the window anew from a sequence (a window's stamp only grows, so the sum grows while the set
 of windows stays), a window created or deleted moves meta_version, and index rows of a window that
 is gone move idx_epoch. The statement reuses a cached df while that state holds and counts again
-when it moved (the CASE evaluates the count's subquery only then).
+when it moved (schema migration 8's ss_search_stats, whose count is planned once per connection).
 """
 
 from __future__ import annotations
