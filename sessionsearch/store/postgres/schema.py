@@ -350,9 +350,10 @@ ALTER INDEX ss_index_tsv RESET (gin_pending_list_limit);
     (8, "search_stats", """
 -- A search's head (ss_search_head) and each phrase's document count: the count the caller kept
 -- (p_dfs) while the index state it was counted at (p_dv, p_dw, p_dg, p_de: version, windows,
--- gen, epoch) is the head's, else counted now. A function, so the count's statement is planned
--- once per connection; in the search statement each phrase's count was planned with every search
--- (~0.1 ms of two words' 0.6 ms of planning), whether it ran or not.
+-- gen, epoch) is the head's, else counted now. In the search statement each phrase's count was
+-- planned with every search (~0.1 ms of two words' 0.6 ms of planning), whether it ran or not;
+-- here it is planned only when it runs, for its values (EXECUTE: a plan cached for any agent and
+-- word might walk the agent's rows by its b-tree rather than the word's by the GIN index).
 CREATE FUNCTION ss_search_stats(p_ano integer, p_version bigint, p_epoch bigint, p_at text, p_recent text[],
     p_rows bigint, p_tokens bigint, p_windows bigint, p_gen numeric, p_qs text[], p_dfs bigint[],
     p_dv bigint[], p_dw bigint[], p_dg numeric[], p_de bigint[],
@@ -369,7 +370,7 @@ BEGIN
         IF (version, windows, gen, epoch) = (p_dv[i], p_dw[i], p_dg[i], p_de[i]) THEN
             df := p_dfs[i];
         ELSE
-            SELECT count(*) INTO df FROM ss_index WHERE ano = p_ano AND tsv @@ p_qs[i]::tsquery;
+            EXECUTE 'SELECT count(*) FROM ss_index WHERE ano = $1 AND tsv @@ $2::tsquery' INTO df USING p_ano, p_qs[i];
         END IF;
         dfs := dfs || df;
     END LOOP;
