@@ -263,11 +263,12 @@ async def test_cached_document_counts_follow_every_change_of_the_index(pg):
 
 
 async def test_a_kept_document_count_is_used_only_while_its_index_state_holds(pg):
-    """ss_search_stats (schema migration 8) answers each phrase's count the caller kept when the
+    """ss_search_stats (schema migration 9) answers each phrase's count the caller kept when the
     index state it was kept at is the head's, and counts it from the index otherwise: a count kept
     wrong on purpose comes back as kept with the state, and the true count with any other."""
     async with engine_at(pg) as engine:
-        await engine.append("agent:main:a", timed("a", [("user", "alpha beta", BASE_TS), ("user", "alpha", BASE_TS + 1),
+        await engine.append("agent:main:a", timed("a", [("user", "alpha beta", BASE_TS),
+                                                        ("user", "alpha", BASE_TS + 1),
                                                         ("user", "gamma", BASE_TS + 2)]))
         store = await engine.store("main")
         sql = ("SELECT dfs FROM ss_search_stats(%s, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, %s::text[], "

@@ -14,7 +14,8 @@ import psycopg
 
 from sessionsearch.indexer.events import parse_event
 from sessionsearch.indexer.reconcile import reconcile_window
-from sessionsearch.store.postgres import LATEST, migrate, schema_version
+from sessionsearch.store.postgres import LATEST, arrays, migrate, schema_version
+from sessionsearch.store.postgres.arrays import Int4Array, Int8Array, TextArray
 from sessionsearch.store.postgres.schema import MIGRATIONS
 
 from .helpers import chain, engine_at, msg
@@ -204,6 +205,56 @@ async def test_two_processes_reconciling_one_window_leave_exactly_its_branch_ind
         async with store.reader() as reader:
             assert await store.index_rows(reader, wid) == branch and len(branch) == 192
         assert len((await engine.search(query="topic3", limit=25))["results"]) == 25
+
+
+async def test_a_new_session_waits_for_no_other_open_transaction_and_versions_commit_in_order(pg):
+    """A catalog change takes the agent's meta version at commit (migration 8): an append making
+    a session, its transaction still open, does not hold up another append making one; and the
+    one committed later has the later version, so a view refreshed at the first one's version
+    finds the second's session and window in the changes since."""
+    async with engine_at(pg) as engine:
+        await engine.append("agent:main:first", [msg("f", "user", "first")])
+        store = await engine.store("main")
+        written, release = asyncio.Event(), asyncio.Event()
+
+        async def slow(conn):
+            await store._writes.append(conn, "agent:main:slow", [parse_event(msg("s", "user", "slow words"), "e")],
+                                       "slow-window", True, None)
+            written.set()
+            await release.wait()  # the transaction stays open, its rows written
+
+        pending = asyncio.create_task(store.db.tx(slow))
+        await asyncio.wait_for(written.wait(), 10)
+        # before migration 8 this append waited here for the open transaction's commit
+        await asyncio.wait_for(engine.append("agent:main:fast", [msg("q", "user", "fast words")]), 10)
+        async with store.reader() as reader:
+            version, _, sessions, _, _, _ = await store.meta_snapshot(reader)
+        assert {s.session_key for s in sessions} == {"agent:main:first", "agent:main:fast"}
+        release.set()
+        await pending
+        async with store.reader() as reader:
+            later, whole, sessions, windows, _, _ = await store.meta_snapshot(reader, since=version)
+        assert later > version and not whole
+        assert [s.session_key for s in sessions] == ["agent:main:slow"]
+        assert [w.session_id for w in windows] == ["slow-window"]
+
+
+async def test_rows_sent_as_prebuilt_binary_arrays_arrive_as_psycopg_would_send_them(pg):
+    """arrays.py builds the binary arrays of an append's columns itself: NULLs, empty strings and
+    arrays, non-ASCII text and the integer ranges arrive as psycopg's own dumping makes them;
+    a value that does not fit falls back to psycopg (and its error)."""
+    cases = [("text[]", TextArray, ["a", "", None, "é中文 '\"\\{},", "x" * 5000]), ("text[]", TextArray, []),
+             ("text[]", TextArray, [None]), ("bigint[]", Int8Array, [1, -1, 2 ** 63 - 1, None, -2 ** 63]),
+             ("integer[]", Int4Array, [1, None, -5, 2 ** 31 - 1]), ("integer[]", Int4Array, [3, 4])]
+    async with await psycopg.AsyncConnection.connect(pg.database_url, autocommit=True) as conn:
+        await arrays.register(conn)
+        for sql_type, kind, values in cases:
+            (built,) = arrays.columns((kind,), [values])
+            assert isinstance(built, kind)
+            query = f"SELECT %b::{sql_type}, array_ndims(%b::{sql_type}), array_lower(%b::{sql_type}, 1)"
+            assert (await (await conn.execute(query, (built,) * 3)).fetchone()
+                    == await (await conn.execute(query, (values,) * 3)).fetchone())
+    assert arrays.columns((Int4Array, TextArray), [[2 ** 31], ["a"]]) == [[2 ** 31], ["a"]]
 
 
 MIGRATOR = """

@@ -22,6 +22,7 @@ from psycopg import errors as pgerrors
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ...errors import SearchTimeout, Unavailable
+from . import arrays
 
 T = TypeVar("T")
 RETRIES = 8  # attempts of a write transaction that met a deadlock or a serialization failure
@@ -45,6 +46,7 @@ def make_pool(url: str, *, max_size: int) -> AsyncConnectionPool:
     check, and a connection found broken there (a server restart) is replaced and the block
     started again on another, before anything of it ran."""
     return AsyncConnectionPool(url, min_size=1, max_size=max_size, kwargs=connect_kwargs(), open=False,
+                               configure=arrays.register,
                                timeout=WAIT_S, reconnect_timeout=0)  # keep trying to reconnect for ever
 
 

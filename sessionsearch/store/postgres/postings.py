@@ -47,13 +47,16 @@ def postings_key(q: Query) -> tuple[int, str] | None:
 
 async def has_postings(reader: Reader, ano: int, key: tuple[int, str], cache: DfCache) -> bool:
     """Whether the agent's postings hold the term, by the list of their terms this process read at
-    most TERMS_TTL_S ago (or since its own last build): a rare word then costs no round trip here.
+    most TERMS_TTL_S ago (or since its own last build), with that build's mark (cache.postings_mark,
+    which `recent` checks its kept rows against): a rare word then costs no round trip here.
     A list out of date only costs speed: a term built since waits for the next read, and a term
     dropped since is looked up and not found."""
     now = time.monotonic()
     if cache.postings_terms is None or now - cache.postings_read_at > TERMS_TTL_S:
-        rows = await reader.all("SELECT kind, key FROM ss_postings WHERE ano = %s", (ano,))
-        cache.postings_terms, cache.postings_read_at = frozenset((kind, term) for kind, term in rows), now
+        rows = await reader.all("SELECT p.kind, p.key, b.mark FROM ss_postings_built b "
+                                "JOIN ss_postings p ON p.ano = b.ano WHERE b.ano = %s", (ano,))
+        cache.postings_terms, cache.postings_read_at = frozenset((kind, term) for kind, term, _ in rows), now
+        cache.postings_mark = rows[0][2] if rows else None
     return key in cache.postings_terms
 
 

@@ -9,7 +9,11 @@ below the mark is in the snapshot, and the rows above it are the "fresh" rows a 
 on its own. The words and prefixes are chosen from `ts_stat` (in C, over the rows' tsvectors);
 one pass over the rows' term counts (jsonb `tf`) then keeps, per word and per prefix and per run
 of equal frequency, the CAP shortest rows (of those, the KEEP best by score at the build, and
-each run's first), each run's first row left out, and the rows holding it. The read holds no
+each run's first), each run's first row left out, and the rows holding it; and per word in
+RECENT_MIN_DOCS rows its RECENT_KEEP newest rows (ts, id) among the agent's newest rows (those
+newer than a cutoff), for `recent` (recent.py, kept_ctes), stored as kind RECENT in the same
+table: `ids` the rows newer than the floor, `cut` {"floor": the RECENT_KEEP-th newest ts, or the
+cutoff when fewer were newer, or null when every row of the word is kept}. The read holds no
 transaction id, so two builds never wait for each other; the postings are written afterwards in
 one short transaction under the agent's advisory lock.
 
@@ -44,7 +48,13 @@ MIN_LEN, MAX_LEN = 2, 4  # prefix lengths with postings
 FRESH_LIMIT = 20_000  # rows written since a build beyond which its words are searched the slow way
 PREFIX_FRESH_LIMIT = 2_000  # the same for prefixes (a fresh row's prefix frequency walks its terms)
 WAIT_S = 600.0  # the longest a build waits for the transactions older than its mark
-WORD, PREFIX = 0, 1
+WORD, PREFIX, RECENT = 0, 1, 2
+RECENT_MIN_DOCS = 1_000  # a word (CJK shadow tokens too) in this many rows keeps its newest rows (recent.py) …
+RECENT_MAX_WORDS = 8192  # … the most frequent first, …
+RECENT_KEEP = 256  # … this many of them (fewer when the oldest kept shares its timestamp), …
+RECENT_SPAN = 1.0  # … of its rows newer than the cutoff, the newest RECENT_SPAN * RECENT_KEEP / RECENT_MIN_DOCS
+# of the agent's rows (about RECENT_KEEP rows of a word in RECENT_MIN_DOCS spread evenly in time): the
+# rows older than it cost the pass nothing more
 PREFIX_RE = re.compile(r"[a-z0-9]{2,4}")
 LOCK = 0x706F7374  # advisory lock key space ("post"), with the agent number as the second key
 
@@ -59,32 +69,43 @@ Key = tuple[int, str]  # (WORD or PREFIX, the word or prefix)
 
 class Runs:
     """Per word and prefix: the rows holding it (docs) and, per run of equal frequency, its CAP + 1
-    shortest rows (max-heaps of (-dl, -id)): one pass over the rows' term counts fills them. Each
-    word and prefix is a slot number, and each term maps to the slots it counts for (ints hash
-    fastest: this is a build's hot loop)."""
+    shortest rows (max-heaps of (-dl, -id)); per word of `recent`, its newest rows (ts, id): one
+    pass over the rows' term counts fills them. Each word and prefix is a slot number, and each
+    term maps to the slots it counts for and the newest-rows list it adds to (ints hash fastest:
+    this is a build's hot loop)."""
 
-    def __init__(self, words: set[str], prefixes: set[str]) -> None:
+    def __init__(self, words: set[str], prefixes: set[str], recent: dict[str, int] | None = None,
+                 cutoff: int | None = None) -> None:
         self.keys: list[Key] = [(WORD, w) for w in sorted(words)] + [(PREFIX, p) for p in sorted(prefixes)]
         self._slot = {key: i for i, key in enumerate(self.keys)}
         self.docs = [0] * len(self.keys)
         self.runs: list[dict[int, list[tuple[int, int]]]] = [{} for _ in self.keys]
-        self._targets: dict[str, tuple[int, ...]] = {}  # term -> the slots it counts for
+        self.newest: dict[str, list[tuple[int, int]]] = {w: [] for w in sorted(recent or {})}  # (ts, id)
+        self._recent_docs = dict(recent or {})  # word -> its rows (ts_stat's count)
+        self.cutoff = cutoff  # the newest rows are taken among those newer than this (None: all)
+        self._targets: dict[str, tuple[tuple[int, ...], list | None]] = {}  # term -> (slots, newest list)
 
-    def _targets_of(self, term: str) -> tuple[int, ...]:
+    def _targets_of(self, term: str) -> tuple[tuple[int, ...], list | None]:
         keys = [(WORD, term)] + [(PREFIX, term[:n]) for n in range(MIN_LEN, min(MAX_LEN, len(term)) + 1)]
-        self._targets[term] = found = tuple(self._slot[k] for k in keys if k in self._slot)
+        found = tuple(self._slot[k] for k in keys if k in self._slot), self.newest.get(term)
+        self._targets[term] = found
         return found
 
-    def count(self, batch: list[tuple[int, int, dict[str, int]]]) -> None:
-        """Add rows (id, dl, {term: count})."""
+    def count(self, batch: list[tuple[int, int, dict[str, int], int]]) -> None:
+        """Add rows (id, dl, {term: count}, ts)."""
         targets, docs, runs, cap = self._targets, self.docs, self.runs, CAP
-        for rid, dl, tf in batch:
+        cutoff = -(1 << 63) if self.cutoff is None else self.cutoff
+        for rid, dl, tf, ts in batch:
+            new = ts > cutoff
             freq: dict[int, int] = {}
             for term, n in tf.items():
                 found = targets.get(term)
                 if found is None:
                     found = self._targets_of(term)
-                for slot in found:
+                slots, newest = found
+                if new and newest is not None:
+                    newest.append((ts, rid))
+                for slot in slots:
                     freq[slot] = freq.get(slot, 0) + n
             item = (-dl, -rid)
             for slot, n in freq.items():
@@ -96,11 +117,34 @@ class Runs:
                     heapq.heappush(heap, item)
                 elif item > heap[0]:
                     heapq.heapreplace(heap, item)
+        for rows in self.newest.values():  # a few sorts a batch, in C, rather than a heap step a row
+            if len(rows) > 2 * RECENT_KEEP:
+                rows.sort(reverse=True)
+                del rows[RECENT_KEEP:]
 
     def finish(self, avgdl: float) -> dict[Key, tuple[int, dict[str, int], list[int], list[int], list[int]]]:
-        """{key: (docs, {tf: length of the run's first row left out}, ids, tfs, dls of the rows kept)}."""
-        return {key: _kept(self.docs[i], {tf: sorted((-d, -r) for d, r in heap) for tf, heap in self.runs[i].items()},
-                           avgdl) for i, key in enumerate(self.keys) if self.docs[i]}
+        """{key: (docs, {tf: length of the run's first row left out}, ids, tfs, dls of the rows kept)};
+        per word of `recent` ({word: its rows}), {(RECENT, word): (its rows, {"floor": ts or None},
+        ids, [], [])}."""
+        out = {key: _kept(self.docs[i], {tf: sorted((-d, -r) for d, r in heap) for tf, heap in self.runs[i].items()},
+                          avgdl) for i, key in enumerate(self.keys) if self.docs[i]}
+        for word, rows in self.newest.items():
+            if rows:
+                out[(RECENT, word)] = _newest(self._recent_docs[word], rows, self.cutoff)
+        return out
+
+
+def _newest(docs: int, rows: list[tuple[int, int]], cutoff: int | None) -> tuple[int, dict[str, int | None],
+                                                                                list[int], list[int], list[int]]:
+    """A word's newest rows, as stored: when fewer than RECENT_KEEP were newer than the cutoff, all
+    those (floor: the cutoff; None when there was none: every row of the word), else the rows newer
+    than the RECENT_KEEP-th newest (floor: its ts). Either way the list holds every row of the word
+    newer than the floor, whatever the order of rows of equal ts."""
+    rows.sort(reverse=True)
+    if len(rows) < RECENT_KEEP:  # never trimmed (a trim leaves RECENT_KEEP)
+        return docs, {"floor": cutoff}, [rid for _, rid in rows], [], []
+    floor = rows[RECENT_KEEP - 1][0]
+    return docs, {"floor": floor}, [rid for ts, rid in rows[:RECENT_KEEP] if ts > floor], [], []
 
 
 def _kept(docs: int, runs: dict[int, list[tuple[int, int]]],
@@ -152,6 +196,32 @@ def _choose(stats: list[tuple[str, int]], n_rows: int, min_docs: int, min_share:
             {p for _, p in sorted(prefixes, reverse=True)[:MAX_PREFIXES]})
 
 
+def _recent_words(stats: list[tuple[str, int]]) -> dict[str, int]:
+    """{word: its rows} of the words that keep their newest rows: in RECENT_MIN_DOCS rows or more,
+    the RECENT_MAX_WORDS most frequent (shadow tokens of CJK text too: one such token is a word)."""
+    words = sorted(((d, w) for w, d in stats if d >= RECENT_MIN_DOCS), reverse=True)[:RECENT_MAX_WORDS]
+    return {w: d for d, w in words}
+
+
+async def _cutoff(conn, ano: int, old_rows: int) -> int | None:
+    """A timestamp about the newest RECENT_SPAN * RECENT_KEEP / RECENT_MIN_DOCS of the agent's rows are
+    newer than (None: all of them), from the windows' ts_max newest first: the ts_max next below
+    that of the window where their rows reach that many (a bound on each window's rows). Any value
+    keeps the newest rows exact (_newest)."""
+    want = int(old_rows * RECENT_SPAN * RECENT_KEEP / RECENT_MIN_DOCS)
+    if want >= old_rows:
+        return None
+    seen, reached = 0, None
+    for ts_max, rows in await all_rows(conn, "SELECT ts_max, idx_rows FROM ss_windows WHERE ano = %s AND idx_rows > 0 "
+                                             "ORDER BY ts_max DESC", (ano,)):
+        if reached is not None and ts_max < reached:
+            return ts_max  # below every window counted (windows may share their ts_max)
+        seen += rows
+        if reached is None and seen >= want:
+            reached = ts_max
+    return None
+
+
 async def read_postings(db: Db, ano: int, mark: int, *, min_docs: int, min_share: float,
                         max_words: int) -> tuple[int, dict[tuple[int, str], tuple]]:
     """(the agent's rows at or below the mark, by its counters; {(kind, key): finished runs}),
@@ -168,10 +238,11 @@ async def read_postings(db: Db, ano: int, mark: int, *, min_docs: int, min_share
             # ts_stat reads the text of a query: made of two integers here, never of user text
             stats = await all_rows(conn, "SELECT word, ndoc FROM ts_stat(%s)", (f"SELECT m.tsv FROM ss_index m WHERE {old}",))
             words, prefixes = _choose(stats, old_rows, min_docs, min_share, max_words)
-            runs = Runs(words, prefixes)
-            if words or prefixes:
+            recent = _recent_words(stats)
+            runs = Runs(words, prefixes, recent, await _cutoff(conn, ano, old_rows) if recent else None)
+            if words or prefixes or recent:
                 async with conn.cursor(name="ss_postings_build") as cur:
-                    await cur.execute(f"SELECT m.id, m.dl, m.tf FROM ss_index m WHERE {old}")
+                    await cur.execute(f"SELECT m.id, m.dl, m.tf, m.ts FROM ss_index m WHERE {old}")
                     while batch := await cur.fetchmany(5000):
                         runs.count(batch)
         finally:
@@ -197,7 +268,7 @@ async def store_postings(db: Db, ano: int, mark: int, old_rows: int, postings: d
 
 async def build(db: Db, ano: int, *, min_docs: int, min_share: float, max_words: int) -> dict[str, Any]:
     """Build the agent's postings from scratch; what `optimize` reports (words: {word: its rows and
-    those kept}, as SQLite's shape; prefixes: how many, rows kept)."""
+    those kept}, as SQLite's shape; prefixes and recent: how many, rows kept)."""
     started = time.monotonic()
     mark = await take_mark(db)
     old_rows, postings = await read_postings(db, ano, mark, min_docs=min_docs, min_share=min_share,
@@ -205,8 +276,10 @@ async def build(db: Db, ano: int, *, min_docs: int, min_share: float, max_words:
     await store_postings(db, ano, mark, old_rows, postings)
     words = {key: {"rows": p[0], "kept": len(p[2])} for (kind, key), p in postings.items() if kind == WORD}
     prefixes = [p for (kind, _), p in postings.items() if kind == PREFIX]
+    recent = [p for (kind, _), p in postings.items() if kind == RECENT]
     return {"words": words, "kept": 0, "rows": old_rows, "seconds": round(time.monotonic() - started, 3),
-            "prefixes": {"count": len(prefixes), "rows": sum(len(p[2]) for p in prefixes)}}
+            "prefixes": {"count": len(prefixes), "rows": sum(len(p[2]) for p in prefixes)},
+            "recent": {"count": len(recent), "rows": sum(len(p[2]) for p in recent)}}
 
 
 async def postings_due(reader: Reader, ano: int, *, min_docs: int, grow_share: float) -> str | None:

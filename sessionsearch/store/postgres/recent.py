@@ -18,6 +18,12 @@ rows in id order, several times cheaper than fetching a match through the GIN in
 read a few times as many rows as the word has matches, and is not tried when even its expected
 length is more than that (a rare word: sorting its few matches is cheaper than reading windows
 without it).
+
+A one-word search first tries the newest rows of the word the last postings build kept
+(kept_ctes), in the same statement: they answer when usable and when k + 1 of them (with the rows
+written since) are in scope above their floor; else the walk above answers, its CTEs never run.
+The walk would read every window newer than the word's newest match first: the kept rows skip
+exactly that.
 """
 
 from __future__ import annotations
@@ -58,14 +64,53 @@ def walk_windows(query: "Query", cache: "DfCache", k: int) -> int:
     return max(1, int(cap * windows / rows))
 
 
-def recent_ctes(query: "Query", where: list[str], walk: int, params: dict) -> str:
-    """CTEs ending in `cand`, matching rows (id, ts, mid) among which are the top %(k)s newest
-    first, `where` holding the scope's conditions on `m` (search.scope_sql), after the CTEs of
-    stats_sql. Unscored: the caller scores the k it takes."""
+def kept_word(query: "Query") -> str | None:
+    """The word whose newest rows a build may have kept for `query`: one word, not a prefix."""
+    if query.prefix or len(query.phrases) != 1 or len(query.phrases[0]) != 1:
+        return None
+    return query.phrases[0][0]
+
+
+def kept_ctes(query: "Query", where: list[str], walk: int, params: dict, word: str, mark: int) -> str:
+    """As recent_ctes, from the newest rows of `word` the agent's last build kept (postings_build.py)
+    when they settle the answer, else by recent_ctes; `ok` (one row, `kept`) tells which.
+
+    The build (its mark passed as read with the postings' terms: a build since, and the walk
+    answers) kept every row of the word newer than a floor (every row, floor NULL). Usable as the
+    relevance postings are (postings.py): no row at or below the mark deleted or rewritten since,
+    at most FRESH_LIMIT written since. Then the kept rows and those written since holding the word,
+    in scope and newer than the floor, are every match in scope newer than the floor: when they
+    are k + 1 or more (or the build kept every row), the top k + 1 by (ts DESC, message id) are
+    theirs, whatever the order of ties, since every other match is at or below the floor."""
+    from .postings_build import FRESH_LIMIT, RECENT
+    params.update(rkind=RECENT, rkey=word, rmark=mark, rfresh=FRESH_LIMIT)
+    # the kept rows hold the word (a row is never changed in place; one deleted or rewritten since
+    # makes the build unusable): not tested again, which would read each row's tsvector (1-2 ms)
+    cond = " AND ".join(where)
+    usable = "kb.mark = %(rmark)s AND st.rows - kb.fresh = kb.old_rows AND kb.fresh <= %(rfresh)s"
+    return (
+        "kb AS MATERIALIZED (SELECT b.mark, b.old_rows, (p.cut ->> 'floor')::bigint AS floor, p.ids, "
+        "(SELECT count(*) FROM ss_index f WHERE f.ano = %(ano)s AND f.iseq > %(rmark)s) AS fresh "
+        "FROM ss_postings_built b JOIN ss_postings p ON p.ano = b.ano AND p.kind = %(rkind)s AND p.key = %(rkey)s "
+        "WHERE b.ano = %(ano)s), "
+        f"kc AS MATERIALIZED (SELECT m.id, m.ts, m.mid FROM st, kb CROSS JOIN LATERAL (SELECT unnest(kb.ids) AS id "
+        f"UNION SELECT f.id FROM ss_index f WHERE f.ano = %(ano)s AND f.iseq > %(rmark)s AND f.tsv @@ {query.tsquery}) c "
+        f"JOIN ss_index m ON m.id = c.id WHERE {usable} AND (kb.floor IS NULL OR m.ts > kb.floor) AND {cond}), "
+        f"ok AS MATERIALIZED (SELECT coalesce((SELECT {usable} AND (kb.floor IS NULL OR (SELECT count(*) FROM kc) >= %(k)s) "
+        "FROM st, kb), false) AS kept), "
+        + recent_ctes(query, where, walk, params, name="walk")
+        + ", cand AS (SELECT id, ts, mid FROM kc WHERE (SELECT kept FROM ok) "
+        "UNION ALL SELECT id, ts, mid FROM walk WHERE NOT (SELECT kept FROM ok))")
+
+
+def recent_ctes(query: "Query", where: list[str], walk: int, params: dict, name: str = "cand") -> str:
+    """CTEs ending in `cand` (or `name`), matching rows (id, ts, mid) among which are the top
+    %(k)s newest first, `where` holding the scope's conditions on `m` (search.scope_sql), after the
+    CTEs of stats_sql. Unscored: the caller scores the k it takes."""
     params["walk"] = walk
     cond = " AND ".join([f"m.tsv @@ {query.tsquery}", *where])
     if walk == 0:  # every match sorted: the walk's CTEs left out, not planned only to be skipped (~1 ms)
-        return f"cand AS (SELECT m.id, m.ts, m.mid FROM st, ss_index m WHERE {cond})"
+        return f"{name} AS (SELECT m.id, m.ts, m.mid FROM st, ss_index m WHERE {cond})"
     floor, last = "(SELECT t FROM floor)", "((SELECT wts FROM floor), (SELECT wwid FROM floor))"
 
     def rows_of(w: str) -> str:  # a window's index rows, both id ranges (the high one only when the
@@ -87,7 +132,7 @@ def recent_ctes(query: "Query", where: list[str], walk: int, params: dict) -> st
         f"(SELECT m.id, m.ts FROM st, {rows_of('w1')} WHERE {cond}) m LIMIT %(k)s), "
         "floor AS MATERIALIZED (SELECT CASE WHEN (SELECT count(*) FROM near) = %(k)s THEN (SELECT min(ts) FROM near) "
         "END AS t, l.wts, l.wwid FROM (SELECT wts, wwid FROM near ORDER BY wts, wwid LIMIT 1) l), "
-        f"cand AS (SELECT m.id, m.ts, m.mid FROM st, ss_windows w2 CROSS JOIN LATERAL {rows_of('w2')} "
+        f"{name} AS (SELECT m.id, m.ts, m.mid FROM st, ss_windows w2 CROSS JOIN LATERAL {rows_of('w2')} "
         f"WHERE {floor} IS NOT NULL AND w2.{WINDOWS.replace(' AND ', ' AND w2.')} AND w2.ts_max >= {floor} "
         f"AND (w2.ts_max, w2.wid) <= {last} AND m.ts >= {floor} AND {cond} "
         f"UNION ALL SELECT m.id, m.ts, m.mid FROM st, near n JOIN ss_index m ON m.id = n.id "

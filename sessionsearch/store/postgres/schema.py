@@ -347,7 +347,59 @@ END $$;
 -- the end of the insert (reconcile.py), where the 64 kB limit moved it every ~200 rows.
 ALTER INDEX ss_index_tsv RESET (gin_pending_list_limit);
 """),
-    (8, "search_stats", """
+    (8, "meta_stamp_at_commit", """
+-- A catalog change (a session or window made, changed or deleted) takes the agent's meta version
+-- at COMMIT, no longer at the change: the stamping triggers are deferred constraint triggers, so
+-- the agent row, which stays locked until the transaction ends (versions commit in order), is
+-- held only through the commit. Stamped at the change, every append making a session held it
+-- through all of its writes, and concurrent appends to new sessions ran one at a time. Each
+-- trigger sets the row's meta_seq by key (an UPDATE that changes only meta_seq, which fires no
+-- stamp again); a row's second change in one transaction finds it stamped already.
+DROP TRIGGER ss_sessions_stamp ON ss_sessions;
+DROP TRIGGER ss_sessions_gone ON ss_sessions;
+DROP TRIGGER ss_windows_stamp_insert ON ss_windows;
+DROP TRIGGER ss_windows_stamp_update ON ss_windows;
+DROP TRIGGER ss_windows_gone ON ss_windows;
+DROP FUNCTION ss_stamp_row();
+-- The version moves once per transaction: a transaction's later stamps read it without writing
+-- the agent row again (a SQL function planned its UPDATE at every call; PL/pgSQL keeps the plans).
+CREATE OR REPLACE FUNCTION ss_meta_stamp(p_ano integer) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    v bigint;
+BEGIN
+    UPDATE ss_agents SET meta_version = meta_version + 1, meta_txid = txid_current()
+        WHERE ano = p_ano AND meta_txid IS DISTINCT FROM txid_current() RETURNING meta_version INTO v;
+    IF NOT FOUND THEN  -- moved by this transaction already
+        SELECT meta_version INTO v FROM ss_agents WHERE ano = p_ano;
+    END IF;
+    RETURN v;
+END $$;
+CREATE FUNCTION ss_stamp_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    v bigint := ss_meta_stamp(NEW.ano);
+BEGIN
+    IF TG_TABLE_NAME = 'ss_sessions' THEN
+        UPDATE ss_sessions SET meta_seq = v WHERE ano = NEW.ano AND session_key = NEW.session_key AND meta_seq <> v;
+    ELSE
+        UPDATE ss_windows SET meta_seq = v WHERE wid = NEW.wid AND meta_seq <> v;
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE CONSTRAINT TRIGGER ss_sessions_stamp_insert AFTER INSERT ON ss_sessions DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW EXECUTE FUNCTION ss_stamp_at_commit();
+CREATE CONSTRAINT TRIGGER ss_sessions_stamp_update AFTER UPDATE ON ss_sessions DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW WHEN (OLD.meta_seq = NEW.meta_seq) EXECUTE FUNCTION ss_stamp_at_commit();
+CREATE CONSTRAINT TRIGGER ss_sessions_gone AFTER DELETE ON ss_sessions DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW EXECUTE FUNCTION ss_tombstone('session', 'session_key');
+CREATE CONSTRAINT TRIGGER ss_windows_stamp_insert AFTER INSERT ON ss_windows DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW EXECUTE FUNCTION ss_stamp_at_commit();
+CREATE CONSTRAINT TRIGGER ss_windows_stamp_update AFTER UPDATE ON ss_windows DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+    WHEN ((OLD.session_key, OLD.session_id, OLD.cold) IS DISTINCT FROM (NEW.session_key, NEW.session_id, NEW.cold))
+    EXECUTE FUNCTION ss_stamp_at_commit();
+CREATE CONSTRAINT TRIGGER ss_windows_gone AFTER DELETE ON ss_windows DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW EXECUTE FUNCTION ss_tombstone('window', 'wid');
+"""),
+    (9, "search_stats", """
 -- A search's head (ss_search_head) and each phrase's document count: the count the caller kept
 -- (p_dfs) while the index state it was counted at (p_dv, p_dw, p_dg, p_de: version, windows,
 -- gen, epoch) is the head's, else counted now. In the search statement each phrase's count was

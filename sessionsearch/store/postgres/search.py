@@ -11,14 +11,15 @@ last bit or nearly (tests/test_postgres.py compares them with SQLite's).
 
 A search is one statement (one round trip with its BEGIN and COMMIT, db.Reader): the head (meta
 version, windows needing reconciliation), N, avgdl, each phrase's df and idf in one CTE, then the
-top hits, each matching row's tf of each phrase read once (terms_sql). Counting df is most of a common word's cost (the GIN index finds the rows, but the count
-visits each one's heap page: 0.1 s for a word in 20,000 of 200,000 messages), so each store keeps
+top hits, each matching row's tf of each phrase read once (terms_sql). Counting df is most of a
+common word's cost (the GIN index finds the rows, but the count visits each one's heap page:
+0.1 s for a word in 20,000 of 200,000 messages), so each store keeps
 the df it counted with the index state it counted it at, (meta_version, count(windows),
 sum(idx_gen), idx_epoch): schema migration 3 has every insert or delete of a window's index rows
 stamp the window anew from a sequence (a window's stamp only grows, so the sum grows while the set
 of windows stays), a window created or deleted moves meta_version, and index rows of a window that
 is gone move idx_epoch. The statement reuses a cached df while that state holds and counts again
-when it moved (schema migration 8's ss_search_stats, whose count is planned once per connection).
+when it moved (schema migration 9's ss_search_stats, whose count is planned only when it runs).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 from ..base import Match
 from .db import Reader
 from .lexemes import query_phrases, quote
-from .recent import recent_ctes, walk_windows
+from .recent import kept_ctes, kept_word, recent_ctes, walk_windows
 
 K1, B = 1.2, 0.75
 MID = "COLLATE \"C\" NULLS FIRST"  # SQLite's order of message ids: bytes, NULL first
@@ -67,6 +68,8 @@ class DfCache:
         self.head: tuple[int, int] | None = None  # (index rows, windows) of the agent as last seen
         self.postings_terms: frozenset[tuple[int, str]] | None = None  # None: to be read
         self.postings_read_at = 0.0
+        self.postings_mark: int | None = None  # the mark of the build whose terms those are
+        self.recent_kept = 0  # `recent` searches the newest rows kept by a build answered (recent.py)
         self.listing = 0  # the highest agent number a search of this store read (backend.py)
         # the head as last read: (version, epoch, at, recent, rows, tokens, windows, gen), HEAD checks it
         self.kept_head: tuple | None = None
@@ -132,7 +135,7 @@ class Query:
     def stats_sql(self, ano: int, cache: DfCache) -> str:
         """A CTE `st`, one row: the head (HEAD's columns), each phrase's df (df0, df1, …; the
         cached count while the index state it was counted at holds, else counted now: schema
-        migration 8's ss_search_stats), N (n), avgdl and each phrase's idf (idf0, …), computed as
+        migration 9's ss_search_stats), N (n), avgdl and each phrase's idf (idf0, …), computed as
         FTS5 computes them."""
         self.params.update(head_params(ano, cache))
         for i, phrase in enumerate(self.phrases):
@@ -155,7 +158,8 @@ class Query:
         n = "greatest(" + ", ".join(["rows"] + [f"df{i}" for i in range(len(self.phrases))]) + ") AS n"
         head = ", ".join(f"f.{c}" for c in HEAD_COLUMNS)
         return ("st AS MATERIALIZED (SELECT c.*, CASE WHEN n > 0 THEN tokens::float8 / n::float8 ELSE 1.0::float8 "
-                f"END AS avgdl, {', '.join(idfs)} FROM (SELECT d.*, {n} FROM (SELECT {head}, {dfs} FROM {call} f) d) c)")
+                f"END AS avgdl, {', '.join(idfs)} "
+                f"FROM (SELECT d.*, {n} FROM (SELECT {head}, {dfs} FROM {call} f) d) c)")
 
     def stats_columns(self, st: str = "st") -> str:
         """The columns of `st` a statement returns for `remember` (the head's first)."""
@@ -247,7 +251,8 @@ async def search_top(reader: Reader, ano: int, match: Match, cache: DfCache, *, 
                      exclude, role, since, until) -> tuple[int, frozenset[int], list[tuple]]:
     """The exact top `k` hits (id, bm25, message id, ts, text) by `order`, then (0, inf) when more
     matched; one statement, the reader's last (unless the postings answer)."""
-    from .postings import postings_top  # it imports this module
+    from .postings import has_postings, postings_top  # it imports this module
+    from .postings_build import RECENT
     q = Query(match)
     if not q.lexemes:
         row = await reader.one(HEAD, head_params(ano, cache), last=True)
@@ -260,8 +265,14 @@ async def search_top(reader: Reader, ano: int, match: Match, cache: DfCache, *, 
     params = {"k": k + 1}
     where = scope_sql(include, exclude, role, since, until, params)
     stats = q.stats_sql(ano, cache)
+    kept = ""
     if order == "recent":  # scored once chosen: k + 1 rows, not every match sorted
-        cand = recent_ctes(q, where, walk_windows(q, cache, k + 1), params)
+        walk = walk_windows(q, cache, k + 1)
+        word = kept_word(q)
+        if word is not None and await has_postings(reader, ano, (RECENT, word), cache):
+            cand, kept = kept_ctes(q, where, walk, params, word, cache.postings_mark), "(SELECT kept FROM ok), "
+        else:
+            cand = recent_ctes(q, where, walk, params)
         rows = q.terms_sql(f"st, (SELECT id FROM cand ORDER BY ts DESC, mid {MID} LIMIT %(k)s) c "
                            "JOIN ss_index m ON m.id = c.id")
         top = f"{cand}, top AS (SELECT m.id, {q.score_sql()} AS s, m.ts, m.mid FROM st, {rows})"
@@ -272,10 +283,12 @@ async def search_top(reader: Reader, ano: int, match: Match, cache: DfCache, *, 
     params.update(q.params)
     outer = "r.s, r.ts DESC, r.mid" if order != "recent" else "r.ts DESC, r.mid"
     rows = await reader.all(
-        f"WITH {stats}, {top} SELECT {q.stats_columns()}, r.id, r.s, r.event_id, r.ts, r.text FROM st "
+        f"WITH {stats}, {top} SELECT {q.stats_columns()}, {kept}r.id, r.s, r.event_id, r.ts, r.text FROM st "
         "LEFT JOIN LATERAL (SELECT t.id, t.s, t.mid, e.event_id, e.ts, e.text FROM top t "
         f"JOIN ss_events e ON e.id = t.id) r ON true ORDER BY {outer} {MID}", params, last=True)
-    version, dirty, _ = q.remember(rows[0], cache)
+    version, dirty, rest = q.remember(rows[0], cache)
+    if kept and rest[0]:
+        cache.recent_kept += 1
     hits = [tuple(r[-5:]) for r in rows if r[-5] is not None]
     more = len(hits) > k
     hits = hits[:k]

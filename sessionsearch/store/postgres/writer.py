@@ -23,6 +23,8 @@ from ...indexer.events import Event
 from ...indexer.live import ids_to_resolve, plan_append
 from ..base import EVENT_COLUMNS, AppendResult, session_columns
 from ..rowids import MAX_SEQ, MAX_WID, id_sql, row_id, seq_sql, window_ranges
+from . import arrays
+from .arrays import Int4Array, Int8Array, TextArray
 from .db import all_rows, one
 from .lexemes import index_fields
 
@@ -44,6 +46,10 @@ UPDATE_WINDOW = (
     "indexed_seq = CASE WHEN needs_rebuild = 0 AND NOT %(dirty)s THEN %(last)s ELSE indexed_seq END, "
     "indexed_leaf = CASE WHEN needs_rebuild = 0 AND NOT %(dirty)s THEN %(leaf)s ELSE indexed_leaf END "
     "WHERE wid = %(wid)s RETURNING needs_rebuild")
+# the kinds of INSERT_EVENTS' and INSERT_INDEX's arrays (arrays.py)
+EVENT_ARRAYS = (Int8Array, Int8Array, TextArray, Int4Array, Int4Array, TextArray, TextArray, Int8Array, Int4Array,
+                TextArray, TextArray)
+INDEX_ARRAYS = (Int8Array, Int8Array, Int8Array, TextArray, Int4Array, TextArray, TextArray)
 TOMBSTONES_KEPT = 20_000
 COPY_FROM = 16  # rows from which an insert goes by COPY
 _COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
@@ -69,7 +75,7 @@ def index_rows(ano: int, rows: Iterable[tuple[int, int, str, int, str | None]],
         count = counts.setdefault(wid, [0, 0])
         count[0] += 1
         count[1] += dl
-    return (INSERT_INDEX, (ano, ids, wids, tss, mids, dls, tfs, tsvs)), counts
+    return (INSERT_INDEX, (ano, *arrays.columns(INDEX_ARRAYS, [ids, wids, tss, mids, dls, tfs, tsvs]))), counts
 
 
 async def insert_rows(conn: psycopg.AsyncConnection, target: str, insert: str, rows: list[tuple]) -> None:
@@ -297,7 +303,7 @@ class Writes:
                     col.append(value)
         async with conn.pipeline():
             if columns[0]:
-                await conn.execute(INSERT_EVENTS, columns)
+                await conn.execute(INSERT_EVENTS, arrays.columns(EVENT_ARRAYS, columns))
             curs = []
             for w in writes:
                 if w.insert is not None:
