@@ -262,6 +262,38 @@ async def test_cached_document_counts_follow_every_change_of_the_index(pg):
         await check("restored")
 
 
+async def test_a_kept_document_count_is_used_only_while_its_index_state_holds(pg):
+    """ss_search_stats (schema migration 9) answers each phrase's count the caller kept when the
+    index state it was kept at is the head's, and counts it from the index otherwise: a count kept
+    wrong on purpose comes back as kept with the state, and the true count with any other."""
+    async with engine_at(pg) as engine:
+        await engine.append("agent:main:a", timed("a", [("user", "alpha beta", BASE_TS),
+                                                        ("user", "alpha", BASE_TS + 1),
+                                                        ("user", "gamma", BASE_TS + 2)]))
+        store = await engine.store("main")
+        sql = ("SELECT dfs FROM ss_search_stats(%s, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, %s::text[], "
+               "%s::bigint[], %s::bigint[], %s::bigint[], %s::numeric[], %s::bigint[])")
+        qs = ["'alpha'", "'beta'", "'al':*"]
+        with psycopg.connect(pg.database_url, autocommit=True) as conn:
+            version, windows, gen, epoch = conn.execute(
+                "SELECT version, windows, gen, epoch FROM ss_search_head(%s, NULL, NULL, NULL, NULL, NULL, NULL, "
+                "NULL, NULL)", (store.ano,)).fetchone()
+            held = [version] * 3, [windows] * 3, [gen] * 3, [epoch] * 3
+            assert conn.execute(sql, (store.ano, qs, [7, 8, 9], *held)).fetchone()[0] == [7, 8, 9]
+            assert conn.execute(sql, (store.ano, qs, [None] * 3, *[[None] * 3] * 4)).fetchone()[0] == [2, 1, 2]
+            moved = [version, version + 1, version], [windows] * 3, [gen, gen, gen + 1], [epoch] * 3
+            assert conn.execute(sql, (store.ano, qs, [7, 8, 9], *moved)).fetchone()[0] == [7, 1, 2]
+
+
+async def test_a_words_frequency_is_read_once_a_row_for_its_score(pg):
+    """A row's score reads each phrase's frequency once (Query.terms_sql): the statement of a
+    two-word search holds each word's jsonb lookup once, and ranks as every path ranks."""
+    q = Query(Match(("alpha", "beta")))
+    q.stats_sql(1, DfCache())
+    scored = f"SELECT {q.score_sql()} FROM st, {q.terms_sql('st, ss_index m')}"
+    assert scored.count("m.tf ->>") == 2 and "m.dl" in scored and scored.count("m.dl") == 1
+
+
 async def test_the_kept_head_follows_a_write_in_flight_when_it_was_read(pg, monkeypatch):
     """A store keeps the sums of its windows' counters and has each search check them rather than
     sum them again (schema migration 6): a write that had not committed when they were summed is

@@ -96,6 +96,10 @@ async def postings_top(reader: Reader, ano: int, q: Query, cache: DfCache, *, k:
     left_out = min((bm25(int(tf), dl) for tf, dl in cut.items()), default=math.inf)  # the best row not kept
     where = scope_sql(include, exclude, role, since, until, params)
     score = q.score_sql()
+    scored = q.terms_sql(
+        f"st, ss_index m WHERE m.id IN (SELECT unnest(%(ids)s::bigint[]) UNION ALL SELECT f.id FROM ss_index f "
+        f"WHERE f.ano = %(ano)s AND f.iseq > %(mark)s AND f.tsv @@ {q.tsquery}) AND m.tsv @@ {q.tsquery} "
+        f"AND {' AND '.join(where)}")
     # the statistics the slow path's `st` holds (search.py), here as values
     params.update(q.params, k=k + 1, dirty=sorted(dirty))
     st = "st AS (SELECT %(dirty)s::bigint[] AS dirty, %(avgdl)s::float8 AS avgdl, %(idf0)s::float8 AS idf0)"
@@ -108,9 +112,7 @@ async def postings_top(reader: Reader, ano: int, q: Query, cache: DfCache, *, k:
         params["ids"] = [rid for _, rid in kept[:taken]]
         rows = await reader.all(
             f"WITH {st} SELECT t.id, t.s, e.event_id, e.ts, e.text FROM (SELECT m.id, {score} AS s, m.ts, m.mid "
-            f"FROM st, ss_index m WHERE m.id IN (SELECT unnest(%(ids)s::bigint[]) UNION ALL SELECT f.id FROM ss_index f "
-            f"WHERE f.ano = %(ano)s AND f.iseq > %(mark)s AND f.tsv @@ {q.tsquery}) AND m.tsv @@ {q.tsquery} "
-            f"AND {' AND '.join(where)} ORDER BY s, m.ts DESC, m.mid {MID} LIMIT %(k)s) t "
+            f"FROM st, {scored} ORDER BY s, m.ts DESC, m.mid {MID} LIMIT %(k)s) t "
             f"JOIN ss_events e ON e.id = t.id ORDER BY t.s, t.ts DESC, t.mid {MID}", params)
         rest = min(left_out, kept[taken][0] if taken < len(kept) else math.inf)  # the best row not scored
         if len(rows) > k and rest > rows[k - 1][1] + abs(rows[k - 1][1]) * EPS or math.isinf(rest):

@@ -10,15 +10,16 @@ windows awaiting reconciliation, and the terms are evaluated in FTS5's order so 
 last bit or nearly (tests/test_postgres.py compares them with SQLite's).
 
 A search is one statement (one round trip with its BEGIN and COMMIT, db.Reader): the head (meta
-version, windows needing reconciliation), N, avgdl, each phrase's df and idf in CTEs, then the top
-hits. Counting df is most of a common word's cost (the GIN index finds the rows, but the count
-visits each one's heap page: 0.1 s for a word in 20,000 of 200,000 messages), so each store keeps
+version, windows needing reconciliation), N, avgdl, each phrase's df and idf in one CTE, then the
+top hits, each matching row's tf of each phrase read once (terms_sql). Counting df is most of a
+common word's cost (the GIN index finds the rows, but the count visits each one's heap page:
+0.1 s for a word in 20,000 of 200,000 messages), so each store keeps
 the df it counted with the index state it counted it at, (meta_version, count(windows),
 sum(idx_gen), idx_epoch): schema migration 3 has every insert or delete of a window's index rows
 stamp the window anew from a sequence (a window's stamp only grows, so the sum grows while the set
 of windows stays), a window created or deleted moves meta_version, and index rows of a window that
 is gone move idx_epoch. The statement reuses a cached df while that state holds and counts again
-when it moved (the CASE evaluates the count's subquery only then).
+when it moved (schema migration 9's ss_search_stats, whose count is planned only when it runs).
 """
 
 from __future__ import annotations
@@ -104,8 +105,9 @@ class DfCache:
 # index state (columns version, dirty, rows, tokens, windows, gen, epoch), the agent listing's
 # version (listing: the highest agent number, backend.py) and what the store keeps to have its
 # counters checked rather than summed again next time (at, recent): schema migration 6
-HEAD = ("SELECT * FROM ss_search_head(%(ano)s, %(hv)s::bigint, %(he)s::bigint, %(ha)s::text, %(hc)s::text[], "
-        "%(hn)s::bigint, %(ht)s::bigint, %(hw)s::bigint, %(hg)s::numeric)")
+HEAD_ARGS = ("%(ano)s, %(hv)s::bigint, %(he)s::bigint, %(ha)s::text, %(hc)s::text[], %(hn)s::bigint, %(ht)s::bigint, "
+             "%(hw)s::bigint, %(hg)s::numeric")
+HEAD = f"SELECT * FROM ss_search_head({HEAD_ARGS})"
 HEAD_COLUMNS = ("version", "dirty", "rows", "tokens", "windows", "gen", "epoch", "listing", "at", "recent")
 
 
@@ -131,28 +133,33 @@ class Query:
         return self.prefix and i == len(self.phrases) - 1
 
     def stats_sql(self, ano: int, cache: DfCache) -> str:
-        """CTEs ending in `st`, one row: the head (HEAD's columns), each phrase's df (df0, df1, …;
-        the cached count while the index state it was counted at holds), N (n), avgdl and each
-        phrase's idf (idf0, …), computed as FTS5 computes them."""
+        """A CTE `st`, one row: the head (HEAD's columns), each phrase's df (df0, df1, …; the
+        cached count while the index state it was counted at holds, else counted now: schema
+        migration 9's ss_search_stats), N (n), avgdl and each phrase's idf (idf0, …), computed as
+        FTS5 computes them."""
         self.params.update(head_params(ano, cache))
-        dfs, idfs = [], []
         for i, phrase in enumerate(self.phrases):
             q = self.params[f"q{i}"] = tsquery_text([phrase], self._is_prefix(i))
             state, df = cache.get(q) or ((None, None, None, None), None)
             self.params.update({f"c{i}": df, f"c{i}v": state[0], f"c{i}w": state[1], f"c{i}g": state[2],
                                 f"c{i}e": state[3]})
-            dfs.append(f"CASE WHEN (h.version, h.windows, h.gen, h.epoch) = (%(c{i}v)s::bigint, "
-                       f"%(c{i}w)s::bigint, %(c{i}g)s::numeric, %(c{i}e)s::bigint) THEN %(c{i})s::bigint "
-                       "ELSE (SELECT count(*) FROM ss_index "
-                       f"WHERE ano = %(ano)s AND tsv @@ %(q{i})s::tsquery) END AS df{i}")
+
+        def array(param: str, kind: str) -> str:  # one value a phrase: scalars bind for a tenth of a list's cost
+            return f"ARRAY[{', '.join(f'%({param.format(i)})s::{kind}' for i in range(len(self.phrases)))}]::{kind}[]"
+        call = (f"ss_search_stats({HEAD_ARGS}, {array('q{}', 'text')}, {array('c{}', 'bigint')}, "
+                f"{array('c{}v', 'bigint')}, {array('c{}w', 'bigint')}, {array('c{}g', 'numeric')}, "
+                f"{array('c{}e', 'bigint')})")
+        dfs = ", ".join(f"f.dfs[{i + 1}] AS df{i}" for i in range(len(self.phrases)))
+        idfs = []
+        for i in range(len(self.phrases)):
             x = f"ln(((n - df{i})::float8 + 0.5) / (df{i}::float8 + 0.5))"
             idfs.append(f"CASE WHEN {x} > 0.0 THEN {x} ELSE 1e-6::float8 END AS idf{i}")
         # counters and index agree but for rows written around them (never by this store's writes)
         n = "greatest(" + ", ".join(["rows"] + [f"df{i}" for i in range(len(self.phrases))]) + ") AS n"
-        return (f"h AS MATERIALIZED ({HEAD}), d AS MATERIALIZED (SELECT h.*, {', '.join(dfs)} FROM h), "
-                f"c AS MATERIALIZED (SELECT d.*, {n} FROM d), "
-                "st AS MATERIALIZED (SELECT c.*, CASE WHEN n > 0 THEN tokens::float8 / n::float8 ELSE 1.0::float8 "
-                f"END AS avgdl, {', '.join(idfs)} FROM c)")
+        head = ", ".join(f"f.{c}" for c in HEAD_COLUMNS)
+        return ("st AS MATERIALIZED (SELECT c.*, CASE WHEN n > 0 THEN tokens::float8 / n::float8 ELSE 1.0::float8 "
+                f"END AS avgdl, {', '.join(idfs)} "
+                f"FROM (SELECT d.*, {n} FROM (SELECT {head}, {dfs} FROM {call} f) d) c)")
 
     def stats_columns(self, st: str = "st") -> str:
         """The columns of `st` a statement returns for `remember` (the head's first)."""
@@ -195,14 +202,23 @@ class Query:
                               for j in range(1, len(phrase)))
         return f"(SELECT count(*)::float8 FROM unnest({_positions(m, f'x{i}_0', False)}) p WHERE {follow})"
 
+    def terms_sql(self, source: str, columns: str = "m.id, m.ts, m.mid") -> str:
+        """A FROM item `m`: the index rows `m` of `source` (a FROM list and its WHERE) with
+        `columns` and what score_sql reads of each row, computed once per row: each phrase's tf
+        (t0, t1, …) and BM25's length term (dn). OFFSET 0 keeps the planner from folding the
+        subquery up, which would copy each expression into every place it is read (a word's tf
+        twice, and each jsonb lookup then twice a row: a quarter of a two-word search)."""
+        tfs = "".join(f"{self._tf('m', i)} AS t{i}, " for i in range(len(self.phrases)))
+        return (f"(SELECT {columns}, {tfs}%(k1)s::float8 * (%(omb)s::float8 + %(b)s::float8 * m.dl / st.avgdl) AS dn "
+                f"FROM {source} OFFSET 0) m")
+
     def score_sql(self, m: str = "m", st: str = "st") -> str:
         """The row's bm25 (lower is better), term by term in FTS5's order of evaluation, from the
-        statistics of `st` (stats_sql)."""
+        statistics of `st` (stats_sql) and the row's terms `m` (terms_sql): the same operations
+        in the same order as FTS5, so the same bits."""
         expr = "0.0::float8"
         for i in range(len(self.phrases)):
-            tf = self._tf(m, i)
-            expr = (f"({expr} + {st}.idf{i} * (({tf} * %(k1p1)s::float8) / ({tf} + %(k1)s::float8 * "
-                    f"(%(omb)s::float8 + %(b)s::float8 * {m}.dl / {st}.avgdl))))")
+            expr = f"({expr} + {st}.idf{i} * (({m}.t{i} * %(k1p1)s::float8) / ({m}.t{i} + {m}.dn)))"
         return f"(-1.0::float8 * {expr})"
 
 
@@ -248,10 +264,7 @@ async def search_top(reader: Reader, ano: int, match: Match, cache: DfCache, *, 
         return found  # one word or one short prefix by relevance, from its postings (postings.py)
     params = {"k": k + 1}
     where = scope_sql(include, exclude, role, since, until, params)
-    score = q.score_sql()
-    params.update(q.params)
     stats = q.stats_sql(ano, cache)
-    params.update(q.params)
     kept = ""
     if order == "recent":  # scored once chosen: k + 1 rows, not every match sorted
         walk = walk_windows(q, cache, k + 1)
@@ -260,11 +273,14 @@ async def search_top(reader: Reader, ano: int, match: Match, cache: DfCache, *, 
             cand, kept = kept_ctes(q, where, walk, params, word, cache.postings_mark), "(SELECT kept FROM ok), "
         else:
             cand = recent_ctes(q, where, walk, params)
-        top = (cand + f", top AS (SELECT m.id, {score} AS s, m.ts, m.mid FROM st, (SELECT id FROM cand "
-               f"ORDER BY ts DESC, mid {MID} LIMIT %(k)s) c JOIN ss_index m ON m.id = c.id)")
+        rows = q.terms_sql(f"st, (SELECT id FROM cand ORDER BY ts DESC, mid {MID} LIMIT %(k)s) c "
+                           "JOIN ss_index m ON m.id = c.id")
+        top = f"{cand}, top AS (SELECT m.id, {q.score_sql()} AS s, m.ts, m.mid FROM st, {rows})"
     else:
-        top = (f"top AS (SELECT m.id, {score} AS s, m.ts, m.mid FROM st, ss_index m WHERE m.tsv @@ {q.tsquery} "
-               f"AND {' AND '.join(where)} ORDER BY s, m.ts DESC, m.mid {MID} LIMIT %(k)s)")
+        rows = q.terms_sql(f"st, ss_index m WHERE m.tsv @@ {q.tsquery} AND {' AND '.join(where)}")
+        top = (f"top AS (SELECT m.id, {q.score_sql()} AS s, m.ts, m.mid FROM st, {rows} "
+               f"ORDER BY s, m.ts DESC, m.mid {MID} LIMIT %(k)s)")
+    params.update(q.params)
     outer = "r.s, r.ts DESC, r.mid" if order != "recent" else "r.ts DESC, r.mid"
     rows = await reader.all(
         f"WITH {stats}, {top} SELECT {q.stats_columns()}, {kept}r.id, r.s, r.event_id, r.ts, r.text FROM st "

@@ -18,10 +18,10 @@ def _matches(query: Query, *, order: str, include, exclude, role, since, until, 
     """SELECT of every matching row in scope: id, window, shown score, sort key, ts, mid."""
     where = [f"m.tsv @@ {query.tsquery}", *scope_sql(include, exclude, role, since, until, params)]
     score = query.score_sql()
+    rows = query.terms_sql(f"st, ss_index m WHERE {' AND '.join(where)}", "m.id, m.wid, m.ts, m.mid")
     params.update(query.params)
     key = "(-m.ts)::float8" if order == "recent" else score
-    return (f"SELECT m.id, m.wid, {score} AS s, {key} AS r, m.ts, m.mid FROM st, ss_index m "
-            f"WHERE {' AND '.join(where)}")
+    return f"SELECT m.id, m.wid, {score} AS s, {key} AS r, m.ts, m.mid FROM st, {rows}"
 
 
 async def search_sessions(reader: Reader, ano: int, match: Match | None, cache: DfCache, *, k: int, order: str,
