@@ -3,7 +3,8 @@
 A worker's startup sweep sends every dirty window with no job waiting, even when its marker says
 queued (a marker can outlive a worker killed mid-job). Three workers started together after an
 import each read an empty queue and each sent every window: three jobs a window, two of them
-finding it clean, which cost the workers more than the reconciliation itself (docs/postgres.md).
+finding it clean, which cost the workers more than the reconciliation itself
+(docs/performance/postgres.md, "Import and reconciliation: jobs and CPU").
 A sweep now leaves alone the markers set after it began: another process has just sent that job.
 """
 

@@ -92,7 +92,8 @@ class Markers:
         set before then as well (a worker's startup sweep, from when it began: a marker may outlive
         a worker killed mid-job), but not those set since, by another process that has just sent
         the job: workers started together would otherwise each send every dirty window, and a
-        window's duplicate jobs cost a job each (docs/postgres.md, "Import and reconciliation").
+        window's duplicate jobs cost a job each (docs/performance/postgres.md, "Import and
+        reconciliation: jobs and CPU").
         """
         if self._acquire is not None:
             fresh = []

@@ -243,7 +243,8 @@ class Writes:
         the windows of all of them in one pipeline, then every step's rows (one INSERT) and window
         updates in another. Steps are taken in rounds of distinct sessions and windows, so that a
         window's state is read after an earlier step's rows are in. An import step was two round
-        trips of its own, each a wait to be scheduled on a loaded host (docs/postgres.md, "Ingest")."""
+        trips of its own, each a wait to be scheduled on a loaded host (docs/performance/postgres.md,
+        "Ingest")."""
         out: list[AppendResult] = []
         first = 0
         while first < len(steps):
