@@ -16,6 +16,8 @@ from sessionsearch.indexer.events import parse_event
 from sessionsearch.indexer.reconcile import reconcile_window
 from sessionsearch.store.postgres import LATEST, arrays, migrate, schema_version
 from sessionsearch.store.postgres.arrays import Int4Array, Int8Array, TextArray
+from sessionsearch.store.postgres.reconcile import ORPHANS
+from sessionsearch.store.postgres.writer import DELETE_INDEX
 from sessionsearch.store.postgres.schema import MIGRATIONS
 
 from .helpers import chain, engine_at, msg
@@ -277,3 +279,46 @@ def test_migrations_run_once_however_many_processes_start_together():
             assert conn.execute("SELECT count(*) FROM ss_schema_migrations").fetchone()[0] == len(MIGRATIONS)
     finally:
         drop_pg_database(url)
+
+
+def _plan_nodes(node: dict):
+    yield node
+    for child in node.get("Plans", []):
+        yield from _plan_nodes(child)
+
+
+async def test_the_orphan_sweep_deletes_rows_that_left_the_branch_listing_them_once_whatever_the_statistics(pg):
+    """sweep_orphans deletes the index rows of a clean window whose row left the branch, and only
+    those, keeping the window's counters exact. It lists the orphans once, then deletes them by
+    id, and neither statement's plan loops over anything but index probes, even when the planner's statistics were taken before the
+    agent's rows were written (they then say it has one row): as `id IN (SELECT …)` it was a
+    nested-loop semi join that ran the whole list again for each of the agent's rows, hours of
+    CPU for a 200,000-row agent in every worker's startup sweep."""
+    texts = [("user" if i % 2 else "assistant", f"line {i} about w{i}") for i in range(1, 201)]
+    async with engine_at(pg) as engine:
+        await engine.append("agent:main:warm", chain("w", texts[:1]))
+        with psycopg.connect(pg.database_url, autocommit=True) as conn:
+            conn.execute("ANALYZE")  # statistics of a near-empty agent, as before an import
+        await engine.append(KEY, chain("m", texts))
+        gone = [f"m{i}" for i in range(5, 10)]
+        with psycopg.connect(pg.database_url, autocommit=True) as conn:
+            ano = conn.execute("SELECT ano FROM ss_agents WHERE agent_id = 'main'").fetchone()[0]
+            # behind the store's back: five rows leave the branch of a clean window
+            conn.execute("UPDATE ss_events SET on_branch = 0 WHERE event_id = ANY(%s)", (gone,))
+            ids = [r[0] for r in conn.execute(ORPHANS, {"ano": ano})]
+            plans = [conn.execute(f"EXPLAIN (FORMAT JSON) {sql}", args).fetchone()[0][0]
+                     for sql, args in ((ORPHANS, {"ano": ano}), (DELETE_INDEX, {"ids": ids}))]
+        assert len(ids) == 5
+        for plan in plans:
+            nodes = list(_plan_nodes(plan["Plan"]))
+            for loop in (n for n in nodes if n["Node Type"] == "Nested Loop"):  # each inner side one index probe
+                inner = next(c for c in loop["Plans"] if c["Parent Relationship"] == "Inner")
+                assert inner["Node Type"] in ("Index Scan", "Index Only Scan"), plan
+        assert await engine.sweep_orphans("main") == 5
+        assert await engine.sweep_orphans("main") == 0
+        with psycopg.connect(pg.database_url) as conn:
+            left = conn.execute("SELECT count(*) FROM ss_index WHERE ano = %s", (ano,)).fetchone()[0]
+            counted = conn.execute("SELECT sum(idx_rows) FROM ss_windows WHERE ano = %s", (ano,)).fetchone()[0]
+        assert left == counted == 201 - 5
+        assert (await engine.search(query="w7", limit=5))["results"] == []
+        assert len((await engine.search(query="w12", limit=5))["results"]) == 1

@@ -38,6 +38,16 @@ async def _claim(conn, wid: int, token: str, lease_s: float, now: float) -> Clai
     return None if row is None else ClaimInfo(bool(row[0]), row[1], row[2], bool(row[3]))
 
 
+
+# The ids of agent %(ano)s's orphan index rows: read first, then deleted by id (writer.py,
+# DELETE_INDEX). As one statement, `DELETE … WHERE id IN (<this>)`, with statistics from before an
+# import (the agent estimated at one row) the planner chose a nested-loop semi join that ran this
+# query again for each of the agent's index rows: quadratic, hours of CPU for a 200,000-row agent,
+# in every worker's startup sweep at once (tests/test_postgres_writers.py checks both plans).
+ORPHANS = ("SELECT f.id FROM ss_index f LEFT JOIN ss_windows win ON win.wid = f.wid WHERE f.ano = %(ano)s AND "
+           "(win.wid IS NULL OR win.cold = 1 OR (win.needs_rebuild = 0 AND NOT EXISTS "
+           "(SELECT 1 FROM ss_events e WHERE e.id = f.id AND e.on_branch = 1 AND e.text IS NOT NULL)))")
+
 class ReconcileWrites:
     """The reconciliation transactions of one agent; `rebuilding` tells this process's jobs which
     windows a running transaction is rebuilding beside another."""
@@ -178,11 +188,10 @@ class ReconcileWrites:
 
     async def sweep_orphans(self, conn) -> int:
         """Index rows whose window is gone or cold, or (clean windows) whose row left the branch."""
-        gone = await delete_index(
-            conn, "ano = %(ano)s AND id IN (SELECT f.id FROM ss_index f LEFT JOIN ss_windows win ON win.wid = f.wid "
-                  "WHERE f.ano = %(ano)s AND (win.wid IS NULL OR win.cold = 1 OR (win.needs_rebuild = 0 AND NOT EXISTS "
-                  "(SELECT 1 FROM ss_events e WHERE e.id = f.id AND e.on_branch = 1 AND e.text IS NOT NULL))))",
-            {"ano": self.ano})
+        ids = [row[0] for row in await all_rows(conn, ORPHANS, {"ano": self.ano})]
+        if not ids:
+            return 0
+        gone = await delete_index(conn, ids)
         return sum(n for n, _ in gone.values())
 
     async def dirty_windows(self, conn) -> list[int]:

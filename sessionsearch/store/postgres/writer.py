@@ -97,10 +97,16 @@ async def count_index(conn: psycopg.AsyncConnection, wid: int, rows: int, tokens
                            "WHERE wid = %s", (rows, tokens, wid))
 
 
-async def delete_index(conn: psycopg.AsyncConnection, where: str, params: dict[str, Any]) -> dict[int, tuple[int, int]]:
-    """Delete the index rows `where` selects; (rows, tokens) removed per window, counters updated."""
-    cur = await conn.execute(f"WITH d AS (DELETE FROM ss_index WHERE {where} RETURNING wid, dl) "
-                             "SELECT wid, count(*), coalesce(sum(dl), 0) FROM d GROUP BY wid", params)
+# Delete index rows by id; (rows, tokens) removed per window. The ids are bound as one array:
+# planned with its value, the rows are found by primary key (or a hashed filter), never by a join
+# whose plan rests on statistics that may predate the rows (reconcile.py, ORPHANS).
+DELETE_INDEX = ("WITH d AS (DELETE FROM ss_index WHERE id = ANY(%(ids)s::bigint[]) RETURNING wid, dl) "
+                "SELECT wid, count(*), coalesce(sum(dl), 0) FROM d GROUP BY wid")
+
+
+async def delete_index(conn: psycopg.AsyncConnection, ids: list[int]) -> dict[int, tuple[int, int]]:
+    """Delete the index rows `ids`; (rows, tokens) removed per window, counters updated."""
+    cur = await conn.execute(DELETE_INDEX, {"ids": ids})
     gone = {wid: (n, int(t)) for wid, n, t in await cur.fetchall()}
     for wid, (n, t) in gone.items():
         await count_index(conn, wid, -n, -t)
