@@ -12,7 +12,9 @@ through the Python API (`Engine.search`). Both live in scratch databases on the 
 - import: the anchor's COPY plus index build next to our import plus reconciliation;
 - appends in batches of 100 from 4 concurrent client processes, messages per second in all
   (the same texts into both, so both corpora stay equal);
-- search p95 while the workers reconcile another agent's import, next to idle;
+- search p95 while the workers reconcile another agent's import, next to idle, once with the
+  workers at normal CPU priority and once at idle (SCHED_IDLE, the product's default: the
+  workers' own CPU gives way, the database backends serving them do not);
 - search p50/p95 per query class (rare, 0.3%, 1%, 10% word, two words, 4-letter prefix, and
   recent-first for each word class), interleaved query by query, with ratios, and our median CPU
   time per search in this process (the API layer's own cost) with the load average then.
@@ -128,9 +130,9 @@ def build_anchor(url: str, copy_path: Path) -> dict:
 
 
 class Workers:
-    """Three `sessionsearch worker` processes against the database and Redis."""
+    """Three `sessionsearch worker` processes against the database and Redis, at `priority` (--cpu-priority)."""
 
-    def __init__(self, url: str, redis_url: str, work: Path, count: int = 3) -> None:
+    def __init__(self, url: str, redis_url: str, work: Path, count: int = 3, priority: str = "idle") -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONSEARCH_")}
         env.update(SESSIONSEARCH_DATABASE_URL=url, SESSIONSEARCH_REDIS_URL=redis_url,
                    SESSIONSEARCH_DATA_DIR=str(work / "data"), SESSIONSEARCH_LOG_LEVEL="WARNING",
@@ -139,7 +141,7 @@ class Workers:
                    SESSIONSEARCH_POSTINGS_CHECK_EVERY_S="0", SESSIONSEARCH_OPTIMIZE_EVERY_S="0")
         self.procs = [subprocess.Popen(
             [sys.executable, "-m", "sessionsearch.cli", "worker", "--processes", "1", "--threads", "2",
-             "--metrics-port", "0", "--metrics-dir", str(work / f"worker{i}.metrics"), "--cpu-priority", "normal"],
+             "--metrics-port", "0", "--metrics-dir", str(work / f"worker{i}.metrics"), "--cpu-priority", priority],
             env=env, stdout=open(work / f"worker{i}.log", "w"), stderr=subprocess.STDOUT) for i in range(count)]
 
     def stop(self) -> None:
@@ -298,6 +300,10 @@ async def main() -> None:
                         help="a server's admin URL: the benchmark creates and drops its databases there")
     parser.add_argument("--redis-url", default=os.environ.get("SESSIONSEARCH_REDIS_URL", "redis://127.0.0.1:6379/14"))
     parser.add_argument("--append-batches", type=int, default=50, help="batches of 100 per client (4 clients)")
+    parser.add_argument("--worker-cpu-priority", choices=("idle", "normal"), default="idle",
+                        help="the workers' --cpu-priority for the import (default idle, the product's default)")
+    parser.add_argument("--busy-priorities", default="normal,idle",
+                        help="search while another agent is reconciled, once per workers' CPU priority, in this order")
     parser.add_argument("--keep", action="store_true", help="keep the databases and work dir afterwards")
     parser.add_argument("--out", default="pg", help="figures go to bench/results/<out>.json")
     args = parser.parse_args()
@@ -338,7 +344,7 @@ async def main() -> None:
         t = time.perf_counter()
         import_state(work / "state", ours_url, work, "main")
         import_s = time.perf_counter() - t
-        workers = Workers(ours_url, args.redis_url, work)
+        workers = Workers(ours_url, args.redis_url, work, priority=args.worker_cpu_priority)
         try:
             async with Engine(settings=Settings(database_url=ours_url, data_dir=str(work / "data"))) as engine:
                 reconcile_s = await wait_indexed(engine, "main")
@@ -366,27 +372,38 @@ async def main() -> None:
                 print(f"  {out['append_batch100_4_clients_msgs_per_s']}", file=sys.stderr)
                 save()
 
-                print("search while the workers reconcile another agent's import ...", file=sys.stderr)
                 queries = words["mid_0.3pct"] + words["common_1pct"]
-                idle = await timed_searches(engine, queries, lambda n: n >= max(3, args.reps // 2) * len(queries))
-                other = CorpusSpec(messages=max(1000, args.messages // 5), sessions=max(1, args.messages // 500),
-                                   seed=7)
-                write_state_dir(other, work / "state2", "other")
-                workers.stop()  # imported with no worker running: the busy phase is all reconciliation
-                import_state(work / "state2", ours_url, work, "other")
-                workers = Workers(ours_url, args.redis_url, work)
-                while (await engine.index_status("other"))["agents"][0]["indexedWindows"] == 0:
-                    await asyncio.sleep(0.1)  # the workers have started reconciling
-                watcher = asyncio.create_task(wait_indexed(engine, "other"))
-                busy = await timed_searches(engine, queries, lambda n: n > 0 and watcher.done())
-                other_s = await watcher
-                out["search_during_reconcile"] = {
-                    "queries": queries, "other_agent_messages": other.messages, "other_reconcile_s": other_s,
-                    "idle_p50_ms": statistics.median(idle) * 1000, "idle_p95_ms": pct(idle, 0.95) * 1000,
-                    "busy_p50_ms": statistics.median(busy) * 1000, "busy_p95_ms": pct(busy, 0.95) * 1000,
-                    "busy_searches": len(busy), "ratio_p95": pct(busy, 0.95) / pct(idle, 0.95)}
-                print(f"  {out['search_during_reconcile']}", file=sys.stderr)
-                save()
+                out["search_during_reconcile_by_priority"] = {}
+                for n, priority in enumerate(args.busy_priorities.split(",")):
+                    print(f"search while the workers ({priority} CPU priority) reconcile another agent's import ...",
+                          file=sys.stderr)
+                    idle = await timed_searches(engine, queries,
+                                                lambda n: n >= max(3, args.reps // 2) * len(queries))
+                    other = CorpusSpec(messages=max(1000, args.messages // 5),
+                                       sessions=max(1, args.messages // 500), seed=7 + n)
+                    agent = f"other{n}"
+                    write_state_dir(other, work / f"state-{agent}", agent)
+                    workers.stop()  # imported with no worker running: the busy phase is all reconciliation
+                    import_state(work / f"state-{agent}", ours_url, work, agent)
+                    workers = Workers(ours_url, args.redis_url, work, priority=priority)
+                    while (await engine.index_status(agent))["agents"][0]["indexedWindows"] == 0:
+                        await asyncio.sleep(0.1)  # the workers have started reconciling
+                    watcher = asyncio.create_task(wait_indexed(engine, agent))
+                    busy = await timed_searches(engine, queries, lambda n: n > 0 and watcher.done())
+                    other_s = await watcher
+                    phase = {
+                        "worker_cpu_priority": priority, "queries": queries, "other_agent_messages": other.messages,
+                        "other_reconcile_s": other_s,
+                        "idle_p50_ms": statistics.median(idle) * 1000, "idle_p95_ms": pct(idle, 0.95) * 1000,
+                        "busy_p50_ms": statistics.median(busy) * 1000, "busy_p95_ms": pct(busy, 0.95) * 1000,
+                        "busy_searches": len(busy), "ratio_p95": pct(busy, 0.95) / pct(idle, 0.95)}
+                    out["search_during_reconcile_by_priority"][priority] = phase
+                    if priority == args.worker_cpu_priority:
+                        out["search_during_reconcile"] = phase
+                    print(f"  {phase}", file=sys.stderr)
+                    save()
+                workers.stop()
+                workers = Workers(ours_url, args.redis_url, work, priority=args.worker_cpu_priority)
 
                 out["postings_build"]["before_searches"] = await build_postings(engine, "main")  # after the appends
                 print(f"  postings: {out['postings_build']}", file=sys.stderr)
