@@ -42,8 +42,8 @@ async def _claim(conn, wid: int, token: str, lease_s: float, now: float) -> Clai
 # The ids of agent %(ano)s's orphan index rows: read first, then deleted by id (writer.py,
 # DELETE_INDEX). As one statement, `DELETE … WHERE id IN (<this>)`, with statistics from before an
 # import (the agent estimated at one row) the planner chose a nested-loop semi join that ran this
-# query again for each of the agent's index rows: quadratic, hours of CPU for a 200,000-row agent,
-# in every worker's startup sweep at once (tests/test_postgres_writers.py checks both plans).
+# query again for each of the agent's index rows: quadratic (a 40,000-row agent: over six minutes
+# of CPU, unfinished) in every worker's startup sweep at once (tests/test_postgres_writers.py checks both plans).
 ORPHANS = ("SELECT f.id FROM ss_index f LEFT JOIN ss_windows win ON win.wid = f.wid WHERE f.ano = %(ano)s AND "
            "(win.wid IS NULL OR win.cold = 1 OR (win.needs_rebuild = 0 AND NOT EXISTS "
            "(SELECT 1 FROM ss_events e WHERE e.id = f.id AND e.on_branch = 1 AND e.text IS NOT NULL)))")
