@@ -122,9 +122,10 @@ async def run_import(engine, path: Path, *, agent_id: str | None = None,
                      progress: Callable[[int, int], None] | None = None) -> ImportReport:
     """Import `path` into `engine`; returns what was imported and every problem met.
 
-    A file's rows go to the writer in chunks while the next chunk is parsed (the parse yields to
-    the event loop every YIELD_LINES lines when the write waits on a server, so the write progresses); the last chunk of
-    each file waits in a group with other files' until the group is worth a transaction.
+    A file's rows go to the writer in chunks while the next chunk is parsed (when the write waits
+    on a server, the parse gives the event loop a turn every YIELD_LINES lines so that the write
+    progresses); the last chunk of each file waits in a group with other files' until the group
+    is worth a transaction.
     """
     started = time.monotonic()
     plan = plan_import(Path(path), agent_id)
