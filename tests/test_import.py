@@ -550,3 +550,38 @@ async def test_a_transcript_swapped_after_it_was_checked_is_refused_not_followed
         ("swap-1.jsonl", None, "unreadable: replaced since the import checked it; skipped")]
     assert [(f.session_id, f.imported) for f in report.files] == [("good-1", 1), ("swap-1", 0)]
     assert await _ids_found(tmp_path / "data", "alpha") == ["g1"]
+
+
+async def test_a_write_to_postgresql_progresses_while_the_next_chunk_is_parsed(pg, tmp_path, monkeypatch):
+    # a chunk's write must start while the next chunk is parsed, not wait until that chunk is sent:
+    # the parse and the server's work overlap (on SQLite the writer thread's Python would contend
+    # with the parse for the GIL: measured slower, so it does not yield there)
+    monkeypatch.setattr(importer, "BATCH_EVENTS", 100)
+    monkeypatch.setattr(importer, "YIELD_LINES", 10, raising=False)
+    parsed = [0]
+    real_parse, real_write = importer._parse_line, importer._Group._write
+
+    def counting_parse(raw, now_ms):
+        parsed[0] += 1
+        return real_parse(raw, now_ms)
+
+    started: list[int] = []
+
+    async def recording_write(self, store, steps):
+        started.append(parsed[0])
+        await real_write(self, store, steps)
+
+    monkeypatch.setattr(importer, "_parse_line", counting_parse)
+    monkeypatch.setattr(importer._Group, "_write", recording_write)
+    state = tmp_path / "state"
+    sessions = _sessions_dir(state)
+    (sessions / "sessions.json").write_text(json.dumps({"agent:main:k": {"sessionId": "k-1"}}))
+    lines = [_line("m0", "alpha 0")] + [_line(f"m{i}", f"alpha {i}", f"m{i - 1}") for i in range(1, 350)]
+    (sessions / "k-1.jsonl").write_text("\n".join(lines) + "\n")
+    async with engine_at(pg) as engine:
+        report = await run_import(engine, state)
+        assert report.problems == [] and report.events == 350
+        assert started[0] < 150, started  # the first chunk's write began within the second chunk's parse
+        await engine.reconcile_pending()
+        history = await engine.history(sessionKey="agent:main:k", limit=500)
+        assert [m["messageId"] for m in history["messages"]] == [f"m{i}" for i in range(350)]

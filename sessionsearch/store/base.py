@@ -102,6 +102,10 @@ class AgentStore(Protocol):
     unless a name says `_s` (seconds); deadlines are `time.monotonic()` seconds."""
 
     agent_id: str
+    # True where a write waits on a database server through the event loop (an import's parse then
+    # gives the loop turns, so the server works beside it); False where writes run on a thread of
+    # this process, whose Python would only contend with the parse for the GIL
+    writes_await_server: bool
 
     async def close(self) -> None:
         """Release the store's connections and threads; it answers nothing after."""

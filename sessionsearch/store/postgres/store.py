@@ -18,6 +18,8 @@ from .writer import Writes
 
 
 class PgAgentStore:
+    writes_await_server = True
+
     def __init__(self, db: Db, agent_id: str, ano: int, *,
                  listing_seen: Callable[[int, float], None] | None = None) -> None:
         """`listing_seen(version, at)` is told the agent listing's version each search read

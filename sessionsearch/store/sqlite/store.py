@@ -64,6 +64,8 @@ class _Reader:
 class SqliteAgentStore:
     """The transcripts, index and index state of one agent, in `<data_dir>/agents/<agentId>.db`."""
 
+    writes_await_server = False  # the writer thread's
+
     def __init__(self, path: Path, agent_id: str, *, readers: int = 4, cold_dir: Path | None = None,
                  busy_timeout_ms: int = 30_000, mmap_bytes: int = 0, quiet_mmap_bytes: int = 0,
                  rows_in_sql: bool = False) -> None:
