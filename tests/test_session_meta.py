@@ -15,7 +15,7 @@ BAD = {"label": 5, "displayName": "ok", "spawnedBy": "agent:bad id:x", "parentSe
 
 
 async def test_an_upsert_with_several_bad_fields_names_the_first_text_field_then_keys_kind_and_incognito(backend):
-    async with engine_at(backend / "data") as engine:
+    async with engine_at(backend) as engine:
         seen = []
         fields = dict(BAD)
         while True:
@@ -41,7 +41,7 @@ async def test_an_import_reports_every_bad_field_in_entry_order_and_keeps_the_go
     sessions = tmp_path / "state" / "agents" / "main" / "sessions"
     sessions.mkdir(parents=True)
     (sessions / "sessions.json").write_text(json.dumps({"agent:main:s": {"sessionId": "s-1", **BAD}}))
-    async with engine_at(backend / "data") as engine:
+    async with engine_at(backend) as engine:
         report = await run_import(engine, tmp_path / "state")
         assert [p.message for p in report.problems] == [
             "missing transcript of agent:main:s",
