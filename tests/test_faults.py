@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import http.client
 import json
 import os
 import random
@@ -460,8 +461,8 @@ class Appender(threading.Thread):
             try:
                 status, answer = self.server.post("transcript.append", {"sessionKey": self.key,
                                                                         "events": self.in_flight})
-            except OSError:  # the connection died with the server: this batch's fate is unknown
-                return
+            except (OSError, http.client.HTTPException):  # the connection died with the server (before
+                return  # or while the answer was read: IncompleteRead): this batch's fate is unknown
             if status != 200:
                 self.error = f"{status} {answer}"
                 return
