@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import subprocess
@@ -46,6 +47,8 @@ class Server:
                 status, payload, ctype = resp.status, resp.read(), resp.headers.get("content-type", "")
         except urllib.error.HTTPError as err:
             status, payload, ctype = err.code, err.read(), err.headers.get("content-type", "")
+        except http.client.IncompleteRead as exc:  # the server died mid-answer: a lost connection
+            raise ConnectionError(f"{method} {path}: the answer was cut off") from exc
         return status, (json.loads(payload) if "json" in ctype else payload.decode())
 
     def post(self, method: str, body: Any = None, **kw: Any) -> tuple[int, Any]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import http.client
 import json
 import os
 import random
@@ -461,8 +460,8 @@ class Appender(threading.Thread):
             try:
                 status, answer = self.server.post("transcript.append", {"sessionKey": self.key,
                                                                         "events": self.in_flight})
-            except (OSError, http.client.HTTPException):  # the connection died with the server (before
-                return  # or while the answer was read: IncompleteRead): this batch's fate is unknown
+            except OSError:  # the connection died with the server: this batch's fate is unknown
+                return
             if status != 200:
                 self.error = f"{status} {answer}"
                 return
