@@ -181,3 +181,59 @@ async def test_a_build_by_another_process_is_used_once_the_terms_are_read_again(
         assert await search() == slow and small_postings["answered"] == 0  # the list read before the build
         monkeypatch.setattr(postings, "TERMS_TTL_S", 0.0)
         assert await search() == slow and small_postings["answered"] == 1  # read again: the postings answer
+
+
+STATS = ("SELECT dfs FROM ss_search_stats(%(ano)s, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, %(qs)s::text[], "
+         "%(none)s::bigint[], %(none)s::bigint[], %(none)s::bigint[], %(none)s::numeric[], %(none)s::bigint[], "
+         "%(keys)s::text[], %(limit)s)")
+COUNTED = [("'loan'", "w:loan"), ("'bank'", "w:bank"), ("'lo':*", "p:lo"), ("'ban':*", "p:ban"),
+           ("'loan' <-> 'bank'", None), ("'zebra'", "w:zebra")]
+
+
+async def test_a_word_or_prefix_the_postings_hold_is_counted_from_them_exactly(pg, monkeypatch):
+    """A phrase's document count, when the count a search kept no longer holds (after any write),
+    comes from the postings of a word or prefix they hold: the build's count plus the rows written
+    since that hold it (schema migration 10). It equals counting every row, after appends, a
+    rewind, a delete; and it is the postings' (an inflated build count shows through) exactly while
+    the build is usable, as postings.py uses them."""
+    monkeypatch.setattr(postings_build, "PREFIX_MIN_DOCS", 30)
+    async with engine_at(pg) as engine:
+        await _corpus(engine)
+        store = await engine.store("main")
+        await store.optimize(min_docs=30, min_share=0.0)
+        with psycopg.connect(pg.database_url, autocommit=True) as conn:
+            def counts(limit: int = postings_build.FRESH_LIMIT) -> tuple[list[int], list[int]]:
+                qs, keys = [q for q, _ in COUNTED], [k for _, k in COUNTED]
+                got = conn.execute(STATS, {"ano": store.ano, "qs": qs, "keys": keys, "limit": limit,
+                                           "none": [None] * len(qs)}).fetchone()[0]
+                want = [conn.execute("SELECT count(*) FROM ss_index WHERE ano = %s AND tsv @@ %s::tsquery",
+                                     (store.ano, q)).fetchone()[0] for q in qs]
+                return got, want
+
+            got, want = counts()
+            assert got == want and min(want[:4]) > 30
+            await _corpus(engine, sessions=2, seed=9, name="more")
+            await engine.append("agent:main:short", chain("sh", [("user", "loan loan loan"), ("user", "band")]))
+            got, want = counts()
+            assert got == want
+            conn.execute("UPDATE ss_postings SET docs = docs + 1000 WHERE ano = %s", (store.ano,))
+            got, _ = counts()
+            assert [g - w for g, w in zip(got, want)] == [1000, 1000, 1000, 1000, 0, 0]  # from the postings
+            assert counts(limit=10)[0] == want  # past the fresh limit: every row counted
+            # a rewind, reconciled: rows the build counted are gone, so the build is not used
+            await engine.append("agent:main:s0", [leaf("l1", "s0m20", "s0m2"), msg("x1", "user", "loan bank", "l1")])
+            await engine.reconcile_pending()
+            got, want = counts()
+            assert got == want
+            await store.optimize(min_docs=30, min_share=0.0)
+            await engine.delete("agent:main:s1")
+            got, want = counts()
+            assert got == want
+        # a search's scores are those of counting every row: recent and several words, after a write
+        await engine.append("agent:main:late", chain("lt", [("user", "loan bank late")], ts=1_800_000_000_000))
+        searches = [dict(query="loan"), dict(query="loan", order="recent"), dict(query="bank late"),
+                    dict(query="ba", match="prefix", order="recent"), dict(query="loan car", order="recent")]
+        fast = [await engine.search(**s, limit=10) for s in searches]
+        await store.execute_write("DELETE FROM ss_postings_built")
+        store._dfs = type(store._dfs)()
+        assert fast == [await engine.search(**s, limit=10) for s in searches]

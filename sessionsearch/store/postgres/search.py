@@ -20,6 +20,8 @@ stamp the window anew from a sequence (a window's stamp only grows, so the sum g
 of windows stays), a window created or deleted moves meta_version, and index rows of a window that
 is gone move idx_epoch. The statement reuses a cached df while that state holds and counts again
 when it moved (schema migration 9's ss_search_stats, whose count is planned only when it runs).
+Any write moves that state, so a word the agent's postings hold is counted from them instead (the
+build's count plus the rows written since that hold it, migration 10), as postings.py counts it.
 """
 
 from __future__ import annotations
@@ -132,11 +134,22 @@ class Query:
     def _is_prefix(self, i: int) -> bool:
         return self.prefix and i == len(self.phrases) - 1
 
+    def _postings_key(self, i: int) -> str | None:
+        """Phrase i as the agent's postings may hold it ('w:' and a word, 'p:' and a 2-4 letter
+        prefix), for its count (schema migration 10); None for a phrase of several words."""
+        from .postings_build import is_prefix_key
+        if len(self.phrases[i]) != 1:
+            return None
+        lex = self.phrases[i][0]
+        if self._is_prefix(i):
+            return "p:" + lex if is_prefix_key(lex) else None
+        return "w:" + lex
+
     def stats_sql(self, ano: int, cache: DfCache) -> str:
         """A CTE `st`, one row: the head (HEAD's columns), each phrase's df (df0, df1, …; the
-        cached count while the index state it was counted at holds, else counted now: schema
-        migration 9's ss_search_stats), N (n), avgdl and each phrase's idf (idf0, …), computed as
-        FTS5 computes them."""
+        cached count while the index state it was counted at holds, else counted now, from the
+        postings for a word or prefix they hold: schema migration 10's ss_search_stats), N (n),
+        avgdl and each phrase's idf (idf0, …), computed as FTS5 computes them."""
         self.params.update(head_params(ano, cache))
         for i, phrase in enumerate(self.phrases):
             q = self.params[f"q{i}"] = tsquery_text([phrase], self._is_prefix(i))
@@ -146,9 +159,13 @@ class Query:
 
         def array(param: str, kind: str) -> str:  # one value a phrase: scalars bind for a tenth of a list's cost
             return f"ARRAY[{', '.join(f'%({param.format(i)})s::{kind}' for i in range(len(self.phrases)))}]::{kind}[]"
+        from .postings_build import FRESH_LIMIT  # it imports this module
+        for i, phrase in enumerate(self.phrases):
+            self.params[f"p{i}"] = self._postings_key(i)
+        self.params["fresh_limit"] = FRESH_LIMIT
         call = (f"ss_search_stats({HEAD_ARGS}, {array('q{}', 'text')}, {array('c{}', 'bigint')}, "
                 f"{array('c{}v', 'bigint')}, {array('c{}w', 'bigint')}, {array('c{}g', 'numeric')}, "
-                f"{array('c{}e', 'bigint')})")
+                f"{array('c{}e', 'bigint')}, {array('p{}', 'text')}, %(fresh_limit)s::bigint)")
         dfs = ", ".join(f"f.dfs[{i + 1}] AS df{i}" for i in range(len(self.phrases)))
         idfs = []
         for i in range(len(self.phrases)):
