@@ -132,8 +132,10 @@ def build_anchor(url: str, copy_path: Path) -> dict:
 class Workers:
     """Three `sessionsearch worker` processes against the database and Redis, at `priority` (--cpu-priority)."""
 
-    def __init__(self, url: str, redis_url: str, work: Path, count: int = 3, priority: str = "idle") -> None:
+    def __init__(self, url: str, redis_url: str, work: Path, count: int = 3, priority: str = "idle",
+                 env_extra: dict[str, str] | None = None) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONSEARCH_")}
+        env.update(env_extra or {})
         env.update(SESSIONSEARCH_DATABASE_URL=url, SESSIONSEARCH_REDIS_URL=redis_url,
                    SESSIONSEARCH_DATA_DIR=str(work / "data"), SESSIONSEARCH_LOG_LEVEL="WARNING",
                    SESSIONSEARCH_RECONCILE_SWEEP_EVERY_S="2",

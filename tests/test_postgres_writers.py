@@ -16,12 +16,12 @@ from sessionsearch.indexer.events import parse_event
 from sessionsearch.indexer.reconcile import reconcile_window
 from sessionsearch.store.postgres import LATEST, arrays, migrate, schema_version
 from sessionsearch.store.postgres.arrays import Int4Array, Int8Array, TextArray
-from sessionsearch.store.postgres.reconcile import ORPHANS
+from sessionsearch.store.postgres.reconcile import ORPHANS, SLOT_LOCK
 from sessionsearch.store.postgres.writer import DELETE_INDEX
 from sessionsearch.store.postgres.schema import MIGRATIONS
 
 from .helpers import chain, engine_at, msg
-from .services import create_pg_database, drop_pg_database
+from .services import create_pg_database, drop_pg_database, empty_pg_database
 
 KEY = "agent:main:pg"
 
@@ -322,3 +322,35 @@ async def test_the_orphan_sweep_deletes_rows_that_left_the_branch_listing_them_o
         assert left == counted == 201 - 5
         assert (await engine.search(query="w7", limit=5))["results"] == []
         assert len((await engine.search(query="w12", limit=5))["results"]) == 1
+
+
+async def test_reconciliation_writes_wait_for_a_free_slot_and_take_another_when_there_are_more(pg):
+    """`reconcile.slots`: a reconciliation's index writes take one of that many advisory locks
+    (any process, any host). With the only slot held by another transaction, a reconciliation
+    waits for it, its window still unpublished; it then publishes exactly the branch. With two
+    slots it takes the free one and does not wait."""
+    texts = [("user", f"slot words {i}") for i in range(20)]
+    for slots, waits in ((1, True), (2, False)):
+        empty_pg_database(pg.database_url)
+        async with engine_at(pg, reconcile_slots=slots) as engine:
+            await engine.append(KEY, chain("m", texts), index=False)
+            (wid,) = (await engine.pending("main"))["main"]
+            async with await psycopg.AsyncConnection.connect(pg.database_url) as holder:
+                await holder.execute("SELECT pg_advisory_xact_lock(%s, 0)", (SLOT_LOCK,))
+                job = asyncio.create_task(engine.reconcile("main", wid))
+                if waits:
+                    while not await _waiting_for_slot(pg.database_url):
+                        assert not job.done()
+                        await asyncio.sleep(0.05)
+                    assert (await engine.pending("main"))["main"] == [wid]
+                    await holder.rollback()
+                result = await asyncio.wait_for(job, 60)
+            assert result.outcome == "published"
+            assert len((await engine.search(query="slot words", limit=25))["results"]) == 20
+
+
+async def _waiting_for_slot(url: str) -> bool:
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        row = await (await conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+                                        "AND classid = %s::bigint::oid", (SLOT_LOCK,))).fetchone()
+    return row[0] > 0

@@ -146,7 +146,8 @@ class PgBackend:
         if ano is None:
             raise NotFound(f"agent {agent_id!r} not found")
         self._agents[agent_id] = ano
-        return PgAgentStore(self.db, agent_id, ano, listing_seen=self.listing_seen)
+        return PgAgentStore(self.db, agent_id, ano, listing_seen=self.listing_seen,
+                            reconcile_slots=self.settings.reconcile_slots)
 
     async def check_ready(self) -> None:
         async def ping(conn) -> None:

@@ -12,6 +12,8 @@ so two workers never pick the same one and neither waits for the other.
 
 from __future__ import annotations
 
+import random
+
 from ..base import ClaimInfo
 from ..rowids import seq_ranges, window_ranges
 from .db import all_rows, now_s, one
@@ -29,6 +31,21 @@ BULK_PENDING = f"SELECT set_config('gin_pending_list_limit', '{BULK_PENDING_KB}'
 MOVE_PENDING = f"SELECT gin_clean_pending_list(oid) {_OWNED}"
 # the id ranges a diff covers, as a relation r(lo, hi): one statement for any number of windows
 RANGES = "unnest(%(lo)s::bigint[], %(hi)s::bigint[]) AS r(lo, hi)"
+# Reconciliation's index writes take one of `slots` transaction-level advisory locks (key space
+# "rcsl", the slot as the second key), so at most that many run at once against the database,
+# from every worker process on every host; searches get the server's other cores. Taken after the
+# rows are read and tokenized and every window row the transaction writes is locked: a holder
+# then waits on nothing a waiter holds. Released at COMMIT or ROLLBACK (so safe behind PgBouncer).
+SLOT_LOCK = 0x7263736C
+TRY_SLOT = ("SELECT s FROM generate_series(0, %s - 1) AS s WHERE pg_try_advisory_xact_lock(%s, s::integer) "
+            "LIMIT 1")
+
+
+async def take_slot(conn, slots: int) -> None:
+    """Hold a reconciliation slot until this transaction ends: a free one, else wait for one (0: no limit)."""
+    if slots <= 0 or await one(conn, TRY_SLOT, (slots, SLOT_LOCK)) is not None:
+        return
+    await conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (SLOT_LOCK, random.randrange(slots)))
 
 
 async def _claim(conn, wid: int, token: str, lease_s: float, now: float) -> ClaimInfo | None:
@@ -52,8 +69,9 @@ class ReconcileWrites:
     """The reconciliation transactions of one agent; `rebuilding` tells this process's jobs which
     windows a running transaction is rebuilding beside another."""
 
-    def __init__(self, ano: int) -> None:
+    def __init__(self, ano: int, slots: int = 0) -> None:
         self.ano = ano
+        self.slots = slots  # reconciliation writes at once against the database (take_slot)
         self.rebuilding: frozenset[int] = frozenset()
 
     async def claim(self, conn, wid: int, token: str, lease_s: float) -> ClaimInfo | None:
@@ -147,6 +165,8 @@ class ReconcileWrites:
             count = counts.setdefault(wid, [0, 0])
             count[0] += n
             count[1] += t
+        if added:
+            await take_slot(conn, self.slots)
         async with conn.pipeline():
             if added:
                 await conn.execute(BULK_PENDING)

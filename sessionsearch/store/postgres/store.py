@@ -21,7 +21,7 @@ class PgAgentStore:
     writes_await_server = True
 
     def __init__(self, db: Db, agent_id: str, ano: int, *,
-                 listing_seen: Callable[[int, float], None] | None = None) -> None:
+                 listing_seen: Callable[[int, float], None] | None = None, reconcile_slots: int = 0) -> None:
         """`listing_seen(version, at)` is told the agent listing's version each search read
         (backend.py), `at` the time.monotonic() before it began."""
         self.db = db
@@ -29,7 +29,7 @@ class PgAgentStore:
         self.agent_id = agent_id
         self.ano = ano
         self._writes = Writes(agent_id, ano)
-        self._reconcile = ReconcileWrites(ano)
+        self._reconcile = ReconcileWrites(ano, reconcile_slots)
         self._dfs = DfCache()
 
     async def close(self) -> None:
