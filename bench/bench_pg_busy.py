@@ -1,13 +1,13 @@
 """Search while another agent is reconciled, for several `reconcile.slots` values side by side.
 
     .venv/bin/python bench/bench_pg_busy.py --database-url postgresql://…/ss_bench_ours_xxxx \
-        --words-from bench/results/pg.json [--slots 0,1,2] [--rounds 2] [--other-messages 200000]
+        --words-from bench/results/pg.json [--slots 0,1,2] [--workers 3] [--rounds 2] [--other-messages 200000]
 
 The database is one `bench_pg.py --keep` left: agent main, reconciled, its postings built; the
-words searched are that run's 0.3% and 1% words (its JSON's `words`). Each round runs every slots
-value once, the order reversed every other round (A B C, C B A, …): searches of main with no
+words searched are that run's 0.3% and 1% words (its JSON's `words`). Each round runs every
+(slots, workers) pair once, the order reversed every other round (A B C, C B A, …): searches of main with no
 worker running (idle), then another agent's state dir imported with no worker running, three
-`sessionsearch worker` processes started with SESSIONSEARCH_RECONCILE_SLOTS at the value (CPU
+`sessionsearch worker` processes (or --workers) started with SESSIONSEARCH_RECONCILE_SLOTS at the value (CPU
 priority --worker-cpu-priority) and main searched until that agent is at `indexing: false`
 (busy); the agent's rows are then deleted and vacuumed, so every round starts from the same
 database. Per run: idle and busy p50/p95, their ratio, the reconciliation's wall time, and the
@@ -77,14 +77,15 @@ def children_cpu_s(pid: int) -> float:
 
 
 async def one_run(engine: Engine, url: str, redis_url: str, work: Path, queries: list[str], reps: int,
-                  slots: int, tag: str, other: CorpusSpec, priority: str) -> dict:
+                  slots: int, count: int, tag: str, other: CorpusSpec, priority: str) -> dict:
     idle = await timed_searches(engine, queries, lambda n: n >= reps * len(queries))
     agent = f"busy{tag}"
     write_state_dir(other, work / f"state-{agent}", agent)
     t = time.perf_counter()
     import_state(work / f"state-{agent}", url, work, agent)
     import_s = time.perf_counter() - t
-    workers = Workers(url, redis_url, work, priority=priority, env_extra={"SESSIONSEARCH_RECONCILE_SLOTS": str(slots)})
+    workers = Workers(url, redis_url, work, count=count, priority=priority,
+                      env_extra={"SESSIONSEARCH_RECONCILE_SLOTS": str(slots)})
     try:
         cpu0 = backends_cpu_s(url)
         while (await engine.index_status(agent))["agents"][0]["indexedWindows"] == 0:
@@ -101,7 +102,7 @@ async def one_run(engine: Engine, url: str, redis_url: str, work: Path, queries:
         for sql in DROP_AGENT:
             await conn.execute(sql, {"ano": ano})
         await conn.execute("VACUUM ss_index, ss_events, ss_windows")
-    return {"slots": slots, "agent": agent, "import_s": import_s, "reconcile_s": reconcile_s,
+    return {"slots": slots, "workers": count, "agent": agent, "import_s": import_s, "reconcile_s": reconcile_s,
             "workers_cpu_s": workers_cpu, "backends_cpu_s": backends,
             "idle_p50_ms": statistics.median(idle) * 1000, "idle_p95_ms": pct(idle, 0.95) * 1000,
             "busy_p50_ms": statistics.median(busy) * 1000, "busy_p95_ms": pct(busy, 0.95) * 1000,
@@ -114,6 +115,7 @@ async def main() -> None:
     parser.add_argument("--database-url", required=True, help="a database bench_pg.py --keep left (agent main)")
     parser.add_argument("--words-from", required=True, help="that run's JSON (its `words`)")
     parser.add_argument("--slots", default="0,1,2")
+    parser.add_argument("--workers", default="3", help="worker processes (2 threads each), one run per value and slots")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--other-messages", type=int, default=200_000)
     parser.add_argument("--reps", type=int, default=10, help="idle searches of each query per run")
@@ -124,7 +126,7 @@ async def main() -> None:
     sslogging.configure("WARNING")
     words = json.loads(Path(args.words_from).read_text())["words"]
     queries = list(words["mid_0.3pct"]) + list(words["common_1pct"])
-    slots = [int(s) for s in args.slots.split(",")]
+    shapes = [(int(s), int(w)) for s in args.slots.split(",") for w in args.workers.split(",")]
     work = HERE / "work" / "pg-busy"
     work.mkdir(parents=True, exist_ok=True)
     import redis
@@ -136,23 +138,23 @@ async def main() -> None:
     stamp = int(time.time())
     async with Engine(settings=Settings(database_url=args.database_url, data_dir=str(work / "data"))) as engine:
         for r in range(args.rounds):
-            for n, value in enumerate(slots if r % 2 == 0 else slots[::-1]):
+            for value, count in (shapes if r % 2 == 0 else shapes[::-1]):
                 other = CorpusSpec(messages=args.other_messages, sessions=max(1, args.other_messages // 100),
                                    seed=100 + r)
                 run = await one_run(engine, args.database_url, args.redis_url, work, queries, args.reps, value,
-                                    f"{stamp}r{r}s{value}", other, args.worker_cpu_priority)
+                                    count, f"{stamp}r{r}s{value}w{count}", other, args.worker_cpu_priority)
                 run["round"] = r
                 out["runs"].append(run)
                 print(json.dumps(run), file=sys.stderr)
                 path.write_text(json.dumps(out, indent=2) + "\n")
-    out["by_slots"] = {}
-    for value in slots:
-        runs = [x for x in out["runs"] if x["slots"] == value]
-        out["by_slots"][str(value)] = {k: statistics.median(x[k] for x in runs) for k in
+    out["by_shape"] = {}
+    for value, count in shapes:
+        runs = [x for x in out["runs"] if (x["slots"], x["workers"]) == (value, count)]
+        out["by_shape"][f"slots={value},workers={count}"] = {k: statistics.median(x[k] for x in runs) for k in
                                        ("ratio_p95", "busy_p95_ms", "idle_p95_ms", "reconcile_s",
                                         "workers_cpu_s", "backends_cpu_s")}
     path.write_text(json.dumps(out, indent=2) + "\n")
-    print(json.dumps(out["by_slots"], indent=2))
+    print(json.dumps(out["by_shape"], indent=2))
 
 
 if __name__ == "__main__":

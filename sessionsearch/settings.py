@@ -156,9 +156,10 @@ SETTINGS: tuple[Setting, ...] = (
             "Seconds between a worker's sweeps for windows needing reconciliation with no job queued or taken "
             "(0: at startup only).", env="SESSIONSEARCH_RECONCILE_SWEEP_EVERY_S", toml="reconcile.sweepEveryS",
             parse=_seconds),
-    Setting("reconcile_slots", 0,
-            "PostgreSQL: reconciliation transactions writing index rows at once against the database, from every "
-            "worker process and host (0: no limit); the server's other cores stay with searches and appends.",
+    Setting("reconcile_slots", 1,
+            "PostgreSQL: reconciliation transactions doing their work (reading, tokenizing, writing index rows) at once "
+            "against the database, from every worker process and host (0: no limit); the server's other cores stay "
+            "with searches and appends.",
             env="SESSIONSEARCH_RECONCILE_SLOTS", toml="reconcile.slots", parse=_whole("transactions", 0, "0")),
     Setting("postings_min_docs", None,
             "`optimize` gives postings to words in at least this many messages (unset: 500 on SQLite, "
@@ -215,7 +216,7 @@ class Settings:
     reconcile_batch_rows: int = 5000
     claim_lease_s: float = 60.0
     reconcile_sweep_every_s: float = 30.0
-    reconcile_slots: int = 0
+    reconcile_slots: int = 1
     postings_min_docs: int | None = None  # None: the backend's own
     optimize_every_s: float = 3600.0
     postings_check_every_s: float = 30.0

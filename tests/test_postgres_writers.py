@@ -325,7 +325,7 @@ async def test_the_orphan_sweep_deletes_rows_that_left_the_branch_listing_them_o
 
 
 async def test_reconciliation_writes_wait_for_a_free_slot_and_take_another_when_there_are_more(pg):
-    """`reconcile.slots`: a reconciliation's index writes take one of that many advisory locks
+    """`reconcile.slots`: a reconciliation's diff takes one of that many advisory locks
     (any process, any host). With the only slot held by another transaction, a reconciliation
     waits for it, its window still unpublished; it then publishes exactly the branch. With two
     slots it takes the free one and does not wait."""

@@ -31,11 +31,14 @@ BULK_PENDING = f"SELECT set_config('gin_pending_list_limit', '{BULK_PENDING_KB}'
 MOVE_PENDING = f"SELECT gin_clean_pending_list(oid) {_OWNED}"
 # the id ranges a diff covers, as a relation r(lo, hi): one statement for any number of windows
 RANGES = "unnest(%(lo)s::bigint[], %(hi)s::bigint[]) AS r(lo, hi)"
-# Reconciliation's index writes take one of `slots` transaction-level advisory locks (key space
-# "rcsl", the slot as the second key), so at most that many run at once against the database,
-# from every worker process on every host; searches get the server's other cores. Taken after the
-# rows are read and tokenized and every window row the transaction writes is locked: a holder
-# then waits on nothing a waiter holds. Released at COMMIT or ROLLBACK (so safe behind PgBouncer).
+# A reconciliation transaction's diff (its reads, the tokenizing, its index writes) holds one of
+# `slots` transaction-level advisory locks (key space "rcsl", the slot as the second key), so at
+# most that many diffs run at once against the database, from every worker process on every host,
+# and searches keep the server's other cores: measured on 2 cores, searches of another agent during
+# a 200,000-message reconciliation by 3 workers went from 2.2-2.5x their idle p95 (no limit) to
+# 1.6-1.8x with one slot, the reconciliation ~20% slower (docs/performance/postgres.md, "slots").
+# Taken once every window row the transaction writes is locked (claimed, or picked beside), so a
+# holder never waits on a waiter. Released at COMMIT or ROLLBACK, so safe behind PgBouncer.
 SLOT_LOCK = 0x7263736C
 TRY_SLOT = ("SELECT s FROM generate_series(0, %s - 1) AS s WHERE pg_try_advisory_xact_lock(%s, s::integer) "
             "LIMIT 1")
@@ -71,7 +74,7 @@ class ReconcileWrites:
 
     def __init__(self, ano: int, slots: int = 0) -> None:
         self.ano = ano
-        self.slots = slots  # reconciliation writes at once against the database (take_slot)
+        self.slots = slots  # diffs running at once against the database (take_slot; 0: no limit)
         self.rebuilding: frozenset[int] = frozenset()
 
     async def claim(self, conn, wid: int, token: str, lease_s: float) -> ClaimInfo | None:
@@ -140,6 +143,7 @@ class ReconcileWrites:
         to index read in one pipeline, their index rows written and every window's counters
         moved in another (measured, a statement per window and range was most of the time)."""
         params = {"lo": [lo for lo, _ in ranges], "hi": [hi for _, hi in ranges]}
+        await take_slot(conn, self.slots)
         async with conn.pipeline():
             # by the ids' index, always: after an import the planner, unaware of its rows, scanned them all.
             # Each range is a LATERAL subquery, so it can only be read as an index range scan: joined
@@ -165,8 +169,6 @@ class ReconcileWrites:
             count = counts.setdefault(wid, [0, 0])
             count[0] += n
             count[1] += t
-        if added:
-            await take_slot(conn, self.slots)
         async with conn.pipeline():
             if added:
                 await conn.execute(BULK_PENDING)
