@@ -379,6 +379,7 @@ async def main() -> None:
                 for n, priority in enumerate(args.busy_priorities.split(",")):
                     print(f"search while the workers ({priority} CPU priority) reconcile another agent's import ...",
                           file=sys.stderr)
+                    await timed_searches(engine, queries, lambda n: n >= 2 * len(queries))  # warm, not timed
                     idle = await timed_searches(engine, queries,
                                                 lambda n: n >= max(3, args.reps // 2) * len(queries))
                     other = CorpusSpec(messages=max(1000, args.messages // 5),

@@ -78,6 +78,7 @@ def children_cpu_s(pid: int) -> float:
 
 async def one_run(engine: Engine, url: str, redis_url: str, work: Path, queries: list[str], reps: int,
                   slots: int, count: int, tag: str, other: CorpusSpec, priority: str) -> dict:
+    await timed_searches(engine, queries, lambda n: n >= 2 * len(queries))  # warm: plans, pool connections
     idle = await timed_searches(engine, queries, lambda n: n >= reps * len(queries))
     agent = f"busy{tag}"
     write_state_dir(other, work / f"state-{agent}", agent)

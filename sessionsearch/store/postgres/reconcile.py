@@ -34,9 +34,10 @@ RANGES = "unnest(%(lo)s::bigint[], %(hi)s::bigint[]) AS r(lo, hi)"
 # A reconciliation transaction's diff (its reads, the tokenizing, its index writes) holds one of
 # `slots` transaction-level advisory locks (key space "rcsl", the slot as the second key), so at
 # most that many diffs run at once against the database, from every worker process on every host,
-# and searches keep the server's other cores: measured on 2 cores, searches of another agent during
-# a 200,000-message reconciliation by 3 workers went from 2.2-2.5x their idle p95 (no limit) to
-# 1.6-1.8x with one slot, the reconciliation ~20% slower (docs/performance/postgres.md, "slots").
+# and searches keep the server's other cores: measured on 2 cores (1 GB shared_buffers), searches of
+# another agent during a 200,000-message reconciliation by 3 workers went from 2.4-2.5x their idle
+# p95 (no limit) to 1.3-1.9x with one slot, the reconciliation ~30% slower
+# (docs/performance/postgres.md, "slots").
 # Taken once every window row the transaction writes is locked (claimed, or picked beside), so a
 # holder never waits on a waiter. Released at COMMIT or ROLLBACK, so safe behind PgBouncer.
 SLOT_LOCK = 0x7263736C
