@@ -137,7 +137,7 @@ class Query:
     def _postings_key(self, i: int) -> str | None:
         """Phrase i as the agent's postings may hold it ('w:' and a word, 'p:' and a 2-4 letter
         prefix), for its count (schema migration 10); None for a phrase of several words."""
-        from .postings_build import is_prefix_key
+        from .postings_build import is_prefix_key  # it imports this module
         if len(self.phrases[i]) != 1:
             return None
         lex = self.phrases[i][0]
@@ -150,8 +150,10 @@ class Query:
         cached count while the index state it was counted at holds, else counted now, from the
         postings for a word or prefix they hold: schema migration 10's ss_search_stats), N (n),
         avgdl and each phrase's idf (idf0, …), computed as FTS5 computes them."""
-        self.params.update(head_params(ano, cache))
+        from .postings_build import FRESH_LIMIT  # it imports this module
+        self.params.update(head_params(ano, cache), fresh_limit=FRESH_LIMIT)
         for i, phrase in enumerate(self.phrases):
+            self.params[f"p{i}"] = self._postings_key(i)
             q = self.params[f"q{i}"] = tsquery_text([phrase], self._is_prefix(i))
             state, df = cache.get(q) or ((None, None, None, None), None)
             self.params.update({f"c{i}": df, f"c{i}v": state[0], f"c{i}w": state[1], f"c{i}g": state[2],
@@ -159,10 +161,6 @@ class Query:
 
         def array(param: str, kind: str) -> str:  # one value a phrase: scalars bind for a tenth of a list's cost
             return f"ARRAY[{', '.join(f'%({param.format(i)})s::{kind}' for i in range(len(self.phrases)))}]::{kind}[]"
-        from .postings_build import FRESH_LIMIT  # it imports this module
-        for i, phrase in enumerate(self.phrases):
-            self.params[f"p{i}"] = self._postings_key(i)
-        self.params["fresh_limit"] = FRESH_LIMIT
         call = (f"ss_search_stats({HEAD_ARGS}, {array('q{}', 'text')}, {array('c{}', 'bigint')}, "
                 f"{array('c{}v', 'bigint')}, {array('c{}w', 'bigint')}, {array('c{}g', 'numeric')}, "
                 f"{array('c{}e', 'bigint')}, {array('p{}', 'text')}, %(fresh_limit)s::bigint)")
