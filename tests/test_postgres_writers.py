@@ -324,7 +324,7 @@ async def test_the_orphan_sweep_deletes_rows_that_left_the_branch_listing_them_o
         assert len((await engine.search(query="w12", limit=5))["results"]) == 1
 
 
-async def test_reconciliation_writes_wait_for_a_free_slot_and_take_another_when_there_are_more(pg):
+async def test_a_reconciliation_waits_for_a_free_slot_and_takes_another_when_there_are_more(pg):
     """`reconcile.slots`: a reconciliation's diff takes one of that many advisory locks
     (any process, any host). With the only slot held by another transaction, a reconciliation
     waits for it, its window still unpublished; it then publishes exactly the branch. With two
@@ -339,8 +339,9 @@ async def test_reconciliation_writes_wait_for_a_free_slot_and_take_another_when_
                 await holder.execute("SELECT pg_advisory_xact_lock(%s, 0)", (SLOT_LOCK,))
                 job = asyncio.create_task(engine.reconcile("main", wid))
                 if waits:
+                    deadline = asyncio.get_running_loop().time() + 60
                     while not await _waiting_for_slot(pg.database_url):
-                        assert not job.done()
+                        assert not job.done() and asyncio.get_running_loop().time() < deadline
                         await asyncio.sleep(0.05)
                     assert (await engine.pending("main"))["main"] == [wid]
                     await holder.rollback()
