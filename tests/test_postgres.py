@@ -22,7 +22,7 @@ from sessionsearch.search.text import tokens as text_tokens
 from sessionsearch.store.base import Match
 from sessionsearch.store.cjk import index_text, needs_fold, runs
 from sessionsearch.store.postgres.lexemes import _index_fields_limited, _patterns, fold_run, index_fields, index_tokens
-from sessionsearch.store.postgres.recent import walk_windows
+from sessionsearch.store.postgres.recent import walk_sql, walk_windows
 from sessionsearch.store.postgres import search as search_module
 from sessionsearch.store.postgres.search import DfCache, Query
 from sessionsearch.store.rowids import LOW_SEQS
@@ -341,6 +341,26 @@ async def test_recent_walks_both_id_ranges_of_a_window_past_the_low_region(pg):
         assert walk_windows_for(engine, "word") > 0
         got = [mid for _, _, mid in await _top(engine, Match(("word",)), "recent", 3)]
         assert got == [f"m{i}" for i in (n, n - 1, n - 2)]
+
+
+def test_a_statement_plans_the_walk_of_an_uncounted_word_as_its_cached_counts_would(pg):
+    """recent.walk_sql, the walk length a statement works out from the counts it reads (a word
+    this process has not counted), is walk_windows' from the same counts, one word or two."""
+    cases = [(rows, windows, dfs) for rows, windows in ((0, 0), (1_000, 10), (200_000, 2_000), (1_000_000, 10_202))
+             for dfs in ((0,), (12,), (3_000,), (10_000,), (100_000,), (1_000_000,), (10_000, 100_000), (3_000, 12))]
+    with psycopg.connect(pg.database_url) as conn:
+        for rows, windows, dfs in cases:
+            q = Query(Match(tuple(f"w{i}" for i in range(len(dfs)))))
+            cache = DfCache()
+            q.stats_sql(0, cache)  # sets each phrase's tsquery parameter (q0, …), the cache's key
+            cache.head = (rows, windows)
+            for i, df in enumerate(dfs):
+                cache.put(q.params[f"q{i}"], (0, 0, 0, 0), df)
+            for k in (2, 11, 26):
+                columns = ", ".join(f"{df}::bigint AS df{i}" for i, df in enumerate(dfs))
+                got = conn.execute(f"WITH st AS (SELECT {rows}::bigint AS rows, {windows}::bigint AS windows, "
+                                   f"{columns}) SELECT {walk_sql(q)}", {"k": k}).fetchone()[0]
+                assert got == walk_windows(q, cache, k), (rows, windows, dfs, k)
 
 
 HOSTILE = ["'", "''", "\\", "\\'", "a'b", "it's", "&", "|", "!", "(", ")", ":*", "<->", "a&b", "a|b", "!a", "(a)",
