@@ -73,7 +73,7 @@ class ReconcileWrites:
     """The reconciliation transactions of one agent; `rebuilding` tells this process's jobs which
     windows a running transaction is rebuilding beside another."""
 
-    def __init__(self, ano: int, slots: int = 0) -> None:
+    def __init__(self, ano: int, slots: int) -> None:
         self.ano = ano
         self.slots = slots  # diffs running at once against the database (take_slot; 0: no limit)
         self.rebuilding: frozenset[int] = frozenset()

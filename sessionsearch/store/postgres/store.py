@@ -21,7 +21,7 @@ class PgAgentStore:
     writes_await_server = True
 
     def __init__(self, db: Db, agent_id: str, ano: int, *,
-                 listing_seen: Callable[[int, float], None] | None = None, reconcile_slots: int = 0) -> None:
+                 listing_seen: Callable[[int, float], None] | None = None, reconcile_slots: int) -> None:
         """`listing_seen(version, at)` is told the agent listing's version each search read
         (backend.py), `at` the time.monotonic() before it began."""
         self.db = db
