@@ -9,12 +9,14 @@ STAMP := $(VENV)/.installed
 # the official MCP Inspector CLI, which tests/test_mcp_inspector.py runs (npm writes the inner lock file)
 NODE_STAMP := tests/node/node_modules/.package-lock.json
 
-.PHONY: demo pg-demo test bench figures plots docs screenshots install clean
+.PHONY: demo pg-demo test bench figures plots docs screenshots install lock clean
 
-$(STAMP): pyproject.toml
+# constraints.txt pins every package the install takes (pip included), so a fresh machine installs the
+# versions CI tested; `make lock` rewrites it (docs/operations/upgrading.md)
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,docs]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt --upgrade pip
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test,docs]'
 	touch $(STAMP)
 
 $(NODE_STAMP): tests/node/package.json tests/node/package-lock.json
@@ -23,6 +25,18 @@ $(NODE_STAMP): tests/node/package.json tests/node/package-lock.json
 # the Control UI tests drive Debian's chromium through Playwright (never `playwright install`)
 install: $(STAMP) $(NODE_STAMP)
 	./scripts/chromium
+
+# re-resolve: the newest versions pyproject.toml allows, installed into a scratch virtualenv and frozen
+# into constraints.txt (the project itself and the venv's own setuptools left out); then `make install`
+LOCK_VENV := .venv-lock
+lock:
+	rm -rf $(LOCK_VENV)
+	$(PYTHON) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(LOCK_VENV)/bin/python -m pip install --quiet -e '.[test,docs]'
+	{ echo '# Every package `make install` installs, pinned; rewritten by `make lock`, never by hand.'; \
+	  $(LOCK_VENV)/bin/python -m pip freeze --all --exclude-editable --exclude setuptools; } > constraints.txt
+	rm -rf $(LOCK_VENV)
 
 demo: $(STAMP)
 	$(BIN)/sessionsearch demo
@@ -53,7 +67,7 @@ plots: $(STAMP)
 	$(BIN)/python bench/plots.py
 
 clean:
-	rm -rf $(VENV) data .pytest_cache .hypothesis site tests/node/node_modules
+	rm -rf $(VENV) $(LOCK_VENV) data .pytest_cache .hypothesis site tests/node/node_modules
 
 # the figures the fault and fuzz tests measure, kept in bench/results/*.json
 figures: $(STAMP)
