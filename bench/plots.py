@@ -41,9 +41,9 @@ def load(folder: Path, name: str) -> dict | None:
 
 
 def search_runs(folder: Path) -> dict[int, dict]:
-    """bench_search.py's runs by corpus size (the newest file wins for a size)."""
+    """bench_search.py's runs by corpus size: search.json and one search-<messages>.json per other size."""
     runs: dict[int, dict] = {}
-    for path in sorted(folder.glob("search*.json"), key=lambda p: p.stat().st_mtime):
+    for path in sorted(folder.glob("search*.json")):
         data = json.loads(path.read_text())
         if "queries" in data and "corpus" in data:
             data["_file"] = path.name
