@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# the official MCP Inspector CLI, which tests/test_mcp_inspector.py runs (npm writes the inner lock file)
+# the official MCP Inspector CLI, which tests/api/test_mcp_inspector.py runs (npm writes the inner lock file)
 NODE_STAMP := tests/node/node_modules/.package-lock.json
 
 .PHONY: demo pg-demo test bench figures plots docs screenshots install lock clean
@@ -58,7 +58,7 @@ test: install
 bench: $(STAMP)
 	$(BIN)/python bench/bench_search.py
 
-# the docs site (mkdocs.yml, docs/), served with live reload; tests/test_docs.py builds it --strict
+# the docs site (mkdocs.yml, docs/), served with live reload; tests/ops/test_docs.py builds it --strict
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
@@ -72,8 +72,8 @@ clean:
 # the figures the fault and fuzz tests measure, kept in bench/results/*.json
 figures: $(STAMP)
 	./scripts/services
-	SESSIONSEARCH_SAVE_FIGURES=1 $(BIN)/python -m pytest -q -s tests/test_faults.py tests/test_broker_faults.py tests/test_fuzz.py
+	SESSIONSEARCH_SAVE_FIGURES=1 $(BIN)/python -m pytest -q -s tests/faults/test_faults.py tests/faults/test_broker_faults.py tests/faults/test_fuzz.py
 
 # the Control UI screenshots docs/ui.md shows, taken by its browser tests
 screenshots: install
-	SESSIONSEARCH_SAVE_SCREENSHOTS=1 $(BIN)/python -m pytest -q tests/test_ui.py
+	SESSIONSEARCH_SAVE_SCREENSHOTS=1 $(BIN)/python -m pytest -q tests/api/test_ui.py

@@ -1,5 +1,5 @@
 """The scale-out shape, brought up for real: web processes and workers sharing one PostgreSQL
-database and one Redis. tests/test_scale_out.py drives it; it reads the store's tables only to
+database and one Redis. tests/ops/test_scale_out.py drives it; it reads the store's tables only to
 compare the index with a full rebuild."""
 
 from __future__ import annotations

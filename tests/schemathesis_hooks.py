@@ -1,4 +1,4 @@
-"""Hooks schemathesis loads (SCHEMATHESIS_HOOKS) for tests/test_openapi.py.
+"""Hooks schemathesis loads (SCHEMATHESIS_HOOKS) for tests/api/test_openapi.py.
 
 One rule of sessions.search joins two fields, which JSON Schema cannot say: `until` must be later
 than `since` (the document states it in prose). Bodies breaking it are not generated, so that a

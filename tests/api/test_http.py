@@ -12,9 +12,9 @@ import time
 from sessionsearch.api.server import is_loopback
 from sessionsearch.search.runner import INDEXING_WARNING
 
-from .helpers import chain, leaf, msg
-from .server import Server
-from .services import free_port
+from ..helpers import chain, leaf, msg
+from ..server import Server
+from ..services import free_port
 
 KEY = "agent:main:main"
 

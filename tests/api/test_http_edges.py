@@ -7,7 +7,7 @@ import json
 import socket
 
 
-from .server import Server
+from ..server import Server
 
 KEY = "agent:main:main"
 

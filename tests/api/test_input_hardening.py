@@ -13,7 +13,7 @@ from sessionsearch import values
 from sessionsearch.errors import InvalidRequest
 from sessionsearch.indexer.events import MAX_EVENT_DEPTH, MAX_TS_MS, MIN_TS_MS, parse_event
 
-from .helpers import chain, engine_at, msg
+from ..helpers import chain, engine_at, msg
 
 KEY = "agent:main:main"
 TS_RANGE = "between -62135596800000 and 253402300799999 (years 1 to 9999 UTC)"
@@ -318,7 +318,7 @@ def test_an_integral_float_is_an_integer_and_anything_else_is_refused_naming_the
 async def test_the_cli_prints_hits_and_history_whatever_their_timestamps(tmp_path):
     import dataclasses
 
-    from .test_cli import _cli
+    from ..ops.test_cli import _cli
 
     async with engine_at(tmp_path) as engine:
         store = await engine.store("main", create=True)

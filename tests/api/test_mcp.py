@@ -16,8 +16,8 @@ from mcp.client.streamable_http import streamable_http_client
 from sessionsearch.auth import sha256_hex
 from sessionsearch.search.runner import INDEXING_WARNING
 
-from .helpers import chain, engine_at, leaf, msg
-from .server import Server
+from ..helpers import chain, engine_at, leaf, msg
+from ..server import Server
 
 MAIN, OTHER, SECRET, REWOUND = "agent:main:main", "agent:main:other", "agent:main:secret", "agent:main:rewound"
 OPERATOR_TOKEN, SCOPED_TOKEN = "operator-s3cret", "scoped-s3cret"

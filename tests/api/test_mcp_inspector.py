@@ -13,7 +13,7 @@ import pytest
 
 from .test_mcp import MAIN, SCOPED_TOKEN, rewind_over_http, seed, start, stop
 
-NODE_DIR = Path(__file__).parent / "node"
+NODE_DIR = Path(__file__).resolve().parents[1] / "node"
 SESSIONSEARCH = str(Path(sys.executable).parent / "sessionsearch")
 
 

@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .helpers import chain
-from .server import Server
+from ..helpers import chain
+from ..server import Server
 
 TOKEN = "schemathesis-token"
 
@@ -27,7 +27,7 @@ def test_schemathesis_with_every_check_finds_the_server_and_its_document_in_agre
         assert server.post("sessions.upsert", upsert, headers=auth)[0] == 200
         cli = Path(sys.executable).parent / "schemathesis"
         # 40 examples per operation and phase keep the run near a minute on a busy 2-core machine
-        root = str(Path(__file__).resolve().parent.parent)
+        root = str(Path(__file__).resolve().parents[2])
         env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.schemathesis_hooks",
                "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
         run = subprocess.run([str(cli), "run", f"{server.url}/openapi.json", "--checks", "all",

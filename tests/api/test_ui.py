@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
-from .helpers import chain, header, msg, reset
-from .server import Server
+from ..helpers import chain, header, msg, reset
+from ..server import Server
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]
-SHOTS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
+SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 SAVE_SHOTS = os.environ.get("SESSIONSEARCH_SAVE_SCREENSHOTS") == "1"
 TOKEN = "ui-test-token-4f9c"
 # Chromium reports every 4xx answer to fetch() on the console; where a test provokes one on purpose

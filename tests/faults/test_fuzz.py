@@ -8,7 +8,7 @@ listing and status answers must be exactly what they were before, and no answer 
 
 Hypothesis runs derandomized and without an example database, so no state is kept between runs
 and a run of this file alone sends the same bodies each time: a failure reproduces with
-`pytest tests/test_fuzz.py` (within a whole-suite run the bodies may differ, from Hypothesis's
+`pytest tests/faults/test_fuzz.py` (within a whole-suite run the bodies may differ, from Hypothesis's
 process-wide state). SESSIONSEARCH_FUZZ_SEED=<n> explores other bodies with the same strategies.
 """
 
@@ -22,8 +22,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from . import figures
-from .server import Server
+from .. import figures
+from ..server import Server
 
 SEED_KEYS = ["agent:main:seed-one", "agent:main:seed-two", "agent:ops:seed-three"]
 SEED_TEXTS = {

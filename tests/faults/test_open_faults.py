@@ -19,8 +19,8 @@ import pytest
 from sessionsearch import StorageFull, Unavailable
 from sessionsearch.store.sqlite import writer as writer_module
 
-from .helpers import engine_at, msg
-from .server import Server
+from ..helpers import engine_at, msg
+from ..server import Server
 from .test_faults import fill, small_disk
 
 RETRIES = 6

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from .helpers import chain, leaf, msg
-from .postgres import PrivatePostgres, wait_until
-from .server import Server
-from .test_pipeline import Worker
+from ..helpers import chain, leaf, msg
+from ..postgres import PrivatePostgres, wait_until
+from ..server import Server
+from ..reconcile.test_pipeline import Worker
 
 KEY = "agent:main:outage"
 

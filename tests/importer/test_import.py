@@ -17,9 +17,9 @@ import pytest
 from sessionsearch import importer
 from sessionsearch.importer import run_import
 
-from .helpers import engine_at, ids
+from ..helpers import engine_at, ids
 
-DEMO = Path(__file__).resolve().parent.parent / "sessionsearch" / "demo_data"
+DEMO = Path(__file__).resolve().parents[2] / "sessionsearch" / "demo_data"
 
 
 def _write_state(root: Path) -> Path:

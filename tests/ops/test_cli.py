@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from .helpers import chain, engine_at
+from ..helpers import chain, engine_at
 
 KEY = "agent:main:main"
 

@@ -20,12 +20,12 @@ import pytest
 
 from sessionsearch.cli import build_parser
 
-from .helpers import chain
-from .server import Server
-from .services import free_port
-from .test_pipeline import Worker
+from ..helpers import chain
+from ..server import Server
+from ..services import free_port
+from ..reconcile.test_pipeline import Worker
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 
 

@@ -18,7 +18,7 @@ from sessionsearch.api.openapi import openapi_document
 from sessionsearch.cli import build_parser
 from sessionsearch.settings import SETTINGS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
 
 

@@ -17,10 +17,10 @@ from sessionsearch.cli import build_parser
 from sessionsearch.store.postgres.schema import LATEST as PG_LATEST
 from sessionsearch.store.sqlite.schema import MIGRATIONS as SQLITE_MIGRATIONS
 
-from .postgres import scratch_database
-from .server import Server
+from ..postgres import scratch_database
+from ..server import Server
 
-DEMO = Path(__file__).resolve().parent.parent / "sessionsearch" / "demo_data"
+DEMO = Path(__file__).resolve().parents[2] / "sessionsearch" / "demo_data"
 SECRET = "pw-Never-Shown-7"
 
 

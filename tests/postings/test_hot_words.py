@@ -14,7 +14,7 @@ import pytest
 from sessionsearch.store.sqlite import store as store_module
 from sessionsearch.store.sqlite import hot as sqlite_hot
 
-from .helpers import chain, engine_at, ids, leaf, msg
+from ..helpers import chain, engine_at, ids, leaf, msg
 
 VOCAB = ["loan", "bank", "rate", "car", "house", "money", "pay", "the", "to", "a"]
 

@@ -14,7 +14,7 @@ import pytest
 from sessionsearch.store.base import Match
 from sessionsearch.store.postgres import postings, postings_build
 
-from .helpers import chain, engine_at, leaf, msg
+from ..helpers import chain, engine_at, leaf, msg
 
 WORDS = ["loan", "bank", "car", "pay", "lorem", "loop", "lost", "bat", "banner", "band", "rate", "late"]
 

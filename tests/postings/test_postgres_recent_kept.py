@@ -13,7 +13,7 @@ import pytest
 from sessionsearch.store.base import Match
 from sessionsearch.store.postgres import postings_build, search
 
-from .helpers import chain, engine_at, leaf, msg
+from ..helpers import chain, engine_at, leaf, msg
 
 WORDS = ["loan", "bank", "car", "pay", "lorem", "loop", "lost", "bat", "banner", "band", "rate", "late"]
 BASE = 1_700_000_000_000

@@ -12,8 +12,8 @@ import time
 from sessionsearch.store.sqlite.hot import FRESH_LIMIT
 from sessionsearch.worker.optimize import PeriodicOptimize
 
-from .helpers import chain, engine_at, ids
-from .server import Server
+from ..helpers import chain, engine_at, ids
+from ..server import Server
 
 COMMON = ["apple", "pear"]  # in every message: common at any size
 

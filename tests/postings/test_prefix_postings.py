@@ -15,7 +15,7 @@ from sessionsearch.store.sqlite import postings_due as postings_due_module
 from sessionsearch.store.sqlite import prefixes as sqlite_prefixes
 from sessionsearch.store.sqlite.prefixes import PrefixTop
 
-from .helpers import chain, engine_at, ids, leaf, msg
+from ..helpers import chain, engine_at, ids, leaf, msg
 
 # prefixes of several frequencies: `al` in most rows, `alp` in many, `bo` in a few, `zq` in one
 VOCAB = ["alpha", "alpine", "alps", "alto", "also", "album", "beta", "bet", "better", "cat", "cart", "dog"]

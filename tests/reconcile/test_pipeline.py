@@ -23,10 +23,10 @@ from sessionsearch.importer import run_import
 from sessionsearch.queue import Pipeline
 from sessionsearch.search.text import tokens
 
-from .helpers import Where, chain, ids, leaf, msg
-from .services import free_port, redis_server, terminate
+from ..helpers import Where, chain, ids, leaf, msg
+from ..services import free_port, redis_server, terminate
 
-DEMO = Path(__file__).resolve().parent.parent / "sessionsearch" / "demo_data"
+DEMO = Path(__file__).resolve().parents[2] / "sessionsearch" / "demo_data"
 DEADLINE_S = 90
 
 

@@ -18,7 +18,7 @@ from sessionsearch.store.postgres import PgAgentStore
 from sessionsearch.store.sqlite import reconcile as sqlite_reconcile
 from sessionsearch.store.rowids import row_id
 
-from .helpers import chain, engine_at, ids, leaf, msg
+from ..helpers import chain, engine_at, ids, leaf, msg
 
 KEY = "agent:main:big"
 

@@ -20,7 +20,7 @@ from sessionsearch.queue.actors import Markers
 from sessionsearch.worker import sweep
 from sessionsearch.worker.sweep import Sweeper
 
-from .helpers import chain
+from ..helpers import chain
 
 WINDOWS = 12
 

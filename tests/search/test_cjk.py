@@ -20,8 +20,8 @@ from sessionsearch.search.text import utf16_len
 from sessionsearch.store.cjk import index_text
 from sessionsearch.store.sqlite import store as store_module
 
-from .helpers import chain, engine_at, ids
-from .server import Server
+from ..helpers import chain, engine_at, ids
+from ..server import Server
 
 KEY = "agent:main:main"
 

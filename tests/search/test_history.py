@@ -8,7 +8,7 @@ import pytest
 
 from sessionsearch import InvalidRequest, NotFound
 
-from .helpers import chain, engine_at, msg, reset
+from ..helpers import chain, engine_at, msg, reset
 
 KEY = "agent:main:main"
 

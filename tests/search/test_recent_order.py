@@ -9,7 +9,7 @@ import sqlite3
 from sessionsearch.store.sqlite.recent import RecentScores, _Counter, phrases
 from sessionsearch.store.base import Match
 
-from .helpers import BASE_TS, engine_at, timed
+from ..helpers import BASE_TS, engine_at, timed
 
 WORDS = ["alpha", "beta", "gamma", "delta", "omega", "zeta"]  # alpha the most frequent, zeta the rarest
 WEIGHTS = [40, 20, 10, 4, 2, 1]

@@ -16,8 +16,8 @@ from sessionsearch.search.query import parse_search
 from sessionsearch.search.runner import search as run_search
 from sessionsearch.store.sqlite import sessions as sessions_sql
 
-from .helpers import BASE_TS, chain, engine_at, ids, leaf, timed
-from .server import Server
+from ..helpers import BASE_TS, chain, engine_at, ids, leaf, timed
+from ..server import Server
 
 A, B, C = "agent:main:a", "agent:main:b", "agent:main:c"
 

@@ -14,7 +14,7 @@ from sessionsearch.store.sqlite.scope import ID_BOUNDS_SQL, id_bounds
 
 from sessionsearch.store.rowids import wid_of
 
-from .helpers import BASE_TS, chain, engine_at, ids, msg, timed
+from ..helpers import BASE_TS, chain, engine_at, ids, msg, timed
 
 KEY = "agent:main:main"
 DAY = 86_400_000

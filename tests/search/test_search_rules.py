@@ -10,7 +10,7 @@ from sessionsearch import InvalidRequest, SearchTimeout
 from sessionsearch.search.text import utf16_len
 from sessionsearch.store.base import Match
 
-from .helpers import BASE_TS, chain, engine_at, ids, leaf, msg
+from ..helpers import BASE_TS, chain, engine_at, ids, leaf, msg
 
 KEY = "agent:main:main"
 

@@ -9,7 +9,7 @@ import pytest
 from sessionsearch import Forbidden
 from sessionsearch.search.visibility import agent_allowed
 
-from .helpers import chain, engine_at, msg
+from ..helpers import chain, engine_at, msg
 
 MAIN = "agent:main:main"
 DM = "agent:main:whatsapp:dm:+15550001"

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from sessionsearch import Engine, Forbidden, Settings
 
-from .helpers import BASE_TS, msg
+from ..helpers import BASE_TS, msg
 
 SHARED = "zebra"
 # Agent ids that differ in case and share prefixes, so that exact allow entries (case-sensitive)

@@ -28,10 +28,10 @@ from sessionsearch.store.postgres.search import DfCache, Query
 from sessionsearch.store.rowids import LOW_SEQS
 from sessionsearch.store.postgres.lexemes import tokens as pg_tokens
 
-from .helpers import BASE_TS, chain, engine_at, ids, leaf, msg, timed
-from .pg_proxy import PgProxy
-from .server import Server
-from .services import pg_url
+from ..helpers import BASE_TS, chain, engine_at, ids, leaf, msg, timed
+from ..pg_proxy import PgProxy
+from ..server import Server
+from ..services import pg_url
 
 KEY = "agent:main:pg"
 TEXTS = ["Café CAFÉ cafe naïve Ærøskøbing straße ß", "per-session communication, it's 3.14 v2_beta foo_bar",

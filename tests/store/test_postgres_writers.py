@@ -20,8 +20,8 @@ from sessionsearch.store.postgres.reconcile import ORPHANS, SLOT_LOCK
 from sessionsearch.store.postgres.writer import DELETE_INDEX
 from sessionsearch.store.postgres.schema import MIGRATIONS
 
-from .helpers import chain, engine_at, msg
-from .services import create_pg_database, drop_pg_database, empty_pg_database
+from ..helpers import chain, engine_at, msg
+from ..services import create_pg_database, drop_pg_database, empty_pg_database
 
 KEY = "agent:main:pg"
 

@@ -9,7 +9,7 @@ import sqlite3
 
 from sessionsearch.store.rowids import HIGH, LOW_SEQS, MAX_SEQ, row_id, seq_of, seq_ranges, wid_of
 
-from .helpers import chain, engine_at, ids, leaf, msg
+from ..helpers import chain, engine_at, ids, leaf, msg
 
 KEY = "agent:main:long"
 OTHER = "agent:main:other"

@@ -7,7 +7,7 @@ import json
 from sessionsearch.errors import InvalidRequest
 from sessionsearch.importer import run_import
 
-from .helpers import engine_at
+from ..helpers import engine_at
 
 # every metadata field wrong at once: which problem is named, and in what order, is part of the contract
 BAD = {"label": 5, "displayName": "ok", "spawnedBy": "agent:bad id:x", "parentSessionKey": "agent:main:\ud800",

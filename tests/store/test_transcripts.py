@@ -15,7 +15,7 @@ from sessionsearch.store.sqlite import checkpoint
 from sessionsearch.store.sqlite import writer as sqlite_writer
 from sessionsearch.store.postgres import writer as pg_writer
 
-from .helpers import chain, engine_at, header, ids, leaf, msg, reset, sql_rows
+from ..helpers import chain, engine_at, header, ids, leaf, msg, reset, sql_rows
 
 KEY = "agent:main:main"
 
