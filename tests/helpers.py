@@ -1,7 +1,11 @@
-"""Builders for transcript events in the gateway's format, and an engine opener."""
+"""Builders for transcript events in the gateway's format, an engine opener, and the polling waits."""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
+import time
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,3 +108,40 @@ async def sql_rows(store, sqlite_sql: str, pg_sql: str, params: tuple = ()) -> l
         if hasattr(reader, "all"):  # PostgreSQL's reader
             return [tuple(r) for r in await reader.all(pg_sql, params or None)]
         return [tuple(r) for r in await reader.conn.execute_fetchall(sqlite_sql, params)]
+
+
+def _failed(timeout: float, what: str | Callable[[], str]) -> AssertionError:
+    said = what() if callable(what) else what
+    return AssertionError(f"timed out after {timeout:g} s waiting for {said}")
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 60, what: str | Callable[[], str] = "the condition",
+               *, every: float = 0.05) -> Any:
+    """Poll `predicate()` every `every` seconds until it returns something truthy, and return that.
+
+    Fails the test once `timeout` seconds have passed (the timeout only tells "done" from "stuck",
+    never how fast); `what` names what was awaited, or is called then for the message (a log's tail).
+    An assertion inside `predicate` fails the test at once."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise _failed(timeout, what)
+        time.sleep(every)
+
+
+async def until(predicate: Callable[[], Any], timeout: float = 60, what: str | Callable[[], str] = "the condition",
+                *, every: float = 0.05) -> Any:
+    """`wait_until` for async tests: the event loop runs between polls; `predicate` may be async."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise _failed(timeout, what)
+        await asyncio.sleep(every)

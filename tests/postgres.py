@@ -7,7 +7,6 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -82,15 +81,3 @@ class PrivatePostgres:
             except AssertionError:
                 pass
         shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def wait_until(check, *, timeout_s: float = 60, what: str = "condition"):
-    """Poll `check()` until it returns something truthy; that value. Fails after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)

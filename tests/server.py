@@ -7,12 +7,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
+from .helpers import wait_until
 from .services import free_port, terminate
 
 
@@ -26,16 +26,17 @@ class Server:
         environment.update(SESSIONSEARCH_DATA_DIR=str(data_dir), SESSIONSEARCH_PORT=str(self.port), **env)
         self.proc = subprocess.Popen([sys.executable, "-m", "sessionsearch.cli", "serve", *args], env=environment,
                                      stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while True:
+
+        def healthy() -> bool:
             try:
                 if self.get("/healthz")[0] == 200:
-                    break
+                    return True
             except OSError:
                 pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"server did not start: {log_path.read_text()[-3000:]}")
-            time.sleep(0.05)
+            assert self.proc.poll() is None, f"server did not start: {log_path.read_text()[-3000:]}"
+            return False
+
+        wait_until(healthy, 60, lambda: f"the server to start: {log_path.read_text()[-3000:]}")
 
     def request(self, method: str, path: str, body: Any = None, *, raw: bytes | None = None,
                 headers: dict[str, str] | None = None) -> tuple[int, Any]:

@@ -7,10 +7,11 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 
 import pytest
 import redis
+
+from .helpers import wait_until
 
 # a private Redis for one checkout's run (SESSIONSEARCH_TEST_REDIS_PORT), else the machine's
 REDIS_HOST, REDIS_PORT = "127.0.0.1", int(os.environ.get("SESSIONSEARCH_TEST_REDIS_PORT", "6379"))
@@ -52,16 +53,19 @@ def redis_server(port: int) -> subprocess.Popen:
         pytest.fail("redis-server is not installed (apt-get install redis-server)")
     proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 10
-    while True:
+
+    def answering() -> bool:
         try:
-            redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=0.2).ping()
-            return proc
+            return bool(redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=0.2).ping())
         except redis.RedisError:
-            if time.monotonic() > deadline:
-                proc.kill()
-                pytest.fail(f"redis-server did not start on port {port}")
-            time.sleep(0.05)
+            return False
+
+    try:
+        wait_until(answering, 10, f"redis-server to start on port {port}")
+    except AssertionError:
+        proc.kill()
+        raise
+    return proc
 
 
 def terminate(proc: subprocess.Popen, log, *, on_timeout=None) -> int:

@@ -22,7 +22,7 @@ from sessionsearch.queue import Pipeline
 from sessionsearch.queue.broker import NAMESPACE, QUEUE
 from sessionsearch.worker.sweep import Sweeper
 
-from ..helpers import chain, leaf, msg
+from ..helpers import chain, leaf, msg, wait_until
 from .. import figures
 from ..server import Server
 from ..services import free_port, redis_server
@@ -134,9 +134,8 @@ def backlog(web: Server) -> int:
 def wait_drained(web: Server, worker: Worker | None = None, deadline_s: float = DEADLINE_S) -> float:
     """Seconds until no window needs reconciliation (fails after `deadline_s`)."""
     started = time.monotonic()
-    while backlog(web):
-        assert time.monotonic() - started < deadline_s, worker.log_path.read_text()[-3000:] if worker else ""
-        time.sleep(0.05)
+    wait_until(lambda: not backlog(web), deadline_s,
+               lambda: f"the backlog to drain: {worker.log_path.read_text()[-3000:] if worker else ''}")
     return time.monotonic() - started
 
 
@@ -167,12 +166,15 @@ def test_searches_readyz_metrics_and_appends_answer_at_once_while_redis_is_hung(
         seconds, _ = timed(make_backlog, web, "later", 1)
         assert seconds < ANSWERED_S, seconds
         private_redis.resume()
-        deadline = time.monotonic() + DEADLINE_S
-        while private_redis.queued() < 3:  # a search after the hang queues what the hang held back
-            assert time.monotonic() < deadline
+
+        def queued_again() -> bool:  # a search after the hang queues what the hang held back
+            if private_redis.queued() >= 3:
+                return True
             _, status, body = search(web, "hungkeep")
             assert status == 200 and body["indexing"] is True
-            time.sleep(0.1)
+            return False
+
+        wait_until(queued_again, DEADLINE_S, "the windows the hang held back to be queued", every=0.1)
         assert web.get("/readyz")[0] == 200
     finally:
         private_redis.resume()
@@ -203,12 +205,13 @@ def test_a_worker_started_while_redis_is_down_waits_for_it_then_reconciles(tmp_p
     worker = Worker(tmp_path / "data", private_redis.url, tmp_path / "worker.log",
                     SESSIONSEARCH_RECONCILE_SWEEP_EVERY_S="0.5")
     try:
-        deadline = time.monotonic() + DEADLINE_S
-        while not [e for e in worker.events() if e.get("event") == "worker.sweep_failed"]:
-            assert worker.proc.poll() is None, worker.log_path.read_text()[-3000:]  # no crash loop
-            assert time.monotonic() < deadline, worker.log_path.read_text()[-3000:]
-            time.sleep(0.05)
-        failed = next(e for e in worker.events() if e.get("event") == "worker.sweep_failed")
+
+        def sweep_failed() -> dict | None:
+            failed = next((e for e in worker.events() if e.get("event") == "worker.sweep_failed"), None)
+            assert failed or worker.proc.poll() is None, worker.log_path.read_text()[-3000:]  # no crash loop
+            return failed
+
+        failed = wait_until(sweep_failed, DEADLINE_S, lambda: f"a failed sweep: {worker.log_path.read_text()[-3000:]}")
         assert "Connection refused" in failed["error"] or "Error 111" in failed["error"], failed
         private_redis.start()
         wait_drained(web, worker)
@@ -249,19 +252,16 @@ def test_the_dramatiq_processes_exit_when_the_worker_wrapper_is_killed(tmp_path,
     worker = Worker(tmp_path / "data", private_redis.url, tmp_path / "worker.log", "--processes", "2")
     below: dict[int, str] = {}
     try:
-        deadline = time.monotonic() + DEADLINE_S
-        while len(worker.job_processes()) < 2:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_until(lambda: len(worker.job_processes()) >= 2, DEADLINE_S, "two job processes")
         below = descendants(worker.proc.pid)
         assert set(worker.job_processes()) | {worker.dramatiq_pid()} <= set(below)
         worker.proc.kill()
         worker.proc.wait(10)
-        deadline = time.monotonic() + 30
-        while [pid for pid, started in below.items() if alive(pid, started)]:
-            left = [pid for pid, started in below.items() if alive(pid, started)]
-            assert time.monotonic() < deadline, f"still running after the wrapper died: {left}"
-            time.sleep(0.05)
+
+        def running() -> list[int]:
+            return [pid for pid, started in below.items() if alive(pid, started)]
+
+        wait_until(lambda: not running(), 30, lambda: f"the processes below the killed wrapper to exit: {running()}")
     finally:
         for pid, started in below.items():  # whatever outlived the wrapper when the test failed
             if alive(pid, started):
@@ -396,15 +396,17 @@ def test_search_latency_and_drain_time_with_redis_healthy_stopped_hung_and_resta
         private_redis.start()
         _, status, body = search(web, "restartedkeep")
         assert status == 200 and body["indexing"] is True
-        deadline = time.monotonic() + DEADLINE_S
+
         # the search's windows are handed to Redis after it answers; a round that met a connection
         # the restart broke is dropped, and the next search sends its windows again, as a gateway's would.
         # The worker's sweep (every second here) may hand them first, and the web's then finds them queued
-        while enqueues(web, worker) < sent + 30:
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
-            if enqueues(web, worker) < sent + 30:
-                assert search(web, "restartedkeep")[1] == 200
+        def all_sent() -> bool:
+            if enqueues(web, worker) >= sent + 30:
+                return True
+            assert search(web, "restartedkeep")[1] == 200
+            return False
+
+        wait_until(all_sent, DEADLINE_S, "the 30 windows to be sent again", every=0.2)
         lost = private_redis.unfinished()
         private_redis.restart_empty()
         started = time.monotonic()

@@ -29,7 +29,7 @@ from sessionsearch.importer import run_import
 from sessionsearch.queue import Pipeline
 from sessionsearch.store.rowids import wid_sql
 
-from ..helpers import BASE_TS, chain, engine_at, ids, leaf, msg
+from ..helpers import BASE_TS, chain, engine_at, ids, leaf, msg, until, wait_until
 from .. import figures
 from ..server import Server
 from ..store.test_index_invariant import Window
@@ -166,10 +166,8 @@ def small_disk(path: Path, mib: int):
 def empty_wal(db: Path) -> None:
     """Checkpoint and truncate the WAL, so that every later write needs new space on the disk."""
     with closing(sqlite3.connect(db, isolation_level=None)) as conn:
-        deadline = time.monotonic() + DEADLINE_S
-        while conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]:
-            assert time.monotonic() < deadline, "the WAL stayed busy"
-            time.sleep(0.05)
+        wait_until(lambda: not conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0], DEADLINE_S,
+                   "the WAL to be checkpointed (it stayed busy)")
     assert os.path.getsize(f"{db}-wal") == 0
 
 
@@ -265,22 +263,22 @@ def test_a_full_disk_refuses_writes_with_503_keeps_reads_answering_and_recovers_
             filler.unlink()
             started, attempts = time.monotonic(), 0
             first_name, first_method, first_body = _writes_during_the_fault()[0]
-            while True:  # the same writer connection, no restart
+
+            def written() -> bool:  # the same writer connection, no restart
+                nonlocal attempts
                 attempts += 1
                 status, answer = server.post(first_method, first_body)
-                if status == 200:
-                    break
-                assert status == 503 and time.monotonic() - started < DEADLINE_S, answer
-                time.sleep(0.01)
+                assert status in (200, 503), answer
+                return status == 200
+
+            wait_until(written, DEADLINE_S, "a write to pass once the disk has room", every=0.01)
             recovery_s = time.monotonic() - started
             for name, method, body in _writes_during_the_fault()[1:]:
                 status, answer = server.post(method, body)
                 assert status == 200, (name, answer)
             assert server.post("sessions.search", {"query": "rewound"})[1]["indexing"] is True  # queues the rewind
-            deadline = time.monotonic() + DEADLINE_S
-            while server.post("index.status", {})[1]["agents"][0]["backlog"]:
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
+            wait_until(lambda: not server.post("index.status", {})[1]["agents"][0]["backlog"], DEADLINE_S,
+                       "the backlog to drain")
             assert server.get("/readyz")[0] == 200
             _after_recovery(server)
         finally:
@@ -323,10 +321,8 @@ async def test_a_write_whose_checkpoint_meets_the_full_disk_is_answered_as_store
             await engine.append("agent:main:a", chain("a", [("user", f"first {i} " * 30) for i in range(2000)]))
             db = disk / "agents" / "main.db"
             with closing(sqlite3.connect(db, isolation_level=None)) as conn:  # the next write reuses the WAL
-                deadline = time.monotonic() + DEADLINE_S
-                while conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()[0]:
-                    assert time.monotonic() < deadline
-                    time.sleep(0.05)
+                wait_until(lambda: not conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()[0], DEADLINE_S,
+                           "the WAL to be checkpointed")
             filler = fill(disk)
             # as the checkpoint thread asks once the WAL outgrew what it copies: the writer then
             # checkpoints right after its commit, and that copy needs the database file to grow
@@ -395,10 +391,9 @@ async def test_a_reconcile_job_that_meets_a_full_disk_leaves_no_claim_behind_and
                 pipeline.start_embedded_worker()
                 during = await engine.search(query="topic5")  # queues every window
                 assert during["indexing"] is True and during["results"] == []
-                deadline = time.monotonic() + DEADLINE_S
-                while failures._value.get() - before < 3:  # the big windows' jobs, and the small ones'
-                    assert time.monotonic() < deadline, "no reconcile job met the full disk"
-                    await asyncio.sleep(0.05)
+                # the big windows' jobs, and the small ones'
+                await until(lambda: failures._value.get() - before >= 3, DEADLINE_S,
+                            "reconcile jobs to meet the full disk")
                 with closing(sqlite3.connect(db)) as conn:
                     windows = conn.execute("SELECT needs_rebuild, claim_token, claim_expires_at "
                                            "FROM windows").fetchall()
@@ -479,10 +474,11 @@ def test_every_append_acknowledged_before_the_web_process_is_killed_is_stored_on
     clients = [Appender(server, n) for n in range(4)]
     for client in clients:
         client.start()
-    deadline = time.monotonic() + DEADLINE_S
-    while sum(len(c.acked) for c in clients) < 300:
-        assert time.monotonic() < deadline and not any(c.error for c in clients), [c.error for c in clients]
-        time.sleep(0.01)
+    def acked() -> bool:
+        assert not any(c.error for c in clients), [c.error for c in clients]
+        return sum(len(c.acked) for c in clients) >= 300
+
+    wait_until(acked, DEADLINE_S, "300 appends acknowledged", every=0.01)
     time.sleep(random.Random(15).uniform(0, 0.05))
     server.proc.kill()  # SIGKILL: no shutdown, no final checkpoint
     server.proc.wait(10)
@@ -537,10 +533,13 @@ def _claims(db: Path) -> set[str]:
 
 async def _until_claimed_anew(db: Path, seen: set[str], worker: Worker) -> None:
     """Until the worker holds a claim no earlier worker held: it is inside a job of a large window."""
-    deadline = time.monotonic() + DEADLINE_S
-    while not _claims(db) - seen:
-        assert worker.proc.poll() is None and time.monotonic() < deadline, worker.log_path.read_text()[-2000:]
-        await asyncio.sleep(0.02)
+    def claimed_anew() -> set[str]:
+        anew = _claims(db) - seen
+        assert anew or worker.proc.poll() is None, worker.log_path.read_text()[-2000:]
+        return anew
+
+    await until(claimed_anew, DEADLINE_S, lambda: f"a claim of its own: {worker.log_path.read_text()[-2000:]}",
+                every=0.02)
 
 
 async def _rewind(engine: Engine, events: dict[str, list[dict]], sid: str, n: int, rng: random.Random) -> None:

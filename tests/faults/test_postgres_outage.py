@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from ..helpers import chain, leaf, msg
-from ..postgres import PrivatePostgres, wait_until
+from ..helpers import chain, leaf, msg, wait_until
+from ..postgres import PrivatePostgres
 from ..server import Server
 from ..reconcile.test_pipeline import Worker
 
@@ -51,7 +51,7 @@ def test_a_postgresql_restart_answers_503_meanwhile_and_every_process_recovers_b
         assert web.get("/healthz")[0] == 200 and web.proc.poll() is None and worker.proc.poll() is None
 
         private_pg.start()
-        wait_until(lambda: web.get("/readyz")[0] == 200, what="/readyz to answer 200 again")
+        wait_until(lambda: web.get("/readyz")[0] == 200, what="/readyz to answer 200 again", every=0.1)
         status, found = web.post("sessions.search", {"query": "harbour"})
         assert status == 200 and sorted(h["messageId"] for h in found["results"]) == ["m1", "m2"]
         # the 503'd append stored nothing; it goes through now, then a rewind the worker must reconcile
@@ -64,7 +64,7 @@ def test_a_postgresql_restart_answers_503_meanwhile_and_every_process_recovers_b
         def reconciled():
             status, result = web.post("sessions.search", {"query": "ferry"})
             return status == 200 and "indexing" not in result and result
-        result = wait_until(reconciled, what="the worker to reconcile after the restart")
+        result = wait_until(reconciled, what="the worker to reconcile after the restart", every=0.1)
         assert sorted(h["messageId"] for h in result["results"]) == ["m1", "m4"]  # m2, m3 were rewound away
         scraped = worker.scrape()  # the worker's own count: it reconciled, and its gauges read the database again
         assert 'sessionsearch_reconcile_jobs_total{outcome="published"}' in scraped

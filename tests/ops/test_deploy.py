@@ -11,7 +11,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -20,7 +19,7 @@ import pytest
 
 from sessionsearch.cli import build_parser
 
-from ..helpers import chain
+from ..helpers import chain, wait_until
 from ..server import Server
 from ..services import free_port
 from ..reconcile.test_pipeline import Worker
@@ -69,22 +68,18 @@ def test_metrics_named_by_rules_and_dashboard_exist_and_prometheus_scrapes_them(
         web.post("transcript.append", {"sessionKey": "agent:main:a", "events": [
             {"type": "leaf", "id": "l1", "parentId": "m1", "targetId": "m1"},
             {"type": "message", "id": "x", "parentId": None, "message": {"role": "user", "content": "hello again"}}]})
-        deadline = time.monotonic() + 60
-        while True:  # searches until the worker has reconciled what they enqueued
-            status, found = web.post("sessions.search", {"query": "hello"})
-            if "indexing" not in found:
-                break
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
-        # the job counts its rows after it publishes, which the search above may see first
-        deadline = time.monotonic() + 30
-        while True:
+        # searches until the worker has reconciled what they enqueued
+        wait_until(lambda: "indexing" not in web.post("sessions.search", {"query": "hello"})[1], 60,
+                   "the worker to reconcile the appends", every=0.1)
+        missing: list[str] = []
+
+        def exported() -> bool:
             names = _sample_names(web.get("/metrics")[1]) | _sample_names(worker.scrape())
-            missing = [n for n in sorted(_named_metrics()) if n not in names and f"{n}_total" not in names]
-            if not missing or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        assert not missing, f"{missing} named in deploy/ but not exported"
+            missing[:] = [n for n in sorted(_named_metrics()) if n not in names and f"{n}_total" not in names]
+            return not missing
+
+        # the job counts its rows after it publishes, which the search above may see first
+        wait_until(exported, 30, lambda: f"{missing} named in deploy/ but not exported", every=0.2)
 
         config = (DEPLOY / "prometheus" / "prometheus.yml").read_text()
         config = config.replace("127.0.0.1:8780", f"127.0.0.1:{web.port}").replace("127.0.0.1:9191",
@@ -102,17 +97,16 @@ def test_metrics_named_by_rules_and_dashboard_exist_and_prometheus_scrapes_them(
                                  f"--web.listen-address=127.0.0.1:{port}"],
                                 stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prom.log", "w"))
         query = urllib.parse.quote('sessionsearch_index_completeness{unit="messages",job="sessionsearch-worker"}')
-        deadline = time.monotonic() + 90
-        while True:
+
+        def scraped() -> list | None:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/query?query={query}", timeout=5) as r:
-                    result = json.loads(r.read())["data"]["result"]
-                if result:
-                    break
+                    return json.loads(r.read())["data"]["result"]
             except OSError:
-                pass
-            assert time.monotonic() < deadline, (tmp_path / "prom.log").read_text()[-2000:]
-            time.sleep(0.5)
+                return None
+
+        result = wait_until(scraped, 90, lambda: f"Prometheus to scrape: {(tmp_path / 'prom.log').read_text()[-2000:]}",
+                            every=0.5)
         assert float(result[0]["value"][1]) == 1.0 and result[0]["metric"]["agent"] == "main"
     finally:
         if prom is not None:
@@ -165,9 +159,9 @@ def test_the_procfile_runs_web_and_worker_against_redis(tmp_path, redis_url):
                               stdout=open(tmp_path / "honcho.log", "w"), stderr=subprocess.STDOUT,
                               start_new_session=True)
     try:
-        deadline = time.monotonic() + 90
         up = set()
-        while up != {"web", "worker"}:
+
+        def both_up() -> bool:
             for name, url in (("web", f"http://127.0.0.1:{web_port}/readyz"),
                               ("worker", f"http://127.0.0.1:{metrics_port}/metrics")):
                 try:
@@ -176,8 +170,9 @@ def test_the_procfile_runs_web_and_worker_against_redis(tmp_path, redis_url):
                             up.add(name)
                 except OSError:
                     pass
-            assert time.monotonic() < deadline, (tmp_path / "honcho.log").read_text()[-3000:]
-            time.sleep(0.2)
+            return up == {"web", "worker"}
+
+        wait_until(both_up, 90, lambda: f"web and worker up: {(tmp_path / 'honcho.log').read_text()[-3000:]}", every=0.2)
     finally:
         os.killpg(honcho.pid, signal.SIGTERM)
         honcho.wait(60)

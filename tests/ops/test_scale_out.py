@@ -11,8 +11,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 
-from ..helpers import msg
-from ..postgres import scratch_database, wait_until
+from ..helpers import msg, wait_until
+from ..postgres import scratch_database
 from ..scale_out import (BIG_ROWS, cli, index_snapshot, mark_everything_for_rebuild, window_state,
                         write_state_dir)
 from ..server import Server
@@ -77,7 +77,7 @@ def test_two_web_processes_and_three_workers_share_one_database_and_the_index_eq
                 for worker in workers:
                     if any(e.get("event") == "reconcile.claimed" and e.get("wid") == big_wid for e in worker.events()):
                         return worker
-            victim = wait_until(holder, what="a worker to claim the large window")
+            victim = wait_until(holder, what="a worker to claim the large window", every=0.1)
             victim.kill()  # SIGKILL, mid-reconcile: its claim stays until the lease runs out
             _, needs_rebuild, token = window_state(url, "main-w0")
             assert needs_rebuild == 1 and token is not None, "the worker finished before it could be killed"
@@ -90,7 +90,7 @@ def test_two_web_processes_and_three_workers_share_one_database_and_the_index_eq
                 w.join(120)
             assert failures == []
 
-            agents = wait_until(lambda: _complete(host_b), timeout_s=120, what="the index to complete")
+            agents = wait_until(lambda: _complete(host_b), 120, "the index to complete", every=0.1)
             assert {a["agentId"] for a in agents} == {"main", "work", "ops-2"}
             history = host_a.post("sessions.history", {"sessionKey": "agent:main:live", "limit": 1000})[1]
             ids = [m["messageId"] for m in history["messages"]]
@@ -128,7 +128,7 @@ def test_two_web_processes_and_three_workers_share_one_database_and_the_index_eq
             def rebuilt():
                 snapshot = index_snapshot(url)
                 return None if any(needs or token for _, needs, token, *_ in snapshot[1]) else snapshot
-            after = wait_until(rebuilt, what="every window rebuilt")
+            after = wait_until(rebuilt, what="every window rebuilt", every=0.1)
             assert after == (rows, windows)
             assert _answers(host_b) == answers
         finally:

@@ -7,12 +7,11 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import time
 
 from sessionsearch.store.sqlite.hot import FRESH_LIMIT
 from sessionsearch.worker.optimize import PeriodicOptimize
 
-from ..helpers import chain, engine_at, ids
+from ..helpers import chain, engine_at, ids, wait_until
 from ..server import Server
 
 COMMON = ["apple", "pear"]  # in every message: common at any size
@@ -78,9 +77,7 @@ async def test_the_embedded_build_runs_in_a_child_process_at_idle_priority(tmp_p
         optimizer = PeriodicOptimize(settings, in_child=True)
         optimizer.start()
         try:
-            deadline = time.monotonic() + 60
-            while not optimizer.builds and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_until(lambda: optimizer.builds, 60, "a postings build")
         finally:
             optimizer.stop()
         (build,) = optimizer.builds
@@ -96,15 +93,12 @@ def test_serve_builds_postings_after_appends_without_an_optimize(tmp_path):
     try:
         status, body = server.post("transcript.append", {"sessionKey": "agent:main:a", "events": chain("a", _texts(60))})
         assert status == 200, body
-        deadline = time.monotonic() + 60
         db = tmp_path / "data" / "agents" / "main.db"
 
         def built() -> bool:  # the postings committed, then the child's line in the log
             return set(_hot(db)) == set(COMMON) and "optimize.done" in server.log_path.read_text()
 
-        while time.monotonic() < deadline and not built():
-            time.sleep(0.1)
-        assert set(_hot(db)) == set(COMMON)
+        wait_until(built, 60, lambda: f"the postings and optimize.done: {server.log_path.read_text()[-2000:]}", every=0.1)
     finally:
         server.stop()
     done = [json.loads(line) for line in server.log_path.read_text().splitlines() if "optimize.done" in line]

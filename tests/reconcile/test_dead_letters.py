@@ -8,7 +8,6 @@ so before, every sweep (30 s) started a new chain of retries for a window that c
 from __future__ import annotations
 
 import asyncio
-import time
 
 from sessionsearch import Engine, Settings
 from sessionsearch import metrics as ssmetrics
@@ -16,17 +15,14 @@ from sessionsearch.queue import Pipeline, actors
 from sessionsearch.queue.broker import NAMESPACE, QUEUE
 from sessionsearch.worker.sweep import Sweeper
 
-from ..helpers import chain, msg
+from ..helpers import chain, msg, until
 from ..faults.test_broker_faults import private_redis  # noqa: F401 (a fixture)
 
 DEADLINE_S = 90  # only tells "done" from "stuck": the chain of two attempts ends within seconds
 
 
 async def _until(condition, what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not await condition():
-        assert time.monotonic() < deadline, what
-        await asyncio.sleep(0.05)
+    await until(condition, DEADLINE_S, what)
 
 
 async def test_a_window_whose_job_was_dead_lettered_is_not_resent_by_the_sweep_until_it_changes(

@@ -23,7 +23,7 @@ from sessionsearch.importer import run_import
 from sessionsearch.queue import Pipeline
 from sessionsearch.search.text import tokens
 
-from ..helpers import Where, chain, ids, leaf, msg
+from ..helpers import Where, chain, ids, leaf, msg, until, wait_until
 from ..services import free_port, redis_server, terminate
 
 DEMO = Path(__file__).resolve().parents[2] / "sessionsearch" / "demo_data"
@@ -54,34 +54,23 @@ class Worker:
         return out
 
     def dramatiq_pid(self) -> int:
-        deadline = time.monotonic() + DEADLINE_S
-        while time.monotonic() < deadline:
-            for event in self.events():
-                if event.get("event") == "worker.started":
-                    return event["pid"]
-            time.sleep(0.05)
-        raise AssertionError(f"worker never started: {self.log_path.read_text()[-2000:]}")
+        return wait_until(lambda: next((e["pid"] for e in self.events() if e.get("event") == "worker.started"), None),
+                          DEADLINE_S, lambda: f"the worker to start: {self.log_path.read_text()[-2000:]}")
 
     def job_processes(self) -> list[int]:
         """The pids of the processes that run jobs, once each has set its CPU priority."""
-        deadline = time.monotonic() + DEADLINE_S
-        while time.monotonic() < deadline:
-            pids = [e["pid"] for e in self.events() if e.get("event") == "worker.cpu_priority"]
-            if pids:
-                return pids
-            time.sleep(0.05)
-        raise AssertionError(f"no worker process started: {self.log_path.read_text()[-2000:]}")
+        return wait_until(lambda: [e["pid"] for e in self.events() if e.get("event") == "worker.cpu_priority"],
+                          DEADLINE_S, lambda: f"a worker process to start: {self.log_path.read_text()[-2000:]}")
 
     def scrape(self) -> str:
-        deadline = time.monotonic() + DEADLINE_S
-        while True:
+        def metrics() -> str | None:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as resp:
                     return resp.read().decode()
             except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+                return None
+
+        return wait_until(metrics, DEADLINE_S, f"the worker's /metrics on port {self.port}", every=0.1)
 
     def kill(self) -> None:
         pid = self.dramatiq_pid()
@@ -108,14 +97,13 @@ def sample(text: str, name: str, labels: dict[str, str] | None = None) -> float 
 
 
 async def wait_for_backlog_zero(engine: Engine, deadline_s: float = DEADLINE_S) -> None:
-    deadline = time.monotonic() + deadline_s
-    while True:
-        status = await engine.index_status()
-        if all(a["backlog"] == 0 for a in status["agents"]):
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"backlog did not drain: {status}")
-        await asyncio.sleep(0.1)
+    last: dict = {}
+
+    async def drained() -> bool:
+        last["status"] = await engine.index_status()
+        return all(a["backlog"] == 0 for a in last["status"]["agents"])
+
+    await until(drained, deadline_s, lambda: f"the backlog to drain: {last['status']}", every=0.1)
 
 
 def _one(where: Path | Where, sqlite_sql: str, pg_sql: str) -> tuple:
@@ -130,14 +118,12 @@ def _one(where: Path | Where, sqlite_sql: str, pg_sql: str) -> tuple:
 
 async def wait_until_mid_job(db: Path | Where, worker: "Worker") -> None:
     """Until the worker holds the window's claim and has written some of its index rows."""
-    deadline = time.monotonic() + DEADLINE_S
-    while True:
+    def mid_job() -> bool:
         claimed, written = _one(db, "SELECT (SELECT claim_token FROM windows), (SELECT count(*) FROM msg_fts)",
                                 "SELECT (SELECT claim_token FROM ss_windows), (SELECT count(*) FROM ss_index)")
-        if claimed and written > 0:
-            return
-        assert time.monotonic() < deadline, worker.log_path.read_text()[-2000:]
-        await asyncio.sleep(0.02)
+        return bool(claimed and written > 0)
+
+    await until(mid_job, DEADLINE_S, lambda: f"the worker mid-job: {worker.log_path.read_text()[-2000:]}", every=0.02)
 
 
 async def finish_with_another_worker(engine: Engine, tmp_path: Path, redis_url: str, env: dict) -> None:
@@ -355,13 +341,11 @@ async def test_worker_metrics_show_the_workload(backend, tmp_path, redis_url):
         worker = Worker(tmp_path / "data", redis_url, tmp_path / "worker.log", **_env(backend))
         try:
             await wait_for_backlog_zero(engine)
-            deadline = time.monotonic() + DEADLINE_S
-            while True:
+            def six_reconciled() -> str | None:
                 text = worker.scrape()
-                if sample(text, "sessionsearch_reconciled_windows_total") == 6:
-                    break
-                assert time.monotonic() < deadline, text
-                await asyncio.sleep(0.1)
+                return text if sample(text, "sessionsearch_reconciled_windows_total") == 6 else None
+
+            text = await until(six_reconciled, DEADLINE_S, "the worker's metrics to count 6 windows reconciled", every=0.1)
             assert sample(text, "sessionsearch_reconcile_backlog", {"agent": "main"}) == 0
             assert sample(text, "sessionsearch_index_completeness", {"agent": "main", "unit": "messages"}) == 1.0
             assert sample(text, "sessionsearch_index_messages", {"agent": "work_bot", "state": "indexed"}) == 4
@@ -415,8 +399,8 @@ def test_worker_processes_reconcile_at_idle_cpu_priority_unless_told_otherwise(t
     try:
         (idle,) = background.job_processes()
         (normal,) = foreground.job_processes()
-        time.sleep(0.5)  # Dramatiq's threads are up by now: they inherit the policy
-        assert len(list(Path(f"/proc/{idle}/task").iterdir())) > 2
+        # Dramatiq's threads, which inherit the policy
+        wait_until(lambda: len(list(Path(f"/proc/{idle}/task").iterdir())) > 2, DEADLINE_S, "the job process's threads")
         assert {policy for policy, _ in policies(idle)} == {os.SCHED_IDLE}
         assert policies(normal) == {(os.SCHED_OTHER, os.nice(0))}
         assert [e["applied"] for e in background.events() if e.get("event") == "worker.cpu_priority"] == ["idle"]
@@ -466,10 +450,8 @@ async def test_the_worker_rebuilds_common_words_postings_on_its_schedule(tmp_pat
             await engine.append(f"agent:main:s{s}", chain(f"s{s}m", texts))
         worker = Worker(tmp_path / "data", redis_url, tmp_path / "worker.log", SESSIONSEARCH_OPTIMIZE_EVERY_S="0.5")
         try:
-            deadline = time.monotonic() + DEADLINE_S
-            while not [e for e in worker.events() if e.get("event") == "optimize.done"]:
-                assert time.monotonic() < deadline, worker.log_path.read_text()[-2000:]
-                await asyncio.sleep(0.1)
+            await until(lambda: [e for e in worker.events() if e.get("event") == "optimize.done"], DEADLINE_S,
+                        lambda: f"optimize.done: {worker.log_path.read_text()[-2000:]}", every=0.1)
         finally:
             assert worker.stop() == 0
         done = next(e for e in worker.events() if e.get("event") == "optimize.done")

@@ -18,7 +18,7 @@ from sessionsearch.store.postgres import PgAgentStore
 from sessionsearch.store.sqlite import reconcile as sqlite_reconcile
 from sessionsearch.store.rowids import row_id
 
-from ..helpers import chain, engine_at, ids, leaf, msg
+from ..helpers import chain, engine_at, ids, leaf, msg, until
 
 KEY = "agent:main:big"
 
@@ -308,9 +308,12 @@ async def test_an_append_takes_its_turn_between_another_process_s_back_to_back_t
         hammer = subprocess.Popen([sys.executable, "-c", HAMMER, str(store.path), str(stop), str(started)],
                                   stdout=subprocess.PIPE, text=True)
         try:
-            while not started.exists():
-                assert hammer.poll() is None, "the other writer died"
-                await asyncio.sleep(0.01)
+
+            def writing() -> bool:
+                assert started.exists() or hammer.poll() is None, "the other writer died"
+                return started.exists()
+
+            await until(writing, 60, "the other writer to start", every=0.01)
             for n in range(10):
                 await engine.append("agent:main:live", [msg(f"b{n}", "user", f"turn {n}", parent=f"b{n - 1}" if n else "a1")])
             stop.touch()

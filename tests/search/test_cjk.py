@@ -8,7 +8,6 @@ import itertools
 import random
 import re
 import sqlite3
-import time
 import unicodedata
 
 import pytest
@@ -20,7 +19,7 @@ from sessionsearch.search.text import utf16_len
 from sessionsearch.store.cjk import index_text
 from sessionsearch.store.sqlite import store as store_module
 
-from ..helpers import chain, engine_at, ids
+from ..helpers import chain, engine_at, ids, wait_until
 from ..server import Server
 
 KEY = "agent:main:main"
@@ -299,9 +298,7 @@ def test_the_serve_process_upgrades_a_store_and_its_worker_rebuilds_the_cjk_wind
         # the search (or the worker's startup sweep, whichever comes first) has the window rebuilt
         status, first = server.post("sessions.search", {"query": "部署"})
         assert status == 200 and (first.get("indexing") is True and first["results"] == [] or ids(first) == ["c2"])
-        deadline = time.monotonic() + 60
-        while server.post("index.status")[1]["agents"][0]["backlog"] and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: not server.post("index.status")[1]["agents"][0]["backlog"], 60, "the window to be rebuilt")
         status, after = server.post("sessions.search", {"query": "部署"})
         assert status == 200 and "indexing" not in after and ids(after) == ["c2"]
         assert ids(server.post("sessions.search", {"query": "议程"})[1]) == ["c1"]

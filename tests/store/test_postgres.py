@@ -5,7 +5,6 @@ test_postgres_writers.py). The shared behaviour tests run on it through the `bac
 
 from __future__ import annotations
 
-import asyncio
 import math
 import random
 import sqlite3
@@ -28,7 +27,7 @@ from sessionsearch.store.postgres.search import DfCache, Query
 from sessionsearch.store.rowids import LOW_SEQS
 from sessionsearch.store.postgres.lexemes import tokens as pg_tokens
 
-from ..helpers import BASE_TS, chain, engine_at, ids, leaf, msg, timed
+from ..helpers import BASE_TS, chain, engine_at, ids, leaf, msg, timed, until, wait_until
 from ..pg_proxy import PgProxy
 from ..server import Server
 from ..services import pg_url
@@ -422,12 +421,15 @@ async def test_postgresql_going_away_answers_unavailable_and_the_pool_recovers_b
         with pytest.raises(Unavailable):
             await engine.search(query="outage")
         proxy.start()  # the same port: as the server coming back
-        for _ in range(100):
+
+        async def ready() -> bool:
             try:
                 await engine.backend.check_ready()
-                break
             except Unavailable:
-                await asyncio.sleep(0.1)
+                return False
+            return True
+
+        await until(ready, 30, "the database to answer again", every=0.1)
         await engine.append(KEY, [msg("a3", "user", "after the outage")])
         assert sorted(ids(await engine.search(query="outage"))) == ["a1", "a3"]
     finally:
@@ -449,10 +451,7 @@ def test_over_http_an_outage_is_503_unavailable_and_readyz_says_so_until_it_is_b
         status, ready = server.get("/readyz")
         assert status == 503 and "PostgreSQL" in ready["reason"], ready
         proxy.start()
-        deadline = time.monotonic() + 30
-        while server.get("/readyz")[0] != 200:
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+        wait_until(lambda: server.get("/readyz")[0] == 200, 30, "/readyz to answer 200 again", every=0.1)
         assert server.post("transcript.append", {"sessionKey": KEY, "events": [msg("a3", "user", "after")]})[0] == 200
         status, found = server.post("sessions.search", {"query": "outage after", "match": "prefix"})
         assert status == 200 and [h["messageId"] for h in found["results"]] == []

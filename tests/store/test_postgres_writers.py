@@ -20,7 +20,7 @@ from sessionsearch.store.postgres.reconcile import ORPHANS, SLOT_LOCK
 from sessionsearch.store.postgres.writer import DELETE_INDEX
 from sessionsearch.store.postgres.schema import MIGRATIONS
 
-from ..helpers import chain, engine_at, msg
+from ..helpers import chain, engine_at, msg, until
 from ..services import create_pg_database, drop_pg_database, empty_pg_database
 
 KEY = "agent:main:pg"
@@ -339,10 +339,13 @@ async def test_a_reconciliation_waits_for_a_free_slot_and_takes_another_when_the
                 await holder.execute("SELECT pg_advisory_xact_lock(%s, 0)", (SLOT_LOCK,))
                 job = asyncio.create_task(engine.reconcile("main", wid))
                 if waits:
-                    deadline = asyncio.get_running_loop().time() + 60
-                    while not await _waiting_for_slot(pg.database_url):
-                        assert not job.done() and asyncio.get_running_loop().time() < deadline
-                        await asyncio.sleep(0.05)
+
+                    async def waiting() -> bool:
+                        waits_now = await _waiting_for_slot(pg.database_url)
+                        assert waits_now or not job.done()
+                        return waits_now
+
+                    await until(waiting, 60, "the job to wait for the slot")
                     assert (await engine.pending("main"))["main"] == [wid]
                     await holder.rollback()
                 result = await asyncio.wait_for(job, 60)
