@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # the official MCP Inspector CLI, which tests/test_mcp_inspector.py runs (npm writes the inner lock file)
 NODE_STAMP := tests/node/node_modules/.package-lock.json
 
-.PHONY: demo pg-demo test bench figures plots docs screenshots install clean
+.PHONY: demo pg-demo lint test bench figures plots docs screenshots install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,9 +37,14 @@ pg-demo: $(STAMP)
 # tests run side by side, one at a time per worker process (most of their time they wait on servers,
 # workers and browsers); tests/conftest.py says what each worker has of its own
 TEST_WORKERS ?= 4
-test: install
+test: install lint
 	./scripts/services
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
+
+# types (mypy, strict on the store's seam and indexer/) and lint (ruff), as pyproject.toml configures them
+lint: $(STAMP)
+	$(BIN)/ruff check sessionsearch tests bench
+	$(BIN)/mypy
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_search.py

@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import structlog
 
@@ -21,12 +22,12 @@ from .errors import InvalidRequest, NotFound, Unavailable
 from .indexer.events import parse_event
 from .indexer.reconcile import ReconcileResult, reconcile_window
 from .keys import agent_of, check_agent_id, check_session_key
+from .search.catalog import CatalogCache, CatalogView
 from .search.history import history as run_history
 from .search.history import parse_history
 from .search.query import check_unknown, int_field, parse_requester, parse_search
 from .search.runner import search as run_search
 from .search.titles import title_matches
-from .search.catalog import CatalogCache, CatalogView
 from .search.visibility import Viewer
 from .session_meta import check_meta
 from .settings import Settings
@@ -62,7 +63,7 @@ class Engine:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    async def open(self) -> "Engine":
+    async def open(self) -> Engine:
         await self.backend.open()
         for agent_id in self.agent_ids_on_disk():
             await self.store(agent_id)
@@ -76,7 +77,7 @@ class Engine:
         await self.backend.close()
         self._catalog.clear()
 
-    async def __aenter__(self) -> "Engine":
+    async def __aenter__(self) -> Engine:
         return await self.open()
 
     async def __aexit__(self, *exc: object) -> None:

@@ -145,5 +145,6 @@ def _done(store: AgentStore, wid: int, result: ReconcileResult, started: float) 
     result.seconds = time.monotonic() - started
     event = "reconcile.published" if result.outcome == "published" else "reconcile.skipped"
     log.info(event, agent=store.agent_id, wid=wid, outcome=result.outcome, rows_inserted=result.rows_inserted,
-             rows_deleted=result.rows_deleted, batches=result.batches, beside=len(result.beside), seconds=round(result.seconds, 4))
+             rows_deleted=result.rows_deleted, batches=result.batches, beside=len(result.beside),
+             seconds=round(result.seconds, 4))
     return result

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
 import dramatiq
 import redis
@@ -70,7 +70,7 @@ return table.concat(flags)
 class Markers:
     """Which windows are queued or being reconciled: a Redis sorted set with expiries, else a dict."""
 
-    def __init__(self, client: "redis.Redis | None") -> None:
+    def __init__(self, client: redis.Redis | None) -> None:
         self.client = client
         self.zset = f"{NAMESPACE}:queued"
         self._acquire = client.register_script(_ACQUIRE) if client is not None else None
@@ -208,7 +208,8 @@ class Reconciler:
         items = [(agent_id, wid) for agent_id, wids in sorted(dirty.items()) for wid in sorted(wids)]
         everything = len(items)
         now = time.monotonic()
-        if not force and not set_before:  # while a backlog drains, every search meets it: skip what was just queued here
+        # while a backlog drains, every search meets it: skip what was just queued here
+        if not force and not set_before:
             with self._recent_lock:
                 items = [item for item in items if self._recent.get(item, 0.0) < now]
         fresh = self.markers.acquire(items, force=force, set_before=set_before)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from ..errors import Forbidden, InvalidRequest, NotFound
 from ..keys import agent_of, check_session_key
@@ -121,7 +122,8 @@ class _Shaper:
         if isinstance(content, list):
             out = []
             for block in content:
-                if isinstance(block, dict) and isinstance(block.get("text"), str) and len(block["text"]) > self.text_max:
+                if (isinstance(block, dict) and isinstance(block.get("text"), str)
+                        and len(block["text"]) > self.text_max):
                     self.cut = True
                     block = {**block, "text": block["text"][:self.text_max] + CUT_MARK}
                 out.append(block)

@@ -20,7 +20,7 @@ import multiprocessing
 import os
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import structlog
 

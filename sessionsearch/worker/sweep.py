@@ -63,8 +63,9 @@ class Sweeper:
                             log.info("worker.sweep", **result)
                         if result.get("failing"):  # every period: an operator has to look at them
                             log.warning("worker.sweep_failing", windows=result["failing"],
-                                        sample=result["failingWindows"], why="their reconcile job was dead-lettered "
-                                        "and they have not changed since; a change or a worker restart sends them again")
+                                        sample=result["failingWindows"],
+                                        why="their reconcile job was dead-lettered and they have not changed "
+                                        "since; a change or a worker restart sends them again")
                     wait = self.every_s
                 except Exception as exc:  # Redis down or hung, mostly: the sweep is tried again
                     wait = min(RETRY_S, self.every_s) if self.every_s > 0 else RETRY_S

@@ -18,14 +18,15 @@ from __future__ import annotations
 import math
 import threading
 import time
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import psycopg
 
 from ...errors import NotFound, Unavailable
 from ...settings import Settings
-from .db import CONNECT_TIMEOUT_S, Db, connect_kwargs, unavailable
 from ..urls import redact
+from .db import CONNECT_TIMEOUT_S, Db, connect_kwargs, unavailable
 from .postings_build import FRESH_LIMIT
 from .schema import LATEST, migrate, migrate_connection, schema_version
 from .store import PgAgentStore

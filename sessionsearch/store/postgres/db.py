@@ -14,8 +14,9 @@ import asyncio
 import math
 import random
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import errors as pgerrors

@@ -28,7 +28,7 @@ from typing import Any
 
 from .db import Reader
 from .postings_build import FRESH_LIMIT, PREFIX, PREFIX_FRESH_LIMIT, WORD, is_prefix_key
-from .search import B, HEAD, HEAD_COLUMNS, K1, MID, DfCache, Query, head_params, scope_sql
+from .search import HEAD, HEAD_COLUMNS, K1, MID, B, DfCache, Query, head_params, scope_sql
 
 EPS = 1e-9  # relative; far above the rounding difference between this score and the SQL's
 MAX_ROUNDS = 3  # rounds of taking more kept rows before a narrow scope goes the slow way

@@ -35,7 +35,7 @@ import time
 from typing import Any
 
 from .db import Db, Reader, all_rows, one
-from .search import B, K1
+from .search import K1, B
 
 CAP = 128  # rows kept per run of equal frequency: an unscoped top 25 rarely reaches past a few dozen
 KEEP = 512  # rows kept per word or prefix, the best by score at the build (and each run's first)
@@ -230,13 +230,15 @@ async def read_postings(db: Db, ano: int, mark: int, *, min_docs: int, min_share
         await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         try:
             old = f"m.ano = {int(ano)} AND (m.iseq IS NULL OR m.iseq <= {int(mark)})"
-            counters = await one(conn, "SELECT coalesce(sum(idx_rows), 0)::bigint, coalesce(sum(idx_tokens), 0)::bigint "
+            counters = await one(conn, "SELECT coalesce(sum(idx_rows), 0)::bigint, "
+                                       "coalesce(sum(idx_tokens), 0)::bigint "
                                        "FROM ss_windows WHERE ano = %s", (ano,))
             fresh = await one(conn, "SELECT count(*), coalesce(sum(dl), 0)::bigint FROM ss_index "
                                     "WHERE ano = %s AND iseq > %s", (ano, mark))
             old_rows, old_tokens = counters[0] - fresh[0], counters[1] - fresh[1]
             # ts_stat reads the text of a query: made of two integers here, never of user text
-            stats = await all_rows(conn, "SELECT word, ndoc FROM ts_stat(%s)", (f"SELECT m.tsv FROM ss_index m WHERE {old}",))
+            stats = await all_rows(conn, "SELECT word, ndoc FROM ts_stat(%s)",
+                                   (f"SELECT m.tsv FROM ss_index m WHERE {old}",))
             words, prefixes = _choose(stats, old_rows, min_docs, min_share, max_words)
             recent = _recent_words(stats)
             runs = Runs(words, prefixes, recent, await _cutoff(conn, ano, old_rows) if recent else None)

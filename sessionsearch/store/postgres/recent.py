@@ -47,7 +47,7 @@ WINDOWS = "ano = %(ano)s AND needs_rebuild = 0 AND cold = 0"
 ROW = "m.id, m.ano, m.wid, m.ts, m.mid, m.tsv"  # what the walk's conditions and answer read of an index row
 
 
-def walk_windows(query: "Query", cache: "DfCache", k: int) -> int | None:
+def walk_windows(query: Query, cache: DfCache, k: int) -> int | None:
     """Windows step 1 may read for `query` (0: sort every match), from the cached counts; None
     when they are not cached: the statement then plans the walk from the counts it reads (walk_sql)."""
     if cache.head is None:
@@ -65,25 +65,26 @@ def walk_windows(query: "Query", cache: "DfCache", k: int) -> int | None:
     return max(1, int(cap * windows / rows))
 
 
-def walk_sql(query: "Query") -> str:
+def walk_sql(query: Query) -> str:
     """walk_windows in SQL, from the counts in `st` (stats_sql) and k + 1 in %(k)s. A word the
     store has not counted yet was walked a fixed 20 windows: for a rare word, 5-8 ms of rows read
     without it before every match was sorted anyway (the first search of each word, a p95 of
     `recent` at 1,000,000 messages)."""
     share = " * ".join(f"least(1.0::float8, st.df{i}::float8 / st.rows::float8)" for i in range(len(query.phrases)))
-    return (f"(SELECT CASE WHEN s.share <= 0.0 THEN 0 WHEN {WALK_MARGIN} * %(k)s > {ROWS_PER_MATCH} * s.share * s.share "
+    return (f"(SELECT CASE WHEN s.share <= 0.0 THEN 0 "
+            f"WHEN {WALK_MARGIN} * %(k)s > {ROWS_PER_MATCH} * s.share * s.share "
             f"* s.rows THEN 0 ELSE greatest(1, floor({ROWS_PER_MATCH} * s.share * s.windows))::integer END "
             f"FROM (SELECT st.rows, st.windows, CASE WHEN st.rows > 0 THEN {share} ELSE 0.0 END AS share FROM st) s)")
 
 
-def kept_word(query: "Query") -> str | None:
+def kept_word(query: Query) -> str | None:
     """The word whose newest rows a build may have kept for `query`: one word, not a prefix."""
     if query.prefix or len(query.phrases) != 1 or len(query.phrases[0]) != 1:
         return None
     return query.phrases[0][0]
 
 
-def kept_ctes(query: "Query", where: list[str], walk: int | None, params: dict, word: str, mark: int) -> str:
+def kept_ctes(query: Query, where: list[str], walk: int | None, params: dict, word: str, mark: int) -> str:
     """As recent_ctes, from the newest rows of `word` the agent's last build kept (postings_build.py)
     when they settle the answer, else by recent_ctes; `ok` (one row, `kept`) tells which.
 
@@ -106,16 +107,18 @@ def kept_ctes(query: "Query", where: list[str], walk: int | None, params: dict, 
         "FROM ss_postings_built b JOIN ss_postings p ON p.ano = b.ano AND p.kind = %(rkind)s AND p.key = %(rkey)s "
         "WHERE b.ano = %(ano)s), "
         f"kc AS MATERIALIZED (SELECT m.id, m.ts, m.mid FROM st, kb CROSS JOIN LATERAL (SELECT unnest(kb.ids) AS id "
-        f"UNION SELECT f.id FROM ss_index f WHERE f.ano = %(ano)s AND f.iseq > %(rmark)s AND f.tsv @@ {query.tsquery}) c "
+        f"UNION SELECT f.id FROM ss_index f WHERE f.ano = %(ano)s AND f.iseq > %(rmark)s "
+        f"AND f.tsv @@ {query.tsquery}) c "
         f"JOIN ss_index m ON m.id = c.id WHERE {usable} AND (kb.floor IS NULL OR m.ts > kb.floor) AND {cond}), "
-        f"ok AS MATERIALIZED (SELECT coalesce((SELECT {usable} AND (kb.floor IS NULL OR (SELECT count(*) FROM kc) >= %(k)s) "
+        f"ok AS MATERIALIZED (SELECT coalesce((SELECT {usable} "
+        f"AND (kb.floor IS NULL OR (SELECT count(*) FROM kc) >= %(k)s) "
         "FROM st, kb), false) AS kept), "
         + recent_ctes(query, where, walk, params, name="walk")
         + ", cand AS (SELECT id, ts, mid FROM kc WHERE (SELECT kept FROM ok) "
         "UNION ALL SELECT id, ts, mid FROM walk WHERE NOT (SELECT kept FROM ok))")
 
 
-def recent_ctes(query: "Query", where: list[str], walk: int | None, params: dict, name: str = "cand") -> str:
+def recent_ctes(query: Query, where: list[str], walk: int | None, params: dict, name: str = "cand") -> str:
     """CTEs ending in `cand` (or `name`), matching rows (id, ts, mid) among which are the top
     %(k)s newest first, `where` holding the scope's conditions on `m` (search.scope_sql), after the
     CTEs of stats_sql; `walk` as walk_windows gives it. Unscored: the caller scores the k it takes."""

@@ -254,7 +254,7 @@ BEGIN
         INTO session_id, last_seq, leaf_seq, leaf_event_id, has_header, cold
         FROM ss_windows w WHERE w.wid = ss_window_for_write.wid FOR UPDATE;
 END $$;
-"""),
+"""),  # noqa: E501
     (5, "postings", """
 -- Every index row written from now on takes the next number of one sequence (no row that writers
 -- share: a sequence hands out numbers without waiting for anyone's commit). The function takes

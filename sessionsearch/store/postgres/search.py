@@ -213,7 +213,8 @@ class Query:
                     f"WHERE starts_with(key, %(x{i}_0)s))")
         if len(phrase) == 1:
             return f"coalesce(({m}.tf ->> %(x{i}_0)s)::float8, 0)"
-        follow = " AND ".join(f"(p + {j})::smallint = ANY({_positions(m, f'x{i}_{j}', prefix and j == len(phrase) - 1)})"
+        follow = " AND ".join(
+            f"(p + {j})::smallint = ANY({_positions(m, f'x{i}_{j}', prefix and j == len(phrase) - 1)})"
                               for j in range(1, len(phrase)))
         return f"(SELECT count(*)::float8 FROM unnest({_positions(m, f'x{i}_0', False)}) p WHERE {follow})"
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ...indexer.events import Event
 from ..base import AppendResult, ClaimInfo, Match

@@ -13,8 +13,9 @@ import gzip
 import json
 import time
 import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import psycopg
 

@@ -294,7 +294,8 @@ async def hot_top(conn, token: str, match: str, k: int, where: list[str], params
                 await fetch([tf])
             advance(tf)
         sql = ("SELECT rowid, bm25(msg_fts), ts, mid, rowid IN (SELECT rid FROM index_log WHERE seq > :log_seq) "
-               "FROM msg_fts WHERE " + " AND ".join(["msg_fts MATCH :match", "+rowid IN (SELECT value FROM json_each(:ids)"
+               "FROM msg_fts WHERE " + " AND ".join(["msg_fts MATCH :match",
+                                                     "+rowid IN (SELECT value FROM json_each(:ids)"
                                                     + (" UNION ALL SELECT rid FROM index_log WHERE seq > :log_seq)"
                                                        if round_ == 0 else ")"), *where]))
         for row in await conn.execute_fetchall(sql, {**params, "match": match, "ids": json.dumps(batch),

@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .hot import B, FRESH_LIMIT, K1, average_length, varint, varint_sum
+from .hot import FRESH_LIMIT, K1, B, average_length, varint, varint_sum
 from .recent import _Counter
 
 CAP = 128  # rows kept per tf run: an unscoped top 25 rarely reaches past the first few dozen
@@ -176,7 +176,7 @@ class _Terms:
         self._conn.execute("CREATE VIRTUAL TABLE temp.scratch_vi USING fts5vocab(main, scratch, 'instance')")
 
     @classmethod
-    def for_schema(cls, schema: str | None) -> "_Terms | None":
+    def for_schema(cls, schema: str | None) -> _Terms | None:
         counter = _Counter.for_schema(schema) if schema is not None else None
         return cls(counter) if counter is not None else None
 

@@ -51,7 +51,8 @@ MIN_TS = -(1 << 63)
 SPAN_READ = 1024  # messages step 2's range may hold for it to be skipped without a walk (see above)
 COUNTS_KEPT = 4096  # document counts cached per store (a phrase each)
 MARK = "\x01"  # highlight's opening mark: one character per phrase instance
-CHUNKS_KEPT = 16384  # non-ASCII chunks of text kept with their tokens, per store (_Counter): ~3.5 MB at most, of short words
+# non-ASCII chunks of text kept with their tokens, per store (_Counter): ~3.5 MB at most, of short words
+CHUNKS_KEPT = 16384
 CHUNK_CHARS = 32  # longer chunks are tokenized each time, not kept
 # unicode61 (remove_diacritics 2) on ASCII text: a token is a run of letters and digits, folded to
 # lower case, so an ASCII phrase of one such token is counted in ASCII text without the tokenizer
@@ -71,10 +72,12 @@ def recent_sorter(n: int, source: str, where: list[str], ts_join: str) -> tuple[
     cte = (f"last_{n} AS MATERIALIZED (SELECT msg_fts.rowid AS id, t.ts AS ts FROM {source} LEFT JOIN events AS t "
            "INDEXED BY events_ts ON t.id = msg_fts.rowid AND t.text IS NOT NULL "
            f"WHERE {cond} ORDER BY msg_fts.rowid DESC LIMIT :k1), "
-           f"bound_{n} AS MATERIALIZED (SELECT * FROM (SELECT coalesce(f.ts, {MIN_TS}) AS ts, coalesce((SELECT min(wid) "
+           f"bound_{n} AS MATERIALIZED (SELECT * FROM (SELECT coalesce(f.ts, {MIN_TS}) AS ts, "
+           f"coalesce((SELECT min(wid) "
            f"FROM windows INDEXED BY windows_by_ts_max WHERE ts_max >= f.ts) << 17, 0) AS lo, f.hi FROM (SELECT "
            f"count(*) AS seen, CASE WHEN count(ts) = :k1 THEN min(ts) END AS ts, min(id) AS hi FROM last_{n}) f "
-           f"WHERE f.seen = :k1) b WHERE (SELECT count(*) > {SPAN_READ} OR max(s.ts) >= b.ts FROM (SELECT ts FROM events "
+           f"WHERE f.seen = :k1) b WHERE (SELECT count(*) > {SPAN_READ} OR max(s.ts) >= b.ts "
+           f"FROM (SELECT ts FROM events "
            f"INDEXED BY events_ts WHERE id >= b.lo AND id < b.hi AND text IS NOT NULL LIMIT {SPAN_READ + 1}) s))")
     sorter = (f"SELECT * FROM (SELECT id, ts AS key, NULL AS score FROM last_{n} WHERE ts IS NOT NULL "
               f"UNION ALL SELECT msg_fts.rowid AS id, t.ts AS key, NULL AS score FROM bound_{n} CROSS JOIN "
@@ -163,7 +166,7 @@ class RecentScores:
             out[rid] = -1.0 * score
         return out
 
-    def _counter(self, schema: str | None) -> "_Counter | None":
+    def _counter(self, schema: str | None) -> _Counter | None:
         if schema is None:
             return None
         if self._scratch is None or self._scratch.schema != schema:
@@ -212,7 +215,7 @@ class _Counter:
         self._chunks: OrderedDict[str, tuple[str, ...]] = OrderedDict()  # chunk -> its folded tokens
 
     @classmethod
-    def for_schema(cls, schema: str) -> "_Counter | None":
+    def for_schema(cls, schema: str) -> _Counter | None:
         using = schema.upper().find(" USING ")
         if using < 0:
             return None

@@ -9,7 +9,8 @@ from .fts import ASCII_SQL
 def ts_max_of(wid: str) -> str:
     """SQL for the newest timestamp among the messages of window `wid` (an SQL expression), read
     from events_ts over the window's two id ranges."""
-    return (f"(SELECT max(ts) FROM (SELECT max(ts) AS ts FROM events AS e INDEXED BY events_ts WHERE e.text IS NOT NULL "
+    return (f"(SELECT max(ts) FROM (SELECT max(ts) AS ts FROM events AS e INDEXED BY events_ts "
+            f"WHERE e.text IS NOT NULL "
             f"AND e.id BETWEEN {wid} << {LOW_BITS} AND (({wid} + 1) << {LOW_BITS}) - 1 "
             f"UNION ALL SELECT max(ts) FROM events AS e INDEXED BY events_ts WHERE e.text IS NOT NULL "
             f"AND e.id BETWEEN {HIGH} | ({wid} << {SEQ_BITS + 1}) AND {HIGH} | ((({wid} + 1) << {SEQ_BITS + 1}) - 1)))")

@@ -13,7 +13,8 @@ bounded sorter (bench/bench_sessions.py)."""
 from __future__ import annotations
 
 import json
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from ..rowids import wid_of, wid_sql
 from .scope import id_bounds, range_conditions, scope_arms

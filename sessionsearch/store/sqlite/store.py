@@ -12,11 +12,13 @@ import json
 import math
 import sqlite3
 import time
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from functools import partial
+from operator import methodcaller
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, TypeVar
+from typing import Any, TypeVar
 
 import aiosqlite
 
@@ -25,9 +27,9 @@ from ...indexer.events import Event
 from ..base import AppendResult, ClaimInfo, Match, SessionMeta, WindowMeta
 from ..rowids import row_id, seq_sql, window_ranges
 from .fts import fts5_match
+from .hot import MAX_WORDS, MIN_DOCS, MIN_SHARE, batches, common_words, hot_top, read_postings
 from .postings_due import BUILT_ROWS_KEY, built_rows, postings_due, prefix_upkeep_at, words_to_build
 from .prefixes import PrefixTop, is_prefix_query, read_fold, read_prefixes
-from .hot import MAX_WORDS, MIN_DOCS, MIN_SHARE, batches, common_words, hot_top, read_postings
 from .ranking import TS_JOIN, materialized, ranked_shown
 from .recent import RecentScores, ShownIndex, phrases
 from .scope import id_bounds, range_conditions, scope_arms, scope_conditions
@@ -89,7 +91,7 @@ class SqliteAgentStore:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    async def open(self) -> "SqliteAgentStore":
+    async def open(self) -> SqliteAgentStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"sessionsearch-writer-{self.agent_id}")
         run, timeout_ms = partial(asyncio.get_running_loop().run_in_executor, executor), self._busy_timeout_ms
@@ -118,12 +120,12 @@ class SqliteAgentStore:
         self._executor = None
         self._writer = None
 
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run one writer job (a whole transaction) on the writer thread."""
+    async def _run(self, job: Callable[[SqliteWriter], T]) -> T:
+        """Run one writer job (a whole transaction) on the writer thread, given the writer."""
         if self._executor is None or self._writer is None:
             raise Unavailable(f"agent store {self.agent_id} is closed")
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._executor, partial(fn, *args))
+            return await asyncio.get_running_loop().run_in_executor(self._executor, job, self._writer)
         except (sqlite3.Error, OSError) as exc:
             if is_full(exc):
                 raise unwritable(self.agent_id, exc) from exc
@@ -152,7 +154,7 @@ class SqliteAgentStore:
         else:
             try:
                 reader = await asyncio.wait_for(self._readers.get(), None if math.isinf(remaining) else remaining)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise SearchTimeout() from None
         reader.deadline = deadline
         try:
@@ -168,11 +170,11 @@ class SqliteAgentStore:
     # -- writes: each one transaction on the writer thread ----------------------------------
 
     async def applied_migrations(self) -> list[tuple[int, str]]:
-        return await self._run(lambda: self._writer.applied_migrations())
+        return await self._run(lambda w: w.applied_migrations())
 
     async def upsert_session(self, key: str, fields: dict[str, Any]) -> bool:
         """Create or update a session's metadata; returns True when the session is new."""
-        return await self._run(lambda: self._writer.upsert_session(key, fields))
+        return await self._run(lambda w: w.upsert_session(key, fields))
 
     async def append(self, key: str, events: list[Event], *, session_id: str | None = None,
                      index: bool = True, source_lines: int | None = None) -> AppendResult:
@@ -182,47 +184,47 @@ class SqliteAgentStore:
         transaction (when `index`); anything else, or `index=False` (bulk import), marks the window
         for reconciliation. `source_lines` records how far an import file has been consumed.
         """
-        return await self._run(lambda: self._writer.append(key, events, session_id, index, source_lines))
+        return await self._run(lambda w: w.append(key, events, session_id, index, source_lines))
 
     async def rotate(self, key: str, session_id: str | None) -> tuple[str, str | None]:
-        return await self._run(lambda: self._writer.rotate(key, session_id))
+        return await self._run(lambda w: w.rotate(key, session_id))
 
     async def delete_session(self, key: str) -> bool:
-        return (await self._run(lambda: self._writer.delete_session(key)))[0]
+        return (await self._run(lambda w: w.delete_session(key)))[0]
 
     async def archive(self, key: str) -> int:
-        return await self._run(lambda: self._writer.archive(key))
+        return await self._run(lambda w: w.archive(key))
 
     async def restore(self, key: str) -> list[int]:
-        return await self._run(lambda: self._writer.restore(key))
+        return await self._run(lambda w: w.restore(key))
 
     async def all_source_lines(self) -> dict[str, int]:
         """Lines of each window's import file consumed so far, by session id."""
-        return await self._run(lambda: self._writer.all_source_lines())
+        return await self._run(lambda w: w.all_source_lines())
 
     async def import_many(self, items: list[tuple]) -> list:
         """Small import steps (key, fields, events, session_id, lines) in one transaction; a step
         that failed holds its error: a refusal of its data, or Unavailable (StorageFull) when the
         database could not be written at all (a full disk, a lock held too long, I/O)."""
-        results = await self._run(lambda: self._writer.import_many(items))
+        results = await self._run(lambda w: w.import_many(items))
         return [unwritable(self.agent_id, r) if isinstance(r, (sqlite3.Error, OSError)) else r for r in results]
 
     async def claim(self, wid: int, token: str, lease_s: float) -> ClaimInfo | None:
         """Take the window's claim if free or expired; None when another holder's lease is live."""
-        return await self._run(lambda: self._writer.claim(wid, token, lease_s))
+        return await self._run(lambda w: w.claim(wid, token, lease_s))
 
     async def claim_and_reconcile_small(self, wid: int, token: str, lease_s: float,
                                         max_rows: int) -> tuple[str, ClaimInfo | None, int, int, list[int]]:
         """Claim the window, and rebuild and publish it in the same transaction when it is small,
         with small windows waiting beside it; see SqliteWriter.claim_and_reconcile_small."""
-        return await self._run(lambda: self._writer.claim_and_reconcile_small(wid, token, lease_s, max_rows))
+        return await self._run(lambda w: w.claim_and_reconcile_small(wid, token, lease_s, max_rows))
 
     async def reconcile_next(self, after: int, max_rows: int) -> tuple[list[int], int, int, bool]:
         """Rebuild the small windows waiting next after `after`; see SqliteWriter.reconcile_next."""
-        return await self._run(lambda: self._writer.reconcile_next(after, max_rows))
+        return await self._run(lambda w: w.reconcile_next(after, max_rows))
 
     async def window_exists(self, wid: int) -> bool:
-        return await self._run(lambda: self._writer.window_exists(wid))
+        return await self._run(lambda w: w.window_exists(wid))
 
     async def reconcile_batch(self, wid: int, token: str, first_seq: int, last_seq: int,
                               lease_s: float) -> tuple[int, int] | None:
@@ -231,23 +233,23 @@ class SqliteAgentStore:
         Returns (rows deleted, rows inserted), or None when the claim was lost. The diff is computed
         inside the transaction, so two holders can never both insert a row.
         """
-        return await self._run(lambda: self._writer.reconcile_batch(wid, token, first_seq, last_seq, lease_s))
+        return await self._run(lambda w: w.reconcile_batch(wid, token, first_seq, last_seq, lease_s))
 
     async def publish(self, wid: int, token: str, rebuild_gen: int) -> str:
         """Mark the window indexed if the claim is ours and no non-linear write came meanwhile.
 
         Returns "published", "changed" (a rewind or import arrived: go round again) or "lost".
         """
-        return await self._run(lambda: self._writer.publish(wid, token, rebuild_gen))
+        return await self._run(lambda w: w.publish(wid, token, rebuild_gen))
 
     async def release(self, wid: int, token: str) -> None:
-        await self._run(lambda: self._writer.release(wid, token))
+        await self._run(lambda w: w.release(wid, token))
 
     async def window_gen(self, wid: int) -> tuple[int, int, bool] | None:
-        return await self._run(lambda: self._writer.window_gen(wid))
+        return await self._run(lambda w: w.window_gen(wid))
 
     async def sweep_orphans(self) -> int:
-        return await self._run(lambda: self._writer.sweep_orphans())
+        return await self._run(lambda w: w.sweep_orphans())
 
     async def optimize(self, *, min_docs: int | None = None, min_share: float = MIN_SHARE,
                        max_words: int = MAX_WORDS, incremental: bool = False) -> dict[str, Any]:
@@ -261,10 +263,10 @@ class SqliteAgentStore:
         rows = await asyncio.to_thread(built_rows, self.path)
         words = await asyncio.to_thread(common_words, self.path, min_docs=min_docs, min_share=min_share,
                                         max_words=max_words)
-        dropped = await self._run(lambda: self._writer.drop_hot_words({w for w, _ in words}))
+        dropped = await self._run(lambda w: w.drop_hot_words({w for w, _ in words}))
         todo = await asyncio.to_thread(words_to_build, self.path, words) if incremental else words
         if todo:
-            await self._run(lambda: self._writer.start_index_log())
+            await self._run(lambda w: w.start_index_log())
         built = {}
         for batch in batches(todo):
             started = time.monotonic()
@@ -272,7 +274,7 @@ class SqliteAgentStore:
             per_row = (time.monotonic() - started) / max(1, sum(len(p) for p in read))  # of the read
             for word, postings in zip(batch, read):
                 started = time.monotonic()
-                await self._run(lambda: self._writer.store_hot_word(word, log_seq, postings))
+                await self._run(methodcaller("store_hot_word", word, log_seq, postings))
                 built[word] = {"rows": len(postings) // 3,
                                "seconds": round(per_row * len(postings) + time.monotonic() - started, 3)}
         started = time.monotonic()
@@ -280,16 +282,16 @@ class SqliteAgentStore:
         upkeep = await asyncio.to_thread(prefix_upkeep_at, self.path) if incremental else "first"
         if upkeep == "fold":
             fold = await asyncio.to_thread(read_fold, self.path)
-            if fold is not None and await self._run(lambda: self._writer.fold_prefixes(fold)):
+            if fold is not None and await self._run(lambda w: w.fold_prefixes(fold)):
                 prefix_build = {"folded": fold.touched, "count": len(fold.heads),
                                 "rows": sum(len(kept) for kept in fold.kept.values()),
                                 "seconds": round(time.monotonic() - started, 3)}
             else:  # not foldable (a change not logged, or the postings moved on): build them
                 upkeep = "stale"
         if upkeep in ("first", "stale"):
-            await self._run(lambda: self._writer.start_index_log())
+            await self._run(lambda w: w.start_index_log())
             log_seq, gone_seq, n_rows, prefixes = await asyncio.to_thread(read_prefixes, self.path)
-            await self._run(lambda: self._writer.store_prefixes(log_seq, gone_seq, n_rows, prefixes))
+            await self._run(lambda w: w.store_prefixes(log_seq, gone_seq, n_rows, prefixes))
             prefix_build = {"count": len(prefixes), "rows": sum(len(p[2]) for p in prefixes.values()),
                             "seconds": round(time.monotonic() - started, 3)}
         await self.execute_write("INSERT OR REPLACE INTO meta VALUES (?, ?)", (BUILT_ROWS_KEY, rows))
@@ -301,12 +303,12 @@ class SqliteAgentStore:
                                        grow_share=grow_share)
 
     async def dirty_windows(self) -> list[int]:
-        return await self._run(lambda: self._writer.dirty_windows())
+        return await self._run(lambda w: w.dirty_windows())
 
     async def execute_write(self, sql: str, params: tuple = ()) -> None:
         """Run one statement in its own write transaction (tests and maintenance)."""
-        def job() -> None:
-            with self._writer.tx() as c:
+        def job(writer: SqliteWriter) -> None:
+            with writer.tx() as c:
                 c.execute(sql, params)
         await self._run(job)
 
