@@ -325,7 +325,7 @@ class Engine:
         for done, (agent, wid) in enumerate(work, 1):
             if (agent, wid) not in published_beside:  # else it was rebuilt with an earlier window
                 result = await self.reconcile(agent, wid)
-                outcomes[result.outcome] = outcomes.get(result.outcome, 0) + 1 + len(result.beside)
+                outcomes[str(result.outcome)] = outcomes.get(str(result.outcome), 0) + 1 + len(result.beside)
                 published_beside.update((agent, w) for w in result.beside)
             if progress:
                 progress(done, len(work))

@@ -21,7 +21,9 @@ from dramatiq.brokers.redis import RedisBroker
 from .. import metrics
 from ..engine import Engine
 from ..errors import NotFound
+from ..indexer.reconcile import window_gen
 from ..settings import Settings
+from ..store.base import ReconcileOutcome
 from .broker import EXHAUSTED_ACTOR, FAILING, NAMESPACE, QUEUE
 from .outbox import Outbox
 
@@ -312,13 +314,13 @@ class Reconciler:
             metrics.get().observe_reconcile("failed", time.monotonic() - started, 0, 0)
             log.warning("reconcile.failed", agent=agent_id, wid=wid, error=type(exc).__name__)
             raise  # Dramatiq retries with backoff; the marker stays while it does
-        published = 1 + len(result.beside) if result.outcome == "published" else 0
+        published = 1 + len(result.beside) if result.outcome == ReconcileOutcome.PUBLISHED else 0
         metrics.get().observe_reconcile(result.outcome, result.seconds, result.rows_inserted, result.rows_deleted,
                                         published)
-        if result.outcome == "busy":
+        if result.outcome == ReconcileOutcome.BUSY:
             # a live claim elsewhere: look again once its lease could have run out
             raise dramatiq.Retry(delay=int(self.settings.claim_lease_s * 1000))
-        if result.outcome == "stopped":  # this worker is shutting down: hand the window to another
+        if result.outcome == ReconcileOutcome.STOPPED:  # this worker is shutting down: hand the window to another
             self.actor.send(agent_id, wid)
             return
         self.markers.release_soon((agent_id, wid))
@@ -329,11 +331,11 @@ class Reconciler:
         agent_id, wid = message["args"]
         try:
             store = await (await self.engine()).store(agent_id)
-            gen = await store.window_gen(wid)
+            gen = await window_gen(store, wid)
             log.error("reconcile.dead_lettered", agent=agent_id, wid=wid, attempts=retries.get("retries", 0) + 1,
                       error=(message.get("options", {}).get("traceback") or "").strip().rsplit("\n", 1)[-1],
-                      rebuild_gen=gen[0] if gen else None)
-            if gen is not None and gen[2] and self.markers.client is not None:
-                self.markers.client.hset(FAILING, Markers.key(agent_id, wid), gen[0])
+                      rebuild_gen=gen.rebuild_gen if gen else None)
+            if gen is not None and gen.needs_rebuild and self.markers.client is not None:
+                self.markers.client.hset(FAILING, Markers.key(agent_id, wid), gen.rebuild_gen)
         finally:  # counted last: whoever waits on the count finds the note written
             metrics.get().reconcile_dead_lettered.inc()

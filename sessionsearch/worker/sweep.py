@@ -18,6 +18,7 @@ import time
 import structlog
 
 from ..engine import Engine
+from ..indexer.reconcile import window_gen
 from ..queue.broker import failing_windows, forget_failing, pending_jobs, unfinished_jobs
 from ..settings import Settings
 
@@ -141,8 +142,8 @@ class Sweeper:
         held = []
         for (agent, wid), gen in sorted(noted.items()):
             if wid in missing.get(agent, ()):
-                state = await (await engine.store(agent)).window_gen(wid)
-                if state is not None and state[0] == gen:
+                state = await window_gen(await engine.store(agent), wid)
+                if state is not None and state.rebuild_gen == gen:
                     missing[agent].discard(wid)
                     held.append(f"{agent}:{wid}")
         return held

@@ -159,14 +159,14 @@ class HotWrites:
     def _log_limit(self) -> int:
         return self.c.execute("SELECT value FROM meta WHERE key = 'index_log'").fetchone()[0]
 
-    def _log_indexed(self, rids: list[int]) -> None:
+    def log_indexed(self, rids: list[int]) -> None:
         """Inside an indexing transaction: list the rows just indexed, while any word has postings."""
         if rids and (limit := self._log_limit()):
             self.c.executemany("INSERT INTO index_log (rid) VALUES (?)", ((r,) for r in rids))
             self._expire_past(limit)
 
-    def _log_indexed_sql(self, select: str, params: dict[str, Any]) -> None:
-        """As `_log_indexed`, for the rows (id first) a statement selects."""
+    def log_indexed_sql(self, select: str, params: dict[str, Any]) -> None:
+        """As `log_indexed`, for the rows (id first) a statement selects."""
         if limit := self._log_limit():
             self.c.execute(f"INSERT INTO index_log (rid) SELECT id FROM ({select})", params)
             self._expire_past(limit)
@@ -233,7 +233,8 @@ class HotWrites:
 
 # -- searching (a reader connection, inside one read transaction) --------------------------------
 
-async def hot_top(conn, token: str, match: str, k: int, where: list[str], params: dict[str, Any]) -> list[tuple] | None:
+async def hot_top(conn, token: str, match: str | None, k: int, where: list[str],
+                  params: dict[str, Any]) -> list[tuple] | None:
     """The exact top `k` (rid, bm25) of a one-word query within `where`, best first (bm25, then
     newest, then message id); None when the word has no usable postings (search FTS5 alone)."""
     head = await conn.execute_fetchall(

@@ -380,7 +380,7 @@ class PrefixWrites:
             self._cut_log()  # type: ignore[attr-defined]
         return True
 
-    def _log_gone(self, where: str, params: tuple | dict) -> None:
+    def log_gone(self, where: str, params: tuple | dict) -> None:
         """Inside a transaction, before the index rows `where` selects are deleted: list them with
         their text while the index log runs (searches and folds count them out; a first build
         reading meanwhile needs them too, so not only once prefixes have postings)."""

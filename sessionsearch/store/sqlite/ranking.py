@@ -86,7 +86,8 @@ def cut(top: list[tuple], k: int) -> list[tuple] | None:
     return list(top[:k]) + [r for r in top[k:] if r[1] == top[k - 1][1]] + [(0, math.inf)]
 
 
-async def materialized(conn, match: str, k: int, order: str, where: list[str], params: dict[str, Any]) -> list[tuple]:
+async def materialized(conn, match: str | None, k: int, order: str, where: list[str],
+                       params: dict[str, Any]) -> list[tuple]:
     """The top `k` (id, sort value) of every match ranked with the whole tie rule (newer, then
     message id), plus (0, inf): for a tie that ran through the bounded sorter's margin."""
     cond = " AND ".join(["msg_fts MATCH :match", *where])

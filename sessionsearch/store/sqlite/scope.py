@@ -66,7 +66,6 @@ def scope_arms(include: list[int] | None, exclude: list[int] | None, role: str |
 # against 4.9-9.9 ms walking every match (words in 0.3-1% of the messages; 19 against 49 ms in 10%).
 NARROW_MAX_WINDOWS = 4_096
 NARROW_SHARE = 4
-MAX_ID = (1 << 63) - 1
 SPAN_CLASSES = 16  # a window's span has at most 15 digits (timestamps of years 1 to 9999)
 
 # id_bounds' statement: the agent's time span from migration 13's index (two probes), then the

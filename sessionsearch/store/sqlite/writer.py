@@ -32,7 +32,7 @@ from ..rowids import MAX_SEQ, MAX_WID, from_v1, id_sql, is_v1, row_id, seq_sql, 
 from .checkpoint import WalCheckpointer
 from .hot import HotWrites
 from .prefixes import PrefixWrites
-from .reconcile import INDEXABLE, ReconcileWrites
+from .reconcile import INDEXABLE
 from .schema import MIGRATIONS, TS_MAX_SQL
 from .turnstile import Turnstile
 
@@ -104,14 +104,18 @@ class _StaleState(Exception):
     """The cached window state no longer matched the database; reload and retry."""
 
 
-class SqliteWriter(ReconcileWrites, HotWrites, PrefixWrites):
+class SqliteWriter(HotWrites, PrefixWrites):
     """The one writer of an agent database. Every public method is one transaction (the
-    reconciliation ones are in reconcile.py, the common words' postings in hot.py)."""
+    reconciliation steps run through reconcile.py's primitives, the common words' postings are
+    in hot.py)."""
 
     def __init__(self, path: Path, cold_dir: Path, *, busy_timeout_ms: int, checkpoint_beside: bool = True,
                  rows_in_sql: bool = False) -> None:
         self.cold_dir = cold_dir
-        self.rows_in_sql = rows_in_sql  # see ReconcileWrites._diff
+        self.rows_in_sql = rows_in_sql  # see reconcile.SqliteReconcileTx._diff
+        # windows being rebuilt beside another one in the transaction running now; read by this
+        # process's jobs from other threads, so replaced whole, never mutated
+        self.rebuilding: frozenset[int] = frozenset()
         self.busy_timeout_ms = busy_timeout_ms
         self.c = sqlite3.connect(path, isolation_level=None)
         self._turnstile: Turnstile | None = None
@@ -147,6 +151,7 @@ class SqliteWriter(ReconcileWrites, HotWrites, PrefixWrites):
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
         # how long another process held the write lock (or its turn) before this one began
+        assert self._turnstile is not None  # set up before the first transaction
         self.lock_wait_s = self._turnstile.begin(self.c, self.busy_timeout_ms)
         try:
             yield self.c
@@ -245,7 +250,7 @@ class SqliteWriter(ReconcileWrites, HotWrites, PrefixWrites):
     def _bump_meta(self) -> None:
         self.c.execute("UPDATE meta SET value = value + 1 WHERE key = 'meta_version'")
 
-    def _bump_dirty(self) -> None:
+    def bump_dirty(self) -> None:
         self.c.execute("UPDATE meta SET value = value + 1 WHERE key = 'dirty_version'")
 
     def _window_for_write(self, key: str, session_id: str | None) -> int:
@@ -283,6 +288,7 @@ class SqliteWriter(ReconcileWrites, HotWrites, PrefixWrites):
         wid = self.c.execute(
             "INSERT INTO windows (session_key, session_id, created_at, updated_at) VALUES (?, ?, ?, ?)",
             (key, session_id, now, now)).lastrowid
+        assert wid is not None  # an INSERT's row id
         if wid > MAX_WID:  # the ids of its rows would not hold it (rowids.py)
             raise Unavailable(f"this agent's store has used all {MAX_WID} session window numbers")
         self.c.execute("UPDATE sessions SET current_wid = ?, updated_at = ? WHERE session_key = ?", (wid, now, key))
@@ -325,7 +331,7 @@ class SqliteWriter(ReconcileWrites, HotWrites, PrefixWrites):
                 existed = c.execute("DELETE FROM sessions WHERE session_key = ?", (key,)).rowcount > 0
                 self._prune_tombstones()
                 self._bump_meta()
-                self._bump_dirty()
+                self.bump_dirty()
         finally:
             self._forget()
         self._drop_cold_files(wids)
@@ -335,7 +341,7 @@ class SqliteWriter(ReconcileWrites, HotWrites, PrefixWrites):
         """Delete a window's transcript rows, and its index rows unless `index` is False."""
         for lo, hi in window_ranges(wid):
             if index:
-                self._log_gone("rowid BETWEEN ? AND ?", (lo, hi))
+                self.log_gone("rowid BETWEEN ? AND ?", (lo, hi))
                 self.c.execute("DELETE FROM msg_fts WHERE rowid BETWEEN ? AND ?", (lo, hi))
             self.c.execute("DELETE FROM events WHERE id BETWEEN ? AND ?", (lo, hi))
 
@@ -401,7 +407,7 @@ class SqliteWriter(ReconcileWrites, HotWrites, PrefixWrites):
                 raise Conflict(f"session {key!r} is archived; restore it before appending", field="sessionKey")
             raise _StaleState()
         if dirty:
-            self._bump_dirty()
+            self.bump_dirty()
         if plan.rows:
             c.executemany(INSERT_EVENT, [
                 (row_id(wid, r.seq, r.event.role), wid, r.event.event_id, r.parent_seq, r.node_seq, r.event.type,
@@ -411,7 +417,7 @@ class SqliteWriter(ReconcileWrites, HotWrites, PrefixWrites):
             indexed = [(row_id(wid, r.seq, r.event.role), index_text(r.event.text), r.event.ts, r.event.event_id)
                        for r in to_index]
             c.executemany("INSERT INTO msg_fts (rowid, text, ts, mid) VALUES (?, ?, ?, ?)", indexed)
-            self._log_indexed([r[0] for r in indexed])
+            self.log_indexed([r[0] for r in indexed])
         if not plan.linear:
             self._reproject(wid, plan.leaf_seq)
         self._win[wid] = _WinState(key, st.session_id, plan.last_seq, plan.leaf_seq, plan.leaf_event_id, has_header)
@@ -514,7 +520,7 @@ class SqliteWriter(ReconcileWrites, HotWrites, PrefixWrites):
                     c.execute(TS_MAX_SQL, {"wid": wid})
                 c.execute("UPDATE sessions SET archived_at = NULL WHERE session_key = ?", (key,))
                 self._bump_meta()
-                self._bump_dirty()
+                self.bump_dirty()
         finally:
             self._forget()
         self._drop_cold_files(wids)
