@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from sessionsearch.store.sqlite import store as store_module
 from sessionsearch.store.sqlite import hot as sqlite_hot
+from sessionsearch.store.sqlite import store as store_module
 
 from .helpers import chain, engine_at, ids, leaf, msg
 

@@ -21,12 +21,12 @@ from sessionsearch.search.text import fold_char, is_token_char
 from sessionsearch.search.text import tokens as text_tokens
 from sessionsearch.store.base import Match
 from sessionsearch.store.cjk import index_text, needs_fold, runs
-from sessionsearch.store.postgres.lexemes import _index_fields_limited, _patterns, fold_run, index_fields, index_tokens
-from sessionsearch.store.postgres.recent import walk_sql, walk_windows
 from sessionsearch.store.postgres import search as search_module
+from sessionsearch.store.postgres.lexemes import _index_fields_limited, _patterns, fold_run, index_fields, index_tokens
+from sessionsearch.store.postgres.lexemes import tokens as pg_tokens
+from sessionsearch.store.postgres.recent import walk_sql, walk_windows
 from sessionsearch.store.postgres.search import DfCache, Query
 from sessionsearch.store.rowids import LOW_SEQS
-from sessionsearch.store.postgres.lexemes import tokens as pg_tokens
 
 from .helpers import BASE_TS, chain, engine_at, ids, leaf, msg, timed
 from .pg_proxy import PgProxy

@@ -17,8 +17,8 @@ from sessionsearch.indexer.reconcile import reconcile_window
 from sessionsearch.store.postgres import LATEST, arrays, migrate, schema_version
 from sessionsearch.store.postgres.arrays import Int4Array, Int8Array, TextArray
 from sessionsearch.store.postgres.reconcile import ORPHANS, SLOT_LOCK
-from sessionsearch.store.postgres.writer import DELETE_INDEX
 from sessionsearch.store.postgres.schema import MIGRATIONS
+from sessionsearch.store.postgres.writer import DELETE_INDEX
 
 from .helpers import chain, engine_at, msg
 from .services import create_pg_database, drop_pg_database, empty_pg_database

@@ -294,8 +294,8 @@ async def test_a_build_counts_out_the_rows_deleted_while_it_read(tmp_path, prefi
         await store.execute_write("UPDATE prefix_words SET log_seq = -1")  # given up: a build is due
         read = await asyncio.to_thread(sqlite_prefixes.read_prefixes, store.path)
         await engine.delete("agent:main:s4")  # after the build's snapshot, before it is stored
-        await store._run(lambda: store._writer.drop_hot_words({"alpha", "beta", "alps"}))  # cuts the logs
-        await store._run(lambda: store._writer.store_prefixes(*read))
+        await store._run(lambda w: w.drop_hot_words({"alpha", "beta", "alps"}))  # cuts the logs
+        await store._run(lambda w: w.store_prefixes(*read))
         await engine.search({"query": "al", "match": "prefix"})  # the store learns there is no backlog
         result = await _same_both_ways(engine, {"query": "al", "match": "prefix", "limit": 25})
         assert not any(i.startswith("s4m") for i in ids(result))

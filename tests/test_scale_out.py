@@ -10,11 +10,9 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-
 from .helpers import msg
 from .postgres import scratch_database, wait_until
-from .scale_out import (BIG_ROWS, cli, index_snapshot, mark_everything_for_rebuild, window_state,
-                        write_state_dir)
+from .scale_out import BIG_ROWS, cli, index_snapshot, mark_everything_for_rebuild, window_state, write_state_dir
 from .server import Server
 from .test_deploy import _named_metrics, _sample_names
 from .test_pipeline import Worker

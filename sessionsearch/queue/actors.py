@@ -181,10 +181,12 @@ class Reconciler:
         self._last: tuple[dict[str, frozenset[int]], float] = ({}, 0.0)  # the last enqueue's windows, until
         self._recent_lock = threading.Lock()
         self.outbox = Outbox(self._deliver, wait_s=settings.redis_request_timeout_ms / 1000)
-        self.exhausted = dramatiq.actor(self._exhausted, broker=broker, actor_name=EXHAUSTED_ACTOR, queue_name=QUEUE,
-                                        max_retries=MAX_RETRIES, min_backoff=1_000, max_backoff=60_000,
-                                        throws=(NotFound,))  # the agent is gone: nothing to note
-        self.actor = dramatiq.actor(
+        # dramatiq's hints take a function or options, not both as its code does
+        self.exhausted = dramatiq.actor(  # type: ignore[call-overload]
+            self._exhausted, broker=broker, actor_name=EXHAUSTED_ACTOR, queue_name=QUEUE,
+            max_retries=MAX_RETRIES, min_backoff=1_000, max_backoff=60_000,
+            throws=(NotFound,))  # the agent is gone: nothing to note
+        self.actor = dramatiq.actor(  # type: ignore[call-overload]
             self._reconcile, broker=broker, actor_name="reconcile", queue_name=QUEUE,
             max_retries=MAX_RETRIES, min_backoff=1_000, max_backoff=60_000,
             time_limit=int(self.time_limit_s * 1000), throws=(NotFound,), on_retry_exhausted=EXHAUSTED_ACTOR)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from typing import Any
 
 import structlog
 
@@ -110,7 +111,7 @@ class Sweeper:
         return {"pending": sum(len(w) for w in pending.values()), "enqueued": sent,
                 "alreadyQueued": sum(len(w) for w in pending.values()) - sent, "swept": swept}
 
-    async def periodic(self) -> dict[str, int]:
+    async def periodic(self) -> dict[str, Any]:
         """Enqueue the windows needing reconciliation with no job waiting, delayed or taken by a worker."""
         started = time.monotonic()
         engine = await self.engine()
