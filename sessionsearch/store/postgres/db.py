@@ -80,10 +80,15 @@ class Reader:
         cur = await self._execute(sql, params, last)
         return await cur.fetchone()
 
+    async def row(self, sql: str, params: Any = None, *, last: bool = False) -> tuple[Any, ...]:
+        """The one row a statement always answers (an aggregate, or the agent's own row)."""
+        return _present(await self.one(sql, params, last=last))
+
     async def _execute(self, sql: str, params: Any, last: bool) -> psycopg.AsyncCursor:
         if self._state == "done":
             raise RuntimeError("the reader's snapshot was committed by its last statement")
         if self._state == "open" and not last:
+            assert self.conn is not None  # taken with the first statement
             return await self.conn.execute(sql, params)
         for attempt in range(3):
             if self.conn is None:
@@ -123,6 +128,7 @@ class Reader:
         parts.append(sql)
         if last:
             parts.append("COMMIT")
+        assert self.conn is not None  # taken above
         cur = psycopg.AsyncClientCursor(self.conn)
         if before:
             self._state = "open"
@@ -232,6 +238,17 @@ async def one(conn: psycopg.AsyncConnection, sql: str, params: Any = None) -> tu
     return await cur.fetchone()
 
 
+async def the_row(conn: psycopg.AsyncConnection, sql: str, params: Any = None) -> tuple[Any, ...]:
+    """The one row a statement always answers (an aggregate, a sequence, a row this transaction holds)."""
+    return _present(await one(conn, sql, params))
+
+
+def _present(row: tuple[Any, ...] | None) -> tuple[Any, ...]:
+    if row is None:
+        raise LookupError("a statement that always answers one row answered none")
+    return row
+
+
 async def all_rows(conn: psycopg.AsyncConnection, sql: str, params: Any = None) -> list[tuple]:
     cur = await conn.execute(sql, params)
     return await cur.fetchall()
@@ -239,4 +256,5 @@ async def all_rows(conn: psycopg.AsyncConnection, sql: str, params: Any = None) 
 
 async def now_s(conn: psycopg.AsyncConnection) -> float:
     """The database's clock (epoch s): leases compare against one clock, whichever host writes."""
-    return (await one(conn, "SELECT extract(epoch FROM clock_timestamp())::float8"))[0]
+    clock: float = (await the_row(conn, "SELECT extract(epoch FROM clock_timestamp())::float8"))[0]
+    return clock

@@ -73,7 +73,7 @@ async def postings_top(reader: Reader, ano: int, q: Query, cache: DfCache, *, k:
         return None
     mark, old_rows, docs, cut, ids, tfs, dls = row
     params: dict[str, Any] = {**q.params, **head_params(ano, cache), "mark": mark}
-    stats = await reader.one(
+    stats = await reader.row(
         "SELECT h.*, (SELECT count(*) FROM ss_index f WHERE f.ano = %(ano)s AND f.iseq > %(mark)s), "
         "(SELECT count(*) FROM ss_index f WHERE f.ano = %(ano)s AND f.iseq > %(mark)s AND f.tsv @@ %(q)s::tsquery) "
         f"FROM ({HEAD}) h", params)

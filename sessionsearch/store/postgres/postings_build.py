@@ -34,7 +34,7 @@ import re
 import time
 from typing import Any
 
-from .db import Db, Reader, all_rows, one
+from .db import Db, Reader, all_rows, the_row
 from .search import K1, B
 
 CAP = 128  # rows kept per run of equal frequency: an unscoped top 25 rarely reaches past a few dozen
@@ -122,7 +122,7 @@ class Runs:
                 rows.sort(reverse=True)
                 del rows[RECENT_KEEP:]
 
-    def finish(self, avgdl: float) -> dict[Key, tuple[int, dict[str, int], list[int], list[int], list[int]]]:
+    def finish(self, avgdl: float) -> dict[Key, tuple[int, dict[str, int | None], list[int], list[int], list[int]]]:
         """{key: (docs, {tf: length of the run's first row left out}, ids, tfs, dls of the rows kept)};
         per word of `recent` ({word: its rows}), {(RECENT, word): (its rows, {"floor": ts or None},
         ids, [], [])}."""
@@ -148,7 +148,7 @@ def _newest(docs: int, rows: list[tuple[int, int]], cutoff: int | None) -> tuple
 
 
 def _kept(docs: int, runs: dict[int, list[tuple[int, int]]],
-          avgdl: float) -> tuple[int, dict[str, int], list[int], list[int], list[int]]:
+          avgdl: float) -> tuple[int, dict[str, int | None], list[int], list[int], list[int]]:
     """The rows kept of one key's runs: each run's CAP shortest, of those the KEEP best by score at
     the build and each run's first; per run cut short, the length of its first row left out."""
     kept = [(i, tf, dl, rid) for tf, rows in runs.items() for i, (dl, rid) in enumerate(rows[:CAP])]
@@ -160,21 +160,22 @@ def _kept(docs: int, runs: dict[int, list[tuple[int, int]]],
     counts: dict[int, int] = {}
     for _, tf, _, _ in kept:
         counts[tf] = counts.get(tf, 0) + 1
-    cut = {str(tf): rows[counts[tf]][0] for tf, rows in runs.items() if counts[tf] < len(rows)}
+    cut: dict[str, int | None] = {str(tf): rows[counts[tf]][0] for tf, rows in runs.items() if counts[tf] < len(rows)}
     return docs, cut, [r[3] for r in kept], [r[1] for r in kept], [r[2] for r in kept]
 
 
 async def take_mark(db: Db) -> int:
     """A mark every row numbered at or below which is committed (or gone) when this returns."""
     async def mark(conn) -> tuple[int, int]:
-        (value,) = await one(conn, "SELECT nextval('ss_index_iseq')")
-        (xmax,) = await one(conn, "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint")  # after it
+        (value,) = await the_row(conn, "SELECT nextval('ss_index_iseq')")
+        (xmax,) = await the_row(conn, "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint")  # after it
         return value, xmax
     value, xmax = await db.tx(mark)
     deadline = time.monotonic() + WAIT_S
 
     async def oldest(conn) -> int:
-        return (await one(conn, "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint"))[0]
+        xmin: int = (await the_row(conn, "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint"))[0]
+        return xmin
     while await db.tx(oldest) < xmax:
         if time.monotonic() > deadline:
             raise TimeoutError("a transaction older than the postings build's mark is still running")
@@ -230,10 +231,10 @@ async def read_postings(db: Db, ano: int, mark: int, *, min_docs: int, min_share
         await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         try:
             old = f"m.ano = {int(ano)} AND (m.iseq IS NULL OR m.iseq <= {int(mark)})"
-            counters = await one(conn, "SELECT coalesce(sum(idx_rows), 0)::bigint, "
+            counters = await the_row(conn, "SELECT coalesce(sum(idx_rows), 0)::bigint, "
                                        "coalesce(sum(idx_tokens), 0)::bigint "
                                        "FROM ss_windows WHERE ano = %s", (ano,))
-            fresh = await one(conn, "SELECT count(*), coalesce(sum(dl), 0)::bigint FROM ss_index "
+            fresh = await the_row(conn, "SELECT count(*), coalesce(sum(dl), 0)::bigint FROM ss_index "
                                     "WHERE ano = %s AND iseq > %s", (ano, mark))
             old_rows, old_tokens = counters[0] - fresh[0], counters[1] - fresh[1]
             # ts_stat reads the text of a query: made of two integers here, never of user text
@@ -286,7 +287,7 @@ async def build(db: Db, ano: int, *, min_docs: int, min_share: float, max_words:
 
 async def postings_due(reader: Reader, ano: int, *, min_docs: int, grow_share: float) -> str | None:
     """Why a build of the agent's postings is due now ("first", "grown", "stale"), or None."""
-    row = await reader.one("SELECT EXISTS (SELECT 1 FROM ss_windows WHERE ano = %(ano)s AND needs_rebuild = 1), "
+    row = await reader.row("SELECT EXISTS (SELECT 1 FROM ss_windows WHERE ano = %(ano)s AND needs_rebuild = 1), "
                            "(SELECT coalesce(sum(idx_rows), 0)::bigint FROM ss_windows WHERE ano = %(ano)s), "
                            "b.mark, b.old_rows FROM (SELECT 1) one LEFT JOIN ss_postings_built b ON b.ano = %(ano)s",
                            {"ano": ano})
@@ -295,7 +296,7 @@ async def postings_due(reader: Reader, ano: int, *, min_docs: int, grow_share: f
         return None
     if mark is None:
         return "first" if rows >= min_docs else None
-    fresh = (await reader.one("SELECT count(*) FROM ss_index WHERE ano = %s AND iseq > %s", (ano, mark)))[0]
+    fresh = (await reader.row("SELECT count(*) FROM ss_index WHERE ano = %s AND iseq > %s", (ano, mark)))[0]
     if rows - fresh != old_rows or fresh >= PREFIX_FRESH_LIMIT // 2:
         return "stale"
     if rows - old_rows >= grow_share * max(old_rows, min_docs):

@@ -84,7 +84,8 @@ def kept_word(query: Query) -> str | None:
     return query.phrases[0][0]
 
 
-def kept_ctes(query: Query, where: list[str], walk: int | None, params: dict, word: str, mark: int) -> str:
+def kept_ctes(query: Query, where: list[str], walk: int | None, params: dict, word: str,
+              mark: int | None) -> str:
     """As recent_ctes, from the newest rows of `word` the agent's last build kept (postings_build.py)
     when they settle the answer, else by recent_ctes; `ok` (one row, `kept`) tells which.
 

@@ -271,7 +271,7 @@ async def search_top(reader: Reader, ano: int, match: Match, cache: DfCache, *, 
     from .postings_build import RECENT
     q = Query(match)
     if not q.lexemes:
-        row = await reader.one(HEAD, head_params(ano, cache), last=True)
+        row = await reader.row(HEAD, head_params(ano, cache), last=True)
         head = dict(zip(HEAD_COLUMNS, row))
         cache.keep_head(head)
         return head["version"], frozenset(head["dirty"]), []
@@ -289,12 +289,12 @@ async def search_top(reader: Reader, ano: int, match: Match, cache: DfCache, *, 
             cand, kept = kept_ctes(q, where, walk, params, word, cache.postings_mark), "(SELECT kept FROM ok), "
         else:
             cand = recent_ctes(q, where, walk, params)
-        rows = q.terms_sql(f"st, (SELECT id FROM cand ORDER BY ts DESC, mid {MID} LIMIT %(k)s) c "
-                           "JOIN ss_index m ON m.id = c.id")
-        top = f"{cand}, top AS (SELECT m.id, {q.score_sql()} AS s, m.ts, m.mid FROM st, {rows})"
+        source = q.terms_sql(f"st, (SELECT id FROM cand ORDER BY ts DESC, mid {MID} LIMIT %(k)s) c "
+                             "JOIN ss_index m ON m.id = c.id")
+        top = f"{cand}, top AS (SELECT m.id, {q.score_sql()} AS s, m.ts, m.mid FROM st, {source})"
     else:
-        rows = q.terms_sql(f"st, ss_index m WHERE m.tsv @@ {q.tsquery} AND {' AND '.join(where)}")
-        top = (f"top AS (SELECT m.id, {q.score_sql()} AS s, m.ts, m.mid FROM st, {rows} "
+        source = q.terms_sql(f"st, ss_index m WHERE m.tsv @@ {q.tsquery} AND {' AND '.join(where)}")
+        top = (f"top AS (SELECT m.id, {q.score_sql()} AS s, m.ts, m.mid FROM st, {source} "
                f"ORDER BY s, m.ts DESC, m.mid {MID} LIMIT %(k)s)")
     params.update(q.params)
     outer = "r.s, r.ts DESC, r.mid" if order != "recent" else "r.ts DESC, r.mid"
@@ -305,7 +305,7 @@ async def search_top(reader: Reader, ano: int, match: Match, cache: DfCache, *, 
     version, dirty, rest = q.remember(rows[0], cache)
     if kept and rest[0]:
         cache.recent_kept += 1
-    hits = [tuple(r[-5:]) for r in rows if r[-5] is not None]
+    hits: list[tuple[Any, ...]] = [tuple(r[-5:]) for r in rows if r[-5] is not None]
     more = len(hits) > k
     hits = hits[:k]
     if more:

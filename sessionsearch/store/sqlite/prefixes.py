@@ -45,7 +45,7 @@ LOG_LIMIT = FRESH_LIMIT  # index changes since a build or fold beyond which its 
 FOLD_AFTER = 1_000  # index changes since a build or fold from which a fold is due (postings_due.py)
 
 Runs = dict[int, list[tuple[int, int]]]  # tf -> rows (dl, rid), shortest first
-Built = tuple[int, dict[str, int], list[tuple[int, int, int]]]  # (docs, {tf: cut}, kept rows (tf, dl, rid))
+Built = tuple[int, dict[int, int], list[tuple[int, int, int]]]  # (docs, {tf: cut}, kept rows (tf, dl, rid))
 
 
 def is_prefix_query(word: str) -> bool:
@@ -244,7 +244,7 @@ class Changes:
                 for p in old[1]:
                     del self.by_prefix[p][rid]
         for (rid, _, sz), found in zip(now, counted[len(was):]):
-            self.now[rid] = (varint_sum(sz), found)
+            self.now[rid] = (varint_sum(sz or b""), found)
             self.net += 1
             for p, tf in found.items():
                 self.by_prefix.setdefault(p, {})[rid] = tf

@@ -34,7 +34,7 @@ def scope_conditions(include: list[int] | None, exclude: list[int] | None, role:
             (_, hi), (_, hhi) = window_ranges(max(include))
             params.update(lo=lo, hi=hi, hlo=hlo, hhi=hhi, wlo=min(include), whi=max(include))
             low, high = "msg_fts.rowid BETWEEN :lo AND :hi", "msg_fts.rowid BETWEEN :hlo AND :hhi"
-            where.append({"low": low, "high": high}.get(region, f"({low} OR {high})"))
+            where.append({"low": low, "high": high}.get(region or "", f"({low} OR {high})"))
         if not include or max(include) - min(include) + 1 != len(include):  # else the range says it all
             where.append(f"{wid} IN (SELECT value FROM json_each(:incl))")
             params["incl"] = json.dumps(include)

@@ -414,8 +414,8 @@ class SqliteWriter(HotWrites, PrefixWrites):
                  r.event.role, r.event.ts, int(r.on_branch), r.event.text, r.event.raw or _COMPACT.encode(r.event.body))
                 for r in plan.rows])
         if to_index:
-            indexed = [(row_id(wid, r.seq, r.event.role), index_text(r.event.text), r.event.ts, r.event.event_id)
-                       for r in to_index]
+            indexed = [(row_id(wid, r.seq, r.event.role), index_text(r.event.text or ""), r.event.ts, r.event.event_id)
+                       for r in to_index]  # every one has text (to_index)
             c.executemany("INSERT INTO msg_fts (rowid, text, ts, mid) VALUES (?, ?, ?, ?)", indexed)
             self.log_indexed([r[0] for r in indexed])
         if not plan.linear:
