@@ -341,7 +341,7 @@ class Engine:
 
     async def optimize(self, agent_id: str | None = None, **limits: Any) -> dict[str, Any]:
         """Build what answers one-word searches for common words fast (SQLite: postings,
-        store/sqlite/hot.py), per agent; `limits`: min_docs (default: the setting
+        store/sqlite/postings.py), per agent; `limits`: min_docs (default: the setting
         postings_min_docs, else the backend's own), min_share, max_words."""
         if self.settings.postings_min_docs is not None:
             limits.setdefault("min_docs", self.settings.postings_min_docs)

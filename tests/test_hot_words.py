@@ -1,4 +1,4 @@
-"""Common words' postings (store/sqlite/hot.py): one-word searches answered from them are the
+"""Common words' postings (store/sqlite/postings.py): one-word searches answered from them are the
 answers FTS5 alone gives, whatever was written since they were built."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from sessionsearch.store.sqlite import hot as sqlite_hot
+from sessionsearch.store.sqlite import postings as sqlite_hot
 from sessionsearch.store.sqlite import store as store_module
 
 from .helpers import chain, engine_at, ids, leaf, msg

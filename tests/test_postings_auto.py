@@ -9,7 +9,7 @@ import os
 import sqlite3
 import time
 
-from sessionsearch.store.sqlite.hot import FRESH_LIMIT
+from sessionsearch.store.sqlite.postings import FRESH_LIMIT
 from sessionsearch.worker.optimize import PeriodicOptimize
 
 from .helpers import chain, engine_at, ids

@@ -11,7 +11,7 @@ import sqlite3
 import aiosqlite
 import pytest
 
-from sessionsearch.store.sqlite import postings_due as postings_due_module
+from sessionsearch.store.sqlite import postings_build as postings_due_module
 from sessionsearch.store.sqlite import prefixes as sqlite_prefixes
 from sessionsearch.store.sqlite.prefixes import PrefixTop
 
@@ -294,8 +294,8 @@ async def test_a_build_counts_out_the_rows_deleted_while_it_read(tmp_path, prefi
         await store.execute_write("UPDATE prefix_words SET log_seq = -1")  # given up: a build is due
         read = await asyncio.to_thread(sqlite_prefixes.read_prefixes, store.path)
         await engine.delete("agent:main:s4")  # after the build's snapshot, before it is stored
-        await store._run(lambda w: w.drop_hot_words({"alpha", "beta", "alps"}))  # cuts the logs
-        await store._run(lambda w: w.store_prefixes(*read))
+        await store._run(lambda w: w.hot.drop_hot_words({"alpha", "beta", "alps"}))  # cuts the logs
+        await store._run(lambda w: w.prefixes.store_prefixes(*read))
         await engine.search({"query": "al", "match": "prefix"})  # the store learns there is no backlog
         result = await _same_both_ways(engine, {"query": "al", "match": "prefix", "limit": 25})
         assert not any(i.startswith("s4m") for i in ids(result))
@@ -332,7 +332,7 @@ async def test_incremental_builds_fold_the_prefixes_and_redo_them_only_when_give
         assert await store.postings_due(min_docs=10_000, grow_share=0.2) == "fold"
         assert (await store.optimize(min_docs=10_000, incremental=True))["prefixes"]["folded"] == 10
         assert await store.postings_due(min_docs=10_000, grow_share=0.2) is None
-        await store.execute_write("UPDATE prefix_words SET log_seq = -1")  # given up (hot.py: past FRESH_LIMIT)
+        await store.execute_write("UPDATE prefix_words SET log_seq = -1")  # given up (postings.py: past FRESH_LIMIT)
         assert await store.postings_due(min_docs=10_000, grow_share=0.2) == "stale"
         built = (await store.optimize(min_docs=10_000, incremental=True))["prefixes"]
         assert "folded" not in built and built["count"] >= 5

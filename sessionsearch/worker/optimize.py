@@ -1,8 +1,8 @@
 """The common words' postings built when they pay off, and rebuilt on a schedule.
 
 A word's postings answer its one-word searches while fewer than FRESH_LIMIT rows were indexed
-after their build (store/sqlite/hot.py). Every `postings_check_every_s` this asks each agent's
-store whether a build would pay off now (store/sqlite/postings_due.py: a reconciliation backlog
+after their build (store/sqlite/postings.py). Every `postings_check_every_s` this asks each agent's
+store whether a build would pay off now (store/sqlite/postings_build.py: a reconciliation backlog
 drained after an import, the index grown by `postings_grow_share`, words about to lose their
 postings) and builds just those words; every `optimize_every_s` it rebuilds everything.
 

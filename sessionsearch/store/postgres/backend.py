@@ -27,9 +27,9 @@ from ...errors import NotFound, Unavailable
 from ...settings import Settings
 from ..urls import redact
 from .db import CONNECT_TIMEOUT_S, Db, connect_kwargs, unavailable
-from .postings_build import FRESH_LIMIT
 from .schema import LATEST, migrate, migrate_connection, schema_version
 from .store import PgAgentStore
+from .terms import FRESH_LIMIT
 
 POOL_SIZE = 10  # connections per process at most (docs/postgres.md)
 RETRY_S = 1.0  # after a failed listing read, the cached listing is answered this long

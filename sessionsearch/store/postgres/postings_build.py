@@ -30,12 +30,11 @@ from __future__ import annotations
 import asyncio
 import heapq
 import json
-import re
 import time
 from typing import Any
 
 from .db import Db, Reader, all_rows, the_row
-from .search import K1, B
+from .terms import K1, PREFIX, PREFIX_FRESH_LIMIT, RECENT, WORD, B, is_prefix_key
 
 CAP = 128  # rows kept per run of equal frequency: an unscoped top 25 rarely reaches past a few dozen
 KEEP = 512  # rows kept per word or prefix, the best by score at the build (and each run's first)
@@ -45,23 +44,14 @@ MAX_WORDS = 512  # … the most frequent first
 PREFIX_MIN_DOCS = 2_000  # a prefix is built when its words are in this many rows (summed) …
 MAX_PREFIXES = 4096  # … the most frequent first
 MIN_LEN, MAX_LEN = 2, 4  # prefix lengths with postings
-FRESH_LIMIT = 20_000  # rows written since a build beyond which its words are searched the slow way
-PREFIX_FRESH_LIMIT = 2_000  # the same for prefixes (a fresh row's prefix frequency walks its terms)
 WAIT_S = 600.0  # the longest a build waits for the transactions older than its mark
-WORD, PREFIX, RECENT = 0, 1, 2
 RECENT_MIN_DOCS = 1_000  # a word (CJK shadow tokens too) in this many rows keeps its newest rows (recent.py) …
 RECENT_MAX_WORDS = 8192  # … the most frequent first, …
 RECENT_KEEP = 256  # … this many of them (fewer when the oldest kept shares its timestamp), …
 RECENT_SPAN = 1.0  # … of its rows newer than the cutoff, the newest RECENT_SPAN * RECENT_KEEP / RECENT_MIN_DOCS
 # of the agent's rows (about RECENT_KEEP rows of a word in RECENT_MIN_DOCS spread evenly in time): the
 # rows older than it cost the pass nothing more
-PREFIX_RE = re.compile(r"[a-z0-9]{2,4}")
 LOCK = 0x706F7374  # advisory lock key space ("post"), with the agent number as the second key
-
-
-def is_prefix_key(lexeme: str) -> bool:
-    """A prefix the postings can answer: 2-4 ASCII letters or digits (one lexeme, folded)."""
-    return PREFIX_RE.fullmatch(lexeme) is not None
 
 
 Key = tuple[int, str]  # (WORD or PREFIX, the word or prefix)

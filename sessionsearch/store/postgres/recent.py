@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..rowids import HIGH, LOW_BITS, LOW_SEQS, SEQ_BITS
+from .terms import FRESH_LIMIT, RECENT
 
 if TYPE_CHECKING:
     from .search import DfCache, Query
@@ -96,7 +97,6 @@ def kept_ctes(query: Query, where: list[str], walk: int | None, params: dict, wo
     in scope and newer than the floor, are every match in scope newer than the floor: when they
     are k + 1 or more (or the build kept every row), the top k + 1 by (ts DESC, message id) are
     theirs, whatever the order of ties, since every other match is at or below the floor."""
-    from .postings_build import FRESH_LIMIT, RECENT
     params.update(rkind=RECENT, rkey=word, rmark=mark, rfresh=FRESH_LIMIT)
     # the kept rows hold the word (a row is never changed in place; one deleted or rewritten since
     # makes the build unusable): not tested again, which would read each row's tsvector (1-2 ms)

@@ -23,10 +23,10 @@ from ..base import (
     TopHits,
     WindowRef,
 )
-from . import postings_build, reads
+from . import postings, postings_build, reads
 from .db import Db, Reader
 from .reconcile import Reconciler
-from .search import DfCache, search_top
+from .search import DfCache, Query, search_top
 from .sessions import search_sessions
 from .writer import Writes
 
@@ -150,8 +150,12 @@ class PgAgentStore:
                          exclude: list[int] | None, role: str | None, hot: str | None = None,
                          since: int | None = None, until: int | None = None, ties: bool = True) -> TopHits:
         at = time.monotonic()
-        out = await search_top(reader, self.ano, match, self._dfs, k=k, order=order, include=include, exclude=exclude,
-                               role=role, since=since, until=until)
+        q = Query(match)
+        scope: dict[str, Any] = dict(include=include, exclude=exclude, role=role, since=since, until=until)
+        # one word or one short prefix by relevance, from its postings when they answer
+        found = await postings.postings_top(reader, self.ano, q, self._dfs, k=k, **scope) if order != "recent" else None
+        out = found if found is not None else await search_top(reader, self.ano, q, self._dfs, k=k, order=order,
+                                                               **scope)
         self._seen(at)
         version, dirty, hits = out
         return TopHits(version, dirty, [RowHit(*h) for h in hits])

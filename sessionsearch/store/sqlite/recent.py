@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 
 from ..base import Match
 from .fts import ascii_sql, fts5_match, quote
-from .hot import average_length, varint, varint_sum
+from .postings import average_length, varint, varint_sum
 
 K1, B = 1.2, 0.75  # FTS5's bm25() defaults
 MIN_TS = -(1 << 63)

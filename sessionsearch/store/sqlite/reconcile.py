@@ -145,17 +145,17 @@ class SqliteReconcileTx:
         else:
             stale = ("rowid BETWEEN :lo AND :hi AND rowid NOT IN "
                      f"(SELECT id FROM events WHERE id BETWEEN :lo AND :hi AND {INDEXABLE})")
-            self.w.log_gone(stale, {"lo": lo, "hi": hi})
+            self.w.prefixes.log_gone(stale, {"lo": lo, "hi": hi})
             deleted = self.c.execute(f"DELETE FROM msg_fts WHERE {stale}", {"lo": lo, "hi": hi}).rowcount
             select += " AND id NOT IN (SELECT rowid FROM msg_fts WHERE rowid BETWEEN :lo AND :hi)"
         if rows_in_sql:
-            self.w.log_indexed_sql(select, {"lo": lo, "hi": hi})  # before: the select skips indexed rows
+            self.w.hot.log_indexed_sql(select, {"lo": lo, "hi": hi})  # before: the select skips indexed rows
             return deleted, self.c.execute(f"INSERT INTO msg_fts (rowid, text, ts, mid) {select}",
                                            {"lo": lo, "hi": hi}).rowcount
         rows = [(rid, index_text(body), ts, mid)
                 for rid, body, ts, mid in self.c.execute(select, {"lo": lo, "hi": hi}).fetchall()]
         self.c.executemany("INSERT INTO msg_fts (rowid, text, ts, mid) VALUES (?, ?, ?, ?)", rows)
-        self.w.log_indexed([r[0] for r in rows])
+        self.w.hot.log_indexed([r[0] for r in rows])
         return deleted, len(rows)
 
 
@@ -166,7 +166,7 @@ def sweep_orphans(writer: SqliteWriter) -> int:
               "WHERE win.wid IS NULL OR win.cold = 1 OR (win.needs_rebuild = 0 AND NOT EXISTS "
               "(SELECT 1 FROM events e WHERE e.id = f.rowid AND e.on_branch = 1 AND e.text IS NOT NULL)))")
     with writer.tx() as c:
-        writer.log_gone(orphan, ())
+        writer.prefixes.log_gone(orphan, ())
         deleted: int = c.execute(f"DELETE FROM msg_fts WHERE {orphan}").rowcount
         return deleted
 

@@ -142,7 +142,7 @@ INSERT INTO meta VALUES ('deleted_from', 0);
 CREATE INDEX catalog_deleted_by_seq ON catalog_deleted (meta_seq);
 """),
     (5, "hot_words", """
--- Postings of common words in the order their one-word searches rank (store/sqlite_hot.py): by
+-- Postings of common words in the order their one-word searches rank (store/sqlite/postings.py): by
 -- term frequency, then row length. Built from the FTS index by `optimize`; rows indexed after a
 -- word's build are listed in index_log (only while meta index_log is not 0) and scored by
 -- FTS5 beside the postings.

@@ -12,11 +12,11 @@ import json
 import math
 import sqlite3
 import time
+from array import array
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from functools import partial
-from operator import methodcaller
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -43,8 +43,8 @@ from ..base import (
 from ..rowids import row_id, seq_sql, window_ranges
 from . import reconcile
 from .fts import fts5_match
-from .hot import MAX_WORDS, MIN_DOCS, MIN_SHARE, batches, common_words, hot_top, read_postings
-from .postings_due import BUILT_ROWS_KEY, built_rows, postings_due, prefix_upkeep_at, words_to_build
+from .postings import MAX_WORDS, MIN_DOCS, MIN_SHARE, batches, common_words, hot_top, read_postings
+from .postings_build import BUILT_ROWS_KEY, built_rows, postings_due, prefix_upkeep_at, words_to_build
 from .prefixes import PrefixTop, is_prefix_query, read_fold, read_prefixes
 from .ranking import TS_JOIN, materialized, ranked_shown
 from .recent import RecentScores, ShownIndex, phrases
@@ -68,6 +68,10 @@ QUIET_SEARCHES = 3
 async def _fetch(conn: aiosqlite.Connection, sql: str, params: Any = None) -> list[Any]:
     """A statement's rows (aiosqlite types them as an Iterable; they are a list)."""
     return cast(list[Any], await conn.execute_fetchall(sql, params))
+
+
+def _store_hot_word(writer: SqliteWriter, *, word: str, log_seq: int, postings: array) -> None:
+    writer.hot.store_hot_word(word, log_seq, postings)
 
 
 class _Reader:
@@ -239,9 +243,9 @@ class SqliteAgentStore:
 
     async def optimize(self, *, min_docs: int | None = None, min_share: float = MIN_SHARE,
                        max_words: int = MAX_WORDS, incremental: bool = False) -> dict[str, Any]:
-        """Build postings for the words common enough (hot.py) and drop those of words no longer
+        """Build postings for the words common enough (postings.py) and drop those of words no longer
         among them; `incremental`: only the words without usable postings or about to lose them
-        (postings_due.py), the others kept; then the common prefixes' postings (prefixes.py), in an
+        (postings_build.py), the others kept; then the common prefixes' postings (prefixes.py), in an
         incremental build only when they need it: built when none are or they were given up, else
         the index's changes since folded in (`prefixes.folded`: the rows touched). Reads run on a
         connection of their own, on a thread. `min_docs` None: MIN_DOCS."""
@@ -249,10 +253,10 @@ class SqliteAgentStore:
         rows = await asyncio.to_thread(built_rows, self.path)
         words = await asyncio.to_thread(common_words, self.path, min_docs=min_docs, min_share=min_share,
                                         max_words=max_words)
-        dropped = await self._run(lambda w: w.drop_hot_words({w for w, _ in words}))
+        dropped = await self._run(lambda w: w.hot.drop_hot_words({w for w, _ in words}))
         todo = await asyncio.to_thread(words_to_build, self.path, words) if incremental else words
         if todo:
-            await self._run(lambda w: w.start_index_log())
+            await self._run(lambda w: w.hot.start_index_log())
         built = {}
         for batch in batches(todo):
             started = time.monotonic()
@@ -260,7 +264,7 @@ class SqliteAgentStore:
             per_row = (time.monotonic() - started) / max(1, sum(len(p) for p in read))  # of the read
             for word, postings in zip(batch, read):
                 started = time.monotonic()
-                await self._run(methodcaller("store_hot_word", word, log_seq, postings))
+                await self._run(partial(_store_hot_word, word=word, log_seq=log_seq, postings=postings))
                 built[word] = {"rows": len(postings) // 3,
                                "seconds": round(per_row * len(postings) + time.monotonic() - started, 3)}
         started = time.monotonic()
@@ -268,23 +272,23 @@ class SqliteAgentStore:
         upkeep = await asyncio.to_thread(prefix_upkeep_at, self.path) if incremental else "first"
         if upkeep == "fold":
             fold = await asyncio.to_thread(read_fold, self.path)
-            if fold is not None and await self._run(lambda w: w.fold_prefixes(fold)):
+            if fold is not None and await self._run(lambda w: w.prefixes.fold_prefixes(fold)):
                 prefix_build = {"folded": fold.touched, "count": len(fold.heads),
                                 "rows": sum(len(kept) for kept in fold.kept.values()),
                                 "seconds": round(time.monotonic() - started, 3)}
             else:  # not foldable (a change not logged, or the postings moved on): build them
                 upkeep = "stale"
         if upkeep in ("first", "stale"):
-            await self._run(lambda w: w.start_index_log())
+            await self._run(lambda w: w.hot.start_index_log())
             log_seq, gone_seq, n_rows, prefixes = await asyncio.to_thread(read_prefixes, self.path)
-            await self._run(lambda w: w.store_prefixes(log_seq, gone_seq, n_rows, prefixes))
+            await self._run(lambda w: w.prefixes.store_prefixes(log_seq, gone_seq, n_rows, prefixes))
             prefix_build = {"count": len(prefixes), "rows": sum(len(p[2]) for p in prefixes.values()),
                             "seconds": round(time.monotonic() - started, 3)}
         await self.execute_write("INSERT OR REPLACE INTO meta VALUES (?, ?)", (BUILT_ROWS_KEY, rows))
         return {"words": built, "dropped": dropped, "kept": len(words) - len(todo), "prefixes": prefix_build}
 
     async def postings_due(self, *, min_docs: int | None, grow_share: float) -> str | None:
-        """Why building postings would pay off now, or None (postings_due.py)."""
+        """Why building postings would pay off now, or None (postings_build.py)."""
         return await asyncio.to_thread(postings_due, self.path, min_docs=MIN_DOCS if min_docs is None else min_docs,
                                        grow_share=grow_share)
 
@@ -374,7 +378,7 @@ class SqliteAgentStore:
         this store last saw no window needing reconciliation the ranking does not look for any,
         and the head confirms it.
 
-        `hot` is the FTS5 token of a one-word query: when the word has postings (hot.py) a
+        `hot` is the FTS5 token of a one-word query: when the word has postings (postings.py) a
         relevance search over the whole agent (`include` None) ranks from them instead of scoring
         every row that holds the word. A one-word prefix search of 2-4 letters over the whole agent
         ranks from the prefixes' postings the same way (prefixes.py).

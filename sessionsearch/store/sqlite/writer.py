@@ -30,7 +30,7 @@ from ..base import EVENT_COLUMNS, AppendResult, session_columns
 from ..cjk import index_text, needs_fold
 from ..rowids import MAX_SEQ, MAX_WID, from_v1, id_sql, is_v1, row_id, seq_sql, window_ranges
 from .checkpoint import WalCheckpointer
-from .hot import HotWrites
+from .postings import HotWrites
 from .prefixes import PrefixWrites
 from .reconcile import INDEXABLE
 from .schema import MIGRATIONS, TS_MAX_SQL
@@ -104,10 +104,10 @@ class _StaleState(Exception):
     """The cached window state no longer matched the database; reload and retry."""
 
 
-class SqliteWriter(HotWrites, PrefixWrites):
+class SqliteWriter:
     """The one writer of an agent database. Every public method is one transaction (the
     reconciliation steps run through reconcile.py's primitives, the common words' postings are
-    in hot.py)."""
+    in postings.py)."""
 
     def __init__(self, path: Path, cold_dir: Path, *, busy_timeout_ms: int, checkpoint_beside: bool = True,
                  rows_in_sql: bool = False) -> None:
@@ -132,6 +132,8 @@ class SqliteWriter(HotWrites, PrefixWrites):
                 self.c.execute("PRAGMA wal_autocheckpoint = 0")
                 self.c.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
             self._win: dict[int, _WinState] = {}
+            self.hot = HotWrites(self.c, self.tx)  # the common words' postings and the index log
+            self.prefixes = PrefixWrites(self.c, self.tx, self.hot)  # the 2-4 letter prefixes' postings
             self._current: dict[str, int] = {}
             self.lock_wait_s = 0.0
             self.migrate()
@@ -341,7 +343,7 @@ class SqliteWriter(HotWrites, PrefixWrites):
         """Delete a window's transcript rows, and its index rows unless `index` is False."""
         for lo, hi in window_ranges(wid):
             if index:
-                self.log_gone("rowid BETWEEN ? AND ?", (lo, hi))
+                self.prefixes.log_gone("rowid BETWEEN ? AND ?", (lo, hi))
                 self.c.execute("DELETE FROM msg_fts WHERE rowid BETWEEN ? AND ?", (lo, hi))
             self.c.execute("DELETE FROM events WHERE id BETWEEN ? AND ?", (lo, hi))
 
@@ -417,7 +419,7 @@ class SqliteWriter(HotWrites, PrefixWrites):
             indexed = [(row_id(wid, r.seq, r.event.role), index_text(r.event.text or ""), r.event.ts, r.event.event_id)
                        for r in to_index]  # every one has text (to_index)
             c.executemany("INSERT INTO msg_fts (rowid, text, ts, mid) VALUES (?, ?, ?, ?)", indexed)
-            self.log_indexed([r[0] for r in indexed])
+            self.hot.log_indexed([r[0] for r in indexed])
         if not plan.linear:
             self._reproject(wid, plan.leaf_seq)
         self._win[wid] = _WinState(key, st.session_id, plan.last_seq, plan.leaf_seq, plan.leaf_event_id, has_header)
