@@ -226,6 +226,7 @@ class Engine:
         if search is not None:
             check_text(search, "search")
         limit = int_field(body, "limit", 100, 1, 1000)
+        assert limit is not None  # int_field answers its default when the field is absent
         palette = body.get("palette", False)
         include_archived = body.get("includeArchived", True)
         for name in ("palette", "includeArchived"):
@@ -385,7 +386,8 @@ class Engine:
             check_unknown(body, {"sessionKey", "sessionId", "events"})
             if "events" not in body:
                 raise InvalidRequest("events is required", field="events")
-            return await self.append(body.get("sessionKey"), body["events"], sessionId=body.get("sessionId"))
+            key: Any = body.get("sessionKey")  # append checks it
+            return await self.append(key, body["events"], sessionId=body.get("sessionId"))
         if method in ("sessions.rotate", "sessions.delete", "sessions.archive", "sessions.restore"):
             allowed = {"sessionKey", "sessionId", "reason"} if method == "sessions.rotate" else {"sessionKey"}
             check_unknown(body, allowed)

@@ -41,6 +41,7 @@ def parse_history(body: object, default_limit: int) -> HistoryRequest:
     check_unknown(body, HISTORY_FIELDS)
     key = check_session_key(body.get("sessionKey"))
     limit = int_field(body, "limit", min(default_limit, MAX_LIMIT), 1, MAX_LIMIT)
+    assert limit is not None  # int_field answers its default when the field is absent
     offset = int_field(body, "offset", None, 0, None)
     message_id = check_name(body.get("messageId"), "messageId")
     session_id = check_name(body.get("sessionId"), "sessionId")
