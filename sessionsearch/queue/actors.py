@@ -252,7 +252,7 @@ class Reconciler:
         While a backlog drains every search meets the same dirty windows: when all of them were
         queued from here within the last few seconds, this answers without leaving the event loop.
         More than SEND_INLINE windows (an import's worth) are handed over without waiting: marking
-        ten thousand windows takes Redis ~20 ms, and the markers' script is atomic, so concurrent
+        them takes Redis a while, and the markers' script is atomic, so concurrent
         searches still queue each window once.
         """
         now = time.monotonic()

@@ -9,7 +9,7 @@ postings) and builds just those words; every `optimize_every_s` it rebuilds ever
 Where the build runs: `sessionsearch worker` runs it on a thread of its own at the workers' CPU
 priority (a worker process serves no searches). The embedded `serve` runs it in a child process
 at idle priority: in the web process, a build's Python work holds the interpreter lock the event
-loop needs (searches 2-3.5x slower for the build's duration at 1,000,000 messages), and a thread
+loop needs (searches slower for the build's whole duration), and a thread
 cannot be given a lower priority without stalling the loop whenever it holds the lock.
 """
 

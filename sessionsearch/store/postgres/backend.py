@@ -7,8 +7,8 @@ database does not answer, the last listing read is kept.
 
 Every search reads the listing's version (the highest agent number: agents are only added) in its
 own statement (search.py's HEAD) and hands it here, so `listing_version` answers from memory while
-searches run: a probe costs a round trip that blocks the event loop (~1.7 ms a search, most of the
-fixed cost of a rare word). The version is read anew by a probe only when no search brought it for
+searches run: a probe costs a round trip that blocks the event loop (most of the fixed cost of a
+rare word). The version is read anew by a probe only when no search brought it for
 LISTING_TTL_S, or when a caller asks for it fresh (an agent it was asked for and does not know).
 A search whose statement saw an agent its scope did not know is scoped again (search/runner.py).
 """

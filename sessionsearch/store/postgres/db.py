@@ -61,8 +61,7 @@ class Reader:
     """A read-only REPEATABLE READ snapshot on a pooled connection (an opaque Reader above the
     seam), begun lazily: the connection is taken and the transaction begun with the block's first
     statement, sent together (one round trip), and a statement the caller marks `last` carries
-    the COMMIT too. A search is then one round trip, not three (BEGIN, the statement, COMMIT,
-    each 0.5-1.3 ms on a busy machine)."""
+    the COMMIT too. A search is then one round trip, not three (BEGIN, the statement, COMMIT)."""
 
     __slots__ = ("conn", "_pool", "_deadline", "_state")
 
@@ -113,13 +112,13 @@ class Reader:
         after it (when `last`), as one simple-protocol query: the driver binds the parameters
         client-side (psycopg's ClientCursor, which quotes each value as a literal), since the
         extended protocol takes one statement a message and psycopg's pipeline mode cost more in
-        Python (~1.3 ms) than the round trips it saves."""
+        Python than the round trips it saves."""
         parts = []
         if self._state == "new":
             # Every read has an index to take; before autovacuum has analyzed a fresh import the
-            # planner took a sequential scan of the index rows for a rare word (20 ms at 20,000).
+            # planner took a sequential scan of the index rows for a rare word.
             # No JIT: a common word's statement costs past jit_above_cost, and compiling it took
-            # longer than running it (6 s against 0.2 s at 200,000 messages on a busy machine)
+            # longer than running it
             parts += ["BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY", "SET LOCAL enable_seqscan = off",
                       "SET LOCAL jit = off"]
             if not math.isinf(self._deadline):

@@ -68,9 +68,8 @@ def walk_windows(query: Query, cache: DfCache, k: int) -> int | None:
 
 def walk_sql(query: Query) -> str:
     """walk_windows in SQL, from the counts in `st` (stats_sql) and k + 1 in %(k)s. A word the
-    store has not counted yet was walked a fixed 20 windows: for a rare word, 5-8 ms of rows read
-    without it before every match was sorted anyway (the first search of each word, a p95 of
-    `recent` at 1,000,000 messages)."""
+    store has not counted yet was walked a fixed 20 windows: for a rare word, rows read without it
+    before every match was sorted anyway (the first search of each word, a p95 of `recent`)."""
     share = " * ".join(f"least(1.0::float8, st.df{i}::float8 / st.rows::float8)" for i in range(len(query.phrases)))
     return (f"(SELECT CASE WHEN s.share <= 0.0 THEN 0 "
             f"WHEN {WALK_MARGIN} * %(k)s > {ROWS_PER_MATCH} * s.share * s.share "
@@ -99,7 +98,7 @@ def kept_ctes(query: Query, where: list[str], walk: int | None, params: dict, wo
     theirs, whatever the order of ties, since every other match is at or below the floor."""
     params.update(rkind=RECENT, rkey=word, rmark=mark, rfresh=FRESH_LIMIT)
     # the kept rows hold the word (a row is never changed in place; one deleted or rewritten since
-    # makes the build unusable): not tested again, which would read each row's tsvector (1-2 ms)
+    # makes the build unusable): not tested again, which would read each row's tsvector
     cond = " AND ".join(where)
     usable = "kb.mark = %(rmark)s AND st.rows - kb.fresh = kb.old_rows AND kb.fresh <= %(rfresh)s"
     return (
@@ -126,15 +125,14 @@ def recent_ctes(query: Query, where: list[str], walk: int | None, params: dict, 
     params["walk"] = walk
     limit = "%(walk)s" if walk is not None else walk_sql(query)
     cond = " AND ".join([f"m.tsv @@ {query.tsquery}", *where])
-    if walk == 0:  # every match sorted: the walk's CTEs left out, not planned only to be skipped (~1 ms)
+    if walk == 0:  # every match sorted: the walk's CTEs left out, not planned only to be skipped
         return f"{name} AS (SELECT m.id, m.ts, m.mid FROM st, ss_index m WHERE {cond})"
     floor, last = "(SELECT t FROM floor)", "((SELECT wts FROM floor), (SELECT wwid FROM floor))"
 
     def rows_of(w: str) -> str:  # a window's index rows, both id ranges (the high one only when the
         # window's seqs reach it: a one-time filter), by the primary key alone: OFFSET 0 keeps the
         # word's condition above the scan, else the planner ANDs each window's range with the word's
-        # whole GIN posting list, read again for every window (a 1% word at 1,000,000 messages:
-        # ~1.5 ms a window, 360 ms a search)
+        # whole GIN posting list, read again for every window
         return (f"((SELECT {ROW} FROM ss_index m WHERE {LOW.format(w=w)} OFFSET 0) UNION ALL "
                 f"(SELECT {ROW} FROM ss_index m WHERE {w}.last_seq >= {LOW_SEQS} AND {HIGH_RANGE.format(w=w)} "
                 "OFFSET 0)) m")

@@ -12,8 +12,8 @@ last bit or nearly (tests/test_postgres.py compares them with SQLite's).
 A search is one statement (one round trip with its BEGIN and COMMIT, db.Reader): the head (meta
 version, windows needing reconciliation), N, avgdl, each phrase's df and idf in one CTE, then the
 top hits, each matching row's tf of each phrase read once (terms_sql). Counting df is most of a
-common word's cost (the GIN index finds the rows, but the count visits each one's heap page:
-0.1 s for a word in 20,000 of 200,000 messages), so each store keeps
+common word's cost (the GIN index finds the rows, but the count visits each one's heap page),
+so each store keeps
 the df it counted with the index state it counted it at, (meta_version, count(windows),
 sum(idx_gen), idx_epoch): schema migration 3 has every insert or delete of a window's index rows
 stamp the window anew from a sequence (a window's stamp only grows, so the sum grows while the set

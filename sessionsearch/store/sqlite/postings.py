@@ -1,7 +1,7 @@
 """Exact top hits for one common word without scoring every row that holds it.
 
 FTS5 answers `MATCH word ORDER BY bm25 LIMIT k` by computing bm25 for every matching row, which
-reads each row's length: ~65 ms for a word in 10% of 1,000,000 messages, 200 ms at 30%. For a
+reads each row's length, a cost in the word's rows (docs/search-speed.md). For a
 one-word query, BM25 depends on a row only through the word's frequency in it (tf) and the row's
 length (dl): the word's IDF is a positive factor common to all rows, and at a fixed tf the score
 falls as dl grows. So postings kept per word ordered by (tf, dl) are, within one tf value,
@@ -40,8 +40,8 @@ EPS = 1e-9  # relative; far above the rounding difference between this score and
 FRESH_LIMIT = 20_000  # rows indexed since a word's build beyond which its searches use FTS5 alone
 PAGE = 64  # postings fetched per tf run and round trip
 MAX_ROUNDS = 4  # rescoring rounds before a narrow scope gives up on the postings
-# `optimize` builds postings for the words FTS5 takes ~2 ms or more to rank (~3 µs a matching row;
-# wall p95 over 10 ms on a loaded machine from ~1,000 rows, docs/cjk.md):
+# `optimize` builds postings for the words FTS5 is slow to rank (docs/cjk.md;
+# docs/architecture/decisions.md):
 MIN_DOCS = 500  # in at least this many rows (search.postingsMinDocs) …
 MIN_SHARE = 0.0005  # … and this share of them,
 # the most frequent first (the benchmark corpus at 1,000,000 rows: 3,329 words in 500+ rows, 1,059
@@ -121,8 +121,8 @@ def read_postings(path: Path, words: list[str]) -> tuple[int, list[array]]:
     """(log position, postings of each word) read in one snapshot of the index; the postings flat,
     tf, dl, rid after one another (a word in half of 1,000,000 rows: 12 MB, not 100 of tuples).
     Words read together share the connection's page cache: the row sizes of a rare word's rows
-    are scattered over the docsize table, and a connection of its own per word read them at
-    ~5 µs a row, against ~2 µs here (words in ~600 of 1,000,000 rows)."""
+    are scattered over the docsize table, and a connection of its own per word read them at more
+    than twice the cost."""
     conn = sqlite3.connect(path, isolation_level=None)
     try:
         conn.execute("CREATE VIRTUAL TABLE temp.hot_vi USING fts5vocab(main, msg_fts, 'instance')")

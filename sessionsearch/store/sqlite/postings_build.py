@@ -1,7 +1,7 @@
 """When the common words' postings (postings.py) are worth building, and which words a build redoes.
 
-A build reads every row holding a common word (~75 s for 263 words at 1,000,000 messages), so
-it runs when it pays off, not on every write:
+A build reads every row holding a common word (minutes at 1,000,000 messages), so it runs when
+it pays off, not on every write:
 
 - never while windows wait for reconciliation: the index is still being rewritten, and a build
   then would be stale within minutes; once the backlog drains, a build is due if

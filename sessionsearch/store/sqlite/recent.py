@@ -1,7 +1,7 @@
 """`recent` (newest first) without sorting every match, and the bm25 of the rows it shows.
 
 Row ids are packed by window (rowids.py), so FTS5's rowid order is not time order, and sorting
-every match by timestamp costs ~2 µs a match (45 ms for a word in 10% of 200,000 messages). But
+every match by timestamp costs time in every match. But
 each window keeps `ts_max`, a bound on the timestamps of its messages (migration 10, raised by
 each append and recomputed by a restore). The sorter of an arm then runs in two steps of one
 statement:
@@ -21,11 +21,11 @@ first row; at worst it is the whole doclist again, the cost of sorting every mat
 Most often step 2's range is the part of step 1's oldest window below its rows, where messages
 are older than T: when at most SPAN_READ messages lie in that range and none is as new as T
 (read from the narrow (id, ts) index), step 2 is skipped, and with it the second FTS5 cursor,
-whose opening (the word looked up in every segment) cost 0.1-0.2 ms at 1,000,000 messages.
+whose opening looks the word up in every segment.
 
 The bm25 of the shown rows, which `recent` reports as the score, needs each phrase's document
-count over the whole index: FTS5's bm25() counts it by walking the phrase's doclist (7 ms for a
-10% word at 1,000,000 messages), in every statement. `RecentScores` counts it once per state of
+count over the whole index: FTS5's bm25() counts it by walking the phrase's doclist, in every
+statement. `RecentScores` counts it once per state of
 the index (its structure and averages records, which every write changes) and computes bm25 as
 FTS5 does, from the row's size (docsize), the averages, and the row's phrase instances: counted
 in Python in ASCII text, as unicode61 tokenizes it, and in other text by a scratch in-memory FTS5
@@ -101,7 +101,7 @@ def phrases(match: Match) -> list[str] | None:
 # (ranking.py) beside each ranked row: the row's size, and the text the index holds for it when
 # that is not the message's own (non-ASCII text: store/cjk.py folds it and shadows CJK runs), from
 # FTS5's content table (c0: the text column, which _Counter checks comes first; a lookup through
-# msg_fts itself opens an FTS5 cursor per row, 4x the time). Then one more row: the index state
+# msg_fts itself opens an FTS5 cursor per row). Then one more row: the index state
 # and definition. So the scores cost no statement of their own.
 SHOWN_COLUMNS = ("(SELECT sz FROM msg_fts_docsize WHERE id = top.id), "
                  f"CASE WHEN NOT {ascii_sql('e.text')} THEN (SELECT c0 FROM msg_fts_content WHERE id = top.id) END")
@@ -238,8 +238,8 @@ class _Counter:
         is known to match every phrase (the index found it so).
 
         When every phrase is one ASCII word (or its prefix) and the index tokenizes with plain
-        unicode61, ASCII texts are counted here, as that tokenizer splits and folds them: the
-        scratch table costs ~25 µs a text (0.4-0.9 ms for a page of hits), this ~2 µs, and less
+        unicode61, ASCII texts are counted here, as that tokenizer splits and folds them: a tenth
+        of the scratch table's cost a text, and less
         for a matching text that holds the word once (most): it holds it as a token at least
         once, so one occurrence in the text is the one.
 
@@ -248,7 +248,7 @@ class _Counter:
         text's tokens are its chunks' tokens: ASCII chunks are tokenized here, the others by the
         scratch table's tokenizer (an fts5vocab table lists each row's tokens as FTS5 folds them),
         and kept: the accented words and CJK shadow tokens of a transcript recur, and the scratch
-        table's fixed cost (a transaction, ~0.1 ms) is then spent only on chunks not seen before."""
+        table's fixed cost (a transaction) is then spent only on chunks not seen before."""
         freq = {rid: [0.0] * len(parts) for rid, _ in texts}
         words = [ASCII_PHRASE.fullmatch(p) for p in parts] if UNICODE61 in self.schema else [None]
         if all(words):
@@ -271,7 +271,7 @@ class _Counter:
                                  for term, prefix in terms]
             return freq
         # rolled back, so the table is always empty: deleting the last texts instead cost FTS5 a
-        # delete marker per token and a growing index to merge (2.5x the time for two texts)
+        # delete marker per token and a growing index to merge
         c = self.conn
         c.execute("BEGIN")
         try:

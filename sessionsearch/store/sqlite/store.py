@@ -54,14 +54,12 @@ from .writer import SqliteWriter, create_database, is_full, unwritable
 
 T = TypeVar("T")
 # The deadline is checked every this many VM steps: often enough to stop within a millisecond or
-# so, rarely enough that the Python callback costs nothing measurable (at 2,000 it cost 30%).
+# so, rarely enough that the Python callback costs nothing measurable.
 PROGRESS_OPS = 200_000
 # A reader maps the database into memory only after this many searches in a row found it unchanged
-# since its previous one, and stops at the first change. Mapped reads skip copying each page into
-# SQLite's cache: ~25% off a 0.3% word's relevance and `recent` searches on a database nobody
-# writes; but mapped while commits came (a mapping follows the growing file) searches were 30-40%
-# slower. A 32 MiB page cache instead helped relevance as much but made `recent` 15% slower, and
-# any commit empties it (measured side by side: bench/bench_cache.py).
+# since its previous one, and stops at the first change: mapped reads skip copying pages into
+# SQLite's cache, but a mapping that follows a growing file slows searches
+# (docs/architecture/decisions.md, "Figures behind the store's constants").
 QUIET_SEARCHES = 3
 
 
@@ -164,8 +162,8 @@ class SqliteAgentStore:
             await conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
             await conn.execute("PRAGMA query_only = 1")
             # Off by default: mapped all the time, searches got slower while appends or
-            # reconciliation ran (p50 8 -> 14 ms during bench_pipeline's reconciliation), the
-            # mapping following the growing file. A quiet reader maps it (_fit_mapping).
+            # reconciliation ran, the mapping following the growing file. A quiet reader maps it
+            # (_fit_mapping).
             await conn.execute(f"PRAGMA mmap_size = {self._mmap_bytes}")
             reader = _Reader(conn, self._mmap_bytes)
             await conn.set_progress_handler(reader.expired, PROGRESS_OPS)
@@ -415,7 +413,7 @@ class SqliteAgentStore:
         # (recent.py, RecentScores: the words' document counts kept per index state); a query of
         # other words over a short range scores the few rows in it as it sorts them instead, sparing
         # the statement below, whose cost is a walk of the word's whole doclist (FTS5's bm25() counts
-        # the documents on each statement: 3.6-5 ms for a word in 10% of 1,000,000 messages)
+        # the documents on each statement)
         scores: dict[int, float] | None = (
             {} if order == "recent" and bounds is not None and phrases(match) is None else None)
         if (top is None and order != "recent" and include is None and not ranged and not arms[0][1]
@@ -464,7 +462,7 @@ class SqliteAgentStore:
         elif order == "recent" and top:
             # bm25 of the shown rows only: a walk of the doclist that reads no row, bm25 evaluated
             # where the id is listed. `+rowid` keeps the list from being handed to FTS5 as rowid
-            # lookups, each of which would recount the phrase's documents (10x slower, measured).
+            # lookups, each of which would recount the phrase's documents.
             ranks = dict(await _fetch(reader.conn,
                 "SELECT rowid, bm25(msg_fts) FROM msg_fts WHERE msg_fts MATCH :match "
                 "AND +rowid IN (SELECT value FROM json_each(:ids))",
