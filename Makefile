@@ -41,10 +41,10 @@ test: install lint
 	./scripts/services
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
-# types (mypy, strict on the store's seam and indexer/) and lint (ruff), as pyproject.toml configures them
+# types (mypy, strict on the store's seam and indexer/) and lint (ruff), as pyproject.toml configures
+# them; both run, and either failing fails the target (and so `make test` and CI)
 lint: $(STAMP)
-	$(BIN)/ruff check sessionsearch tests bench
-	$(BIN)/mypy
+	$(BIN)/ruff check sessionsearch tests bench; ruff=$$?; $(BIN)/mypy && exit $$ruff
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_search.py

@@ -153,7 +153,8 @@ async def test_a_reconciliation_moves_its_index_rows_out_of_the_pending_list_and
     """The GIN index's pending list is the writing transaction's to size (migration 7): an append
     leaves it at most 64 kB (every search reads it whole); a reconciliation lets its own rows
     gather (up to BULK_PENDING_KB) and moves them into the tree before it commits."""
-    texts = [("user" if i % 2 else "assistant", f"message {i} about topic{i % 13} and w{i} x{i * 7}") for i in range(3000)]
+    texts = [("user" if i % 2 else "assistant", f"message {i} about topic{i % 13} and w{i} x{i * 7}")
+             for i in range(3000)]
     async with engine_at(pg) as engine:
         await engine.append(KEY, chain("m", texts), index=False)
         assert _pending_pages(pg.database_url) == 0

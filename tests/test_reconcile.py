@@ -153,7 +153,8 @@ async def test_a_job_with_time_left_goes_on_with_the_windows_waiting_after_its_o
             assert (await engine.reconcile("main", wid)).outcome == "clean"  # their own jobs: nothing to do
 
 
-async def test_a_job_stops_going_on_once_another_process_holds_the_write_lock_first(tmp_path, monkeypatch):  # SQLite only: SQLite's one write lock per agent database
+# SQLite only: SQLite's one write lock per agent database
+async def test_a_job_stops_going_on_once_another_process_holds_the_write_lock_first(tmp_path, monkeypatch):
     async with engine_at(tmp_path, reconcile_batch_rows=25) as engine:
         for n in range(12):
             await engine.append(f"agent:main:s{n}", chain(f"w{n}-", [("user", f"w{n} r{i}") for i in range(10)]),
@@ -298,7 +299,8 @@ print(count, stop.exists())
 """
 
 
-async def test_an_append_takes_its_turn_between_another_process_s_back_to_back_transactions(tmp_path):  # SQLite only: SQLite's one write lock per agent database
+# SQLite only: SQLite's one write lock per agent database
+async def test_an_append_takes_its_turn_between_another_process_s_back_to_back_transactions(tmp_path):
     """SQLite's lock is no queue: without turns, a process that commits and begins again at once
     keeps it from another that sleeps between tries (a worker draining a backlog starved gateway
     appends for seconds)."""
@@ -313,7 +315,8 @@ async def test_an_append_takes_its_turn_between_another_process_s_back_to_back_t
                 assert hammer.poll() is None, "the other writer died"
                 await asyncio.sleep(0.01)
             for n in range(10):
-                await engine.append("agent:main:live", [msg(f"b{n}", "user", f"turn {n}", parent=f"b{n - 1}" if n else "a1")])
+                await engine.append("agent:main:live",
+                                    [msg(f"b{n}", "user", f"turn {n}", parent=f"b{n - 1}" if n else "a1")])
             stop.touch()
             count, stopped = hammer.communicate(timeout=60)[0].split()
         finally:
