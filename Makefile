@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # the official MCP Inspector CLI, which tests/api/test_mcp_inspector.py runs (npm writes the inner lock file)
 NODE_STAMP := tests/node/node_modules/.package-lock.json
 
-.PHONY: demo pg-demo test bench figures plots docs screenshots install lock clean
+.PHONY: demo pg-demo lint test bench figures plots docs screenshots install lock clean
 
 # constraints.txt pins every package the install takes (pip included), so a fresh machine installs the
 # versions CI tested; `make lock` rewrites it (docs/operations/upgrading.md)
@@ -51,9 +51,14 @@ pg-demo: $(STAMP)
 # tests run side by side, one at a time per worker process (most of their time they wait on servers,
 # workers and browsers); tests/conftest.py says what each worker has of its own
 TEST_WORKERS ?= 4
-test: install
+test: install lint
 	./scripts/services
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
+
+# types (mypy, strict on the store's seam and indexer/) and lint (ruff), as pyproject.toml configures
+# them; both run, and either failing fails the target (and so `make test` and CI)
+lint: $(STAMP)
+	$(BIN)/ruff check sessionsearch tests bench; ruff=$$?; $(BIN)/mypy && exit $$ruff
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_search.py

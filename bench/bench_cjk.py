@@ -18,7 +18,7 @@ rewritten to the layout before migration 9: how long the migration takes on open
 reconciliation of the windows it hands over. Figures go to bench/results/cjk.json (--out).
 
 Before the queries, `optimize` builds the postings of `main` as the workers do once an import
-drains (store/sqlite/hot.py: every word, Latin or CJK shadow token, in at least
+drains (store/sqlite/postings.py: every word, Latin or CJK shadow token, in at least
 search.postingsMinDocs rows), timed, with their size (`postings`); --no-postings measures
 without them, FTS5 ranking every query.
 """
@@ -48,7 +48,7 @@ from stats import pct  # noqa: E402
 from sessionsearch import Engine, Settings  # noqa: E402
 from sessionsearch import logging as sslogging  # noqa: E402
 from sessionsearch.store import cjk  # noqa: E402
-from sessionsearch.store.sqlite import hot  # noqa: E402
+from sessionsearch.store.sqlite import postings as hot  # noqa: E402
 from sessionsearch.store.sqlite import writer as writer_module  # noqa: E402
 from sessionsearch.store.sqlite.fts import quote  # noqa: E402
 

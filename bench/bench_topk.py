@@ -1,6 +1,6 @@
 """Exact BM25 top hits for common words from impact-ordered postings: the prototype, next to FTS5.
 
-The design as first measured, before it went into the search path (store/sqlite/hot.py, measured
+The design as first measured, before it went into the search path (store/sqlite/postings.py, measured
 there by bench_search.py after `optimize`); kept for what that benchmark does not vary: words in
 30% of rows, and 1,000 or 10,000 rows indexed since the postings were built.
 
@@ -41,8 +41,8 @@ sys.path.insert(0, str(HERE))
 from stats import pct  # noqa: E402
 
 sys.path.insert(0, str(HERE.parent))
-from sessionsearch.store.sqlite.hot import B, K1, average_length, varint_sum  # noqa: E402
 from sessionsearch.store.rowids import wid_of, wid_sql  # noqa: E402
+from sessionsearch.store.sqlite.postings import K1, B, average_length, varint_sum  # noqa: E402
 
 EPS = 1e-9  # relative: far above the rounding difference between this score and FTS5's
 K = 26  # a search's limit of 25, plus one that says more matched

@@ -2,6 +2,7 @@
 
 from .engine import Engine
 from .errors import (
+    Conflict,
     Forbidden,
     InvalidRequest,
     NotFound,
@@ -13,6 +14,7 @@ from .errors import (
 from .settings import SETTINGS, Settings
 
 __all__ = [
+    "Conflict",
     "Engine",
     "Forbidden",
     "InvalidRequest",

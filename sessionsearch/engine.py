@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import structlog
 
@@ -21,12 +22,12 @@ from .errors import InvalidRequest, NotFound, Unavailable
 from .indexer.events import parse_event
 from .indexer.reconcile import ReconcileResult, reconcile_window
 from .keys import agent_of, check_agent_id, check_session_key
+from .search.catalog import CatalogCache, CatalogView
 from .search.history import history as run_history
 from .search.history import parse_history
 from .search.query import check_unknown, int_field, parse_requester, parse_search
 from .search.runner import search as run_search
 from .search.titles import title_matches
-from .search.catalog import CatalogCache, CatalogView
 from .search.visibility import Viewer
 from .session_meta import check_meta
 from .settings import Settings
@@ -62,7 +63,7 @@ class Engine:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    async def open(self) -> "Engine":
+    async def open(self) -> Engine:
         await self.backend.open()
         for agent_id in self.agent_ids_on_disk():
             await self.store(agent_id)
@@ -76,7 +77,7 @@ class Engine:
         await self.backend.close()
         self._catalog.clear()
 
-    async def __aenter__(self) -> "Engine":
+    async def __aenter__(self) -> Engine:
         return await self.open()
 
     async def __aexit__(self, *exc: object) -> None:
@@ -225,6 +226,7 @@ class Engine:
         if search is not None:
             check_text(search, "search")
         limit = int_field(body, "limit", 100, 1, 1000)
+        assert limit is not None  # int_field answers its default when the field is absent
         palette = body.get("palette", False)
         include_archived = body.get("includeArchived", True)
         for name in ("palette", "includeArchived"):
@@ -324,7 +326,7 @@ class Engine:
         for done, (agent, wid) in enumerate(work, 1):
             if (agent, wid) not in published_beside:  # else it was rebuilt with an earlier window
                 result = await self.reconcile(agent, wid)
-                outcomes[result.outcome] = outcomes.get(result.outcome, 0) + 1 + len(result.beside)
+                outcomes[str(result.outcome)] = outcomes.get(str(result.outcome), 0) + 1 + len(result.beside)
                 published_beside.update((agent, w) for w in result.beside)
             if progress:
                 progress(done, len(work))
@@ -340,7 +342,7 @@ class Engine:
 
     async def optimize(self, agent_id: str | None = None, **limits: Any) -> dict[str, Any]:
         """Build what answers one-word searches for common words fast (SQLite: postings,
-        store/sqlite/hot.py), per agent; `limits`: min_docs (default: the setting
+        store/sqlite/postings.py), per agent; `limits`: min_docs (default: the setting
         postings_min_docs, else the backend's own), min_share, max_words."""
         if self.settings.postings_min_docs is not None:
             limits.setdefault("min_docs", self.settings.postings_min_docs)
@@ -384,7 +386,8 @@ class Engine:
             check_unknown(body, {"sessionKey", "sessionId", "events"})
             if "events" not in body:
                 raise InvalidRequest("events is required", field="events")
-            return await self.append(body.get("sessionKey"), body["events"], sessionId=body.get("sessionId"))
+            key: Any = body.get("sessionKey")  # append checks it
+            return await self.append(key, body["events"], sessionId=body.get("sessionId"))
         if method in ("sessions.rotate", "sessions.delete", "sessions.archive", "sessions.restore"):
             allowed = {"sessionKey", "sessionId", "reason"} if method == "sessions.rotate" else {"sessionKey"}
             check_unknown(body, allowed)

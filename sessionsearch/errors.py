@@ -67,9 +67,3 @@ class StorageFull(Unavailable):
     def __init__(self, agent_id: str, **context: object) -> None:
         super().__init__(f"database or disk is full: agent {agent_id!r} stored nothing of this write; "
                          "writes resume once the data dir has free space again", agent_id=agent_id, **context)
-
-
-class ClaimLost(SessionSearchError):
-    """Raised inside reconciliation when another worker took over the window's claim."""
-
-    code = "UNAVAILABLE"

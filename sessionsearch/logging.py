@@ -34,8 +34,3 @@ def configure(level: str = "INFO", *, json: bool = True, stream=None) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(numeric)
-
-
-def silence() -> None:
-    """Drop every log event (CLI commands whose output is for a person or a pipe)."""
-    configure("CRITICAL")

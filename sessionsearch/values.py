@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from .errors import InvalidRequest
@@ -75,7 +76,7 @@ def _clean(value: Any, max_depth: int) -> bool:
             for key in item:
                 if type(key) is not str or (not key.isascii() and search(key)):
                     return False
-            children = item.values()
+            children: Iterable[Any] = item.values()
         else:
             children = item
         for child in children:

@@ -8,8 +8,8 @@ extends the active branch (then its user/assistant text is indexed in the same t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from .events import Event
 
+from .events import Event
 
 
 @dataclass(slots=True)

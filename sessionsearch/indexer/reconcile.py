@@ -3,28 +3,159 @@
 claim (lease) -> batches that re-check the claim, each diffing index rows against the branch in one
 write transaction -> publish only if no non-linear write came meanwhile -> release. Idempotent;
 safe on many workers at once (a batch computes its diff inside its transaction, so two holders can
-never both insert a row), and an expired claim is taken over.
+never both insert a row), and an expired claim is taken over. Every decision is made here, once,
+over the primitives each backend gives one transaction (store.base.ReconcileTx).
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import structlog
 
-from ..store.base import AgentStore
+from ..store.base import (
+    AgentStore,
+    BesideBatch,
+    ClaimInfo,
+    ReconcileOutcome,
+    ReconcileTx,
+    RowChanges,
+    SmallReconcile,
+    WindowGen,
+)
 from ..store.rowids import MAX_SEQ
 
 log = structlog.get_logger("sessionsearch.reconcile")
 
 MAX_ROUNDS = 5
+COALESCE_WINDOWS = 64  # most windows one reconciliation transaction rebuilds
 
+Outcome = ReconcileOutcome
+
+
+# -- one transaction each ---------------------------------------------------------------------
+
+async def _claim_small(tx: ReconcileTx, wid: int, token: str, lease_s: float, max_rows: int) -> SmallReconcile:
+    """Claim; a window of at most `max_rows` rows is rebuilt and published in the same transaction,
+    with other small unclaimed windows waiting beside it while the rows last. CLAIMED: the window
+    is larger and the claim is held for batches; CLEAN: indexed and unclaimed, nothing written."""
+    state = await tx.window_state(wid)
+    if state is None:
+        return SmallReconcile(Outcome.MISSING, None, 0, 0, ())
+    if not state.needs_rebuild and state.claim_free:  # reconciled meanwhile (perhaps beside another window)
+        return SmallReconcile(Outcome.CLEAN, None, 0, 0, ())
+    claim = await tx.take_claim(wid, token, lease_s)
+    if claim is None:
+        return SmallReconcile(Outcome.BUSY, None, 0, 0, ())
+    if claim.needs_rebuild and not claim.cold and claim.last_seq > max_rows:
+        return SmallReconcile(Outcome.CLAIMED, claim, 0, 0, ())
+    changes = RowChanges(0, 0)
+    beside: tuple[int, ...] = ()
+    if claim.needs_rebuild and not claim.cold:
+        # Each job pays a queue round trip and a commit: small windows waiting beside this one are
+        # rebuilt in the same transaction, and their own jobs then find them clean.
+        beside = await _waiting_beside(tx, wid, max_rows - claim.last_seq)
+        changes = await _rebuild(tx, [wid], beside)
+    await tx.drop_claim(wid, token)
+    outcome = Outcome.COLD if claim.cold else (Outcome.PUBLISHED if claim.needs_rebuild else Outcome.CLEAN)
+    return SmallReconcile(outcome, claim, changes.deleted, changes.inserted, beside)
+
+
+async def _next_beside(tx: ReconcileTx, after: int, max_rows: int) -> BesideBatch:
+    """Rebuild and publish small unclaimed windows waiting next after window `after` (else before
+    it), up to `max_rows` rows; no windows when none is waiting."""
+    picked = await _waiting_beside(tx, after, max_rows)
+    changes = await _rebuild(tx, [], picked) if picked else RowChanges(0, 0)
+    return BesideBatch(picked, changes.deleted, changes.inserted, tx.contended())
+
+
+async def _waiting_beside(tx: ReconcileTx, wid: int, budget: int) -> tuple[int, ...]:
+    """Small windows waiting next to `wid` (after it first, the order jobs are sent in) whose rows
+    together fit `budget`."""
+    picked: list[int] = []
+    for after in (True, False):
+        for other in await tx.waiting(wid, after=after, max_rows=budget, limit=COALESCE_WINDOWS - len(picked)):
+            if other.rows > budget:
+                continue
+            budget -= other.rows
+            picked.append(other.wid)
+        if len(picked) >= COALESCE_WINDOWS:
+            break
+    return tuple(picked)
+
+
+async def _rebuild(tx: ReconcileTx, own: list[int], beside: tuple[int, ...]) -> RowChanges:
+    """Rebuild whole windows and publish them; this process's jobs of `beside` are told so."""
+    tx.rebuilding(frozenset(beside))
+    changes = await tx.rebuild_whole([*own, *beside])
+    await tx.index_changed()
+    return changes
+
+
+async def _batch(tx: ReconcileTx, wid: int, token: str, first_seq: int, last_seq: int,
+                 lease_s: float) -> RowChanges | None:
+    if not await tx.renew_claim(wid, token, lease_s):
+        return None
+    return await tx.diff(wid, first_seq, last_seq)
+
+
+async def _publish(tx: ReconcileTx, wid: int, token: str, rebuild_gen: int) -> ReconcileOutcome:
+    if await tx.mark_published(wid, token, rebuild_gen):
+        await tx.index_changed()
+        return Outcome.PUBLISHED
+    return Outcome.CHANGED if await tx.holds_claim(wid, token) else Outcome.LOST
+
+
+# -- the steps as the store runs them -----------------------------------------------------------
+
+async def claim_small(store: AgentStore[Any], wid: int, token: str, lease_s: float, max_rows: int) -> SmallReconcile:
+    """See _claim_small: one transaction."""
+    return await store.reconcile_tx(lambda tx: _claim_small(tx, wid, token, lease_s, max_rows))
+
+
+async def claim(store: AgentStore[Any], wid: int, token: str, lease_s: float) -> ClaimInfo | None:
+    """Take the window's claim if free or expired; None when another holder's lease is live."""
+    return await store.reconcile_tx(lambda tx: tx.take_claim(wid, token, lease_s))
+
+
+async def reconcile_batch(store: AgentStore[Any], wid: int, token: str, first_seq: int, last_seq: int,
+                          lease_s: float) -> RowChanges | None:
+    """Make the index rows of seqs first..last match the active branch while the claim is ours,
+    renewing its lease; None when the claim was lost. The diff is computed inside the
+    transaction, so two holders can never both insert a row."""
+    return await store.reconcile_tx(lambda tx: _batch(tx, wid, token, first_seq, last_seq, lease_s))
+
+
+async def publish(store: AgentStore[Any], wid: int, token: str, rebuild_gen: int) -> ReconcileOutcome:
+    """Mark the window indexed if the claim is ours and its generation unchanged: PUBLISHED,
+    CHANGED (a non-linear write came meanwhile: go round again) or LOST."""
+    return await store.reconcile_tx(lambda tx: _publish(tx, wid, token, rebuild_gen))
+
+
+async def release(store: AgentStore[Any], wid: int, token: str) -> None:
+    """Drop the claim if it is still ours."""
+    await store.reconcile_tx(lambda tx: tx.drop_claim(wid, token))
+
+
+async def window_gen(store: AgentStore[Any], wid: int) -> WindowGen | None:
+    """The window's rebuild generation, last seq and need, as last committed; None when it is gone."""
+    return await store.reconcile_tx(lambda tx: tx.window_gen(wid))
+
+
+async def reconcile_next(store: AgentStore[Any], after: int, max_rows: int) -> BesideBatch:
+    """See _next_beside: one transaction."""
+    return await store.reconcile_tx(lambda tx: _next_beside(tx, after, max_rows))
+
+
+# -- a job --------------------------------------------------------------------------------------
 
 @dataclass(slots=True)
 class ReconcileResult:
-    outcome: str  # published | clean | beside | busy | lost | missing | changed | cold | stopped
+    outcome: ReconcileOutcome
     rows_deleted: int = 0
     rows_inserted: int = 0
     batches: int = 0
@@ -32,9 +163,9 @@ class ReconcileResult:
     beside: list[int] = field(default_factory=list)  # small windows published in the same transaction
 
 
-async def reconcile_window(store: AgentStore, wid: int, *, batch_rows: int = 5000,
+async def reconcile_window(store: AgentStore[Any], wid: int, *, batch_rows: int = 5000,
                            lease_s: float = 60.0, token: str | None = None,
-                           should_stop=None, more_s: float = 0.0) -> ReconcileResult:
+                           should_stop: Callable[[], bool] | None = None, more_s: float = 0.0) -> ReconcileResult:
     """Rebuild window `wid`'s index rows from its active branch, under a claim.
 
     `should_stop()` is asked between batches (a worker shutting down): the claim is released and
@@ -46,104 +177,105 @@ async def reconcile_window(store: AgentStore, wid: int, *, batch_rows: int = 500
     """
     started = time.monotonic()
     token = token or uuid.uuid4().hex
-    result = ReconcileResult("clean")
+    result = ReconcileResult(Outcome.CLEAN)
     if store.rebuilding_beside(wid):
-        # Another job of this process is rebuilding it, in the transaction running now. Waiting
-        # for that commit would hold this worker thread, and the jobs queued behind this one, while
-        # the writer runs: measured, the writer then idled half the time between transactions. If
-        # that transaction fails, its job is retried and picks this window again, or the next search
-        # queues it again (this job's marker is cleared as it ends).
-        result.outcome = "beside"
+        # Another job of this process is rebuilding it, in the transaction running now: waiting for
+        # that commit would idle the writer between transactions (docs/architecture/decisions.md).
+        # If that transaction fails, its job is retried and picks this window again, or the next
+        # search queues it again (this job's marker is cleared as it ends).
+        result.outcome = Outcome.BESIDE
         return _done(store, wid, result, started)
     if await store.is_clean(wid):
         return _done(store, wid, result, started)
     # a window of up to one batch is claimed, rebuilt and published in a single transaction
-    outcome, claim, deleted, inserted, beside = await store.claim_and_reconcile_small(wid, token, lease_s, batch_rows)
-    if outcome != "claimed":
-        result.outcome, result.rows_deleted, result.rows_inserted = outcome, deleted, inserted
-        result.beside = beside
-        result.batches = 1 if outcome == "published" else 0
-        if outcome == "published" and more_s > 0:
+    small = await claim_small(store, wid, token, lease_s, batch_rows)
+    claimed = small.claim
+    if small.outcome != Outcome.CLAIMED or claimed is None:
+        result.outcome, result.rows_deleted, result.rows_inserted = small.outcome, small.deleted, small.inserted
+        result.beside = list(small.beside)
+        result.batches = 1 if small.outcome == Outcome.PUBLISHED else 0
+        if small.outcome == Outcome.PUBLISHED and more_s > 0:
             await _reconcile_more(store, wid, result, batch_rows, started + more_s, should_stop)
         return _done(store, wid, result, started)
-    log.info("reconcile.claimed", agent=store.agent_id, wid=wid, rows=claim.last_seq)
+    log.info("reconcile.claimed", agent=store.agent_id, wid=wid, rows=claimed.last_seq)
     try:
-        gen, last_seq = claim.rebuild_gen, claim.last_seq
+        gen, last_seq = claimed.rebuild_gen, claimed.last_seq
         for _round in range(MAX_ROUNDS):
             first = 0
             # the last batch runs to the end of the id range, sweeping any stray rows past last_seq
             while True:
                 if should_stop is not None and should_stop():
-                    await store.release(wid, token)
-                    result.outcome = "stopped"
+                    await release(store, wid, token)
+                    result.outcome = Outcome.STOPPED
                     return _done(store, wid, result, started)
                 end = first + batch_rows - 1
                 final = end >= last_seq
-                changed = await store.reconcile_batch(wid, token, first, MAX_SEQ if final else end, lease_s)
+                changed = await reconcile_batch(store, wid, token, first, MAX_SEQ if final else end, lease_s)
                 if changed is None:
-                    result.outcome = "lost"
+                    result.outcome = Outcome.LOST
                     return _done(store, wid, result, started)
-                result.rows_deleted += changed[0]
-                result.rows_inserted += changed[1]
+                result.rows_deleted += changed.deleted
+                result.rows_inserted += changed.inserted
                 result.batches += 1
                 if final:
                     break
                 first = end + 1
-            outcome = await store.publish(wid, token, gen)
-            if outcome != "changed":
+            outcome = await publish(store, wid, token, gen)
+            if outcome != Outcome.CHANGED:
                 result.outcome = outcome
                 return _done(store, wid, result, started)
-            state = await store.window_gen(wid)
+            state = await window_gen(store, wid)
             if state is None:
-                result.outcome = "missing"
-                await store.release(wid, token)
+                result.outcome = Outcome.MISSING
+                await release(store, wid, token)
                 return _done(store, wid, result, started)
-            gen, last_seq, _ = state
-        result.outcome = "changed"
-        await store.release(wid, token)
+            gen, last_seq = state.rebuild_gen, state.last_seq
+        result.outcome = Outcome.CHANGED
+        await release(store, wid, token)
         return _done(store, wid, result, started)
     except BaseException:
         await _release_quietly(store, wid, token)
         raise
 
 
-async def _reconcile_more(store: AgentStore, wid: int, result: ReconcileResult, batch_rows: int,
-                          until: float, should_stop) -> None:
+async def _reconcile_more(store: AgentStore[Any], wid: int, result: ReconcileResult, batch_rows: int,
+                          until: float, should_stop: Callable[[], bool] | None) -> None:
     """Rebuild the small windows waiting after `wid` until `until` (monotonic s).
 
     Jobs go through the queue one at a time: after a job has rebuilt its window and those beside
     it, the writer would wait while the jobs of the windows it just published go through the
-    queue (finding them clean) before the next window needing work comes up; measured, that was
-    half of the writer's time. Going on from here keeps the writer busy while other threads
-    clear those jobs; the windows this publishes are then found clean (or being rebuilt) by theirs.
-    It stops early when its transaction had to wait for another process's writer: two processes
-    taking turns at one database's lock lose time to the lock's waits (measured, two worker
-    processes on one agent were slower than one); their queued jobs still cover every window.
+    queue (finding them clean) before the next window needing work comes up. Going on from here
+    keeps the writer busy while other threads clear those jobs; the windows this publishes are
+    then found clean (or being rebuilt) by theirs. It stops early when its transaction had to
+    wait for another process's writer: two processes taking turns at one database's lock lose
+    time to the lock's waits; their queued jobs still cover every window (figures:
+    docs/architecture/decisions.md).
     """
     last = max([wid, *result.beside])
     while time.monotonic() < until and not (should_stop is not None and should_stop()):
-        picked, deleted, inserted, contended = await store.reconcile_next(last, batch_rows)
-        if not picked:
+        done = await reconcile_next(store, last, batch_rows)
+        if not done.windows:
             return
-        result.beside += picked
-        result.rows_deleted += deleted
-        result.rows_inserted += inserted
+        result.beside += done.windows
+        result.rows_deleted += done.deleted
+        result.rows_inserted += done.inserted
         result.batches += 1
-        last = max(picked)
-        if contended:
+        last = max(done.windows)
+        if done.contended:
             return
 
 
-async def _release_quietly(store: AgentStore, wid: int, token: str) -> None:
+async def _release_quietly(store: AgentStore[Any], wid: int, token: str) -> None:
     try:
-        await store.release(wid, token)
+        await release(store, wid, token)
     except Exception:  # the lease expires on its own; a later job takes over
         log.warning("reconcile.release_failed", agent=store.agent_id, wid=wid)
 
 
-def _done(store: AgentStore, wid: int, result: ReconcileResult, started: float) -> ReconcileResult:
+def _done(store: AgentStore[Any], wid: int, result: ReconcileResult, started: float) -> ReconcileResult:
     result.seconds = time.monotonic() - started
-    event = "reconcile.published" if result.outcome == "published" else "reconcile.skipped"
-    log.info(event, agent=store.agent_id, wid=wid, outcome=result.outcome, rows_inserted=result.rows_inserted,
-             rows_deleted=result.rows_deleted, batches=result.batches, beside=len(result.beside), seconds=round(result.seconds, 4))
+    event = "reconcile.published" if result.outcome == Outcome.PUBLISHED else "reconcile.skipped"
+    log.info(event, agent=store.agent_id, wid=wid, outcome=str(result.outcome), rows_inserted=result.rows_inserted,
+             rows_deleted=result.rows_deleted, batches=result.batches, beside=len(result.beside),
+             seconds=round(result.seconds, 4))
     return result

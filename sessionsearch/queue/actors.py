@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
 import dramatiq
 import redis
@@ -21,7 +21,9 @@ from dramatiq.brokers.redis import RedisBroker
 from .. import metrics
 from ..engine import Engine
 from ..errors import NotFound
+from ..indexer.reconcile import window_gen
 from ..settings import Settings
+from ..store.base import ReconcileOutcome
 from .broker import EXHAUSTED_ACTOR, FAILING, NAMESPACE, QUEUE
 from .outbox import Outbox
 
@@ -70,7 +72,7 @@ return table.concat(flags)
 class Markers:
     """Which windows are queued or being reconciled: a Redis sorted set with expiries, else a dict."""
 
-    def __init__(self, client: "redis.Redis | None") -> None:
+    def __init__(self, client: redis.Redis | None) -> None:
         self.client = client
         self.zset = f"{NAMESPACE}:queued"
         self._acquire = client.register_script(_ACQUIRE) if client is not None else None
@@ -179,10 +181,12 @@ class Reconciler:
         self._last: tuple[dict[str, frozenset[int]], float] = ({}, 0.0)  # the last enqueue's windows, until
         self._recent_lock = threading.Lock()
         self.outbox = Outbox(self._deliver, wait_s=settings.redis_request_timeout_ms / 1000)
-        self.exhausted = dramatiq.actor(self._exhausted, broker=broker, actor_name=EXHAUSTED_ACTOR, queue_name=QUEUE,
-                                        max_retries=MAX_RETRIES, min_backoff=1_000, max_backoff=60_000,
-                                        throws=(NotFound,))  # the agent is gone: nothing to note
-        self.actor = dramatiq.actor(
+        # dramatiq's hints take a function or options, not both as its code does
+        self.exhausted = dramatiq.actor(  # type: ignore[call-overload]
+            self._exhausted, broker=broker, actor_name=EXHAUSTED_ACTOR, queue_name=QUEUE,
+            max_retries=MAX_RETRIES, min_backoff=1_000, max_backoff=60_000,
+            throws=(NotFound,))  # the agent is gone: nothing to note
+        self.actor = dramatiq.actor(  # type: ignore[call-overload]
             self._reconcile, broker=broker, actor_name="reconcile", queue_name=QUEUE,
             max_retries=MAX_RETRIES, min_backoff=1_000, max_backoff=60_000,
             time_limit=int(self.time_limit_s * 1000), throws=(NotFound,), on_retry_exhausted=EXHAUSTED_ACTOR)
@@ -208,7 +212,8 @@ class Reconciler:
         items = [(agent_id, wid) for agent_id, wids in sorted(dirty.items()) for wid in sorted(wids)]
         everything = len(items)
         now = time.monotonic()
-        if not force and not set_before:  # while a backlog drains, every search meets it: skip what was just queued here
+        # while a backlog drains, every search meets it: skip what was just queued here
+        if not force and not set_before:
             with self._recent_lock:
                 items = [item for item in items if self._recent.get(item, 0.0) < now]
         fresh = self.markers.acquire(items, force=force, set_before=set_before)
@@ -247,7 +252,7 @@ class Reconciler:
         While a backlog drains every search meets the same dirty windows: when all of them were
         queued from here within the last few seconds, this answers without leaving the event loop.
         More than SEND_INLINE windows (an import's worth) are handed over without waiting: marking
-        ten thousand windows takes Redis ~20 ms, and the markers' script is atomic, so concurrent
+        them takes Redis a while, and the markers' script is atomic, so concurrent
         searches still queue each window once.
         """
         now = time.monotonic()
@@ -311,13 +316,13 @@ class Reconciler:
             metrics.get().observe_reconcile("failed", time.monotonic() - started, 0, 0)
             log.warning("reconcile.failed", agent=agent_id, wid=wid, error=type(exc).__name__)
             raise  # Dramatiq retries with backoff; the marker stays while it does
-        published = 1 + len(result.beside) if result.outcome == "published" else 0
+        published = 1 + len(result.beside) if result.outcome == ReconcileOutcome.PUBLISHED else 0
         metrics.get().observe_reconcile(result.outcome, result.seconds, result.rows_inserted, result.rows_deleted,
                                         published)
-        if result.outcome == "busy":
+        if result.outcome == ReconcileOutcome.BUSY:
             # a live claim elsewhere: look again once its lease could have run out
             raise dramatiq.Retry(delay=int(self.settings.claim_lease_s * 1000))
-        if result.outcome == "stopped":  # this worker is shutting down: hand the window to another
+        if result.outcome == ReconcileOutcome.STOPPED:  # this worker is shutting down: hand the window to another
             self.actor.send(agent_id, wid)
             return
         self.markers.release_soon((agent_id, wid))
@@ -328,11 +333,11 @@ class Reconciler:
         agent_id, wid = message["args"]
         try:
             store = await (await self.engine()).store(agent_id)
-            gen = await store.window_gen(wid)
+            gen = await window_gen(store, wid)
             log.error("reconcile.dead_lettered", agent=agent_id, wid=wid, attempts=retries.get("retries", 0) + 1,
                       error=(message.get("options", {}).get("traceback") or "").strip().rsplit("\n", 1)[-1],
-                      rebuild_gen=gen[0] if gen else None)
-            if gen is not None and gen[2] and self.markers.client is not None:
-                self.markers.client.hset(FAILING, Markers.key(agent_id, wid), gen[0])
+                      rebuild_gen=gen.rebuild_gen if gen else None)
+            if gen is not None and gen.needs_rebuild and self.markers.client is not None:
+                self.markers.client.hset(FAILING, Markers.key(agent_id, wid), gen.rebuild_gen)
         finally:  # counted last: whoever waits on the count finds the note written
             metrics.get().reconcile_dead_lettered.inc()

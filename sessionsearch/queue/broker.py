@@ -107,6 +107,8 @@ def unfinished_jobs(broker: dramatiq.Broker) -> set[tuple[str, int]]:
 def _window_of(data: bytes | None) -> tuple[str, int] | None:
     """(agent, window) of a queued message: a reconcile job's, or the window of the job whose
     dead-lettering the message reports; None when gone meanwhile, or not one of ours."""
+    if data is None:
+        return None
     try:
         message = json.loads(data)
         args = message["args"][0]["args"] if message["actor_name"] == EXHAUSTED_ACTOR else message["args"]

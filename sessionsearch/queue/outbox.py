@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import structlog
 
@@ -68,7 +68,7 @@ class Outbox:
             return not stalled
         try:
             return await asyncio.wait_for(asyncio.shield(done), self.wait_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             with self._cond:
                 if self._busy:
                     self._stalled = True

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Iterable, Mapping, Protocol
+from typing import Protocol
 
 from ..store.base import AgentStore, SessionMeta, WindowMeta
 from .visibility import Catalog

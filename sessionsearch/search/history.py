@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from ..errors import Forbidden, InvalidRequest, NotFound
 from ..keys import agent_of, check_session_key
 from ..settings import Settings
+from ..store.base import BranchRow
 from ..values import check_name
 from .catalog import CatalogCache, StoreLookup
 from .query import Requester, check_unknown, int_field, parse_requester
@@ -39,6 +41,7 @@ def parse_history(body: object, default_limit: int) -> HistoryRequest:
     check_unknown(body, HISTORY_FIELDS)
     key = check_session_key(body.get("sessionKey"))
     limit = int_field(body, "limit", min(default_limit, MAX_LIMIT), 1, MAX_LIMIT)
+    assert limit is not None  # int_field answers its default when the field is absent
     offset = int_field(body, "offset", None, 0, None)
     message_id = check_name(body.get("messageId"), "messageId")
     session_id = check_name(body.get("sessionId"), "sessionId")
@@ -53,7 +56,7 @@ def parse_history(body: object, default_limit: int) -> HistoryRequest:
                           parse_requester(body.get("requester")))
 
 
-def _views(branch: list[tuple]) -> tuple[int, list[int]]:
+def _views(branch: list[BranchRow]) -> tuple[int, list[int]]:
     """Where the current view starts (an index into `branch`) and the indexes of the resets on it.
 
     The current view is the latest reset's kept rows (firstKeptEntryId onwards) plus all after it.
@@ -62,7 +65,7 @@ def _views(branch: list[tuple]) -> tuple[int, list[int]]:
     return (_view_start(branch, resets, len(resets) - 1) if resets else 0), resets
 
 
-def _view_start(branch: list[tuple], resets: list[int], n: int) -> int:
+def _view_start(branch: list[BranchRow], resets: list[int], n: int) -> int:
     """Start index of the view that reset number `n` opened (-1: the view before any reset)."""
     if n < 0:
         return 0
@@ -75,7 +78,7 @@ def _view_start(branch: list[tuple], resets: list[int], n: int) -> int:
     return at + 1
 
 
-def _interval(branch: list[tuple], anchor: int) -> tuple[int, int]:
+def _interval(branch: list[BranchRow], anchor: int) -> tuple[int, int]:
     """[start, end) of the view a row belongs to: current if it is in it, else its original interval."""
     current, resets = _views(branch)
     if anchor >= current:
@@ -121,7 +124,8 @@ class _Shaper:
         if isinstance(content, list):
             out = []
             for block in content:
-                if isinstance(block, dict) and isinstance(block.get("text"), str) and len(block["text"]) > self.text_max:
+                if (isinstance(block, dict) and isinstance(block.get("text"), str)
+                        and len(block["text"]) > self.text_max):
                     self.cut = True
                     block = {**block, "text": block["text"][:self.text_max] + CUT_MARK}
                 out.append(block)
@@ -174,7 +178,7 @@ async def history(req: HistoryRequest, *, settings: Settings, catalog: CatalogCa
             "totalMessages": 0, "anchorMessageId": req.message_id, "hasOlder": False, "hasNewer": False}
 
 
-def _reset_marks(branch: list[tuple], shown: list[int], lo: int, hi: int) -> list[dict[str, Any]]:
+def _reset_marks(branch: list[BranchRow], shown: list[int], lo: int, hi: int) -> list[dict[str, Any]]:
     """Where resets fall among the returned messages shown[lo:hi], so that a reader can mark them.
 
     A reset between two returned messages is always named; at an edge, only the nearest reset
@@ -200,14 +204,14 @@ def _reset_marks(branch: list[tuple], shown: list[int], lo: int, hi: int) -> lis
     return marks
 
 
-def _messages(branch: list[tuple], start: int, end: int, include_tools: bool) -> list[int]:
+def _messages(branch: list[BranchRow], start: int, end: int, include_tools: bool) -> list[int]:
     """Indexes of the message rows in branch[start:end] that history shows."""
     return [i for i in range(start, end)
             if branch[i][2] == "message" and (include_tools or branch[i][3] not in TOOL_ROLES)]
 
 
 async def _tail(settings: Settings, store, reader, req: HistoryRequest, wid: int, session_id: str,
-                branch: list[tuple]) -> dict[str, Any]:
+                branch: list[BranchRow]) -> dict[str, Any]:
     current, _ = _views(branch)
     shown = _messages(branch, current, len(branch), req.include_tools)
     total = len(shown)
@@ -233,7 +237,7 @@ async def _tail(settings: Settings, store, reader, req: HistoryRequest, wid: int
 
 
 async def _anchored(settings: Settings, store, reader, req: HistoryRequest, wid: int, session_id: str,
-                    branch: list[tuple], anchor: int) -> dict[str, Any]:
+                    branch: list[BranchRow], anchor: int) -> dict[str, Any]:
     start, end = _interval(branch, anchor)
     shown = _messages(branch, start, end, req.include_tools)
     if anchor not in shown:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import structlog
 
@@ -172,14 +173,18 @@ async def check_empty_scopes(catalog: CatalogCache, scopes: dict[str, Scope], ve
 async def _agent_top(open_store: StoreLookup, scope: Scope, query: ParsedQuery, req: SearchRequest, k: int,
                      versions: dict[str, int] | None, deadline: float) -> tuple[str, list[Hit], bool, set[int]]:
     store = await open_store(scope.agent_id)
+    assert query.match is not None  # run_query answers a query without words itself
     async with store.reader(deadline) as reader:
-        version, dirty, rows = await store.search_top(
+        top = await store.search_top(
             reader, query.match, k=k, order=req.order, include=scope.include, exclude=scope.exclude, role=req.role,
             hot=query.hot_token, since=req.since, until=req.until)
+    assert top is not None  # None only where `ties` is False
+    version, dirty, rows = top
     if versions is not None and version != versions.get(scope.agent_id):
         raise MetaChanged(scope.agent_id)
     # a row of a window no longer in the catalog (an orphan awaiting the sweep) is never a hit
-    hits = [Hit(scope.agent_id, r[0], r[1], r[2], r[3], r[4]) for r in rows if wid_of(r[0]) in scope.wids]
+    hits = [Hit(scope.agent_id, r.row_id, r.score, r.message_id, r.ts, r.text)
+            for r in rows if wid_of(r.row_id) in scope.wids]
     return scope.agent_id, hits, len(rows) >= k, scope.wids.intersection(dirty)
 
 

@@ -9,7 +9,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..settings import Settings
-from .base import AgentStore, AppendResult, Backend, ClaimInfo, Match, Reader, SessionMeta, WindowMeta
+from .base import (
+    AgentStore,
+    AppendResult,
+    Backend,
+    ClaimInfo,
+    Match,
+    ReconcileOutcome,
+    SessionMeta,
+    WindowMeta,
+)
 from .sqlite import SqliteAgentStore, SqliteBackend
 from .urls import check_database_url, redact
 
@@ -31,5 +40,6 @@ def backend_for(settings: Settings, *, data_dir: str | Path | None = None, rows_
                          rows_in_sql=rows_in_sql)
 
 
-__all__ = ["AgentStore", "AppendResult", "Backend", "ClaimInfo", "Match", "Reader", "SessionMeta", "SqliteAgentStore",
+__all__ = ["AgentStore", "AppendResult", "Backend", "ClaimInfo", "Match", "ReconcileOutcome", "SessionMeta",
+           "SqliteAgentStore",
            "SqliteBackend", "WindowMeta", "backend_for", "check_database_url", "redact"]

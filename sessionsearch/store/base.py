@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Awaitable, Callable, Iterable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Protocol, runtime_checkable
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
     from ..indexer.events import Event
@@ -58,12 +60,75 @@ class AppendResult:
     unknown_parents: list[int] = field(default_factory=list)
 
 
-@dataclass(slots=True)
+class ReconcileOutcome(StrEnum):
+    """How a reconciliation step or job ended (compared and logged as its string)."""
+
+    CLAIMED = "claimed"  # a window too large for one transaction: the claim is held for batches
+    PUBLISHED = "published"
+    CLEAN = "clean"  # nothing to do: indexed and unclaimed
+    BESIDE = "beside"  # being rebuilt beside another window in this process right now
+    BUSY = "busy"  # another holder's claim is live
+    LOST = "lost"  # the claim was taken over meanwhile
+    MISSING = "missing"  # the window is gone
+    CHANGED = "changed"  # a non-linear write came meanwhile, round after round
+    COLD = "cold"  # archived: nothing is indexed
+    STOPPED = "stopped"  # the worker is shutting down
+
+
+@dataclass(frozen=True, slots=True)
 class ClaimInfo:
+    """A window's state as its claim was taken."""
+
     needs_rebuild: bool
     rebuild_gen: int
     last_seq: int
     cold: bool
+
+
+class WindowState(NamedTuple):
+    """What deciding to claim a window reads first."""
+
+    needs_rebuild: bool
+    claim_free: bool  # unclaimed, or its lease expired
+
+
+class WindowGen(NamedTuple):
+    rebuild_gen: int
+    last_seq: int
+    needs_rebuild: bool
+
+
+class RowChanges(NamedTuple):
+    """Index rows a rebuild deleted and inserted."""
+
+    deleted: int
+    inserted: int
+
+
+class Waiting(NamedTuple):
+    """A window needing reconciliation, as picked to be rebuilt beside another."""
+
+    wid: int
+    rows: int  # its last seq
+
+
+class SmallReconcile(NamedTuple):
+    """What claiming a window did: see indexer.reconcile.claim_small."""
+
+    outcome: ReconcileOutcome
+    claim: ClaimInfo | None
+    deleted: int
+    inserted: int
+    beside: tuple[int, ...]  # other windows published in the same transaction
+
+
+class BesideBatch(NamedTuple):
+    """What one transaction rebuilding waiting windows did: see indexer.reconcile.reconcile_next."""
+
+    windows: tuple[int, ...]
+    deleted: int
+    inserted: int
+    contended: bool  # its write lock was held by another process first
 
 
 @dataclass(slots=True)
@@ -89,17 +154,130 @@ class WindowMeta:
     cold: int
 
 
-class Reader(Protocol):
-    """A read connection borrowed with `AgentStore.reader()`: opaque above the seam, handed back to
-    the store's read methods; every read through it stops at the block's deadline."""
+class MetaSnapshot(NamedTuple):
+    """The catalog as a store answers it: everything (`whole`), or what changed after a version."""
+
+    version: int
+    whole: bool
+    sessions: list[SessionMeta]
+    windows: list[WindowMeta]
+    deleted_keys: list[str]
+    deleted_wids: list[int]
+
+
+class RowHit(NamedTuple):
+    """A matching index row; `row_id` 0 is no row but says more matched than were asked for."""
+
+    row_id: int
+    score: float  # bm25 over the whole agent, lower is better
+    message_id: str
+    ts: int
+    text: str
+
+
+MORE = RowHit(0, math.inf, "", 0, "")
+
+
+class TopHits(NamedTuple):
+    meta_version: int
+    dirty: frozenset[int]  # windows needing reconciliation (never matched)
+    hits: list[RowHit]
+
+
+class SessionTop(NamedTuple):
+    session_key: str
+    matched: int  # rows matched in scope
+    best: RowHit
+
+
+class SessionTops(NamedTuple):
+    meta_version: int
+    dirty: frozenset[int]
+    sessions: list[SessionTop]
+
+
+class WindowRef(NamedTuple):
+    wid: int
+    session_id: str
+    cold: int
+
+
+class BranchRow(NamedTuple):
+    """A structural row of the active branch."""
+
+    seq: int
+    event_id: str
+    type: str
+    role: str | None
+    first_kept_id: str | None  # a reset's firstKeptEntryId
+
+
+class MessageRow(NamedTuple):
+    seq: int
+    event_id: str
+    role: str | None
+    ts: int
+    body: str  # JSON
+
+
+class ReconcileTx(Protocol):
+    """The primitives of reconciliation inside one write transaction of one agent's store; the
+    algorithm over them is indexer/reconcile.py's. Claims compare against the store's clock (the
+    database server's where there is one), read once per transaction."""
+
+    async def window_state(self, wid: int) -> WindowState | None:
+        """The window's state (locked for this transaction where rows can be), None when it is gone."""
+
+    async def take_claim(self, wid: int, token: str, lease_s: float) -> ClaimInfo | None:
+        """Claim the window for `lease_s` s unless another holder's lease is live (then None)."""
+
+    async def renew_claim(self, wid: int, token: str, lease_s: float) -> bool:
+        """Extend our claim's lease; False when the claim is no longer ours."""
+
+    async def drop_claim(self, wid: int, token: str) -> None:
+        """Drop the claim if it is ours."""
+
+    async def waiting(self, wid: int, *, after: bool, max_rows: int, limit: int) -> list[Waiting]:
+        """Up to `limit` unclaimed warm windows needing reconciliation of at most `max_rows` rows,
+        nearest first after `wid` (else before it), taken for this transaction (others' skipped)."""
+
+    def rebuilding(self, wids: frozenset[int]) -> None:
+        """Tell this process's jobs these windows are being rebuilt (cleared when the transaction ends)."""
+
+    async def rebuild_whole(self, wids: list[int]) -> RowChanges:
+        """Index whole windows from their active branch and mark them indexed."""
+
+    async def diff(self, wid: int, first_seq: int, last_seq: int) -> RowChanges:
+        """Make the index rows of seqs first..last match the active branch."""
+
+    async def mark_published(self, wid: int, token: str, rebuild_gen: int) -> bool:
+        """Mark the window indexed and unclaimed if the claim is ours and its generation `rebuild_gen`."""
+
+    async def holds_claim(self, wid: int, token: str) -> bool:
+        """Whether the claim is ours."""
+
+    async def window_gen(self, wid: int) -> WindowGen | None:
+        """The window's generation, last seq and need; None when it is gone."""
+
+    async def index_changed(self) -> None:
+        """Windows were published: let searches that cached which windows need work read them again."""
+
+    def contended(self) -> bool:
+        """Whether this transaction waited for another process's write lock."""
+
+
+T = TypeVar("T")
+# each backend's reader: opaque above the seam, handed back to the store's read methods
+R = TypeVar("R")
 
 
 @runtime_checkable
-class AgentStore(Protocol):
+class AgentStore(Protocol[R]):
     """The transcripts, index and index state of one agent: what Engine, search/, indexer/ and the
     importer call. Windows are ids (`wid`); a window's rows are numbered by `seq` from 1; a row id
     packs both with the role (rowids.py), and index rows and hits carry it. Times are epoch ms
-    unless a name says `_s` (seconds); deadlines are `time.monotonic()` seconds."""
+    unless a name says `_s` (seconds); deadlines are `time.monotonic()` seconds. `R` is the
+    backend's reader, borrowed with `reader()`; every read through it stops at the block's deadline."""
 
     agent_id: str
     # True where a write waits on a database server through the event loop (an import's parse then
@@ -110,7 +288,7 @@ class AgentStore(Protocol):
     async def close(self) -> None:
         """Release the store's connections and threads; it answers nothing after."""
 
-    def reader(self, deadline: float = math.inf) -> AbstractAsyncContextManager[Reader]:
+    def reader(self, deadline: float = math.inf) -> AbstractAsyncContextManager[R]:
         """Borrow a reader for a block; waiting for one and its reads raise SearchTimeout past `deadline`."""
 
     # -- writes: each one transaction ---------------------------------------------------------
@@ -137,7 +315,7 @@ class AgentStore(Protocol):
     async def all_source_lines(self) -> dict[str, int]:
         """Lines of each window's import file consumed so far, by session id."""
 
-    async def import_many(self, items: list[tuple]) -> list:
+    async def import_many(self, items: list[tuple[Any, ...]]) -> list[Any]:
         """Import steps (key, fields, events, session_id, lines) unindexed, one AppendResult or
         exception per step; together in one transaction when none fails."""
 
@@ -155,33 +333,12 @@ class AgentStore(Protocol):
         """Why `optimize` would pay off now (no reconciliation backlog, and a first build, the
         index grown by `grow_share`, or words about to go back to the slow path), or None."""
 
-    # -- reconciliation (indexer/reconcile.py drives these) --------------------------------------
+    # -- reconciliation (indexer/reconcile.py holds the algorithm) -------------------------------
 
-    async def claim_and_reconcile_small(self, wid: int, token: str, lease_s: float,
-                                        max_rows: int) -> tuple[str, ClaimInfo | None, int, int, list[int]]:
-        """Claim the window for `lease_s` s; a window of at most `max_rows` rows is rebuilt and
-        published at once, with small windows waiting beside it. Returns (outcome: "claimed" (held
-        for batches), "published", "clean", "cold", "busy" or "missing"; the claim; rows deleted;
-        rows inserted; windows published beside)."""
-
-    async def reconcile_batch(self, wid: int, token: str, first_seq: int, last_seq: int,
-                              lease_s: float) -> tuple[int, int] | None:
-        """Bring the index rows of seqs first..last in line with the active branch while the claim
-        is ours, renewing its lease; (rows deleted, rows inserted), or None when the claim is lost."""
-
-    async def publish(self, wid: int, token: str, rebuild_gen: int) -> str:
-        """Mark the window indexed if the claim is ours and its generation unchanged:
-        "published", "changed" (a non-linear write came meanwhile) or "lost"."""
-
-    async def release(self, wid: int, token: str) -> None:
-        """Drop the claim if it is still ours."""
-
-    async def window_gen(self, wid: int) -> tuple[int, int, bool] | None:
-        """(rebuild generation, last seq, needs rebuild) of a window; None when it is gone."""
-
-    async def reconcile_next(self, after: int, max_rows: int) -> tuple[list[int], int, int, bool]:
-        """Rebuild and publish small unclaimed windows waiting next to window `after`, up to
-        `max_rows` rows: (windows, rows deleted, rows inserted, whether the write lock was contended)."""
+    async def reconcile_tx(self, step: Callable[[ReconcileTx], Awaitable[T]]) -> T:
+        """Run `step` over the reconciliation primitives as one write transaction, then clear what
+        it marked `rebuilding`. On SQLite the step runs on the writer's thread and must not
+        suspend: everything it awaits is a primitive."""
 
     def rebuilding_beside(self, wid: int) -> bool:
         """Whether this process is rebuilding the window beside another one right now."""
@@ -194,53 +351,49 @@ class AgentStore(Protocol):
 
     # -- reads: through a borrowed reader --------------------------------------------------------
 
-    async def ping(self, reader: Reader) -> None:
+    async def ping(self, reader: R) -> None:
         """Read one catalog row; raises when the database does not answer."""
 
-    async def meta_version(self, reader: Reader) -> int:
+    async def meta_version(self, reader: R) -> int:
         """The agent's meta version, which every metadata change moves."""
 
-    async def meta_snapshot(self, reader: Reader, since: int | None = None) -> tuple[
-            int, bool, list[SessionMeta], list[WindowMeta], list[str], list[int]]:
-        """(meta version, whole, sessions, windows, deleted keys, deleted wids): everything, or only
-        what changed after meta version `since` (whole False) while the store still knows."""
+    async def meta_snapshot(self, reader: R, since: int | None = None) -> MetaSnapshot:
+        """Everything, or only what changed after meta version `since` (whole False) while the
+        store still knows."""
 
-    async def search_top(self, reader: Reader, match: Match, *, k: int, order: str,
+    async def search_top(self, reader: R, match: Match, *, k: int, order: str,
                          include: list[int] | None, exclude: list[int] | None,
                          role: str | None, hot: str | None = None, since: int | None = None,
-                         until: int | None = None, ties: bool = True) -> tuple[int, frozenset[int], list[tuple]] | None:
-        """(meta version, windows needing reconciliation, hits): at least the top `k` of `match`
-        over the clean windows in scope with a timestamp in [`since`, `until`) (epoch ms), by
-        `order` ("relevance" or "recent"), hits as (row id, bm25 lower-is-better over the whole
-        agent, message id, ts, text); a row id 0 says more matched. `ties` False: None where settling
-        ties at the cut would take ranking every match (search_sessions then ranks them its own way)."""
+                         until: int | None = None, ties: bool = True) -> TopHits | None:
+        """At least the top `k` of `match` over the clean windows in scope with a timestamp in
+        [`since`, `until`) (epoch ms), by `order` ("relevance" or "recent"); a hit `MORE` (row id
+        0) says more matched. `ties` False: None where settling ties at the cut would take ranking
+        every match (search_sessions then ranks them its own way)."""
 
-    async def search_sessions(self, reader: Reader, match: Match, *, k: int,
+    async def search_sessions(self, reader: R, match: Match, *, k: int,
                               order: str, include: list[int] | None, exclude: list[int] | None, role: str | None,
                               since: int | None = None, until: int | None = None, hot: str | None = None
-                              ) -> tuple[int, frozenset[int], list]:
-        """(meta version, windows needing reconciliation, sessions) in one snapshot, for resultMode
-        "sessions": the best `k` sessions over the clean windows in scope, each (session key, rows
-        matched in scope, best hit as search_top's), ordered by best hit (`order`, then newer, then
-        message id), then key.
+                              ) -> SessionTops:
+        """In one snapshot, for resultMode "sessions": the best `k` sessions over the clean windows
+        in scope, ordered by best hit (`order`, then newer, then message id), then key.
         `hot`: as search_top's, for the top hits the sessions may be read off."""
 
-    async def window_of(self, reader: Reader, key: str, session_id: str | None) -> tuple | None:
-        """(wid, session_id, cold) of the key's current window, or of `session_id` if it is the key's."""
+    async def window_of(self, reader: R, key: str, session_id: str | None) -> WindowRef | None:
+        """The key's current window, or `session_id`'s if it is the key's."""
 
-    async def windows_of(self, reader: Reader, key: str) -> list[tuple]:
-        """(wid, session_id, cold) of every window of a key, current first, then newest first."""
+    async def windows_of(self, reader: R, key: str) -> list[WindowRef]:
+        """Every window of a key, current first, then newest first."""
 
-    async def branch_rows(self, reader: Reader, wid: int) -> list[tuple]:
-        """The active branch's structural rows in order: (seq, event_id, type, role, first_kept_id)."""
+    async def branch_rows(self, reader: R, wid: int) -> list[BranchRow]:
+        """The active branch's structural rows in order."""
 
-    async def message_rows(self, reader: Reader, wid: int, seqs: list[int]) -> list[tuple]:
-        """(seq, event_id, role, ts, body JSON) of the given seqs, in seq order."""
+    async def message_rows(self, reader: R, wid: int, seqs: list[int]) -> list[MessageRow]:
+        """The given seqs' rows, in seq order."""
 
-    async def activity(self, reader: Reader) -> tuple[int, dict[str, int]]:
+    async def activity(self, reader: R) -> tuple[int, dict[str, int]]:
         """The meta version, and each session's latest activity (ms) by key, read now."""
 
-    async def status(self, reader: Reader) -> dict[str, int]:
+    async def status(self, reader: R) -> dict[str, int]:
         """Counts: windows, indexedWindows, backlog, messages, indexedMessages, coldWindows."""
 
 
@@ -262,7 +415,7 @@ class Backend(Protocol):
         """A token that changes when an agent's store appears or goes (cheap: read per search).
         It may lag another process's change by a moment unless `fresh` (PostgreSQL: backend.py)."""
 
-    async def open_store(self, agent_id: str, *, create: bool = False) -> AgentStore:
+    async def open_store(self, agent_id: str, *, create: bool = False) -> AgentStore[Any]:
         """Open an agent's store, creating it when `create`; raises NotFound when it has none."""
 
     async def check_ready(self) -> None:

@@ -19,8 +19,9 @@ from .lifeline import die_with_parent
 from .priority import apply_cpu_priority
 
 # Dramatiq forks this process from its master: it dies with the master (the master dies with the wrapper)
-if multiprocessing.parent_process() is not None:
-    die_with_parent(multiprocessing.parent_process().pid)
+_parent = multiprocessing.parent_process()
+if _parent is not None and _parent.pid is not None:
+    die_with_parent(_parent.pid)
 settings = Settings.load()
 sslogging.configure(settings.log_level)
 # before Pipeline and Dramatiq start any thread: threads inherit the policy

@@ -1,15 +1,15 @@
 """The common words' postings built when they pay off, and rebuilt on a schedule.
 
 A word's postings answer its one-word searches while fewer than FRESH_LIMIT rows were indexed
-after their build (store/sqlite/hot.py). Every `postings_check_every_s` this asks each agent's
-store whether a build would pay off now (store/sqlite/postings_due.py: a reconciliation backlog
+after their build (store/sqlite/postings.py). Every `postings_check_every_s` this asks each agent's
+store whether a build would pay off now (store/sqlite/postings_build.py: a reconciliation backlog
 drained after an import, the index grown by `postings_grow_share`, words about to lose their
 postings) and builds just those words; every `optimize_every_s` it rebuilds everything.
 
 Where the build runs: `sessionsearch worker` runs it on a thread of its own at the workers' CPU
 priority (a worker process serves no searches). The embedded `serve` runs it in a child process
 at idle priority: in the web process, a build's Python work holds the interpreter lock the event
-loop needs (searches 2-3.5x slower for the build's duration at 1,000,000 messages), and a thread
+loop needs (searches slower for the build's whole duration), and a thread
 cannot be given a lower priority without stalling the loop whenever it holds the lock.
 """
 
@@ -20,7 +20,7 @@ import multiprocessing
 import os
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import structlog
 

@@ -1,8 +1,7 @@
 """The CPU priority of worker processes: reconciliation is background work that gives way.
 
 A search and a reconciliation transaction running at once on a small machine compete for CPU, and
-at equal priority the search waits for a time slice (measured: p95 of a search 2x its idle value
-while one worker process reconciled, its CPU time unchanged). Under SCHED_IDLE the kernel runs a
+at equal priority the search waits for a time slice (its CPU time unchanged). Under SCHED_IDLE the kernel runs a
 worker thread only on CPU time no other thread wants and preempts it as soon as a search or an
 append wakes up, so the worker still gets every idle core. Threads inherit the policy, so it is
 applied in each worker process before Dramatiq starts its threads.

@@ -14,10 +14,12 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from typing import Any
 
 import structlog
 
 from ..engine import Engine
+from ..indexer.reconcile import window_gen
 from ..queue.broker import failing_windows, forget_failing, pending_jobs, unfinished_jobs
 from ..settings import Settings
 
@@ -63,8 +65,9 @@ class Sweeper:
                             log.info("worker.sweep", **result)
                         if result.get("failing"):  # every period: an operator has to look at them
                             log.warning("worker.sweep_failing", windows=result["failing"],
-                                        sample=result["failingWindows"], why="their reconcile job was dead-lettered "
-                                        "and they have not changed since; a change or a worker restart sends them again")
+                                        sample=result["failingWindows"],
+                                        why="their reconcile job was dead-lettered and they have not changed "
+                                        "since; a change or a worker restart sends them again")
                     wait = self.every_s
                 except Exception as exc:  # Redis down or hung, mostly: the sweep is tried again
                     wait = min(RETRY_S, self.every_s) if self.every_s > 0 else RETRY_S
@@ -108,7 +111,7 @@ class Sweeper:
         return {"pending": sum(len(w) for w in pending.values()), "enqueued": sent,
                 "alreadyQueued": sum(len(w) for w in pending.values()) - sent, "swept": swept}
 
-    async def periodic(self) -> dict[str, int]:
+    async def periodic(self) -> dict[str, Any]:
         """Enqueue the windows needing reconciliation with no job waiting, delayed or taken by a worker."""
         started = time.monotonic()
         engine = await self.engine()
@@ -140,8 +143,8 @@ class Sweeper:
         held = []
         for (agent, wid), gen in sorted(noted.items()):
             if wid in missing.get(agent, ()):
-                state = await (await engine.store(agent)).window_gen(wid)
-                if state is not None and state[0] == gen:
+                state = await window_gen(await engine.store(agent), wid)
+                if state is not None and state.rebuild_gen == gen:
                     missing[agent].discard(wid)
                     held.append(f"{agent}:{wid}")
         return held

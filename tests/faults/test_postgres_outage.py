@@ -24,7 +24,8 @@ def private_pg():
         server.close()
 
 
-def test_a_postgresql_restart_answers_503_meanwhile_and_every_process_recovers_by_itself(tmp_path, private_pg, redis_url):
+def test_a_postgresql_restart_answers_503_meanwhile_and_every_process_recovers_by_itself(
+        tmp_path, private_pg, redis_url):
     url = private_pg.database("ss_outage")
     web = Server(tmp_path / "data", tmp_path / "web.log", SESSIONSEARCH_DATABASE_URL=url,
                  SESSIONSEARCH_REDIS_URL=redis_url)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-
 from ..helpers import msg, wait_until
 from ..postgres import scratch_database
 from ..scale_out import (BIG_ROWS, cli, index_snapshot, mark_everything_for_rebuild, window_state,

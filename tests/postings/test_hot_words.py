@@ -1,4 +1,4 @@
-"""Common words' postings (store/sqlite/hot.py): one-word searches answered from them are the
+"""Common words' postings (store/sqlite/postings.py): one-word searches answered from them are the
 answers FTS5 alone gives, whatever was written since they were built."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
+from sessionsearch.store.sqlite import postings as sqlite_hot
 from sessionsearch.store.sqlite import store as store_module
-from sessionsearch.store.sqlite import hot as sqlite_hot
 
 from ..helpers import chain, engine_at, ids, leaf, msg
 

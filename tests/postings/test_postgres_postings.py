@@ -12,7 +12,8 @@ import psycopg
 import pytest
 
 from sessionsearch.store.base import Match
-from sessionsearch.store.postgres import postings, postings_build
+from sessionsearch.store.postgres import postings, postings_build, terms
+from sessionsearch.store.postgres import search as pg_search
 
 from ..helpers import chain, engine_at, leaf, msg
 
@@ -175,11 +176,11 @@ async def test_a_build_by_another_process_is_used_once_the_terms_are_read_again(
                 return await store.search_top(reader, loan, k=5, order="relevance", include=None, exclude=None,
                                               role=None)
 
-        monkeypatch.setattr(postings, "TERMS_TTL_S", 3600.0)  # a build slower than 5 s on a loaded machine
+        monkeypatch.setattr(pg_search, "TERMS_TTL_S", 3600.0)  # a build slower than 5 s on a loaded machine
         slow = await search()  # reads the terms: none yet
         await (await worker.store("main")).optimize(min_docs=30, min_share=0.0)
         assert await search() == slow and small_postings["answered"] == 0  # the list read before the build
-        monkeypatch.setattr(postings, "TERMS_TTL_S", 0.0)
+        monkeypatch.setattr(pg_search, "TERMS_TTL_S", 0.0)
         assert await search() == slow and small_postings["answered"] == 1  # read again: the postings answer
 
 
@@ -202,7 +203,7 @@ async def test_a_word_or_prefix_the_postings_hold_is_counted_from_them_exactly(p
         store = await engine.store("main")
         await store.optimize(min_docs=30, min_share=0.0)
         with psycopg.connect(pg.database_url, autocommit=True) as conn:
-            def counts(limit: int = postings_build.FRESH_LIMIT) -> tuple[list[int], list[int]]:
+            def counts(limit: int = terms.FRESH_LIMIT) -> tuple[list[int], list[int]]:
                 qs, keys = [q for q, _ in COUNTED], [k for _, k in COUNTED]
                 got = conn.execute(STATS, {"ano": store.ano, "qs": qs, "keys": keys, "limit": limit,
                                            "none": [None] * len(qs)}).fetchone()[0]

@@ -8,7 +8,7 @@ import json
 import os
 import sqlite3
 
-from sessionsearch.store.sqlite.hot import FRESH_LIMIT
+from sessionsearch.store.sqlite.postings import FRESH_LIMIT
 from sessionsearch.worker.optimize import PeriodicOptimize
 
 from ..helpers import chain, engine_at, ids, wait_until
@@ -62,7 +62,8 @@ async def test_words_about_to_lose_their_postings_make_a_build_due(tmp_path):
         await engine.append("agent:main:b", chain("b", _texts(1)))  # listed in the index log
         assert await engine.postings_due() == {}
         # as if half the rows a build's log may hold had been indexed since
-        await store.execute_write("UPDATE sqlite_sequence SET seq = seq + ? WHERE name = 'index_log'", (FRESH_LIMIT // 2,))
+        await store.execute_write("UPDATE sqlite_sequence SET seq = seq + ? WHERE name = 'index_log'",
+                                  (FRESH_LIMIT // 2,))
         assert await engine.postings_due() == {"main": "stale"}
         done = await store.optimize(min_docs=40, min_share=0.0, incremental=True)
         assert set(done["words"]) == set(COMMON)
@@ -91,7 +92,8 @@ def test_serve_builds_postings_after_appends_without_an_optimize(tmp_path):
     server = Server(tmp_path / "data", tmp_path / "serve.log", SESSIONSEARCH_POSTINGS_MIN_DOCS="40",
                     SESSIONSEARCH_POSTINGS_CHECK_EVERY_S="0.2")
     try:
-        status, body = server.post("transcript.append", {"sessionKey": "agent:main:a", "events": chain("a", _texts(60))})
+        status, body = server.post("transcript.append",
+                                   {"sessionKey": "agent:main:a", "events": chain("a", _texts(60))})
         assert status == 200, body
         db = tmp_path / "data" / "agents" / "main.db"
 

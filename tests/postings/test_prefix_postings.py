@@ -11,7 +11,7 @@ import sqlite3
 import aiosqlite
 import pytest
 
-from sessionsearch.store.sqlite import postings_due as postings_due_module
+from sessionsearch.store.sqlite import postings_build as postings_due_module
 from sessionsearch.store.sqlite import prefixes as sqlite_prefixes
 from sessionsearch.store.sqlite.prefixes import PrefixTop
 
@@ -100,7 +100,8 @@ async def test_top_hits_and_scores_equal_fts5_for_prefixes_of_every_frequency(tm
                     assert top == _fts5_alone(path, prefix, k)  # same rows, order and bm25 values
         prefixes = ("al", "alp", "alph", "be", "bet", "ca", "do")
         if (cap, keep) == (40, 512):  # every top 25 is within the rows kept; a top 60 is not always
-            assert {(p, k) for p in prefixes for k in (1, 5, 25)} <= set(answered) != {(p, k) for p in prefixes for k in (1, 5, 25, 60)}
+            every = {(p, k) for p in prefixes for k in (1, 5, 25, 60)}
+            assert {(p, k) for p in prefixes for k in (1, 5, 25)} <= set(answered) != every
         else:  # the first hits are; with 6 rows a run, the top 25 of none
             assert ("al", 1) in answered and ("alp", 5) in answered
             assert cap != 6 or not any(k >= 25 for _, k in answered)
@@ -294,8 +295,8 @@ async def test_a_build_counts_out_the_rows_deleted_while_it_read(tmp_path, prefi
         await store.execute_write("UPDATE prefix_words SET log_seq = -1")  # given up: a build is due
         read = await asyncio.to_thread(sqlite_prefixes.read_prefixes, store.path)
         await engine.delete("agent:main:s4")  # after the build's snapshot, before it is stored
-        await store._run(lambda: store._writer.drop_hot_words({"alpha", "beta", "alps"}))  # cuts the logs
-        await store._run(lambda: store._writer.store_prefixes(*read))
+        await store._run(lambda w: w.hot.drop_hot_words({"alpha", "beta", "alps"}))  # cuts the logs
+        await store._run(lambda w: w.prefixes.store_prefixes(*read))
         await engine.search({"query": "al", "match": "prefix"})  # the store learns there is no backlog
         result = await _same_both_ways(engine, {"query": "al", "match": "prefix", "limit": 25})
         assert not any(i.startswith("s4m") for i in ids(result))
@@ -332,7 +333,7 @@ async def test_incremental_builds_fold_the_prefixes_and_redo_them_only_when_give
         assert await store.postings_due(min_docs=10_000, grow_share=0.2) == "fold"
         assert (await store.optimize(min_docs=10_000, incremental=True))["prefixes"]["folded"] == 10
         assert await store.postings_due(min_docs=10_000, grow_share=0.2) is None
-        await store.execute_write("UPDATE prefix_words SET log_seq = -1")  # given up (hot.py: past FRESH_LIMIT)
+        await store.execute_write("UPDATE prefix_words SET log_seq = -1")  # given up (postings.py: past FRESH_LIMIT)
         assert await store.postings_due(min_docs=10_000, grow_share=0.2) == "stale"
         built = (await store.optimize(min_docs=10_000, incremental=True))["prefixes"]
         assert "folded" not in built and built["count"] >= 5

@@ -12,11 +12,12 @@ import threading
 import pytest
 
 from sessionsearch import Engine, Settings
+from sessionsearch.indexer import reconcile
 from sessionsearch.indexer.events import parse_event
 from sessionsearch.indexer.reconcile import reconcile_window
 from sessionsearch.store.postgres import PgAgentStore
-from sessionsearch.store.sqlite import reconcile as sqlite_reconcile
 from sessionsearch.store.rowids import row_id
+from sessionsearch.store.sqlite import reconcile as sqlite_reconcile
 
 from ..helpers import chain, engine_at, ids, leaf, msg, until
 
@@ -110,7 +111,7 @@ async def test_small_windows_waiting_beside_a_job_are_published_in_its_transacti
             await engine.append(f"agent:main:s{n}", chain(f"w{n}-", texts), index=False)
         wids = (await engine.pending("main"))["main"]
         store = await engine.store("main")
-        assert await store.claim(wids[2], "other-worker", 60.0) is not None  # a live claim is left alone
+        assert await reconcile.claim(store, wids[2], "other-worker", 60.0) is not None  # a live claim is left alone
         first = await engine.reconcile("main", wids[0])
         # 10 + 10 + 10 + 10 rows fit the 100-row budget; the claimed window and the 95-row one do not
         assert first.outcome == "published" and first.beside == [wids[1], wids[3], wids[5]]
@@ -122,7 +123,7 @@ async def test_small_windows_waiting_beside_a_job_are_published_in_its_transacti
         assert later.outcome == "clean" and later.rows_inserted == 0
         result = await engine.search(query="window5 shared", limit=25)
         assert result["indexing"] is True and len(result["results"]) == 10
-        await store.release(wids[2], "other-worker")
+        await reconcile.release(store, wids[2], "other-worker")
         assert await engine.reconcile_pending() == {"published": 2}
         complete = await engine.search(query="window4 shared", limit=25)
         assert "indexing" not in complete and complete["truncated"] and len(complete["results"]) == 25
@@ -139,7 +140,7 @@ async def test_a_job_with_time_left_goes_on_with_the_windows_waiting_after_its_o
             await engine.append(f"agent:main:s{n}", chain(f"w{n}-", texts), index=False)
         wids = (await engine.pending("main"))["main"]
         store = await engine.store("main")
-        assert await store.claim(wids[7], "other-worker", 60.0) is not None  # left to its holder
+        assert await reconcile.claim(store, wids[7], "other-worker", 60.0) is not None  # left to its holder
         alone = await engine.reconcile("main", wids[0])  # no time to spare: its own transaction only
         assert alone.beside == [wids[1]] and alone.batches == 1
         more = await engine.reconcile("main", wids[2], more_s=30.0)
@@ -152,7 +153,8 @@ async def test_a_job_with_time_left_goes_on_with_the_windows_waiting_after_its_o
             assert (await engine.reconcile("main", wid)).outcome == "clean"  # their own jobs: nothing to do
 
 
-async def test_a_job_stops_going_on_once_another_process_holds_the_write_lock_first(tmp_path, monkeypatch):  # SQLite only: SQLite's one write lock per agent database
+# SQLite only: SQLite's one write lock per agent database
+async def test_a_job_stops_going_on_once_another_process_holds_the_write_lock_first(tmp_path, monkeypatch):
     async with engine_at(tmp_path, reconcile_batch_rows=25) as engine:
         for n in range(12):
             await engine.append(f"agent:main:s{n}", chain(f"w{n}-", [("user", f"w{n} r{i}") for i in range(10)]),
@@ -190,12 +192,12 @@ async def test_a_live_claim_is_respected_and_an_expired_one_taken_over(backend):
     async with engine_at(backend) as engine:
         wid = await _unindexed_window(engine, 30)
         store = await engine.store("main")
-        assert await store.claim(wid, "other-worker", 60.0) is not None
+        assert await reconcile.claim(store, wid, "other-worker", 60.0) is not None
         assert (await engine.reconcile("main", wid)).outcome == "busy"
-        await store.release(wid, "other-worker")
-        assert await store.claim(wid, "dead-worker", -1.0) is not None  # a lease already past
+        await reconcile.release(store, wid, "other-worker")
+        assert await reconcile.claim(store, wid, "dead-worker", -1.0) is not None  # a lease already past
         assert (await engine.reconcile("main", wid)).outcome == "published"
-        assert await store.reconcile_batch(wid, "dead-worker", 0, 10, 60.0) is None  # the old holder lost it
+        assert await reconcile.reconcile_batch(store, wid, "dead-worker", 0, 10, 60.0) is None  # the old holder lost it
         assert await _index_rows(engine, wid) == await _branch_ids(engine, wid)
 
 
@@ -221,11 +223,11 @@ async def test_publish_waits_for_a_rewind_that_arrived_meanwhile(backend):
     async with engine_at(backend) as engine:
         wid = await _unindexed_window(engine, 10)
         store = await engine.store("main")
-        claim = await store.claim(wid, "me", 60.0)
-        await store.reconcile_batch(wid, "me", 0, (1 << 30) - 1, 60.0)
+        claim = await reconcile.claim(store, wid, "me", 60.0)
+        await reconcile.reconcile_batch(store, wid, "me", 0, (1 << 30) - 1, 60.0)
         await engine.append(KEY, [leaf("l1", "m10", "m3"), msg("x1", "user", "new branch", "l1")])
-        assert await store.publish(wid, "me", claim.rebuild_gen) == "changed"
-        await store.release(wid, "me")
+        assert await reconcile.publish(store, wid, "me", claim.rebuild_gen) == "changed"
+        await reconcile.release(store, wid, "me")
         assert (await engine.reconcile("main", wid)).outcome == "published"
         assert await _index_rows(engine, wid) == await _branch_ids(engine, wid)
         assert ids(await engine.search(query="number 9")) == []
@@ -235,10 +237,10 @@ async def test_linear_appends_during_reconciliation_do_not_restart_it(backend):
     async with engine_at(backend) as engine:
         wid = await _unindexed_window(engine, 10)
         store = await engine.store("main")
-        claim = await store.claim(wid, "me", 60.0)
-        await store.reconcile_batch(wid, "me", 0, (1 << 30) - 1, 60.0)
+        claim = await reconcile.claim(store, wid, "me", 60.0)
+        await reconcile.reconcile_batch(store, wid, "me", 0, (1 << 30) - 1, 60.0)
         await engine.append(KEY, [msg("m11", "user", "late linear message", "m10")])
-        assert await store.publish(wid, "me", claim.rebuild_gen) == "published"
+        assert await reconcile.publish(store, wid, "me", claim.rebuild_gen) == "published"
         assert ids(await engine.search(query="late linear")) == ["m11"]
         assert await _index_rows(engine, wid) == await _branch_ids(engine, wid)
 
@@ -297,7 +299,8 @@ print(count, stop.exists())
 """
 
 
-async def test_an_append_takes_its_turn_between_another_process_s_back_to_back_transactions(tmp_path):  # SQLite only: SQLite's one write lock per agent database
+# SQLite only: SQLite's one write lock per agent database
+async def test_an_append_takes_its_turn_between_another_process_s_back_to_back_transactions(tmp_path):
     """SQLite's lock is no queue: without turns, a process that commits and begins again at once
     keeps it from another that sleeps between tries (a worker draining a backlog starved gateway
     appends for seconds)."""
@@ -315,7 +318,8 @@ async def test_an_append_takes_its_turn_between_another_process_s_back_to_back_t
 
             await until(writing, 60, "the other writer to start", every=0.01)
             for n in range(10):
-                await engine.append("agent:main:live", [msg(f"b{n}", "user", f"turn {n}", parent=f"b{n - 1}" if n else "a1")])
+                await engine.append("agent:main:live",
+                                    [msg(f"b{n}", "user", f"turn {n}", parent=f"b{n - 1}" if n else "a1")])
             stop.touch()
             count, stopped = hammer.communicate(timeout=60)[0].split()
         finally:

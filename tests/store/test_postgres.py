@@ -20,12 +20,12 @@ from sessionsearch.search.text import fold_char, is_token_char
 from sessionsearch.search.text import tokens as text_tokens
 from sessionsearch.store.base import Match
 from sessionsearch.store.cjk import index_text, needs_fold, runs
-from sessionsearch.store.postgres.lexemes import _index_fields_limited, _patterns, fold_run, index_fields, index_tokens
-from sessionsearch.store.postgres.recent import walk_sql, walk_windows
 from sessionsearch.store.postgres import search as search_module
+from sessionsearch.store.postgres.lexemes import _index_fields_limited, _patterns, fold_run, index_fields, index_tokens
+from sessionsearch.store.postgres.lexemes import tokens as pg_tokens
+from sessionsearch.store.postgres.recent import walk_sql, walk_windows
 from sessionsearch.store.postgres.search import DfCache, Query
 from sessionsearch.store.rowids import LOW_SEQS
-from sessionsearch.store.postgres.lexemes import tokens as pg_tokens
 
 from ..helpers import BASE_TS, chain, engine_at, ids, leaf, msg, timed, until, wait_until
 from ..pg_proxy import PgProxy
@@ -61,7 +61,8 @@ def test_the_regex_tokenizer_classifies_and_folds_every_character_as_text_py():
             and fold_run(ch, combining, astral) != fold_char(ch)] == []
     assert [ch for ch in every if runs(ch) == [ch] and fold_run(ch, combining, astral) != ch] == []
     rng = random.Random(7)
-    alphabet = [chr(c) for c in [*range(0x20, 0x250), *range(0x300, 0x370), *range(0x900, 0x980), *range(0x3040, 0x3100),
+    alphabet = [chr(c) for c in [*range(0x20, 0x250), *range(0x300, 0x370), *range(0x900, 0x980),
+                                 *range(0x3040, 0x3100),
                                  0x1F600, 0x1D401, 0xE000, 0x200B, 0xFF21, 0xFF76, 0xFF9E, 0xAC00, 0xF900, 0x2160, 0xB2,
                                  0x5F, 0x130, 0xE0101]]
     for _ in range(5000):
@@ -298,7 +299,8 @@ async def test_the_kept_head_follows_a_write_in_flight_when_it_was_read(pg, monk
     sum them again (schema migration 6): a write that had not committed when they were summed is
     seen once it has, as a store summing afresh sees it."""
     async with engine_at(pg) as engine:
-        await engine.append("agent:main:a", timed("a", [("user", "alpha beta", BASE_TS), ("user", "alpha", BASE_TS + 1)]))
+        await engine.append("agent:main:a", timed("a", [("user", "alpha beta", BASE_TS),
+                                                        ("user", "alpha", BASE_TS + 1)]))
         await engine.append("agent:main:d", timed("d", [("user", f"filler {i}", BASE_TS) for i in range(40)]))
         store = await engine.store("main")
         async with store.reader() as reader:

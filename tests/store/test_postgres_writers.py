@@ -17,8 +17,8 @@ from sessionsearch.indexer.reconcile import reconcile_window
 from sessionsearch.store.postgres import LATEST, arrays, migrate, schema_version
 from sessionsearch.store.postgres.arrays import Int4Array, Int8Array, TextArray
 from sessionsearch.store.postgres.reconcile import ORPHANS, SLOT_LOCK
-from sessionsearch.store.postgres.writer import DELETE_INDEX
 from sessionsearch.store.postgres.schema import MIGRATIONS
+from sessionsearch.store.postgres.writer import DELETE_INDEX
 
 from ..helpers import chain, engine_at, msg, until
 from ..services import create_pg_database, drop_pg_database, empty_pg_database
@@ -153,7 +153,8 @@ async def test_a_reconciliation_moves_its_index_rows_out_of_the_pending_list_and
     """The GIN index's pending list is the writing transaction's to size (migration 7): an append
     leaves it at most 64 kB (every search reads it whole); a reconciliation lets its own rows
     gather (up to BULK_PENDING_KB) and moves them into the tree before it commits."""
-    texts = [("user" if i % 2 else "assistant", f"message {i} about topic{i % 13} and w{i} x{i * 7}") for i in range(3000)]
+    texts = [("user" if i % 2 else "assistant", f"message {i} about topic{i % 13} and w{i} x{i * 7}")
+             for i in range(3000)]
     async with engine_at(pg) as engine:
         await engine.append(KEY, chain("m", texts), index=False)
         assert _pending_pages(pg.database_url) == 0

@@ -20,9 +20,9 @@ def _interface_methods(interface: type) -> dict[str, object]:
 
 
 @pytest.mark.parametrize(("interface", "implementation", "some"), [
-    (AgentStore, SqliteAgentStore, {"reader", "append", "search_top", "ping", "claim_and_reconcile_small"}),
+    (AgentStore, SqliteAgentStore, {"reader", "append", "search_top", "ping", "reconcile_tx"}),
     (Backend, SqliteBackend, {"agent_ids", "open_store", "check_ready", "agent_status"}),
-    (AgentStore, PgAgentStore, {"reader", "append", "search_top", "ping", "claim_and_reconcile_small"}),
+    (AgentStore, PgAgentStore, {"reader", "append", "search_top", "ping", "reconcile_tx"}),
     (Backend, PgBackend, {"agent_ids", "open_store", "check_ready", "agent_status"}),
 ])
 def test_each_backend_has_every_method_of_the_interface_with_its_parameters(interface, implementation, some):

@@ -101,6 +101,7 @@ def columns(kinds: tuple[type[_Array], ...], values: list[list]) -> list:
     """Each column of `values` as a binary array of its kind; all of them as lists (psycopg's
     own dumping, and its errors) if one does not fit its kind."""
     try:
-        return [texts(col) if kind is TextArray else ints(kind, col) for kind, col in zip(kinds, values)]
+        return [texts(col) if kind is TextArray else ints(kind, col)  # type: ignore[arg-type]  # an int kind
+                for kind, col in zip(kinds, values)]
     except (struct.error, AttributeError):
         return values

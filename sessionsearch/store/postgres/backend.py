@@ -7,8 +7,8 @@ database does not answer, the last listing read is kept.
 
 Every search reads the listing's version (the highest agent number: agents are only added) in its
 own statement (search.py's HEAD) and hands it here, so `listing_version` answers from memory while
-searches run: a probe costs a round trip that blocks the event loop (~1.7 ms a search, most of the
-fixed cost of a rare word). The version is read anew by a probe only when no search brought it for
+searches run: a probe costs a round trip that blocks the event loop (most of the fixed cost of a
+rare word). The version is read anew by a probe only when no search brought it for
 LISTING_TTL_S, or when a caller asks for it fresh (an agent it was asked for and does not know).
 A search whose statement saw an agent its scope did not know is scoped again (search/runner.py).
 """
@@ -18,17 +18,18 @@ from __future__ import annotations
 import math
 import threading
 import time
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import psycopg
 
 from ...errors import NotFound, Unavailable
 from ...settings import Settings
-from .db import CONNECT_TIMEOUT_S, Db, connect_kwargs, unavailable
 from ..urls import redact
-from .postings_build import FRESH_LIMIT
+from .db import CONNECT_TIMEOUT_S, Db, connect_kwargs, unavailable
 from .schema import LATEST, migrate, migrate_connection, schema_version
 from .store import PgAgentStore
+from .terms import FRESH_LIMIT
 
 POOL_SIZE = 10  # connections per process at most (docs/postgres.md)
 RETRY_S = 1.0  # after a failed listing read, the cached listing is answered this long

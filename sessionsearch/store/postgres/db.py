@@ -14,8 +14,9 @@ import asyncio
 import math
 import random
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import errors as pgerrors
@@ -60,8 +61,7 @@ class Reader:
     """A read-only REPEATABLE READ snapshot on a pooled connection (an opaque Reader above the
     seam), begun lazily: the connection is taken and the transaction begun with the block's first
     statement, sent together (one round trip), and a statement the caller marks `last` carries
-    the COMMIT too. A search is then one round trip, not three (BEGIN, the statement, COMMIT,
-    each 0.5-1.3 ms on a busy machine)."""
+    the COMMIT too. A search is then one round trip, not three (BEGIN, the statement, COMMIT)."""
 
     __slots__ = ("conn", "_pool", "_deadline", "_state")
 
@@ -79,10 +79,15 @@ class Reader:
         cur = await self._execute(sql, params, last)
         return await cur.fetchone()
 
+    async def row(self, sql: str, params: Any = None, *, last: bool = False) -> tuple[Any, ...]:
+        """The one row a statement always answers (an aggregate, or the agent's own row)."""
+        return _present(await self.one(sql, params, last=last))
+
     async def _execute(self, sql: str, params: Any, last: bool) -> psycopg.AsyncCursor:
         if self._state == "done":
             raise RuntimeError("the reader's snapshot was committed by its last statement")
         if self._state == "open" and not last:
+            assert self.conn is not None  # taken with the first statement
             return await self.conn.execute(sql, params)
         for attempt in range(3):
             if self.conn is None:
@@ -107,13 +112,13 @@ class Reader:
         after it (when `last`), as one simple-protocol query: the driver binds the parameters
         client-side (psycopg's ClientCursor, which quotes each value as a literal), since the
         extended protocol takes one statement a message and psycopg's pipeline mode cost more in
-        Python (~1.3 ms) than the round trips it saves."""
+        Python than the round trips it saves."""
         parts = []
         if self._state == "new":
             # Every read has an index to take; before autovacuum has analyzed a fresh import the
-            # planner took a sequential scan of the index rows for a rare word (20 ms at 20,000).
+            # planner took a sequential scan of the index rows for a rare word.
             # No JIT: a common word's statement costs past jit_above_cost, and compiling it took
-            # longer than running it (6 s against 0.2 s at 200,000 messages on a busy machine)
+            # longer than running it
             parts += ["BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY", "SET LOCAL enable_seqscan = off",
                       "SET LOCAL jit = off"]
             if not math.isinf(self._deadline):
@@ -122,6 +127,7 @@ class Reader:
         parts.append(sql)
         if last:
             parts.append("COMMIT")
+        assert self.conn is not None  # taken above
         cur = psycopg.AsyncClientCursor(self.conn)
         if before:
             self._state = "open"
@@ -231,6 +237,17 @@ async def one(conn: psycopg.AsyncConnection, sql: str, params: Any = None) -> tu
     return await cur.fetchone()
 
 
+async def the_row(conn: psycopg.AsyncConnection, sql: str, params: Any = None) -> tuple[Any, ...]:
+    """The one row a statement always answers (an aggregate, a sequence, a row this transaction holds)."""
+    return _present(await one(conn, sql, params))
+
+
+def _present(row: tuple[Any, ...] | None) -> tuple[Any, ...]:
+    if row is None:
+        raise LookupError("a statement that always answers one row answered none")
+    return row
+
+
 async def all_rows(conn: psycopg.AsyncConnection, sql: str, params: Any = None) -> list[tuple]:
     cur = await conn.execute(sql, params)
     return await cur.fetchall()
@@ -238,4 +255,5 @@ async def all_rows(conn: psycopg.AsyncConnection, sql: str, params: Any = None) 
 
 async def now_s(conn: psycopg.AsyncConnection) -> float:
     """The database's clock (epoch s): leases compare against one clock, whichever host writes."""
-    return (await one(conn, "SELECT extract(epoch FROM clock_timestamp())::float8"))[0]
+    clock: float = (await the_row(conn, "SELECT extract(epoch FROM clock_timestamp())::float8"))[0]
+    return clock

@@ -23,16 +23,14 @@ searches the slow way (search.py).
 from __future__ import annotations
 
 import math
-import time
 from typing import Any
 
 from .db import Reader
-from .postings_build import FRESH_LIMIT, PREFIX, PREFIX_FRESH_LIMIT, WORD, is_prefix_key
-from .search import B, HEAD, HEAD_COLUMNS, K1, MID, DfCache, Query, head_params, scope_sql
+from .search import HEAD, HEAD_COLUMNS, MID, DfCache, Query, has_postings, head_params, scope_sql
+from .terms import FRESH_LIMIT, K1, PREFIX, PREFIX_FRESH_LIMIT, WORD, B, is_prefix_key
 
 EPS = 1e-9  # relative; far above the rounding difference between this score and the SQL's
 MAX_ROUNDS = 3  # rounds of taking more kept rows before a narrow scope goes the slow way
-TERMS_TTL_S = 5.0  # a build by another process (a worker) is used by searches this much later at most
 
 
 def postings_key(q: Query) -> tuple[int, str] | None:
@@ -43,21 +41,6 @@ def postings_key(q: Query) -> tuple[int, str] | None:
     if q.prefix:
         return (PREFIX, lex) if is_prefix_key(lex) else None
     return WORD, lex
-
-
-async def has_postings(reader: Reader, ano: int, key: tuple[int, str], cache: DfCache) -> bool:
-    """Whether the agent's postings hold the term, by the list of their terms this process read at
-    most TERMS_TTL_S ago (or since its own last build), with that build's mark (cache.postings_mark,
-    which `recent` checks its kept rows against): a rare word then costs no round trip here.
-    A list out of date only costs speed: a term built since waits for the next read, and a term
-    dropped since is looked up and not found."""
-    now = time.monotonic()
-    if cache.postings_terms is None or now - cache.postings_read_at > TERMS_TTL_S:
-        rows = await reader.all("SELECT p.kind, p.key, b.mark FROM ss_postings_built b "
-                                "JOIN ss_postings p ON p.ano = b.ano WHERE b.ano = %s", (ano,))
-        cache.postings_terms, cache.postings_read_at = frozenset((kind, term) for kind, term, _ in rows), now
-        cache.postings_mark = rows[0][2] if rows else None
-    return key in cache.postings_terms
 
 
 async def postings_top(reader: Reader, ano: int, q: Query, cache: DfCache, *, k: int, include, exclude, role,
@@ -73,7 +56,7 @@ async def postings_top(reader: Reader, ano: int, q: Query, cache: DfCache, *, k:
         return None
     mark, old_rows, docs, cut, ids, tfs, dls = row
     params: dict[str, Any] = {**q.params, **head_params(ano, cache), "mark": mark}
-    stats = await reader.one(
+    stats = await reader.row(
         "SELECT h.*, (SELECT count(*) FROM ss_index f WHERE f.ano = %(ano)s AND f.iseq > %(mark)s), "
         "(SELECT count(*) FROM ss_index f WHERE f.ano = %(ano)s AND f.iseq > %(mark)s AND f.tsv @@ %(q)s::tsquery) "
         f"FROM ({HEAD}) h", params)

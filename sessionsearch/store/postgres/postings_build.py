@@ -30,12 +30,11 @@ from __future__ import annotations
 import asyncio
 import heapq
 import json
-import re
 import time
 from typing import Any
 
-from .db import Db, Reader, all_rows, one
-from .search import B, K1
+from .db import Db, Reader, all_rows, the_row
+from .terms import K1, PREFIX, PREFIX_FRESH_LIMIT, RECENT, WORD, B, is_prefix_key
 
 CAP = 128  # rows kept per run of equal frequency: an unscoped top 25 rarely reaches past a few dozen
 KEEP = 512  # rows kept per word or prefix, the best by score at the build (and each run's first)
@@ -45,23 +44,14 @@ MAX_WORDS = 512  # … the most frequent first
 PREFIX_MIN_DOCS = 2_000  # a prefix is built when its words are in this many rows (summed) …
 MAX_PREFIXES = 4096  # … the most frequent first
 MIN_LEN, MAX_LEN = 2, 4  # prefix lengths with postings
-FRESH_LIMIT = 20_000  # rows written since a build beyond which its words are searched the slow way
-PREFIX_FRESH_LIMIT = 2_000  # the same for prefixes (a fresh row's prefix frequency walks its terms)
 WAIT_S = 600.0  # the longest a build waits for the transactions older than its mark
-WORD, PREFIX, RECENT = 0, 1, 2
 RECENT_MIN_DOCS = 1_000  # a word (CJK shadow tokens too) in this many rows keeps its newest rows (recent.py) …
 RECENT_MAX_WORDS = 8192  # … the most frequent first, …
 RECENT_KEEP = 256  # … this many of them (fewer when the oldest kept shares its timestamp), …
 RECENT_SPAN = 1.0  # … of its rows newer than the cutoff, the newest RECENT_SPAN * RECENT_KEEP / RECENT_MIN_DOCS
 # of the agent's rows (about RECENT_KEEP rows of a word in RECENT_MIN_DOCS spread evenly in time): the
 # rows older than it cost the pass nothing more
-PREFIX_RE = re.compile(r"[a-z0-9]{2,4}")
 LOCK = 0x706F7374  # advisory lock key space ("post"), with the agent number as the second key
-
-
-def is_prefix_key(lexeme: str) -> bool:
-    """A prefix the postings can answer: 2-4 ASCII letters or digits (one lexeme, folded)."""
-    return PREFIX_RE.fullmatch(lexeme) is not None
 
 
 Key = tuple[int, str]  # (WORD or PREFIX, the word or prefix)
@@ -122,7 +112,7 @@ class Runs:
                 rows.sort(reverse=True)
                 del rows[RECENT_KEEP:]
 
-    def finish(self, avgdl: float) -> dict[Key, tuple[int, dict[str, int], list[int], list[int], list[int]]]:
+    def finish(self, avgdl: float) -> dict[Key, tuple[int, dict[str, int | None], list[int], list[int], list[int]]]:
         """{key: (docs, {tf: length of the run's first row left out}, ids, tfs, dls of the rows kept)};
         per word of `recent` ({word: its rows}), {(RECENT, word): (its rows, {"floor": ts or None},
         ids, [], [])}."""
@@ -148,7 +138,7 @@ def _newest(docs: int, rows: list[tuple[int, int]], cutoff: int | None) -> tuple
 
 
 def _kept(docs: int, runs: dict[int, list[tuple[int, int]]],
-          avgdl: float) -> tuple[int, dict[str, int], list[int], list[int], list[int]]:
+          avgdl: float) -> tuple[int, dict[str, int | None], list[int], list[int], list[int]]:
     """The rows kept of one key's runs: each run's CAP shortest, of those the KEEP best by score at
     the build and each run's first; per run cut short, the length of its first row left out."""
     kept = [(i, tf, dl, rid) for tf, rows in runs.items() for i, (dl, rid) in enumerate(rows[:CAP])]
@@ -160,21 +150,22 @@ def _kept(docs: int, runs: dict[int, list[tuple[int, int]]],
     counts: dict[int, int] = {}
     for _, tf, _, _ in kept:
         counts[tf] = counts.get(tf, 0) + 1
-    cut = {str(tf): rows[counts[tf]][0] for tf, rows in runs.items() if counts[tf] < len(rows)}
+    cut: dict[str, int | None] = {str(tf): rows[counts[tf]][0] for tf, rows in runs.items() if counts[tf] < len(rows)}
     return docs, cut, [r[3] for r in kept], [r[1] for r in kept], [r[2] for r in kept]
 
 
 async def take_mark(db: Db) -> int:
     """A mark every row numbered at or below which is committed (or gone) when this returns."""
     async def mark(conn) -> tuple[int, int]:
-        (value,) = await one(conn, "SELECT nextval('ss_index_iseq')")
-        (xmax,) = await one(conn, "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint")  # after it
+        (value,) = await the_row(conn, "SELECT nextval('ss_index_iseq')")
+        (xmax,) = await the_row(conn, "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint")  # after it
         return value, xmax
     value, xmax = await db.tx(mark)
     deadline = time.monotonic() + WAIT_S
 
     async def oldest(conn) -> int:
-        return (await one(conn, "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint"))[0]
+        xmin: int = (await the_row(conn, "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint"))[0]
+        return xmin
     while await db.tx(oldest) < xmax:
         if time.monotonic() > deadline:
             raise TimeoutError("a transaction older than the postings build's mark is still running")
@@ -230,13 +221,15 @@ async def read_postings(db: Db, ano: int, mark: int, *, min_docs: int, min_share
         await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         try:
             old = f"m.ano = {int(ano)} AND (m.iseq IS NULL OR m.iseq <= {int(mark)})"
-            counters = await one(conn, "SELECT coalesce(sum(idx_rows), 0)::bigint, coalesce(sum(idx_tokens), 0)::bigint "
+            counters = await the_row(conn, "SELECT coalesce(sum(idx_rows), 0)::bigint, "
+                                       "coalesce(sum(idx_tokens), 0)::bigint "
                                        "FROM ss_windows WHERE ano = %s", (ano,))
-            fresh = await one(conn, "SELECT count(*), coalesce(sum(dl), 0)::bigint FROM ss_index "
+            fresh = await the_row(conn, "SELECT count(*), coalesce(sum(dl), 0)::bigint FROM ss_index "
                                     "WHERE ano = %s AND iseq > %s", (ano, mark))
             old_rows, old_tokens = counters[0] - fresh[0], counters[1] - fresh[1]
             # ts_stat reads the text of a query: made of two integers here, never of user text
-            stats = await all_rows(conn, "SELECT word, ndoc FROM ts_stat(%s)", (f"SELECT m.tsv FROM ss_index m WHERE {old}",))
+            stats = await all_rows(conn, "SELECT word, ndoc FROM ts_stat(%s)",
+                                   (f"SELECT m.tsv FROM ss_index m WHERE {old}",))
             words, prefixes = _choose(stats, old_rows, min_docs, min_share, max_words)
             recent = _recent_words(stats)
             runs = Runs(words, prefixes, recent, await _cutoff(conn, ano, old_rows) if recent else None)
@@ -284,7 +277,7 @@ async def build(db: Db, ano: int, *, min_docs: int, min_share: float, max_words:
 
 async def postings_due(reader: Reader, ano: int, *, min_docs: int, grow_share: float) -> str | None:
     """Why a build of the agent's postings is due now ("first", "grown", "stale"), or None."""
-    row = await reader.one("SELECT EXISTS (SELECT 1 FROM ss_windows WHERE ano = %(ano)s AND needs_rebuild = 1), "
+    row = await reader.row("SELECT EXISTS (SELECT 1 FROM ss_windows WHERE ano = %(ano)s AND needs_rebuild = 1), "
                            "(SELECT coalesce(sum(idx_rows), 0)::bigint FROM ss_windows WHERE ano = %(ano)s), "
                            "b.mark, b.old_rows FROM (SELECT 1) one LEFT JOIN ss_postings_built b ON b.ano = %(ano)s",
                            {"ano": ano})
@@ -293,7 +286,7 @@ async def postings_due(reader: Reader, ano: int, *, min_docs: int, grow_share: f
         return None
     if mark is None:
         return "first" if rows >= min_docs else None
-    fresh = (await reader.one("SELECT count(*) FROM ss_index WHERE ano = %s AND iseq > %s", (ano, mark)))[0]
+    fresh = (await reader.row("SELECT count(*) FROM ss_index WHERE ano = %s AND iseq > %s", (ano, mark)))[0]
     if rows - fresh != old_rows or fresh >= PREFIX_FRESH_LIMIT // 2:
         return "stale"
     if rows - old_rows >= grow_share * max(old_rows, min_docs):

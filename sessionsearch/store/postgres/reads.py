@@ -14,12 +14,13 @@ SESSION_COLUMNS = ("SELECT s.session_key, w.session_id, s.label, s.display_name,
 
 
 async def meta_version(reader: Reader, ano: int) -> int:
-    return (await reader.one("SELECT meta_version FROM ss_agents WHERE ano = %s", (ano,)))[0]
+    version: int = (await reader.row("SELECT meta_version FROM ss_agents WHERE ano = %s", (ano,)))[0]
+    return version
 
 
 async def meta_snapshot(reader: Reader, ano: int, since: int | None):
     """(version, whole, sessions, windows, deleted keys, deleted wids), one snapshot: see base.py."""
-    version, horizon = await reader.one("SELECT meta_version, deleted_from FROM ss_agents WHERE ano = %s", (ano,))
+    version, horizon = await reader.row("SELECT meta_version, deleted_from FROM ss_agents WHERE ano = %s", (ano,))
     if since is not None and since >= horizon:
         sessions = await reader.all(f"{SESSION_COLUMNS} WHERE s.ano = %s AND s.meta_seq > %s", (ano, since))
         windows = await reader.all("SELECT wid, session_key, session_id, cold FROM ss_windows "
@@ -75,7 +76,7 @@ async def activity(reader: Reader, ano: int) -> tuple[int, dict[str, int]]:
 
 
 async def status(reader: Reader, ano: int) -> dict[str, int]:
-    r = await reader.one(
+    r = await reader.row(
         "SELECT count(*), count(*) FILTER (WHERE needs_rebuild = 0), coalesce(sum(needs_rebuild), 0), "
         "coalesce(sum(messages), 0), coalesce(sum(messages) FILTER (WHERE needs_rebuild = 0), 0), "
         "coalesce(sum(cold), 0) FROM ss_windows WHERE ano = %s", (ano,))

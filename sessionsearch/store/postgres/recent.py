@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..rowids import HIGH, LOW_BITS, LOW_SEQS, SEQ_BITS
+from .terms import FRESH_LIMIT, RECENT
 
 if TYPE_CHECKING:
     from .search import DfCache, Query
@@ -47,7 +48,7 @@ WINDOWS = "ano = %(ano)s AND needs_rebuild = 0 AND cold = 0"
 ROW = "m.id, m.ano, m.wid, m.ts, m.mid, m.tsv"  # what the walk's conditions and answer read of an index row
 
 
-def walk_windows(query: "Query", cache: "DfCache", k: int) -> int | None:
+def walk_windows(query: Query, cache: DfCache, k: int) -> int | None:
     """Windows step 1 may read for `query` (0: sort every match), from the cached counts; None
     when they are not cached: the statement then plans the walk from the counts it reads (walk_sql)."""
     if cache.head is None:
@@ -65,25 +66,26 @@ def walk_windows(query: "Query", cache: "DfCache", k: int) -> int | None:
     return max(1, int(cap * windows / rows))
 
 
-def walk_sql(query: "Query") -> str:
+def walk_sql(query: Query) -> str:
     """walk_windows in SQL, from the counts in `st` (stats_sql) and k + 1 in %(k)s. A word the
-    store has not counted yet was walked a fixed 20 windows: for a rare word, 5-8 ms of rows read
-    without it before every match was sorted anyway (the first search of each word, a p95 of
-    `recent` at 1,000,000 messages)."""
+    store has not counted yet was walked a fixed 20 windows: for a rare word, rows read without it
+    before every match was sorted anyway (the first search of each word, a p95 of `recent`)."""
     share = " * ".join(f"least(1.0::float8, st.df{i}::float8 / st.rows::float8)" for i in range(len(query.phrases)))
-    return (f"(SELECT CASE WHEN s.share <= 0.0 THEN 0 WHEN {WALK_MARGIN} * %(k)s > {ROWS_PER_MATCH} * s.share * s.share "
+    return (f"(SELECT CASE WHEN s.share <= 0.0 THEN 0 "
+            f"WHEN {WALK_MARGIN} * %(k)s > {ROWS_PER_MATCH} * s.share * s.share "
             f"* s.rows THEN 0 ELSE greatest(1, floor({ROWS_PER_MATCH} * s.share * s.windows))::integer END "
             f"FROM (SELECT st.rows, st.windows, CASE WHEN st.rows > 0 THEN {share} ELSE 0.0 END AS share FROM st) s)")
 
 
-def kept_word(query: "Query") -> str | None:
+def kept_word(query: Query) -> str | None:
     """The word whose newest rows a build may have kept for `query`: one word, not a prefix."""
     if query.prefix or len(query.phrases) != 1 or len(query.phrases[0]) != 1:
         return None
     return query.phrases[0][0]
 
 
-def kept_ctes(query: "Query", where: list[str], walk: int | None, params: dict, word: str, mark: int) -> str:
+def kept_ctes(query: Query, where: list[str], walk: int | None, params: dict, word: str,
+              mark: int | None) -> str:
     """As recent_ctes, from the newest rows of `word` the agent's last build kept (postings_build.py)
     when they settle the answer, else by recent_ctes; `ok` (one row, `kept`) tells which.
 
@@ -94,10 +96,9 @@ def kept_ctes(query: "Query", where: list[str], walk: int | None, params: dict, 
     in scope and newer than the floor, are every match in scope newer than the floor: when they
     are k + 1 or more (or the build kept every row), the top k + 1 by (ts DESC, message id) are
     theirs, whatever the order of ties, since every other match is at or below the floor."""
-    from .postings_build import FRESH_LIMIT, RECENT
     params.update(rkind=RECENT, rkey=word, rmark=mark, rfresh=FRESH_LIMIT)
     # the kept rows hold the word (a row is never changed in place; one deleted or rewritten since
-    # makes the build unusable): not tested again, which would read each row's tsvector (1-2 ms)
+    # makes the build unusable): not tested again, which would read each row's tsvector
     cond = " AND ".join(where)
     usable = "kb.mark = %(rmark)s AND st.rows - kb.fresh = kb.old_rows AND kb.fresh <= %(rfresh)s"
     return (
@@ -106,31 +107,32 @@ def kept_ctes(query: "Query", where: list[str], walk: int | None, params: dict, 
         "FROM ss_postings_built b JOIN ss_postings p ON p.ano = b.ano AND p.kind = %(rkind)s AND p.key = %(rkey)s "
         "WHERE b.ano = %(ano)s), "
         f"kc AS MATERIALIZED (SELECT m.id, m.ts, m.mid FROM st, kb CROSS JOIN LATERAL (SELECT unnest(kb.ids) AS id "
-        f"UNION SELECT f.id FROM ss_index f WHERE f.ano = %(ano)s AND f.iseq > %(rmark)s AND f.tsv @@ {query.tsquery}) c "
+        f"UNION SELECT f.id FROM ss_index f WHERE f.ano = %(ano)s AND f.iseq > %(rmark)s "
+        f"AND f.tsv @@ {query.tsquery}) c "
         f"JOIN ss_index m ON m.id = c.id WHERE {usable} AND (kb.floor IS NULL OR m.ts > kb.floor) AND {cond}), "
-        f"ok AS MATERIALIZED (SELECT coalesce((SELECT {usable} AND (kb.floor IS NULL OR (SELECT count(*) FROM kc) >= %(k)s) "
+        f"ok AS MATERIALIZED (SELECT coalesce((SELECT {usable} "
+        f"AND (kb.floor IS NULL OR (SELECT count(*) FROM kc) >= %(k)s) "
         "FROM st, kb), false) AS kept), "
         + recent_ctes(query, where, walk, params, name="walk")
         + ", cand AS (SELECT id, ts, mid FROM kc WHERE (SELECT kept FROM ok) "
         "UNION ALL SELECT id, ts, mid FROM walk WHERE NOT (SELECT kept FROM ok))")
 
 
-def recent_ctes(query: "Query", where: list[str], walk: int | None, params: dict, name: str = "cand") -> str:
+def recent_ctes(query: Query, where: list[str], walk: int | None, params: dict, name: str = "cand") -> str:
     """CTEs ending in `cand` (or `name`), matching rows (id, ts, mid) among which are the top
     %(k)s newest first, `where` holding the scope's conditions on `m` (search.scope_sql), after the
     CTEs of stats_sql; `walk` as walk_windows gives it. Unscored: the caller scores the k it takes."""
     params["walk"] = walk
     limit = "%(walk)s" if walk is not None else walk_sql(query)
     cond = " AND ".join([f"m.tsv @@ {query.tsquery}", *where])
-    if walk == 0:  # every match sorted: the walk's CTEs left out, not planned only to be skipped (~1 ms)
+    if walk == 0:  # every match sorted: the walk's CTEs left out, not planned only to be skipped
         return f"{name} AS (SELECT m.id, m.ts, m.mid FROM st, ss_index m WHERE {cond})"
     floor, last = "(SELECT t FROM floor)", "((SELECT wts FROM floor), (SELECT wwid FROM floor))"
 
     def rows_of(w: str) -> str:  # a window's index rows, both id ranges (the high one only when the
         # window's seqs reach it: a one-time filter), by the primary key alone: OFFSET 0 keeps the
         # word's condition above the scan, else the planner ANDs each window's range with the word's
-        # whole GIN posting list, read again for every window (a 1% word at 1,000,000 messages:
-        # ~1.5 ms a window, 360 ms a search)
+        # whole GIN posting list, read again for every window
         return (f"((SELECT {ROW} FROM ss_index m WHERE {LOW.format(w=w)} OFFSET 0) UNION ALL "
                 f"(SELECT {ROW} FROM ss_index m WHERE {w}.last_seq >= {LOW_SEQS} AND {HIGH_RANGE.format(w=w)} "
                 "OFFSET 0)) m")

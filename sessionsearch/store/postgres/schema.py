@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import psycopg
 
+from .db import the_row
+
 # the advisory lock key every migrating process takes (any fixed bigint; "sessions" in ASCII)
 LOCK_KEY = 0x73657373696F6E73
 
@@ -254,7 +256,7 @@ BEGIN
         INTO session_id, last_seq, leaf_seq, leaf_event_id, has_header, cold
         FROM ss_windows w WHERE w.wid = ss_window_for_write.wid FOR UPDATE;
 END $$;
-"""),
+"""),  # noqa: E501
     (5, "postings", """
 -- Every index row written from now on takes the next number of one sequence (no row that writers
 -- share: a sequence hands out numbers without waiting for anyone's commit). The function takes
@@ -490,11 +492,10 @@ LATEST = MIGRATIONS[-1][0]
 
 async def applied_version(conn: psycopg.AsyncConnection) -> int:
     """The highest migration recorded in the database; 0 for a database never migrated."""
-    cur = await conn.execute("SELECT to_regclass('ss_schema_migrations') IS NOT NULL")
-    if not (await cur.fetchone())[0]:
+    if not (await the_row(conn, "SELECT to_regclass('ss_schema_migrations') IS NOT NULL"))[0]:
         return 0
-    cur = await conn.execute("SELECT coalesce(max(version), 0) FROM ss_schema_migrations")
-    return (await cur.fetchone())[0]
+    version: int = (await the_row(conn, "SELECT coalesce(max(version), 0) FROM ss_schema_migrations"))[0]
+    return version
 
 
 async def migrate_connection(conn: psycopg.AsyncConnection) -> tuple[int, int]:

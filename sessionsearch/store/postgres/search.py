@@ -12,8 +12,8 @@ last bit or nearly (tests/test_postgres.py compares them with SQLite's).
 A search is one statement (one round trip with its BEGIN and COMMIT, db.Reader): the head (meta
 version, windows needing reconciliation), N, avgdl, each phrase's df and idf in one CTE, then the
 top hits, each matching row's tf of each phrase read once (terms_sql). Counting df is most of a
-common word's cost (the GIN index finds the rows, but the count visits each one's heap page:
-0.1 s for a word in 20,000 of 200,000 messages), so each store keeps
+common word's cost (the GIN index finds the rows, but the count visits each one's heap page),
+so each store keeps
 the df it counted with the index state it counted it at, (meta_version, count(windows),
 sum(idx_gen), idx_epoch): schema migration 3 has every insert or delete of a window's index rows
 stamp the window anew from a sequence (a window's stamp only grows, so the sum grows while the set
@@ -27,6 +27,7 @@ build's count plus the rows written since that hold it, migration 10), as postin
 from __future__ import annotations
 
 import math
+import time
 from collections import OrderedDict
 from typing import Any
 
@@ -34,8 +35,10 @@ from ..base import Match
 from .db import Reader
 from .lexemes import query_phrases, quote
 from .recent import kept_ctes, kept_word, recent_ctes, walk_windows
+from .terms import FRESH_LIMIT, K1, RECENT, B, is_prefix_key
 
-K1, B = 1.2, 0.75
+TERMS_TTL_S = 5.0  # a build by another process (a worker) is used by searches this much later at most
+
 MID = "COLLATE \"C\" NULLS FIRST"  # SQLite's order of message ids: bytes, NULL first
 KEPT_RECENT = 256  # windows changed since the kept head's snapshot, past which it is not kept (HEAD)
 
@@ -137,7 +140,6 @@ class Query:
     def _postings_key(self, i: int) -> str | None:
         """Phrase i as the agent's postings may hold it ('w:' and a word, 'p:' and a 2-4 letter
         prefix), for its count (schema migration 10); None for a phrase of several words."""
-        from .postings_build import is_prefix_key  # it imports this module
         if len(self.phrases[i]) != 1:
             return None
         lex = self.phrases[i][0]
@@ -150,7 +152,6 @@ class Query:
         cached count while the index state it was counted at holds, else counted now, from the
         postings for a word or prefix they hold: schema migration 10's ss_search_stats), N (n),
         avgdl and each phrase's idf (idf0, …), computed as FTS5 computes them."""
-        from .postings_build import FRESH_LIMIT  # it imports this module
         self.params.update(head_params(ano, cache), fresh_limit=FRESH_LIMIT)
         for i, phrase in enumerate(self.phrases):
             self.params[f"p{i}"] = self._postings_key(i)
@@ -213,7 +214,8 @@ class Query:
                     f"WHERE starts_with(key, %(x{i}_0)s))")
         if len(phrase) == 1:
             return f"coalesce(({m}.tf ->> %(x{i}_0)s)::float8, 0)"
-        follow = " AND ".join(f"(p + {j})::smallint = ANY({_positions(m, f'x{i}_{j}', prefix and j == len(phrase) - 1)})"
+        follow = " AND ".join(
+            f"(p + {j})::smallint = ANY({_positions(m, f'x{i}_{j}', prefix and j == len(phrase) - 1)})"
                               for j in range(1, len(phrase)))
         return f"(SELECT count(*)::float8 FROM unnest({_positions(m, f'x{i}_0', False)}) p WHERE {follow})"
 
@@ -262,21 +264,31 @@ def scope_sql(include: list[int] | None, exclude: list[int] | None, role: str | 
     return where
 
 
-async def search_top(reader: Reader, ano: int, match: Match, cache: DfCache, *, k: int, order: str, include,
+async def has_postings(reader: Reader, ano: int, key: tuple[int, str], cache: DfCache) -> bool:
+    """Whether the agent's postings hold the term, by the list of their terms this process read at
+    most TERMS_TTL_S ago (or since its own last build), with that build's mark (cache.postings_mark,
+    which `recent` checks its kept rows against): a rare word then costs no round trip here.
+    A list out of date only costs speed: a term built since waits for the next read, and a term
+    dropped since is looked up and not found."""
+    now = time.monotonic()
+    if cache.postings_terms is None or now - cache.postings_read_at > TERMS_TTL_S:
+        rows = await reader.all("SELECT p.kind, p.key, b.mark FROM ss_postings_built b "
+                                "JOIN ss_postings p ON p.ano = b.ano WHERE b.ano = %s", (ano,))
+        cache.postings_terms, cache.postings_read_at = frozenset((kind, term) for kind, term, _ in rows), now
+        cache.postings_mark = rows[0][2] if rows else None
+    return key in cache.postings_terms
+
+
+async def search_top(reader: Reader, ano: int, q: Query, cache: DfCache, *, k: int, order: str, include,
                      exclude, role, since, until) -> tuple[int, frozenset[int], list[tuple]]:
-    """The exact top `k` hits (id, bm25, message id, ts, text) by `order`, then (0, inf) when more
-    matched; one statement, the reader's last (unless the postings answer)."""
-    from .postings import has_postings, postings_top  # it imports this module
-    from .postings_build import RECENT
-    q = Query(match)
+    """The exact top `k` hits (id, bm25, message id, ts, text) of query `q` by `order`, then
+    (0, inf) when more matched, scoring every match; one statement, the reader's last. (A word
+    with postings is answered from them first, by relevance: postings.py, PgAgentStore.)"""
     if not q.lexemes:
-        row = await reader.one(HEAD, head_params(ano, cache), last=True)
+        row = await reader.row(HEAD, head_params(ano, cache), last=True)
         head = dict(zip(HEAD_COLUMNS, row))
         cache.keep_head(head)
         return head["version"], frozenset(head["dirty"]), []
-    if order != "recent" and (found := await postings_top(reader, ano, q, cache, k=k, include=include, exclude=exclude,
-                                                          role=role, since=since, until=until)) is not None:
-        return found  # one word or one short prefix by relevance, from its postings (postings.py)
     params = {"k": k + 1}
     where = scope_sql(include, exclude, role, since, until, params)
     stats = q.stats_sql(ano, cache)
@@ -288,12 +300,12 @@ async def search_top(reader: Reader, ano: int, match: Match, cache: DfCache, *, 
             cand, kept = kept_ctes(q, where, walk, params, word, cache.postings_mark), "(SELECT kept FROM ok), "
         else:
             cand = recent_ctes(q, where, walk, params)
-        rows = q.terms_sql(f"st, (SELECT id FROM cand ORDER BY ts DESC, mid {MID} LIMIT %(k)s) c "
-                           "JOIN ss_index m ON m.id = c.id")
-        top = f"{cand}, top AS (SELECT m.id, {q.score_sql()} AS s, m.ts, m.mid FROM st, {rows})"
+        source = q.terms_sql(f"st, (SELECT id FROM cand ORDER BY ts DESC, mid {MID} LIMIT %(k)s) c "
+                             "JOIN ss_index m ON m.id = c.id")
+        top = f"{cand}, top AS (SELECT m.id, {q.score_sql()} AS s, m.ts, m.mid FROM st, {source})"
     else:
-        rows = q.terms_sql(f"st, ss_index m WHERE m.tsv @@ {q.tsquery} AND {' AND '.join(where)}")
-        top = (f"top AS (SELECT m.id, {q.score_sql()} AS s, m.ts, m.mid FROM st, {rows} "
+        source = q.terms_sql(f"st, ss_index m WHERE m.tsv @@ {q.tsquery} AND {' AND '.join(where)}")
+        top = (f"top AS (SELECT m.id, {q.score_sql()} AS s, m.ts, m.mid FROM st, {source} "
                f"ORDER BY s, m.ts DESC, m.mid {MID} LIMIT %(k)s)")
     params.update(q.params)
     outer = "r.s, r.ts DESC, r.mid" if order != "recent" else "r.ts DESC, r.mid"
@@ -304,7 +316,7 @@ async def search_top(reader: Reader, ano: int, match: Match, cache: DfCache, *, 
     version, dirty, rest = q.remember(rows[0], cache)
     if kept and rest[0]:
         cache.recent_kept += 1
-    hits = [tuple(r[-5:]) for r in rows if r[-5] is not None]
+    hits: list[tuple[Any, ...]] = [tuple(r[-5:]) for r in rows if r[-5] is not None]
     more = len(hits) > k
     hits = hits[:k]
     if more:

@@ -29,7 +29,7 @@ async def search_sessions(reader: Reader, ano: int, match: Match | None, cache: 
     params: dict[str, Any] = {"ano": ano, "k": k}
     query = Query(match) if match is not None and match.words else None
     if query is None or not query.lexemes:
-        row = await reader.one(HEAD, head_params(ano, cache), last=True)
+        row = await reader.row(HEAD, head_params(ano, cache), last=True)
         head = dict(zip(HEAD_COLUMNS, row))
         cache.keep_head(head)
         return head["version"], frozenset(head["dirty"]), []

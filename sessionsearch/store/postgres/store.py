@@ -5,16 +5,32 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Callable
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Any, TypeVar
 
 from ...indexer.events import Event
-from ..base import AppendResult, ClaimInfo, Match
-from . import postings_build, reads
+from ..base import (
+    AppendResult,
+    BranchRow,
+    Match,
+    MessageRow,
+    MetaSnapshot,
+    ReconcileTx,
+    RowHit,
+    SessionTop,
+    SessionTops,
+    TopHits,
+    WindowRef,
+)
+from . import postings, postings_build, reads
 from .db import Db, Reader
-from .reconcile import ReconcileWrites
-from .search import DfCache, search_top
+from .reconcile import Reconciler
+from .search import DfCache, Query, search_top
 from .sessions import search_sessions
 from .writer import Writes
+
+T = TypeVar("T")
 
 
 class PgAgentStore:
@@ -29,13 +45,13 @@ class PgAgentStore:
         self.agent_id = agent_id
         self.ano = ano
         self._writes = Writes(agent_id, ano)
-        self._reconcile = ReconcileWrites(ano, reconcile_slots)
+        self._reconcile = Reconciler(ano, reconcile_slots)
         self._dfs = DfCache()
 
     async def close(self) -> None:
         """Nothing of its own to release: the pool is the backend's."""
 
-    def reader(self, deadline: float = math.inf):
+    def reader(self, deadline: float = math.inf) -> AbstractAsyncContextManager[Reader]:
         return self.db.reader(deadline)
 
     # -- writes ------------------------------------------------------------------------------
@@ -101,31 +117,10 @@ class PgAgentStore:
 
     # -- reconciliation ----------------------------------------------------------------------
 
-    async def claim(self, wid: int, token: str, lease_s: float) -> ClaimInfo | None:
-        return await self.db.tx(self._reconcile.claim, wid, token, lease_s)
-
-    async def claim_and_reconcile_small(self, wid: int, token: str, lease_s: float, max_rows: int):
+    async def reconcile_tx(self, step: Callable[[ReconcileTx], Awaitable[T]]) -> T:
+        """Run a reconciliation step (indexer/reconcile.py) as one transaction."""
         try:
-            return await self.db.tx(self._reconcile.claim_and_reconcile_small, wid, token, lease_s, max_rows)
-        finally:
-            self._reconcile.rebuilding = frozenset()
-
-    async def reconcile_batch(self, wid: int, token: str, first_seq: int, last_seq: int,
-                              lease_s: float) -> tuple[int, int] | None:
-        return await self.db.tx(self._reconcile.reconcile_batch, wid, token, first_seq, last_seq, lease_s)
-
-    async def publish(self, wid: int, token: str, rebuild_gen: int) -> str:
-        return await self.db.tx(self._reconcile.publish, wid, token, rebuild_gen)
-
-    async def release(self, wid: int, token: str) -> None:
-        await self.db.tx(self._reconcile.release, wid, token)
-
-    async def window_gen(self, wid: int) -> tuple[int, int, bool] | None:
-        return await self.db.tx(self._reconcile.window_gen, wid)
-
-    async def reconcile_next(self, after: int, max_rows: int) -> tuple[list[int], int, int, bool]:
-        try:
-            return await self.db.tx(self._reconcile.reconcile_next, after, max_rows)
+            return await self.db.tx(self._reconcile.step, step)
         finally:
             self._reconcile.rebuilding = frozenset()
 
@@ -148,42 +143,50 @@ class PgAgentStore:
     async def meta_version(self, reader: Reader) -> int:
         return await reads.meta_version(reader, self.ano)
 
-    async def meta_snapshot(self, reader: Reader, since: int | None = None):
-        return await reads.meta_snapshot(reader, self.ano, since)
+    async def meta_snapshot(self, reader: Reader, since: int | None = None) -> MetaSnapshot:
+        return MetaSnapshot(*await reads.meta_snapshot(reader, self.ano, since))
 
     async def search_top(self, reader: Reader, match: Match, *, k: int, order: str, include: list[int] | None,
                          exclude: list[int] | None, role: str | None, hot: str | None = None,
-                         since: int | None = None, until: int | None = None, ties: bool = True):
+                         since: int | None = None, until: int | None = None, ties: bool = True) -> TopHits:
         at = time.monotonic()
-        out = await search_top(reader, self.ano, match, self._dfs, k=k, order=order, include=include, exclude=exclude,
-                               role=role, since=since, until=until)
+        q = Query(match)
+        scope: dict[str, Any] = dict(include=include, exclude=exclude, role=role, since=since, until=until)
+        # one word or one short prefix by relevance, from its postings when they answer
+        found = await postings.postings_top(reader, self.ano, q, self._dfs, k=k, **scope) if order != "recent" else None
+        out = found if found is not None else await search_top(reader, self.ano, q, self._dfs, k=k, order=order,
+                                                               **scope)
         self._seen(at)
-        return out
+        version, dirty, hits = out
+        return TopHits(version, dirty, [RowHit(*h) for h in hits])
 
     async def search_sessions(self, reader: Reader, match: Match, *, k: int,
                               order: str, include: list[int] | None, exclude: list[int] | None, role: str | None,
-                              since: int | None = None, until: int | None = None, hot: str | None = None):
+                              since: int | None = None, until: int | None = None, hot: str | None = None
+                              ) -> SessionTops:
         at = time.monotonic()
         out = await search_sessions(reader, self.ano, match, self._dfs, k=k, order=order, include=include,
                                     exclude=exclude, role=role, since=since, until=until)
         self._seen(at)
-        return out
+        version, dirty, found = out
+        return SessionTops(version, dirty, [SessionTop(key, n, RowHit(*best)) for key, n, best in found])
 
     def _seen(self, at: float) -> None:
         if self._listing_seen is not None and self._dfs.listing:
             self._listing_seen(self._dfs.listing, at)
 
-    async def window_of(self, reader: Reader, key: str, session_id: str | None) -> tuple | None:
-        return await reads.window_of(reader, self.ano, key, session_id)
+    async def window_of(self, reader: Reader, key: str, session_id: str | None) -> WindowRef | None:
+        found = await reads.window_of(reader, self.ano, key, session_id)
+        return None if found is None else WindowRef(*found)
 
-    async def windows_of(self, reader: Reader, key: str) -> list[tuple]:
-        return await reads.windows_of(reader, self.ano, key)
+    async def windows_of(self, reader: Reader, key: str) -> list[WindowRef]:
+        return [WindowRef(*w) for w in await reads.windows_of(reader, self.ano, key)]
 
-    async def branch_rows(self, reader: Reader, wid: int) -> list[tuple]:
-        return await reads.branch_rows(reader, wid)
+    async def branch_rows(self, reader: Reader, wid: int) -> list[BranchRow]:
+        return [BranchRow(*r) for r in await reads.branch_rows(reader, wid)]
 
-    async def message_rows(self, reader: Reader, wid: int, seqs: list[int]) -> list[tuple]:
-        return await reads.message_rows(reader, wid, seqs)
+    async def message_rows(self, reader: Reader, wid: int, seqs: list[int]) -> list[MessageRow]:
+        return [MessageRow(*r) for r in await reads.message_rows(reader, wid, seqs)]
 
     async def activity(self, reader: Reader) -> tuple[int, dict[str, int]]:
         return await reads.activity(reader, self.ano)

@@ -13,8 +13,9 @@ import gzip
 import json
 import time
 import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import psycopg
 
@@ -25,7 +26,7 @@ from ..base import EVENT_COLUMNS, AppendResult, session_columns
 from ..rowids import MAX_SEQ, MAX_WID, id_sql, row_id, seq_sql, window_ranges
 from . import arrays
 from .arrays import Int4Array, Int8Array, TextArray
-from .db import all_rows, one
+from .db import all_rows, one, the_row
 from .lexemes import index_fields
 
 INSERT_EVENT = f"INSERT INTO ss_events ({EVENT_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
@@ -66,7 +67,13 @@ def index_rows(ano: int, rows: Iterable[tuple[int, int, str, int, str | None]],
     for their counters. One INSERT of arrays, so that it can go in a pipeline with the statements
     around it (a COPY cannot): a batch of appends or a reconciliation then costs one round trip.
     `fields`: index_fields, or a look-up of what it gave before (an append's, computed unlocked)."""
-    ids, wids, tss, mids, dls, tfs, tsvs = [], [], [], [], [], [], []
+    ids: list[Any] = []
+    wids: list[Any] = []
+    tss: list[Any] = []
+    mids: list[Any] = []
+    dls: list[Any] = []
+    tfs: list[Any] = []
+    tsvs: list[Any] = []
     counts: dict[int, list[int]] = {}
     for rid, wid, text, ts, mid in rows:
         dl, tf, tsv = fields(text)
@@ -143,7 +150,7 @@ class Writes:
         cur = await conn.execute("INSERT INTO ss_sessions (ano, session_key, updated_at) VALUES (%s, %s, %s) "
                                  "ON CONFLICT DO NOTHING", (self.ano, key, now_ms()))
         created = cur.rowcount > 0
-        row = await one(conn, q, (self.ano, key))
+        row = await the_row(conn, q, (self.ano, key))
         return created, row[0]
 
     async def upsert_session(self, conn, key: str, fields: dict[str, Any]) -> bool:
@@ -224,7 +231,7 @@ class Writes:
                               "LIMIT 1 OFFSET %s", (self.ano, TOMBSTONES_KEPT))
         if row is None:
             return
-        (cut,) = await one(conn, "SELECT meta_seq FROM ss_deleted WHERE ano = %s ORDER BY meta_seq DESC "
+        (cut,) = await the_row(conn, "SELECT meta_seq FROM ss_deleted WHERE ano = %s ORDER BY meta_seq DESC "
                                  "LIMIT 1 OFFSET %s", (self.ano, TOMBSTONES_KEPT // 2))
         await conn.execute("DELETE FROM ss_deleted WHERE ano = %s AND meta_seq <= %s", (self.ano, cut))
         await conn.execute("UPDATE ss_agents SET deleted_from = greatest(deleted_from, %s) WHERE ano = %s",
@@ -291,9 +298,12 @@ class Writes:
         rows = [(row_id(wid, r.seq, r.event.role), wid, r.event.event_id, r.parent_seq, r.node_seq, r.event.type,
                  r.event.role, r.event.ts, int(r.on_branch), r.event.text, r.event.raw or _COMPACT.encode(r.event.body))
                 for r in plan.rows]
-        insert, counts = (None, {}) if not live else index_rows(self.ano, (
-            (row[0], wid, row[9], row[7], row[2]) for row, r in zip(rows, plan.rows) if r.on_branch and row[9]),
-            tokenized.__getitem__)
+        insert: tuple[str, tuple] | None = None
+        counts: dict[int, list[int]] = {}
+        if live and tokenized is not None:  # live says so: it is given
+            insert, counts = index_rows(self.ano, (
+                (row[0], wid, row[9], row[7], row[2]) for row, r in zip(rows, plan.rows) if r.on_branch and row[9]),
+                tokenized.__getitem__)
         n, tokens = counts.get(wid, (0, 0))
         update = {"last": plan.last_seq, "leaf": plan.leaf_seq, "leaf_id": plan.leaf_event_id, "header": int(header),
                   "messages": plan.messages if plan.linear else 0, "now": now_ms(), "lines": source_lines, "n": n,

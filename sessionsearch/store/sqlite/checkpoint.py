@@ -1,16 +1,16 @@
 """WAL checkpoints of one agent database, run beside the writer instead of inside its commits.
 
 SQLite's automatic checkpoint runs in the commit that pushes the WAL past 1,000 pages, on the
-writer's own thread, and with `synchronous = NORMAL` it ends in two fsyncs: measured, about 15% of
-the append, import and reconcile rates (bench_pipeline.py, bench_search.py). The writer turns it
+writer's own thread, and with `synchronous = NORMAL` it ends in two fsyncs, a cost to every
+append, import and reconciliation (docs/architecture/decisions.md). The writer turns it
 off and calls `committed()` after each commit; a thread of this module then runs a PASSIVE
 checkpoint on its own connection, which neither waits for nor blocks the writer and the readers.
 
 SQLite rewinds the WAL only when a write transaction starts from a snapshot with every frame
 already copied, and in a stream of commits a checkpoint on another thread almost never lands
-between a commit and the next BEGIN: the WAL would grow without end (measured: 290 MB for 100,000
-messages). So when it holds more than `inline_pages` frames the writer is asked (`due()`) to
-checkpoint once itself, right after a commit: the frames left to copy are few by then.
+between a commit and the next BEGIN: the WAL would grow without end. So when it holds more than
+`inline_pages` frames the writer is asked (`due()`) to checkpoint once itself, right after a
+commit: the frames left to copy are few by then.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ run, ordered by (dl, rid), are in score order, and the best rows of a prefix are
 shortest rows of each run. A build keeps, per common 2-4 letter prefix, the `CAP` shortest rows
 of every tf run (of those, the `KEEP` best by score as of the build, and each run's first), per
 run cut short the length of its first row left out (no row left out is shorter), the prefix's
-document count and the index's row count, as of positions of the index log (hot.py) and of
+document count and the index's row count, as of positions of the index log (postings.py) and of
 `index_gone`, the index rows deleted since, with their text.
 
 The index changes since those positions (`Changes`: each row touched, as it was at the build and
@@ -30,10 +30,12 @@ import json
 import math
 import sqlite3
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
-from .hot import B, FRESH_LIMIT, K1, average_length, varint, varint_sum
+from .postings import FRESH_LIMIT, K1, B, HotWrites, average_length, varint, varint_sum
 from .recent import _Counter
 
 CAP = 128  # rows kept per tf run: an unscoped top 25 rarely reaches past the first few dozen
@@ -42,10 +44,10 @@ MIN_LEN, MAX_LEN = 2, 4  # prefix lengths with postings (letters); longer prefix
 MIN_DOCS = 2_000  # a prefix is built when its words are in at least this many rows (summed) …
 MAX_PREFIXES = 4096  # … the most frequent first
 LOG_LIMIT = FRESH_LIMIT  # index changes since a build or fold beyond which its searches use FTS5 alone
-FOLD_AFTER = 1_000  # index changes since a build or fold from which a fold is due (postings_due.py)
+FOLD_AFTER = 1_000  # index changes since a build or fold from which a fold is due (postings_build.py)
 
 Runs = dict[int, list[tuple[int, int]]]  # tf -> rows (dl, rid), shortest first
-Built = tuple[int, dict[str, int], list[tuple[int, int, int]]]  # (docs, {tf: cut}, kept rows (tf, dl, rid))
+Built = tuple[int, dict[int, int], list[tuple[int, int, int]]]  # (docs, {tf: cut}, kept rows (tf, dl, rid))
 
 
 def is_prefix_query(word: str) -> bool:
@@ -176,7 +178,7 @@ class _Terms:
         self._conn.execute("CREATE VIRTUAL TABLE temp.scratch_vi USING fts5vocab(main, scratch, 'instance')")
 
     @classmethod
-    def for_schema(cls, schema: str | None) -> "_Terms | None":
+    def for_schema(cls, schema: str | None) -> _Terms | None:
         counter = _Counter.for_schema(schema) if schema is not None else None
         return cls(counter) if counter is not None else None
 
@@ -244,7 +246,7 @@ class Changes:
                 for p in old[1]:
                     del self.by_prefix[p][rid]
         for (rid, _, sz), found in zip(now, counted[len(was):]):
-            self.now[rid] = (varint_sum(sz), found)
+            self.now[rid] = (varint_sum(sz or b""), found)
             self.net += 1
             for p, tf in found.items():
                 self.by_prefix.setdefault(p, {})[rid] = tf
@@ -345,30 +347,34 @@ def read_fold(path: Path, *, cap: int | None = None, keep: int | None = None) ->
 
 
 class PrefixWrites:
-    """The writer's part: store a build's prefixes, fold changes in, list deleted index rows.
-    Needs `c`, `tx()` and HotWrites' log."""
+    """The writer's part: store a build's prefixes, fold changes in, list deleted index rows; on
+    the writer's connection and transactions, sharing the index log of `hot`."""
 
-    c: sqlite3.Connection
+    def __init__(self, c: sqlite3.Connection, tx: Callable[[], AbstractContextManager[sqlite3.Connection]],
+                 hot: HotWrites) -> None:
+        self.c = c
+        self.tx = tx
+        self.hot = hot
 
     def store_prefixes(self, log_seq: int, gone_seq: int, n_rows: int, prefixes: dict[str, Built]) -> None:
         """Replace every prefix's postings by those read as of positions `log_seq`, `gone_seq`."""
-        with self.tx() as c:  # type: ignore[attr-defined]
+        with self.tx() as c:
             c.execute("DELETE FROM prefix_postings")
             c.execute("DELETE FROM prefix_words")
             now = int(time.time() * 1000)
-            listing = bool(self._log_limit())  # type: ignore[attr-defined]
+            listing = bool(self.hot.log_limit())
             for pno, (prefix, (docs, runs, kept)) in enumerate(sorted(prefixes.items()), start=1):
                 c.execute("INSERT INTO prefix_words (prefix, pno, log_seq, n_rows, docs, runs, built_at, gone_seq) "
                           "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                           (prefix, pno, log_seq if listing else -1, n_rows, docs, json.dumps(runs), now, gone_seq))
                 c.executemany("INSERT INTO prefix_postings VALUES (?, ?, ?, ?)", ((pno, *row) for row in kept))
             if listing:
-                self._cut_log()  # type: ignore[attr-defined]
+                self.hot.cut_log()
 
     def fold_prefixes(self, fold: Fold) -> bool:
         """Write a fold read by `read_fold`; False (nothing written) when the postings moved on
         since it read them (a build, or given up)."""
-        with self.tx() as c:  # type: ignore[attr-defined]
+        with self.tx() as c:
             if c.execute("SELECT 1 FROM prefix_words WHERE log_seq != ? OR gone_seq != ? LIMIT 1",
                          fold.base).fetchone() or not c.execute("SELECT 1 FROM prefix_words LIMIT 1").fetchone():
                 return False
@@ -377,14 +383,14 @@ class PrefixWrites:
             for pno, kept in fold.kept.items():
                 c.execute("DELETE FROM prefix_postings WHERE pno = ?", (pno,))
                 c.executemany("INSERT INTO prefix_postings VALUES (?, ?, ?, ?)", ((pno, *row) for row in kept))
-            self._cut_log()  # type: ignore[attr-defined]
+            self.hot.cut_log()
         return True
 
-    def _log_gone(self, where: str, params: tuple | dict) -> None:
+    def log_gone(self, where: str, params: tuple | dict) -> None:
         """Inside a transaction, before the index rows `where` selects are deleted: list them with
         their text while the index log runs (searches and folds count them out; a first build
         reading meanwhile needs them too, so not only once prefixes have postings)."""
-        if self._log_limit():  # type: ignore[attr-defined]
+        if self.hot.log_limit():
             self.c.execute("INSERT INTO index_gone (rid, after, text) SELECT rowid, coalesce((SELECT seq FROM "
                            "sqlite_sequence WHERE name = 'index_log'), 0), coalesce(text, '') FROM msg_fts "
                            f"WHERE {where}", params)

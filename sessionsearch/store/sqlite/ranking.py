@@ -14,9 +14,8 @@ from .recent import SHOWN_COLUMNS, STATE_ROW, ShownIndex, recent_sorter
 
 TIE_MARGIN = 64  # rows kept past the cut so that ties at the cut are usually seen whole
 
-# The timestamps `recent` sorts by, from the narrow index migration 7 made (13.2 -> 6.7 ms for a
-# 0.3% word against the ts column of the FTS5 content rows); an index row whose transcript row
-# is gone drops out here.
+# The timestamps `recent` sorts by, from the narrow index migration 7 made (half the time of the
+# FTS5 content rows' ts column); an index row whose transcript row is gone drops out here.
 TS_JOIN = " CROSS JOIN events AS t INDEXED BY events_ts ON t.id = msg_fts.rowid AND t.text IS NOT NULL"
 
 
@@ -30,10 +29,10 @@ async def ranked_shown(conn, head_sql: str, head_params: dict[str, Any], k: int,
     Each of `arms` (FROM clause, conditions) is ranked by its own bounded sorter; their rows
     are merged here. Returns (top, shown, head); all None/empty when a tie runs through the
     sorter's whole margin (`materialized` then ranks every match, and a second statement reads
-    what those rows show). Wrapping the scan in a subquery costs it nothing measurable (0.3%
-    and 1% words, mapped or not); the rows past the k-th fetch their text too, ~1 µs each.
-    `ranged`: the conditions test `t.ts`, from the narrow index `recent` sorts by (testing the
-    FTS5 content rows' ts cost 4x as much for a 10% word). `scores`, when given, receives the
+    what those rows show). Wrapping the scan in a subquery costs it nothing measurable; the rows
+    past the k-th fetch their text too.
+    `ranged`: the conditions test `t.ts`, from the narrow index `recent` sorts by (the FTS5
+    content rows' ts cost several times as much). `scores`, when given, receives the
     bm25 of every row ranked (for `recent`, which does not sort by it). `index`, when given,
     receives what RecentScores needs of the ranked rows and the index state (recent.py), read in
     the same statement.
@@ -86,7 +85,8 @@ def cut(top: list[tuple], k: int) -> list[tuple] | None:
     return list(top[:k]) + [r for r in top[k:] if r[1] == top[k - 1][1]] + [(0, math.inf)]
 
 
-async def materialized(conn, match: str, k: int, order: str, where: list[str], params: dict[str, Any]) -> list[tuple]:
+async def materialized(conn, match: str | None, k: int, order: str, where: list[str],
+                       params: dict[str, Any]) -> list[tuple]:
     """The top `k` (id, sort value) of every match ranked with the whole tie rule (newer, then
     message id), plus (0, inf): for a tie that ran through the bounded sorter's margin."""
     cond = " AND ".join(["msg_fts MATCH :match", *where])

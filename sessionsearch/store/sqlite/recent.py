@@ -1,7 +1,7 @@
 """`recent` (newest first) without sorting every match, and the bm25 of the rows it shows.
 
 Row ids are packed by window (rowids.py), so FTS5's rowid order is not time order, and sorting
-every match by timestamp costs ~2 µs a match (45 ms for a word in 10% of 200,000 messages). But
+every match by timestamp costs time in every match. But
 each window keeps `ts_max`, a bound on the timestamps of its messages (migration 10, raised by
 each append and recomputed by a restore). The sorter of an arm then runs in two steps of one
 statement:
@@ -21,11 +21,11 @@ first row; at worst it is the whole doclist again, the cost of sorting every mat
 Most often step 2's range is the part of step 1's oldest window below its rows, where messages
 are older than T: when at most SPAN_READ messages lie in that range and none is as new as T
 (read from the narrow (id, ts) index), step 2 is skipped, and with it the second FTS5 cursor,
-whose opening (the word looked up in every segment) cost 0.1-0.2 ms at 1,000,000 messages.
+whose opening looks the word up in every segment.
 
 The bm25 of the shown rows, which `recent` reports as the score, needs each phrase's document
-count over the whole index: FTS5's bm25() counts it by walking the phrase's doclist (7 ms for a
-10% word at 1,000,000 messages), in every statement. `RecentScores` counts it once per state of
+count over the whole index: FTS5's bm25() counts it by walking the phrase's doclist, in every
+statement. `RecentScores` counts it once per state of
 the index (its structure and averages records, which every write changes) and computes bm25 as
 FTS5 does, from the row's size (docsize), the averages, and the row's phrase instances: counted
 in Python in ASCII text, as unicode61 tokenizes it, and in other text by a scratch in-memory FTS5
@@ -44,14 +44,15 @@ from dataclasses import dataclass, field
 
 from ..base import Match
 from .fts import ascii_sql, fts5_match, quote
-from .hot import average_length, varint, varint_sum
+from .postings import average_length, varint, varint_sum
 
 K1, B = 1.2, 0.75  # FTS5's bm25() defaults
 MIN_TS = -(1 << 63)
 SPAN_READ = 1024  # messages step 2's range may hold for it to be skipped without a walk (see above)
 COUNTS_KEPT = 4096  # document counts cached per store (a phrase each)
 MARK = "\x01"  # highlight's opening mark: one character per phrase instance
-CHUNKS_KEPT = 16384  # non-ASCII chunks of text kept with their tokens, per store (_Counter): ~3.5 MB at most, of short words
+# non-ASCII chunks of text kept with their tokens, per store (_Counter): ~3.5 MB at most, of short words
+CHUNKS_KEPT = 16384
 CHUNK_CHARS = 32  # longer chunks are tokenized each time, not kept
 # unicode61 (remove_diacritics 2) on ASCII text: a token is a run of letters and digits, folded to
 # lower case, so an ASCII phrase of one such token is counted in ASCII text without the tokenizer
@@ -71,10 +72,12 @@ def recent_sorter(n: int, source: str, where: list[str], ts_join: str) -> tuple[
     cte = (f"last_{n} AS MATERIALIZED (SELECT msg_fts.rowid AS id, t.ts AS ts FROM {source} LEFT JOIN events AS t "
            "INDEXED BY events_ts ON t.id = msg_fts.rowid AND t.text IS NOT NULL "
            f"WHERE {cond} ORDER BY msg_fts.rowid DESC LIMIT :k1), "
-           f"bound_{n} AS MATERIALIZED (SELECT * FROM (SELECT coalesce(f.ts, {MIN_TS}) AS ts, coalesce((SELECT min(wid) "
+           f"bound_{n} AS MATERIALIZED (SELECT * FROM (SELECT coalesce(f.ts, {MIN_TS}) AS ts, "
+           f"coalesce((SELECT min(wid) "
            f"FROM windows INDEXED BY windows_by_ts_max WHERE ts_max >= f.ts) << 17, 0) AS lo, f.hi FROM (SELECT "
            f"count(*) AS seen, CASE WHEN count(ts) = :k1 THEN min(ts) END AS ts, min(id) AS hi FROM last_{n}) f "
-           f"WHERE f.seen = :k1) b WHERE (SELECT count(*) > {SPAN_READ} OR max(s.ts) >= b.ts FROM (SELECT ts FROM events "
+           f"WHERE f.seen = :k1) b WHERE (SELECT count(*) > {SPAN_READ} OR max(s.ts) >= b.ts "
+           f"FROM (SELECT ts FROM events "
            f"INDEXED BY events_ts WHERE id >= b.lo AND id < b.hi AND text IS NOT NULL LIMIT {SPAN_READ + 1}) s))")
     sorter = (f"SELECT * FROM (SELECT id, ts AS key, NULL AS score FROM last_{n} WHERE ts IS NOT NULL "
               f"UNION ALL SELECT msg_fts.rowid AS id, t.ts AS key, NULL AS score FROM bound_{n} CROSS JOIN "
@@ -98,7 +101,7 @@ def phrases(match: Match) -> list[str] | None:
 # (ranking.py) beside each ranked row: the row's size, and the text the index holds for it when
 # that is not the message's own (non-ASCII text: store/cjk.py folds it and shadows CJK runs), from
 # FTS5's content table (c0: the text column, which _Counter checks comes first; a lookup through
-# msg_fts itself opens an FTS5 cursor per row, 4x the time). Then one more row: the index state
+# msg_fts itself opens an FTS5 cursor per row). Then one more row: the index state
 # and definition. So the scores cost no statement of their own.
 SHOWN_COLUMNS = ("(SELECT sz FROM msg_fts_docsize WHERE id = top.id), "
                  f"CASE WHEN NOT {ascii_sql('e.text')} THEN (SELECT c0 FROM msg_fts_content WHERE id = top.id) END")
@@ -163,7 +166,7 @@ class RecentScores:
             out[rid] = -1.0 * score
         return out
 
-    def _counter(self, schema: str | None) -> "_Counter | None":
+    def _counter(self, schema: str | None) -> _Counter | None:
         if schema is None:
             return None
         if self._scratch is None or self._scratch.schema != schema:
@@ -212,7 +215,7 @@ class _Counter:
         self._chunks: OrderedDict[str, tuple[str, ...]] = OrderedDict()  # chunk -> its folded tokens
 
     @classmethod
-    def for_schema(cls, schema: str) -> "_Counter | None":
+    def for_schema(cls, schema: str) -> _Counter | None:
         using = schema.upper().find(" USING ")
         if using < 0:
             return None
@@ -235,8 +238,8 @@ class _Counter:
         is known to match every phrase (the index found it so).
 
         When every phrase is one ASCII word (or its prefix) and the index tokenizes with plain
-        unicode61, ASCII texts are counted here, as that tokenizer splits and folds them: the
-        scratch table costs ~25 µs a text (0.4-0.9 ms for a page of hits), this ~2 µs, and less
+        unicode61, ASCII texts are counted here, as that tokenizer splits and folds them: a tenth
+        of the scratch table's cost a text, and less
         for a matching text that holds the word once (most): it holds it as a token at least
         once, so one occurrence in the text is the one.
 
@@ -245,7 +248,7 @@ class _Counter:
         text's tokens are its chunks' tokens: ASCII chunks are tokenized here, the others by the
         scratch table's tokenizer (an fts5vocab table lists each row's tokens as FTS5 folds them),
         and kept: the accented words and CJK shadow tokens of a transcript recur, and the scratch
-        table's fixed cost (a transaction, ~0.1 ms) is then spent only on chunks not seen before."""
+        table's fixed cost (a transaction) is then spent only on chunks not seen before."""
         freq = {rid: [0.0] * len(parts) for rid, _ in texts}
         words = [ASCII_PHRASE.fullmatch(p) for p in parts] if UNICODE61 in self.schema else [None]
         if all(words):
@@ -268,7 +271,7 @@ class _Counter:
                                  for term, prefix in terms]
             return freq
         # rolled back, so the table is always empty: deleting the last texts instead cost FTS5 a
-        # delete marker per token and a growing index to merge (2.5x the time for two texts)
+        # delete marker per token and a growing index to merge
         c = self.conn
         c.execute("BEGIN")
         try:

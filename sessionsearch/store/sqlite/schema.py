@@ -9,7 +9,8 @@ from .fts import ASCII_SQL
 def ts_max_of(wid: str) -> str:
     """SQL for the newest timestamp among the messages of window `wid` (an SQL expression), read
     from events_ts over the window's two id ranges."""
-    return (f"(SELECT max(ts) FROM (SELECT max(ts) AS ts FROM events AS e INDEXED BY events_ts WHERE e.text IS NOT NULL "
+    return (f"(SELECT max(ts) FROM (SELECT max(ts) AS ts FROM events AS e INDEXED BY events_ts "
+            f"WHERE e.text IS NOT NULL "
             f"AND e.id BETWEEN {wid} << {LOW_BITS} AND (({wid} + 1) << {LOW_BITS}) - 1 "
             f"UNION ALL SELECT max(ts) FROM events AS e INDEXED BY events_ts WHERE e.text IS NOT NULL "
             f"AND e.id BETWEEN {HIGH} | ({wid} << {SEQ_BITS + 1}) AND {HIGH} | ((({wid} + 1) << {SEQ_BITS + 1}) - 1)))")
@@ -141,7 +142,7 @@ INSERT INTO meta VALUES ('deleted_from', 0);
 CREATE INDEX catalog_deleted_by_seq ON catalog_deleted (meta_seq);
 """),
     (5, "hot_words", """
--- Postings of common words in the order their one-word searches rank (store/sqlite_hot.py): by
+-- Postings of common words in the order their one-word searches rank (store/sqlite/postings.py): by
 -- term frequency, then row length. Built from the FTS index by `optimize`; rows indexed after a
 -- word's build are listed in index_log (only while meta index_log is not 0) and scored by
 -- FTS5 beside the postings.

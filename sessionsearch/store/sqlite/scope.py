@@ -11,7 +11,7 @@ from .schema import SPAN_DIGITS
 
 # One row if a window between :wlo and :whi has rows in the high id region, else none: joined
 # first, it keeps FTS5 from opening a cursor on that range at all (a constant WHERE term does not:
-# SQLite tests it inside the scan, after FTS5 has looked the words up; 0.3 ms for a 10% word).
+# SQLite tests it inside the scan, after FTS5 has looked the words up).
 LONG_IN_SCOPE = (f"(SELECT 1 WHERE EXISTS (SELECT 1 FROM windows WHERE last_seq >= {LOW_SEQS} "
                  "AND wid BETWEEN :wlo AND :whi)) AS long CROSS JOIN msg_fts")
 
@@ -34,7 +34,7 @@ def scope_conditions(include: list[int] | None, exclude: list[int] | None, role:
             (_, hi), (_, hhi) = window_ranges(max(include))
             params.update(lo=lo, hi=hi, hlo=hlo, hhi=hhi, wlo=min(include), whi=max(include))
             low, high = "msg_fts.rowid BETWEEN :lo AND :hi", "msg_fts.rowid BETWEEN :hlo AND :hhi"
-            where.append({"low": low, "high": high}.get(region, f"({low} OR {high})"))
+            where.append({"low": low, "high": high}.get(region or "", f"({low} OR {high})"))
         if not include or max(include) - min(include) + 1 != len(include):  # else the range says it all
             where.append(f"{wid} IN (SELECT value FROM json_each(:incl))")
             params["incl"] = json.dumps(include)
@@ -61,12 +61,10 @@ def scope_arms(include: list[int] | None, exclude: list[int] | None, role: str |
 # A time range narrows the scan to the id span of the windows it overlaps (each window's ts_min and
 # ts_max bound its messages' timestamps, migrations 10 and 14), which holds every message in it,
 # when it spans at most 1/NARROW_SHARE of the agent's time and overlaps at most NARROW_MAX_WINDOWS
-# windows (reading them costs ~0.2 µs each); the span of a longer one skips few rows. Measured at
-# 1,000,000 messages in 10,000 windows, a range of 10% of the time took 1.8-3.2 ms narrowed
-# against 4.9-9.9 ms walking every match (words in 0.3-1% of the messages; 19 against 49 ms in 10%).
+# windows (reading them is cheap); the span of a longer one skips few rows (figures:
+# docs/architecture/decisions.md).
 NARROW_MAX_WINDOWS = 4_096
 NARROW_SHARE = 4
-MAX_ID = (1 << 63) - 1
 SPAN_CLASSES = 16  # a window's span has at most 15 digits (timestamps of years 1 to 9999)
 
 # id_bounds' statement: the agent's time span from migration 13's index (two probes), then the
@@ -91,10 +89,10 @@ async def id_bounds(conn, since: int | None, until: int | None) -> tuple[int, in
     is none, or None when the range is too long to be worth narrowing to. One statement: the time
     span first (two index probes), the windows only for a range short against it.
 
-    The span is that of the windows overlapping the range, whole: at 1,000,000 messages reading
-    them costs ~0.1 ms where reading the ids of the range's 7,000-15,000 events cost 0.9-1.8 ms,
-    and for windows written one after another it is the events' span but for the two windows at
-    its ends. A window with rows in the high id region (rowids.py) is not narrowed to."""
+    The span is that of the windows overlapping the range, whole: reading them costs a tenth of
+    reading the ids of the range's events, and for windows written one after another it is the
+    events' span but for the two windows at its ends. A window with rows in the high id region
+    (rowids.py) is not narrowed to."""
     (first, last, wlo, whi, n, longest), = await conn.execute_fetchall(
         ID_BOUNDS_SQL, {"since": since, "until": until, "share": NARROW_SHARE, "cap": NARROW_MAX_WINDOWS})
     if first is None:

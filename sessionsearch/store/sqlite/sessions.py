@@ -13,8 +13,10 @@ bounded sorter (bench/bench_sessions.py)."""
 from __future__ import annotations
 
 import json
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
+from ..base import RowHit, TopHits
 from ..rowids import wid_of, wid_sql
 from .scope import id_bounds, range_conditions, scope_arms
 
@@ -22,10 +24,10 @@ HITS_PER_SESSION = 4  # messages mode's top hits read per session wanted
 
 # k -> (meta version, dirty windows, search_top's hits), or None when ranking them would mean
 # ranking every match (a tie through its sorter's margin): the aggregate does that for less
-TopHits = Callable[..., Awaitable[tuple[int, frozenset[int], list[tuple]]]]
+TopReader = Callable[..., Awaitable[TopHits | None]]
 
 
-async def search_sessions(conn, head_sql: str, ts_join: str, top_hits: TopHits, match: str, *, k: int,
+async def search_sessions(conn, head_sql: str, ts_join: str, top_hits: TopReader, match: str | None, *, k: int,
                           order: str, include: list[int] | None, exclude: list[int] | None, role: str | None,
                           since: int | None, until: int | None) -> tuple[int, frozenset[int], list[tuple]]:
     """(meta version, windows needing reconciliation, top_sessions' rows), read in one snapshot, so
@@ -51,7 +53,7 @@ async def search_sessions(conn, head_sql: str, ts_join: str, top_hits: TopHits, 
     return version, dirty, groups
 
 
-async def sessions_from_hits(conn, ts_join: str, hits: list[tuple], asked: int, match: str | None, *, k: int,
+async def sessions_from_hits(conn, ts_join: str, hits: list[RowHit], asked: int, match: str | None, *, k: int,
                              order: str, include: list[int] | None, exclude: list[int] | None, role: str | None,
                              since: int | None, until: int | None) -> list[tuple] | None:
     """top_sessions' answer from search_top's `hits` (at least the top `asked`, a row id 0 saying
@@ -109,7 +111,7 @@ async def count_sessions(conn, ts_join: str, chosen: list[str], match: str | Non
         f"SELECT win.session_key, count(*) FROM ({scans}) m JOIN windows win ON win.wid = m.wid GROUP BY 1", params))
 
 
-async def top_sessions(conn, match: str, *, k: int, order: str,
+async def top_sessions(conn, match: str | None, *, k: int, order: str,
                        include: list[int] | None, exclude: list[int] | None, role: str | None,
                        since: int | None, until: int | None, ts_join: str) -> list[tuple]:
     """The best `k` sessions in scope as (session key, rows matched, best hit), the hit as

@@ -12,22 +12,40 @@ import json
 import math
 import sqlite3
 import time
+from array import array
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, TypeVar
+from typing import Any, TypeVar, cast
 
 import aiosqlite
 
 from ...errors import SearchTimeout, StorageFull, Unavailable
 from ...indexer.events import Event
-from ..base import AppendResult, ClaimInfo, Match, SessionMeta, WindowMeta
+from ..base import (
+    MORE,
+    AppendResult,
+    BranchRow,
+    Match,
+    MessageRow,
+    MetaSnapshot,
+    ReconcileTx,
+    RowHit,
+    SessionMeta,
+    SessionTop,
+    SessionTops,
+    TopHits,
+    WindowMeta,
+    WindowRef,
+)
 from ..rowids import row_id, seq_sql, window_ranges
+from . import reconcile
 from .fts import fts5_match
-from .postings_due import BUILT_ROWS_KEY, built_rows, postings_due, prefix_upkeep_at, words_to_build
+from .postings import MAX_WORDS, MIN_DOCS, MIN_SHARE, batches, common_words, hot_top, read_postings
+from .postings_build import BUILT_ROWS_KEY, built_rows, postings_due, prefix_upkeep_at, words_to_build
 from .prefixes import PrefixTop, is_prefix_query, read_fold, read_prefixes
-from .hot import MAX_WORDS, MIN_DOCS, MIN_SHARE, batches, common_words, hot_top, read_postings
 from .ranking import TS_JOIN, materialized, ranked_shown
 from .recent import RecentScores, ShownIndex, phrases
 from .scope import id_bounds, range_conditions, scope_arms, scope_conditions
@@ -36,15 +54,22 @@ from .writer import SqliteWriter, create_database, is_full, unwritable
 
 T = TypeVar("T")
 # The deadline is checked every this many VM steps: often enough to stop within a millisecond or
-# so, rarely enough that the Python callback costs nothing measurable (at 2,000 it cost 30%).
+# so, rarely enough that the Python callback costs nothing measurable.
 PROGRESS_OPS = 200_000
 # A reader maps the database into memory only after this many searches in a row found it unchanged
-# since its previous one, and stops at the first change. Mapped reads skip copying each page into
-# SQLite's cache: ~25% off a 0.3% word's relevance and `recent` searches on a database nobody
-# writes; but mapped while commits came (a mapping follows the growing file) searches were 30-40%
-# slower. A 32 MiB page cache instead helped relevance as much but made `recent` 15% slower, and
-# any commit empties it (measured side by side: bench/bench_cache.py).
+# since its previous one, and stops at the first change: mapped reads skip copying pages into
+# SQLite's cache, but a mapping that follows a growing file slows searches
+# (docs/architecture/decisions.md, "Figures behind the store's constants").
 QUIET_SEARCHES = 3
+
+
+async def _fetch(conn: aiosqlite.Connection, sql: str, params: Any = None) -> list[Any]:
+    """A statement's rows (aiosqlite types them as an Iterable; they are a list)."""
+    return cast(list[Any], await conn.execute_fetchall(sql, params))
+
+
+def _store_hot_word(writer: SqliteWriter, *, word: str, log_seq: int, postings: array) -> None:
+    writer.hot.store_hot_word(word, log_seq, postings)
 
 
 class _Reader:
@@ -89,7 +114,7 @@ class SqliteAgentStore:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    async def open(self) -> "SqliteAgentStore":
+    async def open(self) -> SqliteAgentStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"sessionsearch-writer-{self.agent_id}")
         run, timeout_ms = partial(asyncio.get_running_loop().run_in_executor, executor), self._busy_timeout_ms
@@ -118,12 +143,12 @@ class SqliteAgentStore:
         self._executor = None
         self._writer = None
 
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run one writer job (a whole transaction) on the writer thread."""
+    async def _run(self, job: Callable[[SqliteWriter], T]) -> T:
+        """Run one writer job (a whole transaction) on the writer thread, given the writer."""
         if self._executor is None or self._writer is None:
             raise Unavailable(f"agent store {self.agent_id} is closed")
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._executor, partial(fn, *args))
+            return await asyncio.get_running_loop().run_in_executor(self._executor, job, self._writer)
         except (sqlite3.Error, OSError) as exc:
             if is_full(exc):
                 raise unwritable(self.agent_id, exc) from exc
@@ -137,8 +162,8 @@ class SqliteAgentStore:
             await conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
             await conn.execute("PRAGMA query_only = 1")
             # Off by default: mapped all the time, searches got slower while appends or
-            # reconciliation ran (p50 8 -> 14 ms during bench_pipeline's reconciliation), the
-            # mapping following the growing file. A quiet reader maps it (_fit_mapping).
+            # reconciliation ran, the mapping following the growing file. A quiet reader maps it
+            # (_fit_mapping).
             await conn.execute(f"PRAGMA mmap_size = {self._mmap_bytes}")
             reader = _Reader(conn, self._mmap_bytes)
             await conn.set_progress_handler(reader.expired, PROGRESS_OPS)
@@ -152,7 +177,7 @@ class SqliteAgentStore:
         else:
             try:
                 reader = await asyncio.wait_for(self._readers.get(), None if math.isinf(remaining) else remaining)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise SearchTimeout() from None
         reader.deadline = deadline
         try:
@@ -168,11 +193,11 @@ class SqliteAgentStore:
     # -- writes: each one transaction on the writer thread ----------------------------------
 
     async def applied_migrations(self) -> list[tuple[int, str]]:
-        return await self._run(lambda: self._writer.applied_migrations())
+        return await self._run(lambda w: w.applied_migrations())
 
     async def upsert_session(self, key: str, fields: dict[str, Any]) -> bool:
         """Create or update a session's metadata; returns True when the session is new."""
-        return await self._run(lambda: self._writer.upsert_session(key, fields))
+        return await self._run(lambda w: w.upsert_session(key, fields))
 
     async def append(self, key: str, events: list[Event], *, session_id: str | None = None,
                      index: bool = True, source_lines: int | None = None) -> AppendResult:
@@ -182,78 +207,43 @@ class SqliteAgentStore:
         transaction (when `index`); anything else, or `index=False` (bulk import), marks the window
         for reconciliation. `source_lines` records how far an import file has been consumed.
         """
-        return await self._run(lambda: self._writer.append(key, events, session_id, index, source_lines))
+        return await self._run(lambda w: w.append(key, events, session_id, index, source_lines))
 
     async def rotate(self, key: str, session_id: str | None) -> tuple[str, str | None]:
-        return await self._run(lambda: self._writer.rotate(key, session_id))
+        return await self._run(lambda w: w.rotate(key, session_id))
 
     async def delete_session(self, key: str) -> bool:
-        return (await self._run(lambda: self._writer.delete_session(key)))[0]
+        return (await self._run(lambda w: w.delete_session(key)))[0]
 
     async def archive(self, key: str) -> int:
-        return await self._run(lambda: self._writer.archive(key))
+        return await self._run(lambda w: w.archive(key))
 
     async def restore(self, key: str) -> list[int]:
-        return await self._run(lambda: self._writer.restore(key))
+        return await self._run(lambda w: w.restore(key))
 
     async def all_source_lines(self) -> dict[str, int]:
         """Lines of each window's import file consumed so far, by session id."""
-        return await self._run(lambda: self._writer.all_source_lines())
+        return await self._run(lambda w: w.all_source_lines())
 
     async def import_many(self, items: list[tuple]) -> list:
         """Small import steps (key, fields, events, session_id, lines) in one transaction; a step
         that failed holds its error: a refusal of its data, or Unavailable (StorageFull) when the
         database could not be written at all (a full disk, a lock held too long, I/O)."""
-        results = await self._run(lambda: self._writer.import_many(items))
+        results = await self._run(lambda w: w.import_many(items))
         return [unwritable(self.agent_id, r) if isinstance(r, (sqlite3.Error, OSError)) else r for r in results]
 
-    async def claim(self, wid: int, token: str, lease_s: float) -> ClaimInfo | None:
-        """Take the window's claim if free or expired; None when another holder's lease is live."""
-        return await self._run(lambda: self._writer.claim(wid, token, lease_s))
-
-    async def claim_and_reconcile_small(self, wid: int, token: str, lease_s: float,
-                                        max_rows: int) -> tuple[str, ClaimInfo | None, int, int, list[int]]:
-        """Claim the window, and rebuild and publish it in the same transaction when it is small,
-        with small windows waiting beside it; see SqliteWriter.claim_and_reconcile_small."""
-        return await self._run(lambda: self._writer.claim_and_reconcile_small(wid, token, lease_s, max_rows))
-
-    async def reconcile_next(self, after: int, max_rows: int) -> tuple[list[int], int, int, bool]:
-        """Rebuild the small windows waiting next after `after`; see SqliteWriter.reconcile_next."""
-        return await self._run(lambda: self._writer.reconcile_next(after, max_rows))
-
-    async def window_exists(self, wid: int) -> bool:
-        return await self._run(lambda: self._writer.window_exists(wid))
-
-    async def reconcile_batch(self, wid: int, token: str, first_seq: int, last_seq: int,
-                              lease_s: float) -> tuple[int, int] | None:
-        """Make the index rows of seqs first..last match the active branch, if the claim is still ours.
-
-        Returns (rows deleted, rows inserted), or None when the claim was lost. The diff is computed
-        inside the transaction, so two holders can never both insert a row.
-        """
-        return await self._run(lambda: self._writer.reconcile_batch(wid, token, first_seq, last_seq, lease_s))
-
-    async def publish(self, wid: int, token: str, rebuild_gen: int) -> str:
-        """Mark the window indexed if the claim is ours and no non-linear write came meanwhile.
-
-        Returns "published", "changed" (a rewind or import arrived: go round again) or "lost".
-        """
-        return await self._run(lambda: self._writer.publish(wid, token, rebuild_gen))
-
-    async def release(self, wid: int, token: str) -> None:
-        await self._run(lambda: self._writer.release(wid, token))
-
-    async def window_gen(self, wid: int) -> tuple[int, int, bool] | None:
-        return await self._run(lambda: self._writer.window_gen(wid))
+    async def reconcile_tx(self, step: Callable[[ReconcileTx], Awaitable[T]]) -> T:
+        """Run a reconciliation step (indexer/reconcile.py) as one transaction on the writer thread."""
+        return await self._run(partial(reconcile.run_step, step=step))
 
     async def sweep_orphans(self) -> int:
-        return await self._run(lambda: self._writer.sweep_orphans())
+        return await self._run(reconcile.sweep_orphans)
 
     async def optimize(self, *, min_docs: int | None = None, min_share: float = MIN_SHARE,
                        max_words: int = MAX_WORDS, incremental: bool = False) -> dict[str, Any]:
-        """Build postings for the words common enough (hot.py) and drop those of words no longer
+        """Build postings for the words common enough (postings.py) and drop those of words no longer
         among them; `incremental`: only the words without usable postings or about to lose them
-        (postings_due.py), the others kept; then the common prefixes' postings (prefixes.py), in an
+        (postings_build.py), the others kept; then the common prefixes' postings (prefixes.py), in an
         incremental build only when they need it: built when none are or they were given up, else
         the index's changes since folded in (`prefixes.folded`: the rows touched). Reads run on a
         connection of their own, on a thread. `min_docs` None: MIN_DOCS."""
@@ -261,10 +251,10 @@ class SqliteAgentStore:
         rows = await asyncio.to_thread(built_rows, self.path)
         words = await asyncio.to_thread(common_words, self.path, min_docs=min_docs, min_share=min_share,
                                         max_words=max_words)
-        dropped = await self._run(lambda: self._writer.drop_hot_words({w for w, _ in words}))
+        dropped = await self._run(lambda w: w.hot.drop_hot_words({w for w, _ in words}))
         todo = await asyncio.to_thread(words_to_build, self.path, words) if incremental else words
         if todo:
-            await self._run(lambda: self._writer.start_index_log())
+            await self._run(lambda w: w.hot.start_index_log())
         built = {}
         for batch in batches(todo):
             started = time.monotonic()
@@ -272,7 +262,7 @@ class SqliteAgentStore:
             per_row = (time.monotonic() - started) / max(1, sum(len(p) for p in read))  # of the read
             for word, postings in zip(batch, read):
                 started = time.monotonic()
-                await self._run(lambda: self._writer.store_hot_word(word, log_seq, postings))
+                await self._run(partial(_store_hot_word, word=word, log_seq=log_seq, postings=postings))
                 built[word] = {"rows": len(postings) // 3,
                                "seconds": round(per_row * len(postings) + time.monotonic() - started, 3)}
         started = time.monotonic()
@@ -280,43 +270,43 @@ class SqliteAgentStore:
         upkeep = await asyncio.to_thread(prefix_upkeep_at, self.path) if incremental else "first"
         if upkeep == "fold":
             fold = await asyncio.to_thread(read_fold, self.path)
-            if fold is not None and await self._run(lambda: self._writer.fold_prefixes(fold)):
+            if fold is not None and await self._run(lambda w: w.prefixes.fold_prefixes(fold)):
                 prefix_build = {"folded": fold.touched, "count": len(fold.heads),
                                 "rows": sum(len(kept) for kept in fold.kept.values()),
                                 "seconds": round(time.monotonic() - started, 3)}
             else:  # not foldable (a change not logged, or the postings moved on): build them
                 upkeep = "stale"
         if upkeep in ("first", "stale"):
-            await self._run(lambda: self._writer.start_index_log())
+            await self._run(lambda w: w.hot.start_index_log())
             log_seq, gone_seq, n_rows, prefixes = await asyncio.to_thread(read_prefixes, self.path)
-            await self._run(lambda: self._writer.store_prefixes(log_seq, gone_seq, n_rows, prefixes))
+            await self._run(lambda w: w.prefixes.store_prefixes(log_seq, gone_seq, n_rows, prefixes))
             prefix_build = {"count": len(prefixes), "rows": sum(len(p[2]) for p in prefixes.values()),
                             "seconds": round(time.monotonic() - started, 3)}
         await self.execute_write("INSERT OR REPLACE INTO meta VALUES (?, ?)", (BUILT_ROWS_KEY, rows))
         return {"words": built, "dropped": dropped, "kept": len(words) - len(todo), "prefixes": prefix_build}
 
     async def postings_due(self, *, min_docs: int | None, grow_share: float) -> str | None:
-        """Why building postings would pay off now, or None (postings_due.py)."""
+        """Why building postings would pay off now, or None (postings_build.py)."""
         return await asyncio.to_thread(postings_due, self.path, min_docs=MIN_DOCS if min_docs is None else min_docs,
                                        grow_share=grow_share)
 
     async def dirty_windows(self) -> list[int]:
-        return await self._run(lambda: self._writer.dirty_windows())
+        return await self._run(reconcile.dirty_windows)
 
     async def execute_write(self, sql: str, params: tuple = ()) -> None:
         """Run one statement in its own write transaction (tests and maintenance)."""
-        def job() -> None:
-            with self._writer.tx() as c:
+        def job(writer: SqliteWriter) -> None:
+            with writer.tx() as c:
                 c.execute(sql, params)
         await self._run(job)
 
     # -- reads -------------------------------------------------------------------------------
 
     async def ping(self, reader: _Reader) -> None:
-        await reader.conn.execute_fetchall("SELECT 1 FROM windows LIMIT 1")
+        await _fetch(reader.conn, "SELECT 1 FROM windows LIMIT 1")
 
     async def meta_version(self, reader: _Reader) -> int:
-        return (await reader.conn.execute_fetchall("SELECT value FROM meta WHERE key = 'meta_version'"))[0][0]
+        return (await _fetch(reader.conn, "SELECT value FROM meta WHERE key = 'meta_version'"))[0][0]
 
     # a session's latest activity: its metadata or its current window's last append
     _ACTIVITY = ("max(s.updated_at, coalesce(w.updated_at, 0)) "
@@ -324,8 +314,7 @@ class SqliteAgentStore:
     _SESSION_COLUMNS = ("SELECT s.session_key, w.session_id, s.label, s.display_name, s.spawned_by, "
                         f"s.parent_session_key, s.kind, s.grp, s.incognito, s.archived_at, {_ACTIVITY}")
 
-    async def meta_snapshot(self, reader: _Reader, since: int | None = None) -> tuple[
-            int, bool, list[SessionMeta], list[WindowMeta], list[str], list[int]]:
+    async def meta_snapshot(self, reader: _Reader, since: int | None = None) -> MetaSnapshot:
         """What search scoping needs: the meta version, whether this is the whole catalog, then the
         sessions and windows, and the session keys and window ids deleted. `since` (a meta version
         read earlier): only what changed after it, unless the tombstones of deletions after it were
@@ -338,18 +327,20 @@ class SqliteAgentStore:
         conn = reader.conn
         version = await self.meta_version(reader)
         if since is not None:
-            sessions = await conn.execute_fetchall(f"{self._SESSION_COLUMNS} WHERE s.meta_seq > ?", (since,))
-            windows = await conn.execute_fetchall(
+            sessions = await _fetch(conn, f"{self._SESSION_COLUMNS} WHERE s.meta_seq > ?", (since,))
+            windows = await _fetch(conn,
                 "SELECT wid, session_key, session_id, cold FROM windows WHERE meta_seq > ?", (since,))
-            gone = await conn.execute_fetchall("SELECT kind, name FROM catalog_deleted WHERE meta_seq > ?", (since,))
-            (horizon,), = await conn.execute_fetchall("SELECT value FROM meta WHERE key = 'deleted_from'")
+            gone = await _fetch(conn, "SELECT kind, name FROM catalog_deleted WHERE meta_seq > ?", (since,))
+            (horizon,), = await _fetch(conn, "SELECT value FROM meta WHERE key = 'deleted_from'")
             if since >= horizon:
-                return (version, False, [SessionMeta(*r) for r in sessions], [WindowMeta(*r) for r in windows],
-                        [name for kind, name in gone if kind == "session"],
-                        [int(name) for kind, name in gone if kind == "window"])
-        sessions = await conn.execute_fetchall(self._SESSION_COLUMNS)
-        windows = await conn.execute_fetchall("SELECT wid, session_key, session_id, cold FROM windows")
-        return version, True, [SessionMeta(*r) for r in sessions], [WindowMeta(*r) for r in windows], [], []
+                return MetaSnapshot(version, False, [SessionMeta(*r) for r in sessions],
+                                    [WindowMeta(*r) for r in windows],
+                                    [name for kind, name in gone if kind == "session"],
+                                    [int(name) for kind, name in gone if kind == "window"])
+        sessions = await _fetch(conn, self._SESSION_COLUMNS)
+        windows = await _fetch(conn, "SELECT wid, session_key, session_id, cold FROM windows")
+        return MetaSnapshot(version, True, [SessionMeta(*r) for r in sessions], [WindowMeta(*r) for r in windows],
+                            [], [])
 
     _TS_JOIN = TS_JOIN
 
@@ -370,11 +361,10 @@ class SqliteAgentStore:
     async def search_top(self, reader: _Reader, match: Match, *, k: int, order: str,
                          include: list[int] | None, exclude: list[int] | None,
                          role: str | None, hot: str | None = None, since: int | None = None,
-                         until: int | None = None, ties: bool = True
-                         ) -> tuple[int, frozenset[int], list[tuple]] | None:
+                         until: int | None = None, ties: bool = True) -> TopHits | None:
         """The meta version, the dirty windows and at least the top `k` hits, exactly ordered.
 
-        Hits are (id, bm25, message id, ts, text); windows needing reconciliation never match. For
+        Windows needing reconciliation never match. For
         "relevance" the rows returned hold the exact top `k` by bm25, then newest, then message id;
         for "recent" by newest, then message id (more rows may come back; the caller sorts and cuts).
 
@@ -386,7 +376,7 @@ class SqliteAgentStore:
         this store last saw no window needing reconciliation the ranking does not look for any,
         and the head confirms it.
 
-        `hot` is the FTS5 token of a one-word query: when the word has postings (hot.py) a
+        `hot` is the FTS5 token of a one-word query: when the word has postings (postings.py) a
         relevance search over the whole agent (`include` None) ranks from them instead of scoring
         every row that holds the word. A one-word prefix search of 2-4 letters over the whole agent
         ranks from the prefixes' postings the same way (prefixes.py).
@@ -406,7 +396,9 @@ class SqliteAgentStore:
         in_range = range_conditions(since, until, bounds, params, "t.ts")
         arms = [(source, where + in_range)  # ranked by a sorter each
                 for source, where in scope_arms(include, exclude, role, params, dirty=filtered)]
-        top = shown = head = None
+        top: list[Any] | None = None
+        shown: dict[int, Any] = {}
+        head: Any = None
         # from postings only over the whole agent (less excluded windows) at any time: they are
         # merged in the agent's score order, and a narrow scope would pass over most of what they hold
         if (hot is not None and order != "recent" and include is None and not ranged
@@ -421,7 +413,7 @@ class SqliteAgentStore:
         # (recent.py, RecentScores: the words' document counts kept per index state); a query of
         # other words over a short range scores the few rows in it as it sorts them instead, sparing
         # the statement below, whose cost is a walk of the word's whole doclist (FTS5's bm25() counts
-        # the documents on each statement: 3.6-5 ms for a word in 10% of 1,000,000 messages)
+        # the documents on each statement)
         scores: dict[int, float] | None = (
             {} if order == "recent" and bounds is not None and phrases(match) is None else None)
         if (top is None and order != "recent" and include is None and not ranged and not arms[0][1]
@@ -446,7 +438,7 @@ class SqliteAgentStore:
             index = None  # it read other rows than these
         if head is None:
             ids = json.dumps([r[0] for r in top if r[0]])
-            rows = await reader.conn.execute_fetchall(
+            rows = await _fetch(reader.conn,
                 f"{self._HEAD_SQL} UNION ALL SELECT e.id, e.event_id, e.ts, e.text, NULL, NULL, NULL "
                 "FROM json_each(:ids) j JOIN events e ON e.id = j.value",
                 {"ids": ids, "seen": seen_version, "hot_seen": self._hot_seen[0]})
@@ -470,26 +462,28 @@ class SqliteAgentStore:
         elif order == "recent" and top:
             # bm25 of the shown rows only: a walk of the doclist that reads no row, bm25 evaluated
             # where the id is listed. `+rowid` keeps the list from being handed to FTS5 as rowid
-            # lookups, each of which would recount the phrase's documents (10x slower, measured).
-            ranks = dict(await reader.conn.execute_fetchall(
+            # lookups, each of which would recount the phrase's documents.
+            ranks = dict(await _fetch(reader.conn,
                 "SELECT rowid, bm25(msg_fts) FROM msg_fts WHERE msg_fts MATCH :match "
                 "AND +rowid IN (SELECT value FROM json_each(:ids))",
                 {"match": expr, "ids": json.dumps([rid for rid, _ in top if rid])}))
         # a row id of 0 is a sentinel (no window has id 0): it says more matched than the top k; an
         # index row whose transcript row is gone (an orphan awaiting the sweep) is no hit
-        hits = [(rid, ranks.get(rid, 0.0), *shown[rid][1:]) if rid else (0, math.inf, "", 0, "")
+        hits = [RowHit(rid, ranks.get(rid, 0.0), *shown[rid][1:]) if rid else MORE
                 for rid, _ in top if rid in shown or not rid]
-        return head[1], seen_dirty, hits
+        return TopHits(head[1], seen_dirty, hits)
 
     async def search_sessions(self, reader: _Reader, match: Match, *, k: int,
                               order: str, include: list[int] | None, exclude: list[int] | None, role: str | None,
                               since: int | None = None, until: int | None = None, hot: str | None = None
-                              ) -> tuple[int, frozenset[int], list]:
+                              ) -> SessionTops:
         """resultMode "sessions" (sessions.py) from messages mode's top hits when they suffice."""
-        scope = dict(order=order, include=include, exclude=exclude, role=role, since=since, until=until)
+        scope: dict[str, Any] = dict(order=order, include=include, exclude=exclude, role=role, since=since,
+                                     until=until)
         top = partial(self.search_top, reader, match, hot=hot, ties=False, **scope)  # given k=
-        return await search_sessions(reader.conn, self._HEAD_SQL, self._TS_JOIN, top, fts5_match(match), k=k,
-                                     **scope)
+        version, dirty, found = await search_sessions(reader.conn, self._HEAD_SQL, self._TS_JOIN, top,
+                                                      fts5_match(match), k=k, **scope)
+        return SessionTops(version, dirty, [SessionTop(key, n, RowHit(*best)) for key, n, best in found])
 
     async def _fit_mapping(self, reader: _Reader, data_version: int) -> None:
         """Map the database into the reader while it stays unchanged; stop at a change."""
@@ -501,55 +495,55 @@ class SqliteAgentStore:
             reader.mmap_bytes = want
 
 
-    async def window_of(self, reader: _Reader, key: str, session_id: str | None) -> tuple | None:
-        """(wid, session_id, cold) of the key's current window, or of `session_id` if it is the key's."""
+    async def window_of(self, reader: _Reader, key: str, session_id: str | None) -> WindowRef | None:
+        """The key's current window, or `session_id`'s if it is the key's."""
         if session_id is None:
-            rows = await reader.conn.execute_fetchall(
+            rows = await _fetch(reader.conn,
                 "SELECT w.wid, w.session_id, w.cold FROM sessions s JOIN windows w ON w.wid = s.current_wid "
                 "WHERE s.session_key = ?", (key,))
         else:
-            rows = await reader.conn.execute_fetchall(
+            rows = await _fetch(reader.conn,
                 "SELECT wid, session_id, cold FROM windows WHERE session_key = ? AND session_id = ?",
                 (key, session_id))
-        return tuple(rows[0]) if rows else None
+        return WindowRef(*rows[0]) if rows else None
 
-    async def windows_of(self, reader: _Reader, key: str) -> list[tuple]:
-        """(wid, session_id, cold) of every window of a key, current first, then newest first."""
-        rows = await reader.conn.execute_fetchall(
+    async def windows_of(self, reader: _Reader, key: str) -> list[WindowRef]:
+        """Every window of a key, current first, then newest first."""
+        rows = await _fetch(reader.conn,
             "SELECT w.wid, w.session_id, w.cold FROM windows w LEFT JOIN sessions s ON s.session_key = w.session_key "
             "WHERE w.session_key = ? ORDER BY (w.wid = s.current_wid) DESC, w.wid DESC", (key,))
-        return [tuple(r) for r in rows]
+        return [WindowRef(*r) for r in rows]
 
-    async def branch_rows(self, reader: _Reader, wid: int) -> list[tuple]:
-        """The active branch's structural rows: (seq, event_id, type, role, first_kept_id)."""
-        rows: list[tuple] = []
+    async def branch_rows(self, reader: _Reader, wid: int) -> list[BranchRow]:
+        """The active branch's structural rows, in order."""
+        rows: list[Any] = []
         for lo, hi in window_ranges(wid):
-            rows += await reader.conn.execute_fetchall(
+            rows += await _fetch(reader.conn,
                 f"SELECT {seq_sql('id')}, event_id, type, role, "
                 "CASE WHEN type = 'reset' THEN json_extract(body, '$.firstKeptEntryId') END "
                 "FROM events WHERE id BETWEEN ? AND ? AND on_branch = 1 ORDER BY id", (lo, hi))
-        return [tuple(r) for r in rows]
+        return [BranchRow(*r) for r in rows]
 
-    async def message_rows(self, reader: _Reader, wid: int, seqs: list[int]) -> list[tuple]:
-        """(seq, event_id, role, ts, body) of the given seqs, in seq order."""
-        out: list[tuple] = []
+    async def message_rows(self, reader: _Reader, wid: int, seqs: list[int]) -> list[MessageRow]:
+        """The given seqs' rows, in seq order."""
+        out: list[Any] = []
         for start in range(0, len(seqs), 500):
             chunk = seqs[start:start + 500]
             ids = [row_id(wid, s, role) for s in chunk for role in (None, "assistant")]
             marks = ",".join("?" * len(ids))
-            out += await reader.conn.execute_fetchall(
+            out += await _fetch(reader.conn,
                 f"SELECT {seq_sql('id')}, event_id, role, ts, body FROM events WHERE id IN ({marks})", ids)
-        return sorted((tuple(r) for r in out), key=lambda r: r[0])
+        return sorted((MessageRow(*r) for r in out), key=lambda r: r.seq)
 
     async def activity(self, reader: _Reader) -> tuple[int, dict[str, int]]:
         """The meta version, and each session's latest activity (epoch ms), read now: appends do
         not move the meta version, so the catalog's copy lags."""
-        rows = await reader.conn.execute_fetchall(
+        rows = await _fetch(reader.conn,
             f"SELECT NULL, value FROM meta WHERE key = 'meta_version' UNION ALL SELECT s.session_key, {self._ACTIVITY}")
         return rows[0][1], dict(rows[1:])
 
     async def status(self, reader: _Reader) -> dict[str, int]:
-        rows = await reader.conn.execute_fetchall(
+        rows = await _fetch(reader.conn,
             "SELECT count(*), sum(needs_rebuild = 0), sum(needs_rebuild), coalesce(sum(messages), 0), "
             "coalesce(sum(CASE WHEN needs_rebuild = 0 THEN messages ELSE 0 END), 0), sum(cold) FROM windows")
         r = rows[0]
@@ -560,7 +554,7 @@ class SqliteAgentStore:
         """Ids of the index rows of a window (for checks and tests)."""
         rows: list[tuple] = []
         for lo, hi in window_ranges(wid):
-            rows += await reader.conn.execute_fetchall(
+            rows += await _fetch(reader.conn,
                 "SELECT rowid FROM msg_fts WHERE rowid BETWEEN ? AND ? ORDER BY rowid", (lo, hi))
         return [r[0] for r in rows]
 
@@ -572,14 +566,7 @@ class SqliteAgentStore:
         """Whether the window is indexed and unclaimed as last committed: read without the writer, so a
         job whose window was rebuilt beside another's finishes while the writer is busy."""
         async with self.reader() as reader:
-            rows = await reader.conn.execute_fetchall(
+            rows = await _fetch(reader.conn,
                 "SELECT 1 FROM windows WHERE wid = ? AND needs_rebuild = 0 AND (claim_token IS NULL "
                 "OR claim_expires_at < ?)", (wid, time.time()))
         return bool(rows)
-
-    async def window_by_session_id(self, reader: _Reader, session_id: str) -> tuple | None:
-        rows = await reader.conn.execute_fetchall(
-            "SELECT wid, session_key, cold FROM windows WHERE session_id = ?", (session_id,))
-        return tuple(rows[0]) if rows else None
-
-

@@ -3,7 +3,7 @@
 SQLite's write lock is not a queue. A process that finds it taken sleeps and retries (the busy
 handler backs off to 100 ms sleeps), and a process that commits and begins again at once takes it
 back before the sleeper wakes. A worker draining a backlog runs its transactions back to back, so
-a gateway append in the web process waited for a gap for up to 10 s (measured). Here a writer
+a gateway append in the web process waited seconds for a gap. Here a writer
 takes a turnstile (an exclusive flock on a file beside the database) before `BEGIN IMMEDIATE` and
 lets it go once the transaction has begun: a writer waiting for the lock holds the turnstile
 meanwhile, so the one that just committed queues behind it instead of starting again. The waiter

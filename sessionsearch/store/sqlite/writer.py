@@ -15,10 +15,11 @@ import os
 import sqlite3
 import time
 import uuid
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import structlog
 
@@ -29,9 +30,9 @@ from ..base import EVENT_COLUMNS, AppendResult, session_columns
 from ..cjk import index_text, needs_fold
 from ..rowids import MAX_SEQ, MAX_WID, from_v1, id_sql, is_v1, row_id, seq_sql, window_ranges
 from .checkpoint import WalCheckpointer
-from .hot import HotWrites
+from .postings import HotWrites
 from .prefixes import PrefixWrites
-from .reconcile import INDEXABLE, ReconcileWrites
+from .reconcile import INDEXABLE
 from .schema import MIGRATIONS, TS_MAX_SQL
 from .turnstile import Turnstile
 
@@ -103,14 +104,18 @@ class _StaleState(Exception):
     """The cached window state no longer matched the database; reload and retry."""
 
 
-class SqliteWriter(ReconcileWrites, HotWrites, PrefixWrites):
+class SqliteWriter:
     """The one writer of an agent database. Every public method is one transaction (the
-    reconciliation ones are in reconcile.py, the common words' postings in hot.py)."""
+    reconciliation steps run through reconcile.py's primitives, the common words' postings are
+    in postings.py)."""
 
     def __init__(self, path: Path, cold_dir: Path, *, busy_timeout_ms: int, checkpoint_beside: bool = True,
                  rows_in_sql: bool = False) -> None:
         self.cold_dir = cold_dir
-        self.rows_in_sql = rows_in_sql  # see ReconcileWrites._diff
+        self.rows_in_sql = rows_in_sql  # see reconcile.SqliteReconcileTx._diff
+        # windows being rebuilt beside another one in the transaction running now; read by this
+        # process's jobs from other threads, so replaced whole, never mutated
+        self.rebuilding: frozenset[int] = frozenset()
         self.busy_timeout_ms = busy_timeout_ms
         self.c = sqlite3.connect(path, isolation_level=None)
         self._turnstile: Turnstile | None = None
@@ -127,6 +132,8 @@ class SqliteWriter(ReconcileWrites, HotWrites, PrefixWrites):
                 self.c.execute("PRAGMA wal_autocheckpoint = 0")
                 self.c.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
             self._win: dict[int, _WinState] = {}
+            self.hot = HotWrites(self.c, self.tx)  # the common words' postings and the index log
+            self.prefixes = PrefixWrites(self.c, self.tx, self.hot)  # the 2-4 letter prefixes' postings
             self._current: dict[str, int] = {}
             self.lock_wait_s = 0.0
             self.migrate()
@@ -146,6 +153,7 @@ class SqliteWriter(ReconcileWrites, HotWrites, PrefixWrites):
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
         # how long another process held the write lock (or its turn) before this one began
+        assert self._turnstile is not None  # set up before the first transaction
         self.lock_wait_s = self._turnstile.begin(self.c, self.busy_timeout_ms)
         try:
             yield self.c
@@ -244,7 +252,7 @@ class SqliteWriter(ReconcileWrites, HotWrites, PrefixWrites):
     def _bump_meta(self) -> None:
         self.c.execute("UPDATE meta SET value = value + 1 WHERE key = 'meta_version'")
 
-    def _bump_dirty(self) -> None:
+    def bump_dirty(self) -> None:
         self.c.execute("UPDATE meta SET value = value + 1 WHERE key = 'dirty_version'")
 
     def _window_for_write(self, key: str, session_id: str | None) -> int:
@@ -282,6 +290,7 @@ class SqliteWriter(ReconcileWrites, HotWrites, PrefixWrites):
         wid = self.c.execute(
             "INSERT INTO windows (session_key, session_id, created_at, updated_at) VALUES (?, ?, ?, ?)",
             (key, session_id, now, now)).lastrowid
+        assert wid is not None  # an INSERT's row id
         if wid > MAX_WID:  # the ids of its rows would not hold it (rowids.py)
             raise Unavailable(f"this agent's store has used all {MAX_WID} session window numbers")
         self.c.execute("UPDATE sessions SET current_wid = ?, updated_at = ? WHERE session_key = ?", (wid, now, key))
@@ -324,7 +333,7 @@ class SqliteWriter(ReconcileWrites, HotWrites, PrefixWrites):
                 existed = c.execute("DELETE FROM sessions WHERE session_key = ?", (key,)).rowcount > 0
                 self._prune_tombstones()
                 self._bump_meta()
-                self._bump_dirty()
+                self.bump_dirty()
         finally:
             self._forget()
         self._drop_cold_files(wids)
@@ -334,7 +343,7 @@ class SqliteWriter(ReconcileWrites, HotWrites, PrefixWrites):
         """Delete a window's transcript rows, and its index rows unless `index` is False."""
         for lo, hi in window_ranges(wid):
             if index:
-                self._log_gone("rowid BETWEEN ? AND ?", (lo, hi))
+                self.prefixes.log_gone("rowid BETWEEN ? AND ?", (lo, hi))
                 self.c.execute("DELETE FROM msg_fts WHERE rowid BETWEEN ? AND ?", (lo, hi))
             self.c.execute("DELETE FROM events WHERE id BETWEEN ? AND ?", (lo, hi))
 
@@ -400,17 +409,17 @@ class SqliteWriter(ReconcileWrites, HotWrites, PrefixWrites):
                 raise Conflict(f"session {key!r} is archived; restore it before appending", field="sessionKey")
             raise _StaleState()
         if dirty:
-            self._bump_dirty()
+            self.bump_dirty()
         if plan.rows:
             c.executemany(INSERT_EVENT, [
                 (row_id(wid, r.seq, r.event.role), wid, r.event.event_id, r.parent_seq, r.node_seq, r.event.type,
                  r.event.role, r.event.ts, int(r.on_branch), r.event.text, r.event.raw or _COMPACT.encode(r.event.body))
                 for r in plan.rows])
         if to_index:
-            indexed = [(row_id(wid, r.seq, r.event.role), index_text(r.event.text), r.event.ts, r.event.event_id)
-                       for r in to_index]
+            indexed = [(row_id(wid, r.seq, r.event.role), index_text(r.event.text or ""), r.event.ts, r.event.event_id)
+                       for r in to_index]  # every one has text (to_index)
             c.executemany("INSERT INTO msg_fts (rowid, text, ts, mid) VALUES (?, ?, ?, ?)", indexed)
-            self._log_indexed([r[0] for r in indexed])
+            self.hot.log_indexed([r[0] for r in indexed])
         if not plan.linear:
             self._reproject(wid, plan.leaf_seq)
         self._win[wid] = _WinState(key, st.session_id, plan.last_seq, plan.leaf_seq, plan.leaf_event_id, has_header)
@@ -513,7 +522,7 @@ class SqliteWriter(ReconcileWrites, HotWrites, PrefixWrites):
                     c.execute(TS_MAX_SQL, {"wid": wid})
                 c.execute("UPDATE sessions SET archived_at = NULL WHERE session_key = ?", (key,))
                 self._bump_meta()
-                self._bump_dirty()
+                self.bump_dirty()
         finally:
             self._forget()
         self._drop_cold_files(wids)

@@ -1,7 +1,7 @@
 """Exact top hits for one common word without scoring every row that holds it.
 
 FTS5 answers `MATCH word ORDER BY bm25 LIMIT k` by computing bm25 for every matching row, which
-reads each row's length: ~65 ms for a word in 10% of 1,000,000 messages, 200 ms at 30%. For a
+reads each row's length, a cost in the word's rows (docs/search-speed.md). For a
 one-word query, BM25 depends on a row only through the word's frequency in it (tf) and the row's
 length (dl): the word's IDF is a positive factor common to all rows, and at a fixed tf the score
 falls as dl grows. So postings kept per word ordered by (tf, dl) are, within one tf value,
@@ -28,6 +28,8 @@ import json
 import sqlite3
 import time
 from array import array
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +40,8 @@ EPS = 1e-9  # relative; far above the rounding difference between this score and
 FRESH_LIMIT = 20_000  # rows indexed since a word's build beyond which its searches use FTS5 alone
 PAGE = 64  # postings fetched per tf run and round trip
 MAX_ROUNDS = 4  # rescoring rounds before a narrow scope gives up on the postings
-# `optimize` builds postings for the words FTS5 takes ~2 ms or more to rank (~3 µs a matching row;
-# wall p95 over 10 ms on a loaded machine from ~1,000 rows, docs/cjk.md):
+# `optimize` builds postings for the words FTS5 is slow to rank (docs/cjk.md;
+# docs/architecture/decisions.md):
 MIN_DOCS = 500  # in at least this many rows (search.postingsMinDocs) …
 MIN_SHARE = 0.0005  # … and this share of them,
 # the most frequent first (the benchmark corpus at 1,000,000 rows: 3,329 words in 500+ rows, 1,059
@@ -119,8 +121,8 @@ def read_postings(path: Path, words: list[str]) -> tuple[int, list[array]]:
     """(log position, postings of each word) read in one snapshot of the index; the postings flat,
     tf, dl, rid after one another (a word in half of 1,000,000 rows: 12 MB, not 100 of tuples).
     Words read together share the connection's page cache: the row sizes of a rare word's rows
-    are scattered over the docsize table, and a connection of its own per word read them at
-    ~5 µs a row, against ~2 µs here (words in ~600 of 1,000,000 rows)."""
+    are scattered over the docsize table, and a connection of its own per word read them at more
+    than twice the cost."""
     conn = sqlite3.connect(path, isolation_level=None)
     try:
         conn.execute("CREATE VIRTUAL TABLE temp.hot_vi USING fts5vocab(main, msg_fts, 'instance')")
@@ -146,7 +148,8 @@ def read_postings(path: Path, words: list[str]) -> tuple[int, list[array]]:
 
 
 class HotWrites:
-    """The writer's part: the index log and the postings. Needs `c` and `tx()` from the writer.
+    """The writer's part: the index log and the postings, on the writer's connection `c`, each
+    public method but the log's one transaction of `tx()` (SqliteWriter.tx).
 
     meta `index_log` is 0 while no word has postings (nothing is listed), else the log position
     past which the oldest build is given up: its searches would go to FTS5 alone anyway, so the
@@ -154,20 +157,24 @@ class HotWrites:
     at most FRESH_LIMIT rows long however long `optimize` is not run again.
     """
 
-    c: sqlite3.Connection
+    def __init__(self, c: sqlite3.Connection, tx: Callable[[], AbstractContextManager[sqlite3.Connection]]) -> None:
+        self.c = c
+        self.tx = tx
 
-    def _log_limit(self) -> int:
-        return self.c.execute("SELECT value FROM meta WHERE key = 'index_log'").fetchone()[0]
+    def log_limit(self) -> int:
+        """The log position past which the oldest build is given up; 0 while nothing is listed."""
+        limit: int = self.c.execute("SELECT value FROM meta WHERE key = 'index_log'").fetchone()[0]
+        return limit
 
-    def _log_indexed(self, rids: list[int]) -> None:
+    def log_indexed(self, rids: list[int]) -> None:
         """Inside an indexing transaction: list the rows just indexed, while any word has postings."""
-        if rids and (limit := self._log_limit()):
+        if rids and (limit := self.log_limit()):
             self.c.executemany("INSERT INTO index_log (rid) VALUES (?)", ((r,) for r in rids))
             self._expire_past(limit)
 
-    def _log_indexed_sql(self, select: str, params: dict[str, Any]) -> None:
-        """As `_log_indexed`, for the rows (id first) a statement selects."""
-        if limit := self._log_limit():
+    def log_indexed_sql(self, select: str, params: dict[str, Any]) -> None:
+        """As `log_indexed`, for the rows (id first) a statement selects."""
+        if limit := self.log_limit():
             self.c.execute(f"INSERT INTO index_log (rid) SELECT id FROM ({select})", params)
             self._expire_past(limit)
 
@@ -177,9 +184,9 @@ class HotWrites:
             for table in ("hot_words", "prefix_words"):  # the prefixes' postings (prefixes.py) share the log
                 self.c.execute(f"UPDATE {table} SET log_seq = -1 WHERE log_seq >= 0 AND log_seq < ?",
                                (last - FRESH_LIMIT,))
-            self._cut_log()
+            self.cut_log()
 
-    def _cut_log(self) -> None:
+    def cut_log(self) -> None:
         """Drop the log rows every usable build holds; with none usable, stop listing."""
         (oldest,) = self.c.execute(
             "SELECT min(s) FROM (SELECT log_seq AS s FROM hot_words WHERE log_seq >= 0 "
@@ -198,15 +205,15 @@ class HotWrites:
 
     def start_index_log(self) -> None:
         """From the next indexing transaction on, rows indexed are listed (before a build reads)."""
-        with self.tx() as c:  # type: ignore[attr-defined]
-            if not self._log_limit():
+        with self.tx() as c:
+            if not self.log_limit():
                 (last,) = c.execute(
                     "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'index_log'), 0)").fetchone()
                 c.execute("UPDATE meta SET value = ? WHERE key = 'index_log'", (last + FRESH_LIMIT,))
 
     def store_hot_word(self, word: str, log_seq: int, postings: array) -> None:
         """Replace `word`'s postings with those read (flat: tf, dl, rid) as of log position `log_seq`."""
-        with self.tx() as c:  # type: ignore[attr-defined]
+        with self.tx() as c:
             row = c.execute("SELECT wno FROM hot_words WHERE word = ?", (word,)).fetchone()
             wno = row[0] if row else c.execute("SELECT coalesce(max(wno), 0) + 1 FROM hot_words").fetchone()[0]
             c.execute("DELETE FROM hot_postings WHERE wno = ?", (wno,))
@@ -215,25 +222,26 @@ class HotWrites:
             tfs = sorted(set(postings[0::3]))
             c.execute("INSERT OR REPLACE INTO hot_words VALUES (?, ?, ?, ?, ?, ?)",
                       (word, wno, log_seq, json.dumps(tfs), len(postings) // 3, int(time.time() * 1000)))
-            if self._log_limit():  # else the log was given up while this build read: it holds no rows
-                self._cut_log()
+            if self.log_limit():  # else the log was given up while this build read: it holds no rows
+                self.cut_log()
             else:
                 c.execute("UPDATE hot_words SET log_seq = -1 WHERE word = ?", (word,))
 
     def drop_hot_words(self, keep: set[str]) -> list[str]:
         """Drop the postings of words not in `keep`; with none left, stop the log. Returns those dropped."""
-        with self.tx() as c:  # type: ignore[attr-defined]
+        with self.tx() as c:
             gone = [(w, n) for w, n in c.execute("SELECT word, wno FROM hot_words") if w not in keep]
             for word, wno in gone:
                 c.execute("DELETE FROM hot_postings WHERE wno = ?", (wno,))
                 c.execute("DELETE FROM hot_words WHERE word = ?", (word,))
-            self._cut_log()
+            self.cut_log()
             return [w for w, _ in gone]
 
 
 # -- searching (a reader connection, inside one read transaction) --------------------------------
 
-async def hot_top(conn, token: str, match: str, k: int, where: list[str], params: dict[str, Any]) -> list[tuple] | None:
+async def hot_top(conn, token: str, match: str | None, k: int, where: list[str],
+                  params: dict[str, Any]) -> list[tuple] | None:
     """The exact top `k` (rid, bm25) of a one-word query within `where`, best first (bm25, then
     newest, then message id); None when the word has no usable postings (search FTS5 alone)."""
     head = await conn.execute_fetchall(
@@ -294,7 +302,8 @@ async def hot_top(conn, token: str, match: str, k: int, where: list[str], params
                 await fetch([tf])
             advance(tf)
         sql = ("SELECT rowid, bm25(msg_fts), ts, mid, rowid IN (SELECT rid FROM index_log WHERE seq > :log_seq) "
-               "FROM msg_fts WHERE " + " AND ".join(["msg_fts MATCH :match", "+rowid IN (SELECT value FROM json_each(:ids)"
+               "FROM msg_fts WHERE " + " AND ".join(["msg_fts MATCH :match",
+                                                     "+rowid IN (SELECT value FROM json_each(:ids)"
                                                     + (" UNION ALL SELECT rid FROM index_log WHERE seq > :log_seq)"
                                                        if round_ == 0 else ")"), *where]))
         for row in await conn.execute_fetchall(sql, {**params, "match": match, "ids": json.dumps(batch),

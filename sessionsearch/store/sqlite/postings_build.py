@@ -1,7 +1,7 @@
-"""When the common words' postings (hot.py) are worth building, and which words a build redoes.
+"""When the common words' postings (postings.py) are worth building, and which words a build redoes.
 
-A build reads every row holding a common word (~75 s for 263 words at 1,000,000 messages), so
-it runs when it pays off, not on every write:
+A build reads every row holding a common word (minutes at 1,000,000 messages), so it runs when
+it pays off, not on every write:
 
 - never while windows wait for reconciliation: the index is still being rewritten, and a build
   then would be stale within minutes; once the backlog drains, a build is due if
@@ -14,7 +14,7 @@ it runs when it pays off, not on every write:
 A build redoes only the words that need it (new, stale, or past half their log budget); the
 prefixes are built when there are none or they were given up, and else have the index's changes
 folded into them (prefixes.py: a cost in the rows changed, not in the index). The others stay
-exact through the index log (hot.py) and are kept as they are.
+exact through the index log (postings.py) and are kept as they are.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from .hot import FRESH_LIMIT, varint
+from .postings import FRESH_LIMIT, varint
 from .prefixes import FOLD_AFTER, positions
 
 BUILT_ROWS_KEY = "hot_built_rows"  # meta: the index's rows when the last build started
