@@ -8,7 +8,6 @@ before the routes).
 from __future__ import annotations
 
 import asyncio
-import os
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -36,7 +35,6 @@ log = structlog.get_logger("sessionsearch.api")
 
 STATUS = {Conflict: 409, InvalidRequest: 400,  # the subclass first: the first match wins
           Forbidden: 403, NotFound: 404, SearchTimeout: 504, Unavailable: 503}
-DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 
 
 def error_response(exc: SessionSearchError) -> CompactJSON:
@@ -58,7 +56,7 @@ def create_app(settings: Settings | None = None, *, max_body_bytes: int | None =
     off so that its first search is the one that meets the imported sessions).
     """
     settings = settings or Settings.load()
-    limit = max_body_bytes or int(os.environ.get("SESSIONSEARCH_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES))
+    limit = max_body_bytes or settings.max_body_bytes
     credentials = Credentials(settings.api_token, settings.auth_tokens)
     state: dict[str, Any] = {}
     mcp = LazyMCP(lambda: state["engine"], max_body_bytes=limit)

@@ -19,7 +19,7 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ..errors import InvalidRequest
-from ..settings import Settings
+from ..settings import BY_NAME, Settings
 from .app import create_app
 from .edge import is_loopback_name
 
@@ -81,12 +81,14 @@ def run_server(settings: Settings, *, workers: int = 1) -> int:
     folder = Path(os.environ.get("PROMETHEUS_MULTIPROC_DIR") or tempfile.mkdtemp(prefix="sessionsearch-web-"))
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    os.environ.update(PROMETHEUS_MULTIPROC_DIR=str(folder), SESSIONSEARCH_DATA_DIR=str(Path(settings.data_dir).resolve()))
-    for name, env in (("redis_url", "SESSIONSEARCH_REDIS_URL"), ("api_token", "SESSIONSEARCH_API_TOKEN"),
-                      ("database_url", "SESSIONSEARCH_DATABASE_URL"),
-                      ("config_path", "SESSIONSEARCH_CONFIG")):
-        if getattr(settings, name):
-            os.environ[env] = str(getattr(settings, name))
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(folder)
+    passed = {"data_dir": str(Path(settings.data_dir).resolve()), "redis_url": settings.redis_url,
+              "api_token": settings.api_token, "database_url": settings.database_url,
+              "config_path": settings.config_path}  # what flags may have set: the rest is in the environment
+    for name, value in passed.items():
+        env = BY_NAME[name].env
+        if value and env:
+            os.environ[env] = value
     uvicorn.run("sessionsearch.api.app:create_app", factory=True, workers=workers, **common)
     return 0
 
