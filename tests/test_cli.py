@@ -82,3 +82,24 @@ def test_status_takes_the_redis_url_as_a_flag(tmp_path):
     assert down.returncode == 0, down.stderr
     assert json.loads(down.stdout)["queue"]["error"].startswith("queue unreachable")
     assert "queue" not in json.loads(_cli("status", "--json", data_dir=tmp_path).stdout)
+
+
+def test_python_dash_m_sessionsearch_runs_the_command(tmp_path):
+    _seed(tmp_path)
+    env = {**os.environ, "SESSIONSEARCH_DATA_DIR": str(tmp_path)}
+    run = subprocess.run([sys.executable, "-m", "sessionsearch", "search", "loan", "--json", "--role", "assistant"],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert [h["messageId"] for h in json.loads(run.stdout)["results"]] == ["m2"]
+    usage = subprocess.run([sys.executable, "-m", "sessionsearch"], capture_output=True, text=True, timeout=60)
+    assert usage.returncode == 2 and usage.stderr.startswith("usage: sessionsearch ")
+
+
+def test_the_package_says_it_is_typed_and_ships_the_marker():
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    assert (root / "sessionsearch" / "py.typed").is_file()
+    config = tomllib.loads((root / "pyproject.toml").read_text())
+    assert "py.typed" in config["tool"]["setuptools"]["package-data"]["sessionsearch"]
