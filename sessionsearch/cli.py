@@ -13,7 +13,7 @@ import json
 import re
 import sys
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
 
@@ -304,7 +304,7 @@ def _emit(args: argparse.Namespace, result: dict[str, Any], human: Callable[[dic
         human(result)
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _when(ms: int) -> str:
@@ -406,7 +406,8 @@ def _print_import(result: dict[str, Any]) -> None:
             extra.append(f"{f['duplicates']} duplicates")
         if f["bad"]:
             extra.append(f"{f['bad']} bad lines")
-        print(f"{f['file']}: {f['imported']} events -> {f['session_key']}" + (f" ({', '.join(extra)})" if extra else ""))
+        noted = f" ({', '.join(extra)})" if extra else ""
+        print(f"{f['file']}: {f['imported']} events -> {f['session_key']}{noted}")
     for kind in ("problem", "note"):
         for p in result[kind + "s"]:
             where = f"{p['file']}:{p['line']}" if p["line"] else p["file"]
@@ -419,7 +420,7 @@ def _print_import(result: dict[str, Any]) -> None:
 class Progress:
     """A one-line progress bar on a terminal; silent when output is not a terminal."""
 
-    def __init__(self, label: str, stream=sys.stderr, unit: str = "") -> None:
+    def __init__(self, label: str, stream: IO[str] = sys.stderr, unit: str = "") -> None:
         self.label = label
         self.stream = stream
         self.unit = unit

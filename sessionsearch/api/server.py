@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ class GracefulServer(uvicorn.Server):
     """uvicorn, but a SIGTERM that ended in a graceful shutdown exits 0 instead of re-raising."""
 
     @contextlib.contextmanager
-    def capture_signals(self):
+    def capture_signals(self) -> Iterator[None]:
         inner = super().capture_signals()
         inner.__enter__()
         try:
@@ -72,8 +73,8 @@ def check_bind(settings: Settings) -> None:
 
 def run_server(settings: Settings, *, workers: int = 1) -> int:
     check_bind(settings)
-    common = dict(host=settings.host, port=settings.port, log_config=None, proxy_headers=False,
-                  timeout_graceful_shutdown=30, server_header=False, http=JSONErrorsH11)
+    common: dict[str, Any] = dict(host=settings.host, port=settings.port, log_config=None, proxy_headers=False,
+                                  timeout_graceful_shutdown=30, server_header=False, http=JSONErrorsH11)
     if workers <= 1:
         GracefulServer(uvicorn.Config(create_app(settings), **common)).run()
         return 0
@@ -98,7 +99,8 @@ def _post(url: str, method: str, body: dict[str, Any], token: str | None) -> dic
                                      headers={"Content-Type": "application/json",
                                               **({"Authorization": f"Bearer {token}"} if token else {})})
     with urllib.request.urlopen(request, timeout=30) as response:
-        return json.loads(response.read())
+        answer: dict[str, Any] = json.loads(response.read())
+    return answer
 
 
 def _show(result: dict[str, Any]) -> None:
