@@ -255,7 +255,7 @@ BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
 
 def _read_env(s: Setting, env: Mapping[str, str]) -> str | None:
     """The setting's environment variable, None when it has none or it is unset or empty."""
-    return env.get(s.env) or None if s.env else None
+    return (env.get(s.env) or None) if s.env else None
 
 
 def _parse(s: Setting, raw: str, source: str) -> Any:
