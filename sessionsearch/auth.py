@@ -8,8 +8,8 @@ time. A call made with one acts as that token's requester: on the agent tools an
 from __future__ import annotations
 
 import hashlib
-import json
 import hmac
+import json
 import re
 import secrets
 from dataclasses import dataclass

@@ -1,4 +1,9 @@
-"""The `sessionsearch` command: search, history, status, reconcile (and the service commands)."""
+"""The `sessionsearch` command: search, history, status, reconcile (and the service commands).
+
+Each subcommand is one function in COMMANDS, given the parsed arguments; the flags that several
+subcommands take are declared once, in the flag groups below, and a flag that sets a setting has
+that setting's name as its `dest` (`_settings` passes those on to `Settings.load`).
+"""
 
 from __future__ import annotations
 
@@ -7,32 +12,60 @@ import asyncio
 import json
 import re
 import sys
-from datetime import datetime, timedelta, timezone
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from . import logging as sslogging
-from .engine import Engine
 from .auth import new_token
+from .engine import Engine
 from .errors import InvalidRequest, SessionSearchError
-from .settings import Settings
+from .settings import BY_NAME, Settings
+
+Run = Callable[[argparse.Namespace], int]
 
 
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data-dir", help="data directory (SESSIONSEARCH_DATA_DIR, default ./data)")
-    p.add_argument("--config", help="TOML settings file (SESSIONSEARCH_CONFIG)")
-    p.add_argument("--database-url", dest="database_url",
-                   help="PostgreSQL URL postgresql://user:password@host:5432/db (SESSIONSEARCH_DATABASE_URL, TOML "
-                        "database.url); unset: SQLite files under the data dir")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+# --- flags that several subcommands take, each declared once ------------------------------------
+
+def _group(*flags: tuple[tuple[str, ...], dict[str, Any]]) -> argparse.ArgumentParser:
+    """A parent parser holding `flags`, for the subcommands that take them."""
+    parser = argparse.ArgumentParser(add_help=False)
+    for names, options in flags:
+        parser.add_argument(*names, **options)
+    return parser
+
+
+STORE = _group(
+    (("--data-dir",), {"dest": "data_dir", "help": "data directory (SESSIONSEARCH_DATA_DIR, default ./data)"}),
+    (("--config",), {"help": "TOML settings file (SESSIONSEARCH_CONFIG)"}),
+    (("--database-url",), {"dest": "database_url", "help": (
+        "PostgreSQL URL postgresql://user:password@host:5432/db (SESSIONSEARCH_DATABASE_URL, TOML database.url); "
+        "unset: SQLite files under the data dir")}))
+QUEUE = _group(
+    (("--redis-url",), {"dest": "redis_url", "help": (
+        "Redis broker URL (SESSIONSEARCH_REDIS_URL); unset: reconciliation in-process")}))
+BIND = _group(
+    (("--host",), {"help": "address to bind (SESSIONSEARCH_HOST, default 127.0.0.1)"}),
+    (("--port",), {"type": int, "help": "port to bind (SESSIONSEARCH_PORT, default 8780)"}))
+OUTPUT = _group((("--json",), {"action": "store_true", "help": "machine-readable output"}))
+SANDBOXED = _group((("--sandboxed",), {"action": "store_true", "help": "the requester is sandboxed"}))
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    """The settings the flags, the environment and the config file give (in that order of precedence)."""
+    flags = {name: value for name, value in vars(args).items() if name in BY_NAME}
+    return Settings.load(config=args.config, **flags)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sessionsearch", description=__doc__)
+    parser = argparse.ArgumentParser(prog="sessionsearch", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("search", help="search transcripts")
-    _common(p)
+    def command(name: str, help: str, *groups: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, parents=list(groups))
+
+    p = command("search", "search transcripts", STORE, OUTPUT)
     p.add_argument("query", nargs="+", help="words to find (literal; all must match)")
     p.add_argument("--agent", dest="agentId", help="search this agent's sessions")
     p.add_argument("--session-key", dest="sessionKeys", action="append", help="search this session (repeatable)")
@@ -47,8 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="one result per session: its best hit and how many hits it has (limit counts sessions)")
     p.add_argument("--requester", help="search as this session key (visibility rules apply)")
 
-    p = sub.add_parser("history", help="read a session's messages")
-    _common(p)
+    p = command("history", "read a session's messages", STORE, OUTPUT)
     p.add_argument("session_key")
     p.add_argument("--message-id", dest="messageId", help="read the window around this message")
     p.add_argument("--session-id", dest="sessionId", help="the window the message is in")
@@ -57,71 +89,222 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--include-tools", dest="includeTools", action="store_true")
     p.add_argument("--requester", help="read as this session key (visibility rules apply)")
 
-    p = sub.add_parser("status", help="backlog and completeness per agent")
-    _common(p)
+    p = command("status", "backlog and completeness per agent", STORE, QUEUE, OUTPUT)
     p.add_argument("--agent", dest="agentId")
 
-    p = sub.add_parser("migrate", help="apply the store's schema migrations now (PostgreSQL, or every agent "
-                                       "database under the data dir) and print the versions")
-    _common(p)
+    command("migrate", "apply the store's schema migrations now (PostgreSQL, or every agent database under the "
+            "data dir) and print the versions", STORE, OUTPUT)
 
-    p = sub.add_parser("reconcile", help="reconcile every window that needs it, now, in this process")
-    _common(p)
+    p = command("reconcile", "reconcile every window that needs it, now, in this process", STORE, OUTPUT)
     p.add_argument("--agent", dest="agentId")
 
-    p = sub.add_parser("optimize", help="build postings that answer one-word searches for common words fast")
-    _common(p)
+    p = command("optimize", "build postings that answer one-word searches for common words fast", STORE,
+                OUTPUT)
     p.add_argument("--agent", dest="agentId")
     p.add_argument("--min-docs", dest="min_docs", type=int,
                    help="a word needs at least this many messages (SESSIONSEARCH_POSTINGS_MIN_DOCS; default 500 "
                         "on SQLite, 5000 on PostgreSQL) and 0.05%% (SQLite) or 0.5%% (PostgreSQL) of them")
 
-    p = sub.add_parser("import", help="import the gateway's JSONL transcripts and sessions.json")
-    _common(p)
+    p = command("import", "import the gateway's JSONL transcripts and sessions.json", STORE, OUTPUT)
     p.add_argument("path", help="a state dir, one agent's dir or sessions dir, or one .jsonl file")
     p.add_argument("--agent", dest="agentId", help="only this agent (or: the agent of a lone sessions dir)")
 
-    for name, text in (("serve", "run the HTTP API (embedded reconciliation without Redis)"),
-                       ("demo", "import a sample, serve it embedded, and show a search complete")):
-        p = sub.add_parser(name, help=text)
-        _common(p)
-        p.add_argument("--host", help="address to bind (SESSIONSEARCH_HOST, default 127.0.0.1)")
-        p.add_argument("--port", type=int, help="port to bind (SESSIONSEARCH_PORT, default 8780)")
-        if name == "serve":
-            p.add_argument("--workers", type=int, default=1, help="web processes (default 1)")
+    p = command("serve", "run the HTTP API (embedded reconciliation without Redis)", STORE, QUEUE, BIND,
+                OUTPUT)
+    p.add_argument("--workers", type=int, default=1, help="web processes (default 1)")
+    command("demo", "import a sample, serve it embedded, and show a search complete", STORE, BIND, OUTPUT)
 
-    p = sub.add_parser("mcp", help="serve the MCP tools on stdin/stdout, for MCP clients that spawn a process")
-    p.add_argument("--data-dir", help="data directory (SESSIONSEARCH_DATA_DIR, default ./data)")
-    p.add_argument("--config", help="TOML settings file (SESSIONSEARCH_CONFIG)")
+    p = command("mcp", "serve the MCP tools on stdin/stdout, for MCP clients that spawn a process", STORE,
+                QUEUE, SANDBOXED)
     p.add_argument("--requester", help="answer as this session key (its visibility rules apply); "
                                        "without it, as the operator")
-    p.add_argument("--sandboxed", action="store_true", help="the requester is sandboxed")
 
-    p = sub.add_parser("token", help="scoped tokens: bound to one requester, for the agent tools and MCP")
+    p = command("token", "scoped tokens: bound to one requester, for the agent tools and MCP")
     tokens = p.add_subparsers(dest="token_command", required=True)
-    p = tokens.add_parser("new", help="print a fresh token and the [[auth.tokens]] entry that grants it")
+    p = tokens.add_parser("new", help="print a fresh token and the [[auth.tokens]] entry that grants it",
+                          parents=[SANDBOXED, OUTPUT])
     p.add_argument("--requester", required=True, help="the session key the token acts as")
-    p.add_argument("--sandboxed", action="store_true", help="the requester is sandboxed")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
 
-    p = sub.add_parser("worker", help="run Dramatiq reconcile workers against Redis")
-    _common(p)
+    p = command("worker", "run Dramatiq reconcile workers against Redis", STORE, QUEUE, OUTPUT)
     p.add_argument("--processes", type=int, default=1, help="worker processes (default 1)")
-    p.add_argument("--threads", type=int, default=8, help="threads per process (default 8: jobs overlap their queue round trips)")
+    p.add_argument("--threads", type=int, default=8,
+                   help="threads per process (default 8: jobs overlap their queue round trips)")
     p.add_argument("--metrics-host", default="127.0.0.1", help="address of the metrics endpoint")
     p.add_argument("--metrics-port", type=int, default=9191, help="port of the metrics endpoint (0: any)")
     p.add_argument("--metrics-dir", help="multiprocess metrics directory (wiped at start)")
-    p.add_argument("--cpu-priority", choices=("idle", "normal"),
+    p.add_argument("--cpu-priority", dest="worker_cpu_priority", choices=("idle", "normal"),
                    help="CPU scheduling of the worker processes (SESSIONSEARCH_WORKER_CPU_PRIORITY, default "
                         "idle: reconcile on CPU time that searches and appends leave)")
     return parser
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+# --- the commands -------------------------------------------------------------------------------
+
+EngineCommand = Callable[[argparse.Namespace, Engine], Awaitable[None]]
 
 
-def _settings(args: argparse.Namespace) -> Settings:
-    return Settings.load(config=args.config, data_dir=args.data_dir, database_url=args.database_url)
+def _on_engine(work: EngineCommand) -> Run:
+    """A command that works on an open engine over the store the flags name (warnings logged only)."""
+
+    def run(args: argparse.Namespace) -> int:
+        sslogging.configure("WARNING")
+
+        async def go() -> None:
+            async with Engine(settings=_settings(args)) as engine:
+                await work(args, engine)
+
+        asyncio.run(go())
+        return 0
+
+    return run
+
+
+def _requester(args: argparse.Namespace) -> dict[str, Any]:
+    return {"requester": {"sessionKey": args.requester}} if args.requester else {}
+
+
+async def _search(args: argparse.Namespace, engine: Engine) -> None:
+    body: dict[str, Any] = {"query": " ".join(args.query), "limit": args.limit,
+                            "match": "prefix" if args.prefix else "exact",
+                            "order": "recent" if args.recent else "relevance"}
+    for name in ("agentId", "sessionKeys", "sessionId", "role"):
+        if getattr(args, name):
+            body[name] = getattr(args, name)
+    for name in ("since", "until"):  # digits alone are epoch ms
+        value = getattr(args, name)
+        if value is not None:
+            body[name] = int(value) if re.fullmatch("-?[0-9]+", value) else value
+    if args.sessions:
+        body["resultMode"] = "sessions"
+    result = await engine.search({**body, **_requester(args)})
+    _emit(args, result, _print_sessions if args.sessions else _print_search)
+
+
+async def _history(args: argparse.Namespace, engine: Engine) -> None:
+    body: dict[str, Any] = {"sessionKey": args.session_key}
+    for name in ("messageId", "sessionId", "limit", "offset"):
+        if getattr(args, name) is not None:
+            body[name] = getattr(args, name)
+    if args.includeTools:
+        body["includeTools"] = True
+    _emit(args, await engine.history({**body, **_requester(args)}), _print_history)
+
+
+async def _status(args: argparse.Namespace, engine: Engine) -> None:
+    status = await engine.index_status(args.agentId)
+    status["schema"] = await engine.backend.schema_version()
+    if engine.settings.redis_url:
+        status["queue"] = _queue_depth(engine.settings)
+    _emit(args, status, _print_status)
+
+
+async def _import(args: argparse.Namespace, engine: Engine) -> None:
+    from .importer import run_import
+
+    report = await run_import(engine, Path(args.path), agent_id=args.agentId,
+                              progress=Progress("importing", unit="bytes"))
+    _emit(args, report.to_dict(), _print_import)
+
+
+async def _optimize(args: argparse.Namespace, engine: Engine) -> None:
+    limits = {"min_docs": args.min_docs} if args.min_docs is not None else {}
+    _emit(args, await engine.optimize(args.agentId, **limits), _print_optimize)
+
+
+async def _reconcile(args: argparse.Namespace, engine: Engine) -> None:
+    outcomes = await engine.reconcile_pending(args.agentId, progress=Progress("reconciling"))
+    status = await engine.index_status(args.agentId)
+
+    def human(result: dict[str, Any]) -> None:
+        print("reconciled: " + (", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())) or "nothing to do"))
+        _print_status(result)
+
+    _emit(args, {"outcomes": outcomes, **status}, human)
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    from .store import backend_for
+
+    sslogging.configure("WARNING")
+    settings = _settings(args)
+
+    async def migrate() -> dict[str, Any]:
+        backend = backend_for(settings)  # not opened: opening a store migrates already
+        try:
+            done = await backend.migrate()
+            schema = await backend.schema_version()
+        finally:
+            await backend.close()
+        return {"store": schema["store"], "latest": schema["latest"], "databases": done}
+
+    _emit(args, asyncio.run(migrate()), _print_migrate)
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from .api.server import run_server
+
+    settings = _settings(args)
+    sslogging.configure(settings.log_level)
+    return run_server(settings, workers=args.workers)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from .api.server import run_demo
+
+    settings = _settings(args)
+    sslogging.configure("WARNING")
+    return asyncio.run(run_demo(settings))
+
+
+def _mcp(args: argparse.Namespace) -> int:
+    from .api.mcp_server import serve_stdio
+    from .auth import OPERATOR, Caller
+    from .search.query import parse_requester
+
+    if args.sandboxed and not args.requester:
+        raise InvalidRequest("--sandboxed needs --requester", field="sandboxed")
+    settings = _settings(args)
+    caller = OPERATOR
+    if args.requester:
+        caller = Caller(parse_requester({"sessionKey": args.requester, "sandboxed": args.sandboxed}))
+    sslogging.configure(settings.log_level)  # stderr: stdout carries the protocol
+    return asyncio.run(serve_stdio(settings, caller))
+
+
+def _token(args: argparse.Namespace) -> int:
+    _emit(args, new_token(args.requester, sandboxed=args.sandboxed), _print_token)
+    return 0
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from .worker.main import run_worker
+
+    settings = _settings(args)
+    sslogging.configure(settings.log_level)
+    return run_worker(settings, processes=args.processes, threads=args.threads,
+                      metrics_host=args.metrics_host, metrics_port=args.metrics_port, metrics_dir=args.metrics_dir)
+
+
+# the subcommands by name (`token` has one of its own, `new`)
+COMMANDS: dict[str, Run] = {
+    "search": _on_engine(_search), "history": _on_engine(_history), "status": _on_engine(_status),
+    "migrate": _migrate, "reconcile": _on_engine(_reconcile), "optimize": _on_engine(_optimize),
+    "import": _on_engine(_import), "serve": _serve, "demo": _demo, "mcp": _mcp, "token": _token, "worker": _worker,
+}
+
+
+# --- output ---------------------------------------------------------------------------------------
+
+def _emit(args: argparse.Namespace, result: dict[str, Any], human: Callable[[dict[str, Any]], None]) -> None:
+    if args.json:
+        json.dump(result, sys.stdout, ensure_ascii=False)
+        sys.stdout.write("\n")
+    else:
+        human(result)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _when(ms: int) -> str:
@@ -223,7 +406,8 @@ def _print_import(result: dict[str, Any]) -> None:
             extra.append(f"{f['duplicates']} duplicates")
         if f["bad"]:
             extra.append(f"{f['bad']} bad lines")
-        print(f"{f['file']}: {f['imported']} events -> {f['session_key']}" + (f" ({', '.join(extra)})" if extra else ""))
+        noted = f" ({', '.join(extra)})" if extra else ""
+        print(f"{f['file']}: {f['imported']} events -> {f['session_key']}{noted}")
     for kind in ("problem", "note"):
         for p in result[kind + "s"]:
             where = f"{p['file']}:{p['line']}" if p["line"] else p["file"]
@@ -236,7 +420,7 @@ def _print_import(result: dict[str, Any]) -> None:
 class Progress:
     """A one-line progress bar on a terminal; silent when output is not a terminal."""
 
-    def __init__(self, label: str, stream=sys.stderr, unit: str = "") -> None:
+    def __init__(self, label: str, stream: IO[str] = sys.stderr, unit: str = "") -> None:
         self.label = label
         self.stream = stream
         self.unit = unit
@@ -266,74 +450,6 @@ def _print_migrate(result: dict[str, Any]) -> None:
         print(f"{db['database']}: schema version {db['to']} ({change})")
 
 
-async def _migrate(args: argparse.Namespace, settings: Settings) -> int:
-    from .store import backend_for
-
-    backend = backend_for(settings)  # not opened: opening a store migrates already
-    try:
-        done = await backend.migrate()
-        schema = await backend.schema_version()
-    finally:
-        await backend.close()
-    _emit(args, {"store": schema["store"], "latest": schema["latest"], "databases": done}, _print_migrate)
-    return 0
-
-
-async def _run(args: argparse.Namespace) -> int:
-    settings = _settings(args)
-    if args.command == "migrate":
-        return await _migrate(args, settings)
-    async with Engine(settings=settings) as engine:
-        if args.command == "search":
-            body: dict[str, Any] = {"query": " ".join(args.query), "limit": args.limit,
-                                    "match": "prefix" if args.prefix else "exact",
-                                    "order": "recent" if args.recent else "relevance"}
-            for name in ("agentId", "sessionKeys", "sessionId", "role"):
-                if getattr(args, name):
-                    body[name] = getattr(args, name)
-            for name in ("since", "until"):  # digits alone are epoch ms
-                value = getattr(args, name)
-                if value is not None:
-                    body[name] = int(value) if re.fullmatch("-?[0-9]+", value) else value
-            if args.sessions:
-                body["resultMode"] = "sessions"
-            if args.requester:
-                body["requester"] = {"sessionKey": args.requester}
-            result = await engine.search(body)
-            _emit(args, result, _print_sessions if args.sessions else _print_search)
-        elif args.command == "history":
-            body = {"sessionKey": args.session_key}
-            for name in ("messageId", "sessionId", "limit", "offset"):
-                if getattr(args, name) is not None:
-                    body[name] = getattr(args, name)
-            if args.includeTools:
-                body["includeTools"] = True
-            if args.requester:
-                body["requester"] = {"sessionKey": args.requester}
-            _emit(args, await engine.history(body), _print_history)
-        elif args.command == "status":
-            status = await engine.index_status(args.agentId)
-            status["schema"] = await engine.backend.schema_version()
-            if settings.redis_url:
-                status["queue"] = _queue_depth(settings)
-            _emit(args, status, _print_status)
-        elif args.command == "import":
-            from .importer import run_import
-            report = await run_import(engine, Path(args.path), agent_id=args.agentId,
-                                      progress=Progress("importing", unit="bytes"))
-            _emit(args, report.to_dict(), _print_import)
-        elif args.command == "optimize":
-            limits = {"min_docs": args.min_docs} if args.min_docs is not None else {}
-            _emit(args, await engine.optimize(args.agentId, **limits), _print_optimize)
-        elif args.command == "reconcile":
-            outcomes = await engine.reconcile_pending(args.agentId, progress=Progress("reconciling"))
-            status = await engine.index_status(args.agentId)
-            _emit(args, {"outcomes": outcomes, **status}, lambda r: (print(
-                "reconciled: " + (", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())) or "nothing to do")),
-                _print_status(r)))
-    return 0
-
-
 def _print_optimize(result: dict[str, Any]) -> None:
     for agent, done in result["agents"].items():
         words = done["words"]
@@ -343,61 +459,18 @@ def _print_optimize(result: dict[str, Any]) -> None:
               + (f"; postings for {p['count']} prefix(es), {p['rows']:,} rows" if (p := done.get("prefixes")) else ""))
 
 
-def _mcp(args: argparse.Namespace) -> int:
-    from .api.mcp_server import serve_stdio
-    from .auth import OPERATOR, Caller
-    from .search.query import parse_requester
-
-    if args.sandboxed and not args.requester:
-        raise InvalidRequest("--sandboxed needs --requester", field="sandboxed")
-    settings = Settings.load(config=args.config, data_dir=args.data_dir)
-    caller = OPERATOR
-    if args.requester:
-        caller = Caller(parse_requester({"sessionKey": args.requester, "sandboxed": args.sandboxed}))
-    sslogging.configure(settings.log_level)  # stderr: stdout carries the protocol
-    return asyncio.run(serve_stdio(settings, caller))
-
-
 def _print_token(result: dict[str, Any]) -> None:
     print(f"token (give it to the client; it is not stored anywhere):\n  {result['token']}\n")
     print("add to the config file (SESSIONSEARCH_CONFIG) and restart the web processes:\n")
     print(result["toml"], end="")
 
 
-def _emit(args: argparse.Namespace, result: dict[str, Any], human) -> None:
-    if args.json:
-        json.dump(result, sys.stdout, ensure_ascii=False)
-        sys.stdout.write("\n")
-    else:
-        human(result)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.command in ("serve", "demo"):
-            settings = Settings.load(config=args.config, data_dir=args.data_dir, host=args.host, port=args.port,
-                                     database_url=args.database_url)
-            sslogging.configure(settings.log_level if args.command == "serve" else "WARNING")
-            from .api.server import run_demo, run_server
-            if args.command == "serve":
-                return run_server(settings, workers=args.workers)
-            return asyncio.run(run_demo(settings))
-        if args.command == "mcp":
-            return _mcp(args)
-        if args.command == "token":
-            _emit(args, new_token(args.requester, sandboxed=args.sandboxed), _print_token)
-            return 0
-        if args.command == "worker":
-            settings = Settings.load(config=args.config, data_dir=args.data_dir, worker_cpu_priority=args.cpu_priority,
-                                     database_url=args.database_url)
-            sslogging.configure(settings.log_level)
-            from .worker.main import run_worker
-            return run_worker(settings, processes=args.processes, threads=args.threads,
-                              metrics_host=args.metrics_host, metrics_port=args.metrics_port,
-                              metrics_dir=args.metrics_dir)
-        sslogging.configure("WARNING")
-        return asyncio.run(_run(args))
+        return COMMANDS[args.command](args)
     except SessionSearchError as exc:
         if getattr(args, "json", False):
             json.dump({"error": {"code": exc.code, "message": exc.message}}, sys.stdout)

@@ -4,22 +4,24 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import IO
 
 import structlog
+from structlog.typing import Processor
 
 
-def configure(level: str = "INFO", *, json: bool = True, stream=None) -> None:
+def configure(level: str | int = "INFO", *, json: bool = True, stream: IO[str] | None = None) -> None:
     """Send structlog events (and stdlib records, Dramatiq's included) as JSON lines to `stream`."""
     numeric = logging.getLevelName(level.upper()) if isinstance(level, str) else level
     if not isinstance(numeric, int):
         numeric = logging.INFO
     stream = stream or sys.stderr
-    shared = [
+    shared: list[Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
-    renderer = structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
+    renderer: Processor = structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
     structlog.configure(
         processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         logger_factory=structlog.stdlib.LoggerFactory(),

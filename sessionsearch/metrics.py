@@ -8,10 +8,14 @@ Labels stay bounded: agent ids, outcomes and fixed states, never a session id or
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 _lock = threading.Lock()
-_metrics: "Metrics | None" = None
+_metrics: Metrics | None = None
 
 DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
@@ -79,7 +83,7 @@ class PipelineCollector:
         self.agent_status = agent_status
         self.queue_depth = queue_depth
 
-    def describe(self) -> list:
+    def describe(self) -> list[Any]:
         return []
 
     def collect(self) -> Iterable[Any]:
@@ -90,7 +94,8 @@ class PipelineCollector:
         windows = GaugeMetricFamily("sessionsearch_index_windows", "Session windows, by index state.",
                                     labels=["agent", "state"])
         messages = GaugeMetricFamily("sessionsearch_index_messages",
-                                     "Active-branch user/assistant messages, by index state.", labels=["agent", "state"])
+                                     "Active-branch user/assistant messages, by index state.",
+                                     labels=["agent", "state"])
         completeness = GaugeMetricFamily("sessionsearch_index_completeness",
                                          "Indexed share (0..1) of windows and of messages.", labels=["agent", "unit"])
         postings = GaugeMetricFamily("sessionsearch_postings_words",
@@ -129,7 +134,7 @@ class PipelineCollector:
             yield up
 
 
-def process_registry():
+def process_registry() -> CollectorRegistry:
     """This process's counters: the default registry, or every process's in multiprocess mode."""
     import os
 
@@ -139,11 +144,11 @@ def process_registry():
     if not folder:
         return REGISTRY
     registry = CollectorRegistry()
-    multiprocess.MultiProcessCollector(registry, path=folder)
+    multiprocess.MultiProcessCollector(registry, path=folder)  # type: ignore[no-untyped-call]
     return registry
 
 
-def exposition(registry) -> tuple[bytes, str]:
+def exposition(registry: CollectorRegistry) -> tuple[bytes, str]:
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
     return generate_latest(registry), CONTENT_TYPE_LATEST

@@ -1,7 +1,10 @@
 """One declared table of settings, read once at process entry (environment, then TOML, then flags).
 
-Each setting has a name with its unit, a default, help text, the environment variable that sets it
-and, where the gateway has a name for it, the dotted TOML path the gateway uses.
+Each setting is one field of `Settings`: its name (with its unit), type and default, and in the
+field's metadata its help text, the environment variable that sets it and, where the gateway has a
+name for it, the dotted TOML path the gateway uses. `SETTINGS` is that table read off the fields,
+so a default is declared once (a dataclass built at run time from a tuple would be opaque to type
+checkers: every `settings.x` would be untyped).
 """
 
 from __future__ import annotations
@@ -9,15 +12,23 @@ from __future__ import annotations
 import dataclasses
 import os
 import tomllib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import InvalidRequest
+
+if TYPE_CHECKING:
+    from .auth import ScopedToken
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
 class Setting:
+    """One row of the settings table (see `SETTINGS`)."""
+
     name: str
     default: Any
     help: str
@@ -26,6 +37,14 @@ class Setting:
     parse: Callable[[str], Any] = str
     # a TOML value that is not a scalar (an array of tables): checks it, given the value and the file
     toml_value: Callable[[Any, str], Any] | None = None
+
+
+def setting(default: T, help: str, *, env: str | None = None, toml: str | None = None,
+            parse: Callable[[str], Any] = str, toml_value: Callable[[Any, str], Any] | None = None,
+            secret: bool = False) -> T:
+    """A field of `Settings` that is a row of the table; `secret` keeps its value out of reprs."""
+    row = {"help": help, "env": env, "toml": toml, "parse": parse, "toml_value": toml_value}
+    return field(default=default, repr=not secret, metadata=row)
 
 
 def _bool(text: str) -> bool:
@@ -70,7 +89,7 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _scoped_tokens(value: Any, where: str) -> tuple:
+def _scoped_tokens(value: Any, where: str) -> tuple[ScopedToken, ...]:
     from .auth import parse_scoped_tokens  # here: auth needs the search package, which needs settings
 
     return parse_scoped_tokens(value, where)
@@ -84,172 +103,159 @@ def _choice(*allowed: str) -> Callable[[str], str]:
     return parse
 
 
-SETTINGS: tuple[Setting, ...] = (
-    Setting("data_dir", "./data", "Directory holding one SQLite database per agent.",
-            env="SESSIONSEARCH_DATA_DIR"),
-    Setting("host", "127.0.0.1", "Address the HTTP server binds.", env="SESSIONSEARCH_HOST"),
-    # PostgreSQL, the scale-out shape (SPEC §1); docs/postgres-ops.md
-    Setting("database_url", None,
-            "PostgreSQL URL of the transcript store (postgresql://user:password@host:5432/db); unset keeps one "
-            "SQLite file per agent under data_dir. Its password is never logged or printed.",
-            env="SESSIONSEARCH_DATABASE_URL", toml="database.url"),
-    Setting("database_pool_max_connections", 10,
-            "PostgreSQL connections each process (web, worker, CLI) may hold at most.",
-            env="SESSIONSEARCH_DATABASE_POOL_MAX_CONNECTIONS", toml="database.poolMaxConnections",
-            parse=_whole("connections", 1, "1 connection")),
-    Setting("port", 8780, "Port the HTTP server binds.", env="SESSIONSEARCH_PORT", parse=int),
-    Setting("redis_url", None, "Redis broker URL; unset runs reconciliation in-process (embedded).",
-            env="SESSIONSEARCH_REDIS_URL"),
-    Setting("redis_request_timeout_ms", 200,
-            "Milliseconds a request waits on Redis (a search's enqueue, /readyz, /metrics) before it answers "
-            "without it.", env="SESSIONSEARCH_REDIS_REQUEST_TIMEOUT_MS", parse=_positive_ms),
-    Setting("api_token", None, "Bearer token required on the HTTP API; unset binds loopback only.",
-            env="SESSIONSEARCH_API_TOKEN"),
-    Setting("auth_tokens", (),
-            "Scoped tokens, each bound to one requester: [[auth.tokens]] token_sha256, requester, sandboxed "
-            "(`sessionsearch token new` prints an entry).", toml="auth.tokens", toml_value=_scoped_tokens),
-    Setting("log_level", "INFO", "Log level of the JSON logs.", env="SESSIONSEARCH_LOG_LEVEL"),
-    # visibility (SPEC §6), named as the gateway names them
-    Setting("visibility", "all", "Which sessions a requester may search: all, agent, tree or self.",
-            env="SESSIONSEARCH_VISIBILITY", toml="tools.sessions.visibility",
-            parse=_choice("all", "agent", "tree", "self")),
-    Setting("agent_to_agent_enabled", True, "Whether requesters may reach other agents' sessions.",
-            env="SESSIONSEARCH_AGENT_TO_AGENT_ENABLED", toml="tools.agentToAgent.enabled", parse=_bool),
-    Setting("agent_to_agent_allow", (), "Agent ids allowed cross-agent (`*` wildcards); empty = all.",
-            env="SESSIONSEARCH_AGENT_TO_AGENT_ALLOW", toml="tools.agentToAgent.allow", parse=_list),
-    Setting("sandbox_session_tools_visibility", "spawned",
-            "What sandboxed requesters see: spawned (themselves and what they spawned) or all.",
-            env="SESSIONSEARCH_SANDBOX_SESSION_TOOLS_VISIBILITY",
-            toml="agents.defaults.sandbox.sessionToolsVisibility", parse=_choice("spawned", "all")),
-    # search (SPEC §4)
-    Setting("redact_snippets", False, "Mask secrets (API keys, bearer tokens, KEY=value passwords) in snippets.",
-            env="SESSIONSEARCH_REDACT_SNIPPETS", toml="search.redactSnippets", parse=_bool),
-    Setting("search_time_limit_ms", 60_000, "Reader time budget of one search, admission included.",
-            env="SESSIONSEARCH_SEARCH_TIME_LIMIT_MS", toml="search.timeLimitMs", parse=int),
-    Setting("search_response_max_bytes", 32 * 1024, "JSON size budget of one search response.",
-            toml="search.responseMaxBytes", parse=int),
-    Setting("snippet_max_units", 300, "Snippet length in UTF-16 code units (before the ellipsis).",
-            toml="search.snippetMaxUnits", parse=int),
-    Setting("readers_per_agent", 4, "Reader connections per agent database.",
-            env="SESSIONSEARCH_READERS_PER_AGENT", toml="search.readersPerAgent", parse=int),
-    Setting("reader_mmap_mb", 0, "MiB of each agent database a reader maps into memory (0: read() calls).",
-            env="SESSIONSEARCH_READER_MMAP_MB", toml="search.readerMmapMb", parse=_mib),
-    Setting("reader_quiet_mmap_mb", 2048,
-            "MiB of the database a reader maps while it goes unchanged (0: never; SQLite caps it at ~2 GiB).",
-            env="SESSIONSEARCH_READER_QUIET_MMAP_MB", toml="search.readerQuietMmapMb", parse=_mib),
-    # history (SPEC §5)
-    Setting("history_max_bytes", 80 * 1024, "JSON size budget of one history response.",
-            toml="history.maxBytes", parse=int),
-    Setting("history_text_max_chars", 4000, "Message text longer than this is cut.",
-            toml="history.textMaxChars", parse=int),
-    Setting("history_row_max_bytes", 24 * 1024,
-            "A message whose JSON is larger than this (after cutting text) is replaced by a placeholder.",
-            toml="history.rowMaxBytes", parse=int),
-    Setting("history_default_limit", 50, "Messages returned by a history read without `limit`.",
-            toml="history.defaultLimit", parse=int),
-    # reconciliation (SPEC §3, §8)
-    Setting("reconcile_batch_rows", 5000, "Transcript rows per reconciliation batch transaction.",
-            env="SESSIONSEARCH_RECONCILE_BATCH_ROWS", toml="reconcile.batchRows", parse=int),
-    Setting("claim_lease_s", 60.0, "Seconds a reconciliation claim holds before another worker may take it.",
-            env="SESSIONSEARCH_CLAIM_LEASE_S", toml="reconcile.claimLeaseS", parse=float),
-    Setting("reconcile_sweep_every_s", 30.0,
-            "Seconds between a worker's sweeps for windows needing reconciliation with no job queued or taken "
-            "(0: at startup only).", env="SESSIONSEARCH_RECONCILE_SWEEP_EVERY_S", toml="reconcile.sweepEveryS",
-            parse=_seconds),
-    Setting("reconcile_slots", 1,
-            "PostgreSQL: reconciliation transactions doing their work (reading, tokenizing, writing index rows) at once "
-            "against the database, from every worker process and host (0: no limit); the server's other cores stay "
-            "with searches and appends.",
-            env="SESSIONSEARCH_RECONCILE_SLOTS", toml="reconcile.slots", parse=_whole("transactions", 0, "0")),
-    Setting("postings_min_docs", None,
-            "`optimize` gives postings to words in at least this many messages (unset: 500 on SQLite, "
-            "5000 on PostgreSQL), and 0.05% (SQLite) or 0.5% (PostgreSQL) of them.",
-            env="SESSIONSEARCH_POSTINGS_MIN_DOCS", toml="search.postingsMinDocs", parse=int),
-    Setting("optimize_every_s", 3600.0,
-            "Seconds between rebuilds of the common words' postings by `worker` and embedded `serve` (0: never).",
-            env="SESSIONSEARCH_OPTIMIZE_EVERY_S", toml="search.optimizeEveryS", parse=float),
-    Setting("postings_check_every_s", 30.0,
-            "Seconds between checks whether an agent's postings would pay off (a reconciliation backlog drained, "
-            "the index grew by postingsGrowShare, words about to lose theirs); 0: the hourly rebuild only.",
-            env="SESSIONSEARCH_POSTINGS_CHECK_EVERY_S", toml="search.postingsCheckEveryS", parse=float),
-    Setting("postings_grow_share", 0.2,
-            "Build postings again once an agent's index has grown by this share of its rows at the last build.",
-            env="SESSIONSEARCH_POSTINGS_GROW_SHARE", toml="search.postingsGrowShare", parse=float),
-    Setting("worker_cpu_priority", "idle",
-            "CPU scheduling of worker processes: idle (reconcile on CPU time that searches and appends "
-            "leave) or normal.", env="SESSIONSEARCH_WORKER_CPU_PRIORITY", toml="reconcile.cpuPriority",
-            parse=_choice("idle", "normal")),
-)
-
-_BY_NAME = {s.name: s for s in SETTINGS}
-
-
 @dataclass(frozen=True)
 class Settings:
-    """Resolved settings; build with `Settings.load()` at process entry, or directly in tests."""
+    """Resolved settings; build with `Settings.load()` at process entry, or directly in tests.
 
-    data_dir: str = "./data"
-    host: str = "127.0.0.1"
-    database_url: str | None = field(default=None, repr=False)  # holds a password: kept out of reprs
-    database_pool_max_connections: int = 10
-    port: int = 8780
-    redis_url: str | None = None
-    redis_request_timeout_ms: int = 200
-    api_token: str | None = None
-    auth_tokens: tuple = ()  # of auth.ScopedToken
-    log_level: str = "INFO"
-    visibility: str = "all"
-    agent_to_agent_enabled: bool = True
-    agent_to_agent_allow: tuple[str, ...] = ()
-    sandbox_session_tools_visibility: str = "spawned"
-    redact_snippets: bool = False
-    search_time_limit_ms: int = 60_000
-    search_response_max_bytes: int = 32 * 1024
-    snippet_max_units: int = 300
-    readers_per_agent: int = 4
-    reader_mmap_mb: int = 0
-    reader_quiet_mmap_mb: int = 2048
-    history_max_bytes: int = 80 * 1024
-    history_text_max_chars: int = 4000
-    history_row_max_bytes: int = 24 * 1024
-    history_default_limit: int = 50
-    reconcile_batch_rows: int = 5000
-    claim_lease_s: float = 60.0
-    reconcile_sweep_every_s: float = 30.0
-    reconcile_slots: int = 1
-    postings_min_docs: int | None = None  # None: the backend's own
-    optimize_every_s: float = 3600.0
-    postings_check_every_s: float = 30.0
-    postings_grow_share: float = 0.2
-    worker_cpu_priority: str = "idle"
-    config_path: str | None = field(default=None)
+    The fields are the settings table, in the order the configuration page lists them.
+    """
 
-    def replace(self, **changes: Any) -> "Settings":
+    config_path: str | None = setting(
+        None, "TOML settings file read before the environment (`--config`); the TOML column names its keys.",
+        env="SESSIONSEARCH_CONFIG")
+    data_dir: str = setting("./data", "Directory holding one SQLite database per agent.",
+                            env="SESSIONSEARCH_DATA_DIR")
+    host: str = setting("127.0.0.1", "Address the HTTP server binds.", env="SESSIONSEARCH_HOST")
+    # PostgreSQL, the scale-out shape (SPEC §1); docs/postgres-ops.md
+    database_url: str | None = setting(
+        None, "PostgreSQL URL of the transcript store (postgresql://user:password@host:5432/db); unset keeps one "
+        "SQLite file per agent under data_dir. Its password is never logged or printed.",
+        env="SESSIONSEARCH_DATABASE_URL", toml="database.url", secret=True)
+    database_pool_max_connections: int = setting(
+        10, "PostgreSQL connections each process (web, worker, CLI) may hold at most.",
+        env="SESSIONSEARCH_DATABASE_POOL_MAX_CONNECTIONS", toml="database.poolMaxConnections",
+        parse=_whole("connections", 1, "1 connection"))
+    port: int = setting(8780, "Port the HTTP server binds.", env="SESSIONSEARCH_PORT", parse=int)
+    max_body_bytes: int = setting(
+        8 * 1024 * 1024, "Largest request body the HTTP API and `/mcp` read; a larger one is refused with 413.",
+        env="SESSIONSEARCH_MAX_BODY_BYTES", parse=_whole("bytes", 1, "1 byte"))
+    redis_url: str | None = setting(None, "Redis broker URL; unset runs reconciliation in-process (embedded).",
+                                    env="SESSIONSEARCH_REDIS_URL")
+    redis_request_timeout_ms: int = setting(
+        200, "Milliseconds a request waits on Redis (a search's enqueue, /readyz, /metrics) before it answers "
+        "without it.", env="SESSIONSEARCH_REDIS_REQUEST_TIMEOUT_MS", parse=_positive_ms)
+    api_token: str | None = setting(None, "Bearer token required on the HTTP API; unset binds loopback only.",
+                                    env="SESSIONSEARCH_API_TOKEN")
+    auth_tokens: tuple[ScopedToken, ...] = setting(
+        (), "Scoped tokens, each bound to one requester: [[auth.tokens]] token_sha256, requester, sandboxed "
+        "(`sessionsearch token new` prints an entry).", toml="auth.tokens", toml_value=_scoped_tokens)
+    log_level: str = setting("INFO", "Log level of the JSON logs.", env="SESSIONSEARCH_LOG_LEVEL")
+    # visibility (SPEC §6), named as the gateway names them
+    visibility: str = setting("all", "Which sessions a requester may search: all, agent, tree or self.",
+                              env="SESSIONSEARCH_VISIBILITY", toml="tools.sessions.visibility",
+                              parse=_choice("all", "agent", "tree", "self"))
+    agent_to_agent_enabled: bool = setting(
+        True, "Whether requesters may reach other agents' sessions.",
+        env="SESSIONSEARCH_AGENT_TO_AGENT_ENABLED", toml="tools.agentToAgent.enabled", parse=_bool)
+    agent_to_agent_allow: tuple[str, ...] = setting(
+        (), "Agent ids allowed cross-agent (`*` wildcards); empty = all.",
+        env="SESSIONSEARCH_AGENT_TO_AGENT_ALLOW", toml="tools.agentToAgent.allow", parse=_list)
+    sandbox_session_tools_visibility: str = setting(
+        "spawned", "What sandboxed requesters see: spawned (themselves and what they spawned) or all.",
+        env="SESSIONSEARCH_SANDBOX_SESSION_TOOLS_VISIBILITY",
+        toml="agents.defaults.sandbox.sessionToolsVisibility", parse=_choice("spawned", "all"))
+    # search (SPEC §4)
+    redact_snippets: bool = setting(
+        False, "Mask secrets (API keys, bearer tokens, KEY=value passwords) in snippets.",
+        env="SESSIONSEARCH_REDACT_SNIPPETS", toml="search.redactSnippets", parse=_bool)
+    search_time_limit_ms: int = setting(
+        60_000, "Reader time budget of one search, admission included.",
+        env="SESSIONSEARCH_SEARCH_TIME_LIMIT_MS", toml="search.timeLimitMs", parse=int)
+    search_response_max_bytes: int = setting(32 * 1024, "JSON size budget of one search response.",
+                                             toml="search.responseMaxBytes", parse=int)
+    snippet_max_units: int = setting(300, "Snippet length in UTF-16 code units (before the ellipsis).",
+                                     toml="search.snippetMaxUnits", parse=int)
+    readers_per_agent: int = setting(4, "Reader connections per agent database.",
+                                     env="SESSIONSEARCH_READERS_PER_AGENT", toml="search.readersPerAgent",
+                                     parse=int)
+    reader_mmap_mb: int = setting(
+        0, "MiB of each agent database a reader maps into memory (0: read() calls).",
+        env="SESSIONSEARCH_READER_MMAP_MB", toml="search.readerMmapMb", parse=_mib)
+    reader_quiet_mmap_mb: int = setting(
+        2048, "MiB of the database a reader maps while it goes unchanged (0: never; SQLite caps it at ~2 GiB).",
+        env="SESSIONSEARCH_READER_QUIET_MMAP_MB", toml="search.readerQuietMmapMb", parse=_mib)
+    # history (SPEC §5)
+    history_max_bytes: int = setting(80 * 1024, "JSON size budget of one history response.",
+                                     toml="history.maxBytes", parse=int)
+    history_text_max_chars: int = setting(4000, "Message text longer than this is cut.",
+                                          toml="history.textMaxChars", parse=int)
+    history_row_max_bytes: int = setting(
+        24 * 1024, "A message whose JSON is larger than this (after cutting text) is replaced by a placeholder.",
+        toml="history.rowMaxBytes", parse=int)
+    history_default_limit: int = setting(50, "Messages returned by a history read without `limit`.",
+                                         toml="history.defaultLimit", parse=int)
+    # reconciliation (SPEC §3, §8)
+    reconcile_batch_rows: int = setting(
+        5000, "Transcript rows per reconciliation batch transaction.",
+        env="SESSIONSEARCH_RECONCILE_BATCH_ROWS", toml="reconcile.batchRows", parse=int)
+    claim_lease_s: float = setting(
+        60.0, "Seconds a reconciliation claim holds before another worker may take it.",
+        env="SESSIONSEARCH_CLAIM_LEASE_S", toml="reconcile.claimLeaseS", parse=float)
+    reconcile_sweep_every_s: float = setting(
+        30.0, "Seconds between a worker's sweeps for windows needing reconciliation with no job queued or taken "
+        "(0: at startup only).", env="SESSIONSEARCH_RECONCILE_SWEEP_EVERY_S", toml="reconcile.sweepEveryS",
+        parse=_seconds)
+    reconcile_slots: int = setting(
+        1, "PostgreSQL: reconciliation transactions doing their work (reading, tokenizing, writing index rows) at "
+        "once against the database, from every worker process and host (0: no limit); the server's other cores "
+        "stay with searches and appends.",
+        env="SESSIONSEARCH_RECONCILE_SLOTS", toml="reconcile.slots", parse=_whole("transactions", 0, "0"))
+    postings_min_docs: int | None = setting(
+        None, "`optimize` gives postings to words in at least this many messages (unset: 500 on SQLite, "
+        "5000 on PostgreSQL), and 0.05% (SQLite) or 0.5% (PostgreSQL) of them.",
+        env="SESSIONSEARCH_POSTINGS_MIN_DOCS", toml="search.postingsMinDocs", parse=int)
+    optimize_every_s: float = setting(
+        3600.0, "Seconds between rebuilds of the common words' postings by `worker` and embedded `serve` "
+        "(0: never).", env="SESSIONSEARCH_OPTIMIZE_EVERY_S", toml="search.optimizeEveryS", parse=float)
+    postings_check_every_s: float = setting(
+        30.0, "Seconds between checks whether an agent's postings would pay off (a reconciliation backlog "
+        "drained, the index grew by postingsGrowShare, words about to lose theirs); 0: the hourly rebuild only.",
+        env="SESSIONSEARCH_POSTINGS_CHECK_EVERY_S", toml="search.postingsCheckEveryS", parse=float)
+    postings_grow_share: float = setting(
+        0.2, "Build postings again once an agent's index has grown by this share of its rows at the last build.",
+        env="SESSIONSEARCH_POSTINGS_GROW_SHARE", toml="search.postingsGrowShare", parse=float)
+    worker_cpu_priority: str = setting(
+        "idle", "CPU scheduling of worker processes: idle (reconcile on CPU time that searches and appends "
+        "leave) or normal.", env="SESSIONSEARCH_WORKER_CPU_PRIORITY", toml="reconcile.cpuPriority",
+        parse=_choice("idle", "normal"))
+
+    def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
 
     @classmethod
-    def load(cls, *, config: str | None = None, env: dict[str, str] | None = None,
-             **overrides: Any) -> "Settings":
+    def load(cls, *, config: str | None = None, env: Mapping[str, str] | None = None,
+             **overrides: Any) -> Settings:
         """Resolve settings: defaults < config file < environment < explicit overrides (flags).
 
         Raises InvalidRequest naming the setting and its source when a value does not parse.
         """
-        env = dict(os.environ) if env is None else env
+        env = os.environ if env is None else env
         values: dict[str, Any] = {}
-        config = config or env.get("SESSIONSEARCH_CONFIG")
+        config = config or _read_env(BY_NAME["config_path"], env)
         if config:
             values.update(_from_toml(Path(config)))
         for s in SETTINGS:
-            if s.env and env.get(s.env) not in (None, ""):
-                values[s.name] = _parse(s, env[s.env], s.env)
+            raw = _read_env(s, env)
+            if raw is not None and s.name != "config_path":
+                values[s.name] = _parse(s, raw, s.env or s.name)
         for name, value in overrides.items():
             if value is not None:
-                if name not in _BY_NAME:
+                if name not in BY_NAME:
                     raise InvalidRequest(f"unknown setting {name!r}", field=name)
                 values[name] = value
         if "agent_to_agent_allow" in values:
             values["agent_to_agent_allow"] = tuple(values["agent_to_agent_allow"])
-        return cls(config_path=config, **values)
+        values["config_path"] = config or None
+        return cls(**values)
+
+
+SETTINGS: tuple[Setting, ...] = tuple(Setting(f.name, f.default, **f.metadata) for f in dataclasses.fields(Settings))
+BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
+
+
+def _read_env(s: Setting, env: Mapping[str, str]) -> str | None:
+    """The setting's environment variable, None when it has none or it is unset or empty."""
+    return (env.get(s.env) or None) if s.env else None
 
 
 def _parse(s: Setting, raw: str, source: str) -> Any:
@@ -284,7 +290,10 @@ def _check_toml_value(s: Setting, value: Any, path: Path) -> Any:
     if s.toml_value is not None:
         return s.toml_value(value, str(path))
     where = f"{path}: {s.toml}"
-    expected = str if s.default is None else type(s.default)  # an unset-by-default setting takes text
+    if s.default is None:  # unset by default: text, or a number for a setting that parses one
+        expected: type | tuple[type, ...] = str if s.parse is str else (str, int, float)
+    else:
+        expected = type(s.default)
     if isinstance(s.default, tuple):
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise InvalidRequest(f"{where} must be a list of strings", field=s.toml)
@@ -296,7 +305,11 @@ def _check_toml_value(s: Setting, value: Any, path: Path) -> Any:
     if expected is float and isinstance(value, int):
         return float(value)
     if not isinstance(value, expected):
-        raise InvalidRequest(f"{where} must be a {expected.__name__}", field=s.toml)
-    if isinstance(value, str) or s.parse not in (str, int, float):  # a number with a range checks it too
+        raise InvalidRequest(f"{where} must be a {_type_name(expected)}", field=s.toml)
+    if isinstance(value, str) or s.default is None or s.parse not in (str, int, float):  # a range checks it too
         return _parse(s, str(value), where)
     return value
+
+
+def _type_name(expected: type | tuple[type, ...]) -> str:
+    return "number" if isinstance(expected, tuple) else expected.__name__

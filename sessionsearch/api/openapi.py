@@ -7,6 +7,7 @@ an empty body reads as `{}`, so a body is required exactly where the method has 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -44,7 +45,7 @@ def _limit(maximum: int) -> dict[str, Any]:
 
 
 EPOCH_MS = {"type": "number", "minimum": MIN_TS_MS, "maximum": MAX_TS_MS}
-INSTANT = {"anyOf": [{"type": "integer", "minimum": MIN_TS_MS, "maximum": MAX_TS_MS},
+INSTANT: dict[str, Any] = {"anyOf": [{"type": "integer", "minimum": MIN_TS_MS, "maximum": MAX_TS_MS},
                      {"type": "string", "pattern": ISO_PATTERN}],
            "description": "epoch milliseconds, or an ISO 8601 date (midnight UTC) or date and time (Z, an offset, "
                           "or none for UTC)"}
@@ -98,7 +99,7 @@ ERROR = {"type": "object", "required": ["error"],
                                                  "message": {"type": "string"}}}}}
 
 
-def _obj(properties: dict[str, Any], required: list[str] = ()) -> dict[str, Any]:
+def _obj(properties: dict[str, Any], required: Sequence[str] = ()) -> dict[str, Any]:
     return {"type": "object", "additionalProperties": False, "properties": properties, "required": list(required)}
 
 
@@ -154,6 +155,12 @@ RESET_MARK = {"type": "object", "required": ["resetId", "afterMessageId", "befor
               "properties": {"resetId": {"type": "string"}, "afterMessageId": NULLABLE_STRING,
                              "beforeMessageId": NULLABLE_STRING}}
 
+LISTED_SESSION = {
+    "type": "object", "required": ["sessionKey", "sessionId", "label", "displayName", "kind", "group", "spawnedBy",
+                                   "updatedAt", "archived"],
+    "properties": {"sessionKey": {"type": "string"}, "sessionId": NULLABLE_STRING, "label": NULLABLE_STRING,
+                   "displayName": NULLABLE_STRING, "kind": NULLABLE_STRING, "group": NULLABLE_STRING,
+                   "spawnedBy": NULLABLE_STRING, "updatedAt": {"type": "integer"}, "archived": {"type": "boolean"}}}
 RESPONSES: dict[str, dict[str, Any]] = {
     "sessions.search": {"oneOf": [SEARCH_STATE, {"type": "object", "required": ["states"],
                                                  "properties": {"states": {"type": "array", "items": SEARCH_STATE}}}]},
@@ -165,13 +172,8 @@ RESPONSES: dict[str, dict[str, Any]] = {
                                         "hasMore": {"type": "boolean"}, "anchorMessageId": {"type": "string"},
                                         "hasOlder": {"type": "boolean"}, "hasNewer": {"type": "boolean"},
                                         "resets": {"type": "array", "items": RESET_MARK}}},
-    "sessions.list": {"type": "object", "required": ["sessions"], "properties": {"sessions": {"type": "array", "items": {
-        "type": "object", "required": ["sessionKey", "sessionId", "label", "displayName", "kind", "group", "spawnedBy",
-                                       "updatedAt", "archived"],
-        "properties": {"sessionKey": {"type": "string"}, "sessionId": NULLABLE_STRING, "label": NULLABLE_STRING,
-                       "displayName": NULLABLE_STRING, "kind": NULLABLE_STRING, "group": NULLABLE_STRING,
-                       "spawnedBy": NULLABLE_STRING, "updatedAt": {"type": "integer"},
-                       "archived": {"type": "boolean"}}}}}},
+    "sessions.list": {"type": "object", "required": ["sessions"],
+                      "properties": {"sessions": {"type": "array", "items": LISTED_SESSION}}},
     "sessions.upsert": {"type": "object", "required": ["sessionKey", "created"],
                         "properties": {"sessionKey": {"type": "string"}, "created": {"type": "boolean"}}},
     "transcript.append": {"type": "object", "required": ["appended", "indexed", "needsReconcile"],
@@ -254,7 +256,8 @@ def openapi_document(*, token: bool = False) -> dict[str, Any]:
         **_errors(*auth)}}}
     paths["/openapi.json"] = {"get": {"operationId": "openapi", "responses": {
         "200": {"description": "this document", **_json({"type": "object"})}, **_errors(*auth)}}}
-    document = {"openapi": "3.1.0", "info": {"title": "sessionsearch", "version": __version__}, "paths": paths}
+    document: dict[str, Any] = {"openapi": "3.1.0", "info": {"title": "sessionsearch", "version": __version__},
+                                "paths": paths}
     if token:
         document["components"] = {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}}
         document["security"] = [{"bearer": []}]

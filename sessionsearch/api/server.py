@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ..errors import InvalidRequest
-from ..settings import Settings
+from ..settings import BY_NAME, Settings
 from .app import create_app
 from .edge import is_loopback_name
 
@@ -30,7 +31,7 @@ class GracefulServer(uvicorn.Server):
     """uvicorn, but a SIGTERM that ended in a graceful shutdown exits 0 instead of re-raising."""
 
     @contextlib.contextmanager
-    def capture_signals(self):
+    def capture_signals(self) -> Iterator[None]:
         inner = super().capture_signals()
         inner.__enter__()
         try:
@@ -72,8 +73,8 @@ def check_bind(settings: Settings) -> None:
 
 def run_server(settings: Settings, *, workers: int = 1) -> int:
     check_bind(settings)
-    common = dict(host=settings.host, port=settings.port, log_config=None, proxy_headers=False,
-                  timeout_graceful_shutdown=30, server_header=False, http=JSONErrorsH11)
+    common: dict[str, Any] = dict(host=settings.host, port=settings.port, log_config=None, proxy_headers=False,
+                                  timeout_graceful_shutdown=30, server_header=False, http=JSONErrorsH11)
     if workers <= 1:
         GracefulServer(uvicorn.Config(create_app(settings), **common)).run()
         return 0
@@ -81,12 +82,14 @@ def run_server(settings: Settings, *, workers: int = 1) -> int:
     folder = Path(os.environ.get("PROMETHEUS_MULTIPROC_DIR") or tempfile.mkdtemp(prefix="sessionsearch-web-"))
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    os.environ.update(PROMETHEUS_MULTIPROC_DIR=str(folder), SESSIONSEARCH_DATA_DIR=str(Path(settings.data_dir).resolve()))
-    for name, env in (("redis_url", "SESSIONSEARCH_REDIS_URL"), ("api_token", "SESSIONSEARCH_API_TOKEN"),
-                      ("database_url", "SESSIONSEARCH_DATABASE_URL"),
-                      ("config_path", "SESSIONSEARCH_CONFIG")):
-        if getattr(settings, name):
-            os.environ[env] = str(getattr(settings, name))
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(folder)
+    passed = {"data_dir": str(Path(settings.data_dir).resolve()), "redis_url": settings.redis_url,
+              "api_token": settings.api_token, "database_url": settings.database_url,
+              "config_path": settings.config_path}  # what flags may have set: the rest is in the environment
+    for name, value in passed.items():
+        env = BY_NAME[name].env
+        if value and env:
+            os.environ[env] = value
     uvicorn.run("sessionsearch.api.app:create_app", factory=True, workers=workers, **common)
     return 0
 
@@ -96,7 +99,8 @@ def _post(url: str, method: str, body: dict[str, Any], token: str | None) -> dic
                                      headers={"Content-Type": "application/json",
                                               **({"Authorization": f"Bearer {token}"} if token else {})})
     with urllib.request.urlopen(request, timeout=30) as response:
-        return json.loads(response.read())
+        answer: dict[str, Any] = json.loads(response.read())
+    return answer
 
 
 def _show(result: dict[str, Any]) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -19,6 +19,10 @@ from starlette.routing import Route
 
 from .. import metrics
 from .edge import CompactJSON, error
+
+if TYPE_CHECKING:
+    from ..engine import Engine
+    from ..queue import Pipeline
 
 STATIC = Path(__file__).resolve().parent / "static"
 # the files the page is made of, by the name the page asks for; nothing else under /ui is served
@@ -44,31 +48,35 @@ def reconciled_windows() -> float:
                for sample in family.samples if sample.name == RECONCILED)
 
 
-def ui_routes(state: dict[str, Any], index_status: Callable[[], Awaitable[dict[str, Any]]]) -> list[Route]:
-    """The routes of the Control UI; `state` is the app's (engine, pipeline), filled at startup."""
+async def page(request: Request) -> Response:
+    return _file("index.html", "text/html; charset=utf-8")
 
-    async def page(request: Request) -> Response:
-        return _file("index.html", "text/html; charset=utf-8")
 
-    async def asset(request: Request) -> Response:
-        name = request.path_params["name"]
-        if name not in ASSETS:
-            return error(404, "NOT_FOUND", f"no Control UI file {name[:100]!r}")
-        return _file(name, ASSETS[name])
+async def asset(request: Request) -> Response:
+    name = request.path_params["name"]
+    if name not in ASSETS:
+        return error(404, "NOT_FOUND", f"no Control UI file {name[:100]!r}")
+    return _file(name, ASSETS[name])
 
-    async def status(request: Request) -> Response:
-        """Per-agent index status, the queue depth and the reconcile counter, in one answer."""
-        pipeline = state["pipeline"]
-        agents = (await index_status())["agents"]
-        try:  # off the event loop: Redis may take up to the request timeout to answer
-            depth: dict[str, int] | None = await asyncio.to_thread(pipeline.queue_depth)
-        except Exception:  # an unreachable queue is a state to show, not an error
-            depth = None
-        return CompactJSON({"time": int(time.time() * 1000), "mode": "embedded" if pipeline.embedded else "redis",
-                            "agents": agents, "queue": {"up": depth is not None, "depth": depth or {}},
-                            "reconciledWindows": int(reconciled_windows())},
-                           headers={"Cache-Control": "no-store"})
 
-    return [Route("/ui", page, methods=["GET"]), Route("/ui/", page, methods=["GET"]),
-            Route("/ui/status.json", status, methods=["GET"]),
-            Route("/ui/{name}", asset, methods=["GET"])]
+async def status(request: Request) -> Response:
+    """Per-agent index status, the queue depth and the reconcile counter, in one answer.
+
+    The engine and pipeline are the app's (`app.state`, api/app.py), set when it has started.
+    """
+    engine: Engine = request.app.state.engine
+    pipeline: Pipeline = request.app.state.pipeline
+    agents = (await engine.index_status())["agents"]
+    try:  # off the event loop: Redis may take up to the request timeout to answer
+        depth: dict[str, int] | None = await asyncio.to_thread(pipeline.queue_depth)
+    except Exception:  # an unreachable queue is a state to show, not an error
+        depth = None
+    return CompactJSON({"time": int(time.time() * 1000), "mode": "embedded" if pipeline.embedded else "redis",
+                        "agents": agents, "queue": {"up": depth is not None, "depth": depth or {}},
+                        "reconciledWindows": int(reconciled_windows())},
+                       headers={"Cache-Control": "no-store"})
+
+
+UI_ROUTES = [Route("/ui", page, methods=["GET"]), Route("/ui/", page, methods=["GET"]),
+             Route("/ui/status.json", status, methods=["GET"]),
+             Route("/ui/{name}", asset, methods=["GET"])]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -9,10 +10,12 @@ import sys
 import time
 
 
+from sessionsearch.api.app import create_app
 from sessionsearch.api.server import is_loopback
+from sessionsearch.settings import Settings
 from sessionsearch.search.runner import INDEXING_WARNING
 
-from ..helpers import chain, leaf, msg
+from ..helpers import chain, engine_at, leaf, msg
 from ..server import Server
 from ..services import free_port
 
@@ -181,3 +184,55 @@ def test_the_demo_reaches_its_complete_state(tmp_path):
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
     assert proc.returncode == 0
+
+
+async def _asgi(app, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+    """One request straight into the ASGI app, in this process (no server, no client library)."""
+    data = json.dumps(body).encode() if body is not None else b""
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http",
+             "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+             "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"),
+                         (b"content-length", str(len(data)).encode())],
+             "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 80)}
+    messages = [{"type": "http.request", "body": data, "more_body": False}]
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    return sent[0]["status"], json.loads(b"".join(m.get("body", b"") for m in sent[1:]))
+
+
+async def test_two_apps_in_one_process_each_answer_from_their_own_store(tmp_path):
+    for name, text in (("a", "the loan is approved"), ("b", "the notary signed")):
+        async with engine_at(tmp_path / name) as engine:
+            await engine.append(KEY, chain("m", [("user", text)]), sessionId="s1")
+    first = create_app(Settings(data_dir=str(tmp_path / "a")), sweep=False)
+    second = create_app(Settings(data_dir=str(tmp_path / "b")), sweep=False)
+    async with first.router.lifespan_context(first), second.router.lifespan_context(second):
+        found = {}
+        for name, app in (("a", first), ("b", second)):
+            for word in ("loan", "notary"):
+                status, body = await _asgi(app, "POST", "/v1/sessions.search", {"query": word})
+                assert status == 200, body
+                found[name, word] = len(body["results"])
+        assert (await _asgi(first, "GET", "/readyz"))[1]["status"] == "ready"
+    assert found == {("a", "loan"): 1, ("a", "notary"): 0, ("b", "loan"): 0, ("b", "notary"): 1}
+
+
+async def test_readyz_says_starting_until_the_app_has_started(tmp_path):
+    app = create_app(Settings(data_dir=str(tmp_path)))
+    assert await _asgi(app, "GET", "/readyz") == (503, {"status": "unavailable", "reason": "starting"})
+
+
+async def test_the_body_limit_an_app_enforces_is_its_own_settings(tmp_path):
+    small = create_app(Settings(data_dir=str(tmp_path), max_body_bytes=100))
+    large = create_app(Settings(data_dir=str(tmp_path)))
+    body = {"sessionKey": KEY, "events": chain("m", [("user", "x" * 200)])}
+    status, answer = await _asgi(small, "POST", "/v1/transcript.append", body)
+    assert (status, answer["error"]["message"]) == (413, "request body exceeds 100 bytes")
+    assert (await _asgi(large, "POST", "/v1/no.such.method", body))[0] == 404  # read past the small limit

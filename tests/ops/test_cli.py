@@ -58,3 +58,48 @@ def test_status_shows_backlog_and_completeness(tmp_path):
     status = json.loads(_cli("status", "--json", data_dir=tmp_path).stdout)
     assert status["agents"] == [{"agentId": "main", "windows": 1, "indexedWindows": 1, "backlog": 0,
                                  "messages": 2, "indexedMessages": 2, "completeness": 1.0}]
+
+
+def test_the_store_flags_are_the_same_on_every_command_that_opens_a_store():
+    from sessionsearch.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    store = {"--data-dir", "--config", "--database-url"}
+    helps = {}
+    for name, command in sub.choices.items():
+        for action in command._actions:
+            for flag in store & set(action.option_strings):
+                helps.setdefault(flag, set()).add(action.help)
+                helps.setdefault(name, set()).add(flag)
+    assert all(len(helps[flag]) == 1 for flag in store), helps  # one declaration, one help text
+    assert {name for name in sub.choices if helps.get(name) == store} == set(sub.choices) - {"token"}
+
+
+def test_status_takes_the_redis_url_as_a_flag(tmp_path):
+    _seed(tmp_path)
+    down = _cli("status", "--json", "--redis-url", "redis://127.0.0.1:9/0", data_dir=tmp_path)
+    assert down.returncode == 0, down.stderr
+    assert json.loads(down.stdout)["queue"]["error"].startswith("queue unreachable")
+    assert "queue" not in json.loads(_cli("status", "--json", data_dir=tmp_path).stdout)
+
+
+def test_python_dash_m_sessionsearch_runs_the_command(tmp_path):
+    _seed(tmp_path)
+    env = {**os.environ, "SESSIONSEARCH_DATA_DIR": str(tmp_path)}
+    run = subprocess.run([sys.executable, "-m", "sessionsearch", "search", "loan", "--json", "--role", "assistant"],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert [h["messageId"] for h in json.loads(run.stdout)["results"]] == ["m2"]
+    usage = subprocess.run([sys.executable, "-m", "sessionsearch"], capture_output=True, text=True, timeout=60)
+    assert usage.returncode == 2 and usage.stderr.startswith("usage: sessionsearch ")
+
+
+def test_the_package_says_it_is_typed_and_ships_the_marker():
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    assert (root / "sessionsearch" / "py.typed").is_file()
+    config = tomllib.loads((root / "pyproject.toml").read_text())
+    assert "py.typed" in config["tool"]["setuptools"]["package-data"]["sessionsearch"]

@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
 
 from sessionsearch.cli import build_parser
 from sessionsearch.store.postgres.schema import LATEST as PG_LATEST
@@ -46,9 +48,25 @@ def test_every_command_takes_a_database_url():
     parser = build_parser()
     extra = {"search": ["word"], "history": ["agent:main:main"], "import": ["dir"]}
     for command in ("serve", "worker", "import", "search", "history", "status", "reconcile", "optimize", "migrate",
-                    "demo"):
+                    "demo", "mcp"):
         args = parser.parse_args([command, *extra.get(command, []), "--database-url", "postgresql://h/db"])
         assert args.database_url == "postgresql://h/db", command
+
+
+async def test_mcp_with_a_database_url_serves_the_tools_from_postgresql(tmp_path, database):
+    assert cli("import", str(DEMO), "--database-url", database, cwd=tmp_path).returncode == 0
+    assert cli("reconcile", "--database-url", database, cwd=tmp_path).returncode == 0
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONSEARCH_")}
+    params = StdioServerParameters(command=sys.executable, env=environment, cwd=str(tmp_path), args=[
+        "-m", "sessionsearch.cli", "mcp", "--data-dir", str(tmp_path / "data"), "--database-url", database])
+    with open(tmp_path / "mcp.log", "w") as errlog:
+        async with Client(stdio_client(params, errlog=errlog)) as client:
+            result = await client.call_tool("sessions_search", {"query": "loan"})
+    found = json.loads(result.content[0].text)
+    assert not result.is_error and "indexing" not in found, found
+    assert {hit["sessionKey"].split(":")[1] for hit in found["results"]} == {"main"}  # the demo's loan talk
+    assert not (tmp_path / "data" / "agents").exists()  # nothing read from (or made in) SQLite files
+    assert "Traceback" not in (tmp_path / "mcp.log").read_text()
 
 
 def test_migrate_brings_a_new_database_to_the_latest_schema_then_finds_it_current(tmp_path, database):

@@ -1,0 +1,7 @@
+"""`python -m sessionsearch`: the `sessionsearch` command (sessionsearch/cli.py)."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())
