@@ -11,7 +11,7 @@ import sqlite3
 import time
 
 from ..base import ClaimInfo
-from ..cjk import index_text
+from ...text.cjk import index_text
 from ..rowids import MAX_SEQ, seq_ranges, wid_sql
 from .fts import INDEX_TEXT_SQL
 
