@@ -55,6 +55,31 @@ def index_tokens(text: str) -> list[str]:
     return out
 
 
+ESCAPE = "\uffff"
+
+
+def stored_text(text: str | None) -> str | None:
+    """A message's text as its `text` column holds it: PostgreSQL's text holds no NUL, so NUL is
+    ESCAPE then U+FFFE, and ESCAPE itself doubled. Both are separators to unicode61, as NUL is, so
+    the stored text tokenizes as the text does (reconciliation tokenizes it as it is stored)."""
+    if text is None or ("\x00" not in text and ESCAPE not in text):
+        return text
+    return text.replace(ESCAPE, ESCAPE * 2).replace("\x00", ESCAPE + "\ufffe")
+
+
+def read_text(text: str) -> str:
+    """The text stored_text() stored."""
+    if ESCAPE not in text:
+        return text
+    out, i = [], 0
+    while (j := text.find(ESCAPE, i)) >= 0:
+        out.append(text[i:j])
+        out.append("\x00" if text[j + 1:j + 2] == "\ufffe" else ESCAPE)
+        i = j + 2
+    out.append(text[i:])
+    return "".join(out)
+
+
 def _kept(token: str) -> str:
     """The longest prefix of `token` within KEPT_BYTES bytes of UTF-8."""
     return token.encode("utf-8")[:KEPT_BYTES].decode("utf-8", "ignore")

@@ -11,6 +11,7 @@ from ...indexer.events import Event
 from ..base import AppendResult, ClaimInfo, Match
 from . import postings_build, reads
 from .db import Db, Reader
+from .lexemes import read_text
 from .reconcile import ReconcileWrites
 from .search import DfCache, search_top
 from .sessions import search_sessions
@@ -155,19 +156,20 @@ class PgAgentStore:
                          exclude: list[int] | None, role: str | None, hot: str | None = None,
                          since: int | None = None, until: int | None = None, ties: bool = True):
         at = time.monotonic()
-        out = await search_top(reader, self.ano, match, self._dfs, k=k, order=order, include=include, exclude=exclude,
-                               role=role, since=since, until=until)
+        version, dirty, hits = await search_top(reader, self.ano, match, self._dfs, k=k, order=order,
+                                                include=include, exclude=exclude, role=role, since=since, until=until)
         self._seen(at)
-        return out
+        return version, dirty, [(*h[:4], read_text(h[4])) for h in hits]  # NUL as stored (lexemes.stored_text)
 
     async def search_sessions(self, reader: Reader, match: Match, *, k: int,
                               order: str, include: list[int] | None, exclude: list[int] | None, role: str | None,
                               since: int | None = None, until: int | None = None, hot: str | None = None):
         at = time.monotonic()
-        out = await search_sessions(reader, self.ano, match, self._dfs, k=k, order=order, include=include,
-                                    exclude=exclude, role=role, since=since, until=until)
+        version, dirty, found = await search_sessions(reader, self.ano, match, self._dfs, k=k, order=order,
+                                                      include=include, exclude=exclude, role=role, since=since,
+                                                      until=until)
         self._seen(at)
-        return out
+        return version, dirty, [(key, n, (*hit[:4], read_text(hit[4]))) for key, n, hit in found]
 
     def _seen(self, at: float) -> None:
         if self._listing_seen is not None and self._dfs.listing:
