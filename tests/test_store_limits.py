@@ -4,6 +4,7 @@ token past PostgreSQL's lexeme limit is still found whole and by a prefix."""
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 
 from sessionsearch.errors import InvalidRequest
@@ -66,6 +67,7 @@ async def test_a_token_past_postgresqls_lexeme_limit_is_found_whole_and_by_a_pre
         assert sorted(ids(await engine.search(query="ж" * 900, match="prefix"))) == ["m1", "m2"]
         assert ids(await engine.search(query=f"{long[:900]} tail", match="prefix")) == []  # prefix: last word only
         assert ids(await engine.search(query=f"tail {long[:900]}", match="prefix")) == ["m1"]
+        assert sorted(ids(await engine.search(query="ж" * 1000, match="prefix"))) == ["m1", "m2"]  # 2,000 bytes
 
 
 async def test_bengali_and_marathi_words_are_found_as_sqlite_splits_them(backend):
@@ -79,3 +81,26 @@ async def test_bengali_and_marathi_words_are_found_as_sqlite_splits_them(backend
         assert ids(await engine.search(query="मराठी")) == ["m2"]
         assert sorted(ids(await engine.search(query="मर"))) == ["m2", "m4"]
         assert sorted(ids(await engine.search(query="ব"))) == ["m1", "m3"]
+
+
+async def test_an_upgraded_postgresql_store_indexes_its_non_ascii_rows_again_by_unicode61(pg):
+    """Rows indexed by the tokenizer before unicode61 (Indic words whole) are dropped by migration
+    11 and their windows reconciled: the same words are then found as SQLite finds them."""
+    async with engine_at(pg) as engine:
+        await engine.append("agent:main:hi", chain("h", [("user", "हिन्दी भाषा")]))
+        await engine.append("agent:main:en", chain("e", [("user", "plain words")]))
+    with psycopg.connect(pg.database_url, autocommit=True) as conn:  # as the earlier tokenizer left it
+        conn.execute("UPDATE ss_index i SET tsv = 'हिन्दी:1 भाषा:2'::tsvector, tf = '{\"हिन्दी\": 1, \"भाषा\": 1}', "
+                     "dl = 2 FROM ss_events e WHERE e.id = i.id AND e.event_id = 'h1'")
+        conn.execute("UPDATE ss_windows w SET idx_tokens = 2 FROM ss_events e WHERE e.wid = w.wid AND e.event_id = 'h1'")
+        conn.execute("DELETE FROM ss_schema_migrations WHERE version = 11")
+    async with engine_at(pg) as engine:
+        first = await engine.search(query="हिन्दी")
+        assert first["results"] == [] and first["indexing"] is True
+        assert ids(await engine.search(query="plain")) == ["e1"]
+        await engine.reconcile_pending()
+        done = await engine.search(query="हिन्दी")
+        assert ids(done) == ["h1"] and "indexing" not in done
+    with psycopg.connect(pg.database_url) as conn:
+        rows, tokens = conn.execute("SELECT sum(idx_rows), sum(idx_tokens) FROM ss_windows").fetchone()
+        assert (rows, tokens) == conn.execute("SELECT count(*), sum(dl) FROM ss_index").fetchone() == (2, 7)

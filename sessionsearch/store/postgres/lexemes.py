@@ -16,7 +16,7 @@ fts.py makes the same phrases for FTS5).
 Limits of tsvector: a lexeme holds at most 2,047 bytes, so a token longer than MAX_TOKEN_BYTES is
 stored and searched as its first KEPT_BYTES bytes, `~` and its SHA-256 (`~` is no token character:
 no other token has that lexeme): it matches as a whole word by the lexeme, and a prefix of at most
-KEPT_BYTES bytes matches it as it matches any token. Positions stop at 16,383, so phrases (never
+KEPT_BYTES bytes matches it as it matches any token; a longer prefix is cut to KEPT_BYTES bytes. Positions stop at 16,383, so phrases (never
 single words) are found only within a message's first 16,383 tokens; a lexeme keeps its first 256
 positions, so a phrase is found only where each of its tokens is within its first 256 occurrences in
 the message; and a tsvector holds at most 1 MB of lexemes, so distinct tokens past MAX_LEXEME_BYTES
@@ -140,8 +140,8 @@ def query_phrases(words: tuple[str, ...], prefix: bool = False) -> tuple[list[li
     fts.py): each CJK run of a word the phrase of its bigrams (one character its unigram), the rest
     of the word the phrase of its tokens. Then whether the last phrase ends in a prefix: `prefix`
     and the last word ends in text other than CJK (a CJK run already matches as any substring).
-    A prefix token longer than MAX_TOKEN_BYTES is its first KEPT_BYTES bytes, the part of a long
-    token its lexeme begins with."""
+    A prefix token longer than KEPT_BYTES is its first KEPT_BYTES bytes, the part of a long token
+    its lexeme begins with."""
     phrases: list[list[str]] = []
     last: list[str] = []
     last_is_word = False
@@ -152,6 +152,6 @@ def query_phrases(words: tuple[str, ...], prefix: bool = False) -> tuple[list[li
             if toks:
                 phrases.append([lexeme(t) for t in toks])
                 last, last_is_word = toks, kind == "word"
-    if prefix and last_is_word and phrases[-1][-1] != last[-1]:
+    if prefix and last_is_word and len(last[-1]) * 4 > KEPT_BYTES and len(last[-1].encode("utf-8")) > KEPT_BYTES:
         phrases[-1][-1] = _kept(last[-1])
     return phrases, prefix and last_is_word
