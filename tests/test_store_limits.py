@@ -92,7 +92,8 @@ async def test_an_upgraded_postgresql_store_indexes_its_non_ascii_rows_again_by_
     with psycopg.connect(pg.database_url, autocommit=True) as conn:  # as the earlier tokenizer left it
         conn.execute("UPDATE ss_index i SET tsv = 'हिन्दी:1 भाषा:2'::tsvector, tf = '{\"हिन्दी\": 1, \"भाषा\": 1}', "
                      "dl = 2 FROM ss_events e WHERE e.id = i.id AND e.event_id = 'h1'")
-        conn.execute("UPDATE ss_windows w SET idx_tokens = 2 FROM ss_events e WHERE e.wid = w.wid AND e.event_id = 'h1'")
+        conn.execute("UPDATE ss_windows w SET idx_tokens = 2 FROM ss_events e "
+                     "WHERE e.wid = w.wid AND e.event_id = 'h1'")
         conn.execute("DELETE FROM ss_schema_migrations WHERE version = 11")
     async with engine_at(pg) as engine:
         first = await engine.search(query="हिन्दी")

@@ -4,8 +4,10 @@ folding or a later Unicode would differ."""
 
 from __future__ import annotations
 
+import ast
 import random
 import unicodedata
+from pathlib import Path
 
 import pytest
 
@@ -98,3 +100,17 @@ def test_the_tables_are_sqlites_not_those_of_pythons_unicode():
     sample = random.Random(6).sample(differ, 2000)
     assert [hex(cp) for cp, want in zip(sample, fts5_tokens([chr(cp) for cp in sample]), strict=True)
             if unicode61.tokens(chr(cp)) != want] == []
+
+
+def test_the_text_rules_import_nothing_else_of_the_package():
+    """sessionsearch/text is the bottom layer: store/, search/ and the rest import it, never the reverse."""
+    folder = Path(cjk.__file__).parent
+    imported = set()
+    for path in folder.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                imported.add("." * node.level + (node.module or ""))
+            elif isinstance(node, ast.Import):
+                imported.update(a.name for a in node.names)
+    assert {name for name in imported if name.startswith("..") or name.startswith("sessionsearch")} == set()
+    assert imported <= {"__future__", "functools", "re", "unicodedata", ".unicode61", ".unicode61_table"}

@@ -16,11 +16,12 @@ fts.py makes the same phrases for FTS5).
 Limits of tsvector: a lexeme holds at most 2,047 bytes, so a token longer than MAX_TOKEN_BYTES is
 stored and searched as its first KEPT_BYTES bytes, `~` and its SHA-256 (`~` is no token character:
 no other token has that lexeme): it matches as a whole word by the lexeme, and a prefix of at most
-KEPT_BYTES bytes matches it as it matches any token; a longer prefix is cut to KEPT_BYTES bytes. Positions stop at 16,383, so phrases (never
-single words) are found only within a message's first 16,383 tokens; a lexeme keeps its first 256
-positions, so a phrase is found only where each of its tokens is within its first 256 occurrences in
-the message; and a tsvector holds at most 1 MB of lexemes, so distinct tokens past MAX_LEXEME_BYTES
-are left out of the index (README, "Deviations from the SPEC").
+KEPT_BYTES bytes matches it as it matches any token; a longer prefix is cut to KEPT_BYTES bytes.
+Positions stop at 16,383, so phrases (never single words) are found only within a message's first
+16,383 tokens; a lexeme keeps its first 256 positions, so a phrase is found only where each of its
+tokens is within its first 256 occurrences in the message; and a tsvector holds at most 1 MB of
+lexemes, so distinct tokens past MAX_LEXEME_BYTES are left out of the index (README, "Deviations
+from the SPEC").
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ def quote(lex: str) -> str:
 
 def index_fields(text: str) -> tuple[int, str, str]:
     """(dl, tf as JSON, tsvector literal) of a message's text: the tokens of its index form
-    (store/cjk.py: each CJK run as its bigrams then its unigrams, at consecutive positions).
+    (text/cjk.py: each CJK run as its bigrams then its unigrams, at consecutive positions).
 
     Most messages are written as one `'lexeme':position` per token, in order: tsvector input
     merges a lexeme's positions itself (in C, a fifth of the Python time of merging them here).
