@@ -4,7 +4,7 @@ frequency, bare FTS5 and a trigram table beside it, and what the shadow tokens c
     .venv/bin/python bench/bench_cjk.py [--messages 200000] [--reps 20]
 
 Builds one engine with two agents holding the same corpus (5% CJK messages, bench/corpus.py):
-`main` indexes the shadow tokens (store/cjk.py), `plain` indexes the text as it stands (index_text
+`main` indexes the shadow tokens (text/cjk.py), `plain` indexes the text as it stands (index_text
 replaced by the identity on its writer thread only), appended alternately in batches of 100, so the
 append rates and database sizes compare like for like. Beside them a bare SQLite file holds the
 same texts in an FTS5 table (unicode61) and a trigram one. Then, interleaved query by query on
@@ -47,7 +47,7 @@ from stats import pct  # noqa: E402
 
 from sessionsearch import Engine, Settings  # noqa: E402
 from sessionsearch import logging as sslogging  # noqa: E402
-from sessionsearch.store import cjk  # noqa: E402
+from sessionsearch.text import cjk  # noqa: E402
 from sessionsearch.store.sqlite import postings as hot  # noqa: E402
 from sessionsearch.store.sqlite import writer as writer_module  # noqa: E402
 from sessionsearch.store.sqlite.fts import quote  # noqa: E402

@@ -32,7 +32,7 @@ from stats import pct  # noqa: E402
 
 from sessionsearch import Engine, Settings  # noqa: E402
 from sessionsearch import logging as sslogging  # noqa: E402
-from sessionsearch.search.text import tokens  # noqa: E402
+from sessionsearch.text.unicode61 import tokens  # noqa: E402
 
 ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 BATCH = 100

@@ -33,7 +33,7 @@ from .session_meta import check_meta
 from .settings import Settings
 from .store import backend_for
 from .store.base import AgentStore
-from .values import check_name, check_text
+from .values import check_name, check_stored_name, check_text
 
 log = structlog.get_logger("sessionsearch.engine")
 
@@ -145,6 +145,11 @@ class Engine:
             raise InvalidRequest(f"events must hold at most {MAX_EVENTS_PER_APPEND} events", field="events")
         now = int(time.time() * 1000)
         parsed = [parse_event(raw, f"events[{i}]", now_ms=now) for i, raw in enumerate(events)]
+        for i, event in enumerate(parsed):
+            for name, value in (("id", event.event_id), ("parentId", event.parent), ("targetId", event.target_id),
+                                ("firstKeptEntryId", event.first_kept_id)):
+                if value is not None:
+                    check_stored_name(value, f"events[{i}].{name}")
         store = await self.store(agent_of(key), create=True)
         result = await store.append(key, parsed, session_id=sessionId, index=index)
         self._catalog.note_window(store.agent_id, key, result.session_id)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from .errors import InvalidRequest
-from .values import check_text
+from .values import check_stored_name
 
 DEFAULT_AGENT = "main"
 # \Z, not $: `$` also matches before a trailing newline, and "main\n" would name a database file
@@ -27,7 +27,7 @@ def check_session_key(key: object, *, field: str = "sessionKey") -> str:
         raise InvalidRequest(f"{field} must be a non-empty string", field=field)
     if len(key) > MAX_SESSION_KEY_CHARS:
         raise InvalidRequest(f"{field} must not exceed {MAX_SESSION_KEY_CHARS} characters", field=field)
-    check_text(key, field)
+    check_stored_name(key, field)
     agent_of(key, field=field)
     return key
 

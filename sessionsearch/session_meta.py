@@ -7,7 +7,7 @@ from typing import Any
 
 from .errors import InvalidRequest
 from .keys import check_session_key
-from .values import check_text
+from .values import check_stored_name
 
 KINDS = ("direct", "group", "subagent", "cron", "system")
 TEXT_FIELDS = ("label", "displayName", "group", "sessionId")
@@ -28,7 +28,7 @@ def check_meta(fields: dict[str, Any]) -> tuple[dict[str, Any], list[InvalidRequ
             problems.append(InvalidRequest(f"{name} must be a string", field=name))
             continue
         try:
-            check_text(value, name)
+            check_stored_name(value, name)
         except InvalidRequest as exc:
             problems.append(exc)
     for name in KEY_FIELDS:

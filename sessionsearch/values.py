@@ -40,6 +40,15 @@ def check_text(value: str, field: str) -> str:
     return value
 
 
+def check_stored_name(value: str, field: str) -> str:
+    """check_text(), and no NUL (U+0000): a key, an id or a label is refused with one on every
+    store (PostgreSQL's text holds none; message text keeps its NUL on both, store/postgres/lexemes.py)."""
+    check_text(value, field)
+    if "\x00" in value:
+        raise InvalidRequest(f"{field} must not contain NUL (U+0000)", field=field)
+    return value
+
+
 def check_name(value: object, field: str) -> str | None:
     """Return `value` (None when absent) if it is a non-empty string without unpaired surrogates,
     else raise InvalidRequest naming `field`: the rule for the ids a client may name (sessionId,
@@ -48,7 +57,7 @@ def check_name(value: object, field: str) -> str | None:
         return None
     if not isinstance(value, str) or not value:
         raise InvalidRequest(f"{field} must be a non-empty string", field=field)
-    return check_text(value, field)
+    return check_stored_name(value, field)
 
 
 def check_json(value: Any, where: str, *, max_depth: int = MAX_JSON_DEPTH) -> None:

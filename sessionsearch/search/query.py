@@ -9,9 +9,11 @@ from typing import Any
 from ..errors import InvalidRequest
 from ..keys import check_agent_id, check_session_key
 from ..store.base import Match
-from ..store.cjk import query_parts
+from ..text.cjk import query_parts
+from ..text.unicode61 import tokens
+from ..text.utf16 import utf16_len
 from ..values import check_name, check_text
-from .text import term_pieces, tokens, utf16_len
+from .text import term_pieces
 from .timerange import parse_range
 
 MAX_QUERY_UNITS = 4096
@@ -48,7 +50,7 @@ class ParsedQuery:
     def hot_token(self) -> str | None:
         """The FTS5 token of a one-word query that a word's postings can answer, else None: a word
         of ASCII letters and digits once folded (unicode61 keeps it as one token, lowercased), or
-        a CJK run of one or two characters (its unigram or bigram shadow token, store/cjk.py)."""
+        a CJK run of one or two characters (its unigram or bigram shadow token, text/cjk.py)."""
         if len(self.words) != 1 or self.prefix:
             return None
         parts = query_parts(self.words[0])

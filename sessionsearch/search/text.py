@@ -1,73 +1,30 @@
-"""Text rules shared by search and history: folding, UTF-16 lengths, CJK, snippets, redaction."""
+"""Snippets and redaction: what of a hit's text leaves the service. The text rules they stand on
+(tokens, folding, CJK runs, UTF-16 lengths) are sessionsearch/text's."""
 
 from __future__ import annotations
 
 import re
-import unicodedata
 from functools import lru_cache
 
-from ..store import cjk
+from ..text import cjk, unicode61
+from ..text.unicode61 import is_token_char, tokens
+from ..text.utf16 import cut_utf16, utf16_len
 
-
-def utf16_len(text: str) -> int:
-    if text.isascii():  # known to the string object: no pass over the text
-        return len(text)
-    return len(text.encode("utf-16-le", "surrogatepass")) // 2
-
-
-def cut_utf16(text: str, units: int) -> str:
-    """The longest prefix of `text` within `units` UTF-16 code units (never half a surrogate pair)."""
-    if len(text) <= units // 2:
-        return text
-    total = utf16_len(text)
-    if total <= units:
-        return text
-    if total == len(text):  # no astral characters: one unit each
-        return text[:units]
-    used = 0
-    for i, ch in enumerate(text):
-        used += 2 if ord(ch) > 0xFFFF else 1
-        if used > units:
-            return text[:i]
-    return text
+__all__ = ["fold", "fold_char", "match_position", "redact", "snippet", "term_pieces"]
 
 
 @lru_cache(maxsize=65536)
 def fold_char(ch: str) -> str:
-    """Case- and diacritic-folded form of one character (as unicode61 remove_diacritics 2 sees it),
-    full-width and half-width forms as their usual ones (as the index folds them, store/cjk.py)."""
-    if ch.isascii():
-        return ch.lower()
-    if cjk.needs_fold(ch) and (usual := cjk.fold(ch)) != ch:
-        return "".join(fold_char(c) for c in usual)
-    decomposed = unicodedata.normalize("NFD", ch)
-    return "".join(c for c in decomposed if not unicodedata.combining(c)).casefold()
+    """One character as the index matches it: full-width and half-width forms as their usual ones
+    (the index form, text/cjk.py), then folded as unicode61 folds it (text/unicode61.py)."""
+    if cjk.needs_fold(ch):
+        return unicode61.fold(cjk.fold(ch))
+    return unicode61.fold_char(ch)
 
 
 def fold(text: str) -> str:
+    """`text` as the index matches it, character by character (fold_char)."""
     return "".join(fold_char(ch) for ch in text)
-
-
-def is_token_char(ch: str) -> bool:
-    """Whether unicode61 keeps `ch` inside a token (letters, numbers, private use)."""
-    if ch.isascii():
-        return ch.isalnum()
-    cat = unicodedata.category(ch)
-    return cat[0] in "LN" or cat in ("Co", "Mn", "Mc")
-
-
-def tokens(text: str) -> list[str]:
-    """Folded tokens of `text`, split where unicode61 splits."""
-    out, buf = [], []
-    for ch in text:
-        if is_token_char(ch):
-            buf.append(fold_char(ch))
-        elif buf:
-            out.append("".join(buf))
-            buf = []
-    if buf:
-        out.append("".join(buf))
-    return [t for t in out if t]
 
 
 def term_pieces(word: str) -> list[str]:
@@ -96,30 +53,30 @@ def _find_term(folded: str, term: str, prefix: bool) -> int:
         start = i + 1
 
 
+def _earliest(folded: str, terms: list[str], prefix_last: bool) -> int:
+    """Start of the earliest occurrence of any term in folded text, or -1."""
+    best = -1
+    for n, term in enumerate(terms):
+        pos = _find_term(folded, term, prefix_last and n == len(terms) - 1)
+        if pos >= 0 and (best < 0 or pos < best):
+            best = pos
+    return best
+
+
 def match_position(text: str, terms: list[str], prefix_last: bool = False) -> int:
     """Index in `text` of the earliest occurrence of any folded term (0 when none is found)."""
-    lowered = text.lower()
-    if len(lowered) == len(text):  # fast path: plain lower-casing finds the term where it stands
-        best = -1
-        for n, term in enumerate(terms):
-            pos = _find_term(lowered, term, prefix_last and n == len(terms) - 1)
-            if pos >= 0 and (best < 0 or pos < best):
-                best = pos
-        if best >= 0:
-            return best
+    if text.isascii() or not cjk.needs_fold(text):  # folded in C; one character each unless marks go
+        folded = text.lower() if text.isascii() else unicode61.fold(text)
+        if len(folded) == len(text):
+            return max(_earliest(folded, terms, prefix_last), 0)
     folded_chars: list[str] = []
     index: list[int] = []
     for i, ch in enumerate(text):
         f = fold_char(ch)
         folded_chars.append(f)
         index.extend([i] * len(f))
-    folded = "".join(folded_chars)
-    best = -1
-    for n, term in enumerate(terms):
-        pos = _find_term(folded, term, prefix_last and n == len(terms) - 1)
-        if pos >= 0 and (best < 0 or pos < best):
-            best = pos
-    return index[best] if best >= 0 and best < len(index) else 0
+    best = _earliest("".join(folded_chars), terms, prefix_last)
+    return index[best] if 0 <= best < len(index) else 0
 
 
 def snippet(text: str, terms: list[str], *, max_units: int = 300, prefix_last: bool = False) -> str:

@@ -8,7 +8,7 @@ label or display name, and the last one may be a prefix: `per session communi` f
 from __future__ import annotations
 
 from ..store.base import SessionMeta
-from .text import tokens
+from ..text.unicode61 import tokens
 
 
 def title_matches(search: str, meta: SessionMeta) -> bool:

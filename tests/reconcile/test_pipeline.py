@@ -21,7 +21,7 @@ from sessionsearch import Engine, Settings
 from sessionsearch import metrics as ssmetrics
 from sessionsearch.importer import run_import
 from sessionsearch.queue import Pipeline
-from sessionsearch.search.text import tokens
+from sessionsearch.text.unicode61 import tokens
 
 from ..helpers import Where, chain, ids, leaf, msg, until, wait_until
 from ..services import free_port, redis_server, terminate

@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sessionsearch import Engine, Settings
-from sessionsearch.search.text import utf16_len
-from sessionsearch.store.cjk import index_text
+from sessionsearch.text.utf16 import utf16_len
+from sessionsearch.text.cjk import index_text
 from sessionsearch.store.sqlite import store as store_module
 
 from ..helpers import chain, engine_at, ids, wait_until

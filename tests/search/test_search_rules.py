@@ -7,7 +7,7 @@ import json
 import pytest
 
 from sessionsearch import InvalidRequest, SearchTimeout
-from sessionsearch.search.text import utf16_len
+from sessionsearch.text.utf16 import utf16_len
 from sessionsearch.store.base import Match
 
 from ..helpers import BASE_TS, chain, engine_at, ids, leaf, msg

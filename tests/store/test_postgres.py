@@ -16,17 +16,16 @@ import pytest
 
 from sessionsearch import Engine, Settings
 from sessionsearch.errors import SearchTimeout, Unavailable
-from sessionsearch.search.text import fold_char, is_token_char
-from sessionsearch.search.text import tokens as text_tokens
 from sessionsearch.store.base import Match
-from sessionsearch.store.cjk import index_text, needs_fold, runs
 from sessionsearch.store.postgres import search as search_module
-from sessionsearch.store.postgres.lexemes import _index_fields_limited, _patterns, fold_run, index_fields, index_tokens
-from sessionsearch.store.postgres.lexemes import tokens as pg_tokens
+from sessionsearch.store.postgres.lexemes import _index_fields_limited, index_fields, index_tokens
 from sessionsearch.store.postgres.recent import walk_sql, walk_windows
 from sessionsearch.store.postgres.search import DfCache, Query
 from sessionsearch.store.rowids import LOW_SEQS
+from sessionsearch.text.cjk import index_text
+from sessionsearch.text.unicode61 import tokens as text_tokens
 
+from ..fts5 import fts5_tokens
 from ..helpers import BASE_TS, chain, engine_at, ids, leaf, msg, timed, until, wait_until
 from ..pg_proxy import PgProxy
 from ..server import Server
@@ -37,37 +36,6 @@ TEXTS = ["Café CAFÉ cafe naïve Ærøskøbing straße ß", "per-session commun
          "日本語のテキスト and 中文 mixed", "हिन्दी भाषा और देवनागरी", "emoji 😀 text 𝐁𝐨𝐥𝐝 ＦＵＬＬ ① Ⅻ ²",
          "quotes ' \" \\\\ back\\slash & | ! ( ) : * <-> ''", "Ελληνικά ΣΊΣΥΦΟΣ σίσυφος", "İstanbul ǅ ﬁ ﬀ",
          "明天去东京meeting吧、한국어 ｶﾞｲﾄﾞ Ｒｅｄｉｓ"]
-
-
-def _model_tokens(text: str) -> list[str]:
-    """text.py's tokens, but CJK run characters kept as they are (unicode61 folds nothing in them)."""
-    out, buf = [], []
-    for ch in text + " ":
-        if is_token_char(ch):
-            buf.append(ch if runs(ch) == [ch] else fold_char(ch))
-        elif buf:
-            out.append("".join(buf))
-            buf = []
-    return [t for t in out if t]
-
-
-def test_the_regex_tokenizer_classifies_and_folds_every_character_as_text_py():
-    _bmp, anywhere, combining, astral = _patterns()
-    every = "".join(chr(cp) for cp in range(0x110000) if not 0xD800 <= cp <= 0xDFFF)
-    matched = set("".join(anywhere.findall(every))) - {"_"}
-    assert [ch for ch in every if is_token_char(ch) != (ch in matched)] == []
-    # what the tokenizer is given is already folded by store/cjk.py (index_text): CJK folded, runs kept
-    assert [ch for ch in every[:0x20000] if ch in matched and not needs_fold(ch)
-            and fold_run(ch, combining, astral) != fold_char(ch)] == []
-    assert [ch for ch in every if runs(ch) == [ch] and fold_run(ch, combining, astral) != ch] == []
-    rng = random.Random(7)
-    alphabet = [chr(c) for c in [*range(0x20, 0x250), *range(0x300, 0x370), *range(0x900, 0x980),
-                                 *range(0x3040, 0x3100),
-                                 0x1F600, 0x1D401, 0xE000, 0x200B, 0xFF21, 0xFF76, 0xFF9E, 0xAC00, 0xF900, 0x2160, 0xB2,
-                                 0x5F, 0x130, 0xE0101]]
-    for _ in range(5000):
-        text = index_text("".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30))))
-        assert pg_tokens(text) == _model_tokens(text), text
 
 
 def test_cjk_index_tokens_are_exactly_sqlites_unicode61_tokens():
@@ -85,7 +53,7 @@ def test_cjk_index_tokens_are_exactly_sqlites_unicode61_tokens():
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 20)))
         conn.execute("INSERT INTO f (rowid, t) VALUES (?, ?)", (n, index_text(text)))
         want = [term for term, in conn.execute("SELECT term FROM v WHERE doc = ? ORDER BY offset", (n,))]
-        assert index_tokens(text) == want == pg_tokens(index_text(text)), text
+        assert index_tokens(text) == want == text_tokens(index_text(text)), text
 
 
 async def test_postgresql_indexes_exactly_the_tokens_sqlite_would(pg):
@@ -95,8 +63,8 @@ async def test_postgresql_indexes_exactly_the_tokens_sqlite_would(pg):
             rows = conn.execute("SELECT i.dl, i.tf, array(SELECT lexeme FROM unnest(i.tsv) ORDER BY 1), e.text "
                                 "FROM ss_index i JOIN ss_events e ON e.id = i.id ORDER BY i.id").fetchall()
     assert len(rows) == len(TEXTS)
-    for dl, tf, lexemes, text in rows:
-        want = Counter(_model_tokens(index_text(text)))  # CJK runs as their shadow tokens (store/cjk.py)
+    for (dl, tf, lexemes, text), fts5 in zip(rows, fts5_tokens([index_text(r[3]) for r in rows]), strict=True):
+        want = Counter(fts5)  # CJK runs as their shadow tokens (text/cjk.py)
         assert (dl, tf, sorted(lexemes)) == (sum(want.values()), dict(want), sorted(want)), text
 
 

@@ -485,6 +485,20 @@ BEGIN
     END LOOP;
 END $$;
 """),
+    (11, "unicode61_tokens", """
+-- Index rows hold SQLite's unicode61 tokens for every script (text/unicode61.py); rows of text that
+-- is not ASCII were made by an earlier tokenizer (Indic marks kept, full case folding). They are
+-- dropped, their windows' counters moved and the windows handed to reconciliation, which indexes
+-- them again: searches leave those windows out and answer `indexing: true` meanwhile. ASCII text
+-- tokenizes as it did: its rows stay.
+CREATE TEMP TABLE ss_retoken ON COMMIT DROP AS
+    SELECT i.id, i.wid, i.dl FROM ss_index i JOIN ss_events e ON e.id = i.id
+    WHERE octet_length(e.text) <> length(e.text);
+UPDATE ss_windows w SET needs_rebuild = 1, rebuild_gen = rebuild_gen + 1, idx_rows = idx_rows - c.n,
+    idx_tokens = idx_tokens - c.t
+    FROM (SELECT wid, count(*) AS n, sum(dl) AS t FROM ss_retoken GROUP BY wid) c WHERE w.wid = c.wid;
+DELETE FROM ss_index WHERE id IN (SELECT id FROM ss_retoken);
+"""),
 )
 
 LATEST = MIGRATIONS[-1][0]

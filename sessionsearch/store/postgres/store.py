@@ -25,6 +25,7 @@ from ..base import (
 )
 from . import postings, postings_build, reads
 from .db import Db, Reader
+from .lexemes import read_text
 from .reconcile import Reconciler
 from .search import DfCache, Query, search_top
 from .sessions import search_sessions
@@ -158,18 +159,19 @@ class PgAgentStore:
                                                                **scope)
         self._seen(at)
         version, dirty, hits = out
-        return TopHits(version, dirty, [RowHit(*h) for h in hits])
+        return TopHits(version, dirty, [RowHit(*h[:4], read_text(h[4])) for h in hits]  # NUL as stored (lexemes.stored_text))
 
     async def search_sessions(self, reader: Reader, match: Match, *, k: int,
                               order: str, include: list[int] | None, exclude: list[int] | None, role: str | None,
                               since: int | None = None, until: int | None = None, hot: str | None = None
                               ) -> SessionTops:
         at = time.monotonic()
-        out = await search_sessions(reader, self.ano, match, self._dfs, k=k, order=order, include=include,
-                                    exclude=exclude, role=role, since=since, until=until)
+        version, dirty, found = await search_sessions(reader, self.ano, match, self._dfs, k=k, order=order,
+                                                      include=include, exclude=exclude, role=role, since=since,
+                                                      until=until)
         self._seen(at)
         version, dirty, found = out
-        return SessionTops(version, dirty, [SessionTop(key, n, RowHit(*best)) for key, n, best in found])
+        return SessionTops(version, dirty, [SessionTop(key, n, RowHit(*best[:4], read_text(best[4]))) for key, n, best in found])
 
     def _seen(self, at: float) -> None:
         if self._listing_seen is not None and self._dfs.listing:

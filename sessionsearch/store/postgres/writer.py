@@ -27,7 +27,7 @@ from ..rowids import MAX_SEQ, MAX_WID, id_sql, row_id, seq_sql, window_ranges
 from . import arrays
 from .arrays import Int4Array, Int8Array, TextArray
 from .db import all_rows, one, the_row
-from .lexemes import index_fields
+from .lexemes import index_fields, stored_text
 
 INSERT_EVENT = f"INSERT INTO ss_events ({EVENT_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
 # arrays go in binary: as text, PostgreSQL parsing them cost three times a COPY of the rows
@@ -318,6 +318,7 @@ class Writes:
             for row in w.rows:
                 for col, value in zip(columns, row):
                     col.append(value)
+        columns[9] = list(map(stored_text, columns[9]))  # the message text, NUL escaped
         async with conn.pipeline():
             if columns[0]:
                 await conn.execute(INSERT_EVENTS, arrays.columns(EVENT_ARRAYS, columns))

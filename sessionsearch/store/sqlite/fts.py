@@ -7,7 +7,7 @@ index holds for them, the rest as FTS5 strings, all parts of all words ANDed.
 from __future__ import annotations
 
 from ..base import Match
-from ..cjk import bigrams, query_parts
+from ...text.cjk import bigrams, query_parts
 
 
 def ascii_sql(column: str = "text") -> str:

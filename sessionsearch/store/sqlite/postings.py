@@ -33,7 +33,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-from ..cjk import runs
+from ...text.cjk import runs
 
 K1, B = 1.2, 0.75  # FTS5's bm25() defaults
 EPS = 1e-9  # relative; far above the rounding difference between this score and FTS5's own

@@ -12,8 +12,8 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ...text.cjk import index_text
 from ..base import ClaimInfo, ReconcileTx, RowChanges, Waiting, WindowGen, WindowState
-from ..cjk import index_text
 from ..rowids import MAX_SEQ, seq_ranges, wid_sql
 from .fts import INDEX_TEXT_SQL
 

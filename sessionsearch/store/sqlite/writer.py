@@ -27,7 +27,7 @@ from ...errors import Conflict, InvalidRequest, NotFound, StorageFull, Unavailab
 from ...indexer.events import Event
 from ...indexer.live import ids_to_resolve, plan_append
 from ..base import EVENT_COLUMNS, AppendResult, session_columns
-from ..cjk import index_text, needs_fold
+from ...text.cjk import index_text, needs_fold
 from ..rowids import MAX_SEQ, MAX_WID, from_v1, id_sql, is_v1, row_id, seq_sql, window_ranges
 from .checkpoint import WalCheckpointer
 from .postings import HotWrites

@@ -6,7 +6,8 @@ half-width forms, CJK compatibility characters) are NFKC-normalized, so `Ｒｅ�
 `ｶﾞｲﾄﾞ` reads `ガイド`; everything else is left to the word tokenizer (case, diacritics).
 
 A run is a maximal sequence of Han, Hiragana, Katakana or Hangul letters or numbers (RUN_RANGES,
-Unicode category L* or N*; punctuation such as `・` ends a run). In the index form (`index_text`)
+Unicode category L* or N*; punctuation such as `・` ends a run; every such character is a token
+character of unicode61 that it keeps as it is, tests/test_unicode61.py). In the index form (`index_text`)
 each run is replaced by its shadow: its overlapping bigrams in order, then its unigrams, as
 space-separated words. A run's unigrams stand between its bigrams and the next run's, so a phrase of
 bigrams never spans two runs. A query run of n >= 2 characters is the phrase of its n - 1 bigrams
@@ -19,6 +20,8 @@ from __future__ import annotations
 import re
 import unicodedata
 from functools import lru_cache
+
+from .unicode61 import has_token
 
 # Han, Hiragana, Katakana, Hangul (with their extensions and compatibility blocks)
 RUN_RANGES: tuple[tuple[int, int], ...] = (
@@ -137,7 +140,3 @@ def bigrams(run: str) -> list[str]:
     """The tokens a query run is the phrase of: its overlapping bigrams, or its one character."""
     return [run[i:i + 2] for i in range(len(run) - 1)] or [run]
 
-
-def has_token(text: str) -> bool:
-    """Whether `text` holds a letter, number or private-use character (a word tokenizer's token)."""
-    return any(ch.isalnum() or unicodedata.category(ch) == "Co" for ch in text)
