@@ -159,7 +159,8 @@ class PgAgentStore:
                                                                **scope)
         self._seen(at)
         version, dirty, hits = out
-        return TopHits(version, dirty, [RowHit(*h[:4], read_text(h[4])) for h in hits]  # NUL as stored (lexemes.stored_text))
+        # NUL as stored (lexemes.stored_text)
+        return TopHits(version, dirty, [RowHit(h[0], h[1], h[2], h[3], read_text(h[4])) for h in hits])
 
     async def search_sessions(self, reader: Reader, match: Match, *, k: int,
                               order: str, include: list[int] | None, exclude: list[int] | None, role: str | None,
@@ -170,8 +171,8 @@ class PgAgentStore:
                                                       include=include, exclude=exclude, role=role, since=since,
                                                       until=until)
         self._seen(at)
-        version, dirty, found = out
-        return SessionTops(version, dirty, [SessionTop(key, n, RowHit(*best[:4], read_text(best[4]))) for key, n, best in found])
+        return SessionTops(version, dirty, [SessionTop(key, n, RowHit(best[0], best[1], best[2], best[3], read_text(best[4])))
+                                            for key, n, best in found])
 
     def _seen(self, at: float) -> None:
         if self._listing_seen is not None and self._dfs.listing:
