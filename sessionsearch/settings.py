@@ -137,6 +137,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("reader_quiet_mmap_mb", 2048,
             "MiB of the database a reader maps while it goes unchanged (0: never; SQLite caps it at ~2 GiB).",
             env="SESSIONSEARCH_READER_QUIET_MMAP_MB", toml="search.readerQuietMmapMb", parse=_mib),
+    Setting("import_index_max_mib", 64,
+            "MiB a sessions.json may have for an import to read it; a larger one is refused as a problem, "
+            "unread (0: none may be read).",
+            env="SESSIONSEARCH_IMPORT_INDEX_MAX_MIB", toml="import.indexMaxMib", parse=_mib),
     # history (SPEC §5)
     Setting("history_max_bytes", 80 * 1024, "JSON size budget of one history response.",
             toml="history.maxBytes", parse=int),
@@ -209,6 +213,7 @@ class Settings:
     readers_per_agent: int = 4
     reader_mmap_mb: int = 0
     reader_quiet_mmap_mb: int = 2048
+    import_index_max_mib: int = 64
     history_max_bytes: int = 80 * 1024
     history_text_max_chars: int = 4000
     history_row_max_bytes: int = 24 * 1024
