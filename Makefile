@@ -8,6 +8,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # the official MCP Inspector CLI, which tests/test_mcp_inspector.py runs (npm writes the inner lock file)
 NODE_STAMP := tests/node/node_modules/.package-lock.json
+# the agent runtime's own session writer, which tests/test_real_writer.py runs
+NODE_PI_STAMP := tests/node-pi/node_modules/.package-lock.json
 
 .PHONY: demo pg-demo test bench figures plots docs screenshots install clean
 
@@ -20,8 +22,11 @@ $(STAMP): pyproject.toml
 $(NODE_STAMP): tests/node/package.json tests/node/package-lock.json
 	cd tests/node && npm ci --no-audit --no-fund --loglevel=error
 
+$(NODE_PI_STAMP): tests/node-pi/package.json tests/node-pi/package-lock.json
+	cd tests/node-pi && npm ci --no-audit --no-fund --loglevel=error
+
 # the Control UI tests drive Debian's chromium through Playwright (never `playwright install`)
-install: $(STAMP) $(NODE_STAMP)
+install: $(STAMP) $(NODE_STAMP) $(NODE_PI_STAMP)
 	./scripts/chromium
 
 demo: $(STAMP)
@@ -53,7 +58,7 @@ plots: $(STAMP)
 	$(BIN)/python bench/plots.py
 
 clean:
-	rm -rf $(VENV) data .pytest_cache .hypothesis site tests/node/node_modules
+	rm -rf $(VENV) data .pytest_cache .hypothesis site tests/node/node_modules tests/node-pi/node_modules
 
 # the figures the fault and fuzz tests measure, kept in bench/results/*.json
 figures: $(STAMP)
