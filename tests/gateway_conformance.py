@@ -32,6 +32,8 @@ WORDS = ("harbor lantern copper meadow falcon ember quarry velvet orchard tundra
          "pebble thistle canyon willow marble juniper café naïve résumé straße").split()
 SESSIONS = 8
 V1_SESSIONS = 3
+CJK_AGENT = "ops"  # an agent of its own: CJK text changes no ranking of the word queries
+CJK_WORDS = "東京 会議 天気 北京 大阪 資料 予定 電話".split()
 
 
 def _env(state: Path) -> dict[str, str]:
@@ -39,15 +41,18 @@ def _env(state: Path) -> dict[str, str]:
             "HOME": str(state.parent / "home"), "NO_COLOR": "1"}
 
 
-def _text(rng: random.Random) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 9)))
+def _text(rng: random.Random, words: tuple[str, ...] | list[str] = WORDS) -> str:
+    return " ".join(rng.choice(words) for _ in range(rng.randint(2, 9)))
 
 
-def _pi_session(rng: random.Random, pi_dir: Path, n: int) -> dict[str, Any]:
+def _pi_session(rng: random.Random, pi_dir: Path, n: int, words: list[str] | None = None) -> dict[str, Any]:
     """A session the runtime writes: user/assistant turns with tool results, a compaction, rewinds."""
     steps: list[dict[str, Any]] = []
     for turn in range(rng.randint(4, 10)):
-        steps.append({"op": "appendMessage", "args": [{"role": "user", "content": _text(rng)}], "as": f"u{turn}"})
+        user = _text(rng, words) if words else _text(rng)
+        if words and turn % 2:
+            user = user.replace(" ", "")  # a CJK run with no spaces in it
+        steps.append({"op": "appendMessage", "args": [{"role": "user", "content": user}], "as": f"u{turn}"})
         if rng.random() < 0.3:
             steps.append({"op": "appendMessage", "args": [{"role": "toolResult", "toolCallId": "c", "toolName": "t",
                                                            "content": [{"type": "text", "text": _text(rng)}],
@@ -96,6 +101,14 @@ def _state(root: Path) -> Path:
         _v1_session(rng, sessions / f"{sid}.jsonl", sid, n)
         index[f"agent:{AGENT}:v1-{n}"] = {"sessionId": sid, "updatedAt": 1767323045000 + SESSIONS + n}
     (sessions / "sessions.json").write_text(json.dumps(index))
+    cjk = root / "state" / "agents" / CJK_AGENT / "sessions"
+    cjk.mkdir(parents=True)
+    index = {}
+    for n in range(3):
+        written = _pi_session(rng, root / "pi-cjk", SESSIONS + V1_SESSIONS + n, CJK_WORDS + WORDS[:3])
+        shutil.copy(written["file"], cjk / f"{written['sessionId']}.jsonl")
+        index[f"agent:{CJK_AGENT}:cjk-{n}"] = {"sessionId": written["sessionId"]}
+    (cjk / "sessions.json").write_text(json.dumps(index))
     return root / "state"
 
 
@@ -105,8 +118,8 @@ def _position(gateway_id: str) -> int | None:
     return int(position, 36) if len(prefix) == 16 and position.isalnum() else None
 
 
-def _gateway_search(state: Path, queries: list[str]) -> list[dict[str, Any]]:
-    run = subprocess.run([str(NODE_BIN / "node"), str(QUERY_SCRIPT), AGENT], input=json.dumps(queries),
+def _gateway_search(state: Path, queries: list[str], agent: str = AGENT) -> list[dict[str, Any]]:
+    run = subprocess.run([str(NODE_BIN / "node"), str(QUERY_SCRIPT), agent], input=json.dumps(queries),
                          capture_output=True, text=True, cwd=GATEWAY, env=_env(state), timeout=300)
     assert run.returncode == 0, run.stderr
     return [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
@@ -118,7 +131,7 @@ async def test_the_gateway_and_this_service_answer_every_word_query_alike(tmp_pa
     theirs_state = tmp_path / "gateway-state"
     shutil.copytree(state, theirs_state)  # the gateway's import moves the files it imports aside
     run = subprocess.run([str(NODE_BIN / "node"), str(GATEWAY / "node_modules" / "openclaw" / "openclaw.mjs"),
-                          "doctor", "--session-sqlite", "import", "--non-interactive"],
+                          "doctor", "--session-sqlite", "import", "--session-sqlite-all-agents", "--non-interactive"],
                          capture_output=True, text=True, env=_env(theirs_state), timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "0 issue(s)" in run.stdout, run.stdout
@@ -146,7 +159,18 @@ async def test_the_gateway_and_this_service_answer_every_word_query_alike(tmp_pa
             compared += 1
             hits += len(got)
             v1_hits += sum(1 for h in got if h[1].startswith("v1-"))
+        cjk_theirs = _gateway_search(theirs_state, CJK_WORDS, CJK_AGENT)
+        cjk_hits = cjk_ours = 0
+        for query, answer in zip(CJK_WORDS, cjk_theirs, strict=True):
+            ours = await engine.search({"query": query, "agentId": CJK_AGENT, "limit": 25})
+            got = {h["messageId"] for h in ours["results"]}
+            missing = [h["messageId"] for h in answer["hits"] if h["messageId"] not in got]
+            assert missing == [], query  # at least the gateway's hits (ours also find CJK inside a run)
+            cjk_hits += len(answer["hits"])
+            cjk_ours += len(got)
     assert differ == []
+    assert cjk_hits > len(CJK_WORDS) and cjk_ours > cjk_hits
+    print(f"gateway conformance, CJK: {len(CJK_WORDS)} queries, the gateway's {cjk_hits} hits all among our {cjk_ours}")
     assert compared == len(queries) and hits > 5 * len(queries) and v1_hits > len(queries)
     print(f"gateway conformance: {SESSIONS + V1_SESSIONS} files ({V1_SESSIONS} of Version 1), {compared} queries, "
           f"{hits} hits ({v1_hits} in Version 1 files) equal in order")
