@@ -169,11 +169,6 @@ def _outside(path: Path, root: Path) -> str | None:
     return None
 
 
-def _file_problem(path: Path, root: Path) -> str | None:
-    """Why the file at `path` cannot be read, or None when it is a regular file inside `root`."""
-    return _check_file(path, root)[0]
-
-
 def _check_file(path: Path, root: Path) -> tuple[str | None, Source | None]:
     """Why the file at `path` cannot be read, or the file it is: a regular file inside `root`."""
     why = _outside(path, root)
@@ -236,14 +231,13 @@ def _session_id_problem(session_id: str) -> str | None:
 
 def _read_index(plan: ImportPlan, index_path: Path) -> dict[str, Any] | None:
     """sessions.json's entries; None (with a reported problem) when it cannot be used."""
-    why = _file_problem(index_path, plan.root)
-    if why:
+    why, source = _check_file(index_path, plan.root)
+    if why or source is None:
+        why = why or "not a regular file"
         plan.problems.append(Problem(index_path, None, why if why.startswith("unreadable") else f"unreadable: {why}"))
         return None
-    source = _check_file(index_path, plan.root)[1]
     limit = plan.index_max_bytes
     try:
-        assert source is not None
         with open_checked(source) as fh:
             size = os.fstat(fh.fileno()).st_size
             data = fh.read(limit + 1) if size <= limit else b""  # read no more than the limit, grown or not
@@ -267,7 +261,8 @@ def _too_big(size: int, limit: int) -> str:
     mib = limit >> 20
     return (f"not read: {size:,} bytes, over the {limit:,} bytes ({mib} MiB) an import reads of a sessions.json; "
             f"raise import_index_max_mib (SESSIONSEARCH_IMPORT_INDEX_MAX_MIB) above {-(-size // (1 << 20))} to "
-            "import its entries; its transcripts imported under generated keys")
+            "import this agent: none of its transcripts was imported (under generated keys, their windows could "
+            "not take their keys later)")
 
 
 def _agent_jobs(plan: ImportPlan, agent: str, sessions_dir: Path, only: Path | None = None) -> None:

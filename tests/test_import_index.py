@@ -95,7 +95,7 @@ def test_a_sparse_1_gb_sessions_json_is_refused_unread_with_what_to_do(tmp_path)
     (problem,) = report["problems"]
     assert problem["file"].endswith("sessions.json")
     assert "1,073,741,824 bytes" in problem["message"] and "import_index_max_mib" in problem["message"]
-    assert "above 1024" in problem["message"]
+    assert "above 1024" in problem["message"] and "none of its transcripts was imported" in problem["message"]
     assert report["files"] == []  # its transcripts wait for their keys rather than take generated ones
     assert peak_kib < 400 * 1024, peak_kib
 
