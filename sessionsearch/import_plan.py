@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,10 @@ from .keys import AGENT_ID_RE, agent_of, check_session_key
 from .session_meta import KEY_FIELDS, check_meta
 from .values import unpaired_surrogate
 
+INDEX_MAX_BYTES = 64 << 20  # the import_index_max_mib setting's default
+# files the runtime keeps beside a window's transcript, which are not windows themselves
+SIDE_FILE_RE = re.compile(r".+\.(trajectory|checkpoint\.[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"
+                          r"\.jsonl", re.IGNORECASE)
 ENTRY_FIELDS = ("label", "displayName", "spawnedBy", "parentSessionKey", "kind", "group", "incognito")
 AGENT_ID_RULE = "agentId must be 1..64 letters, digits, '_' or '-'"
 
@@ -40,12 +45,12 @@ def shown(text: object) -> str:
 class Problem:
     """Something in the state dir that was not imported as it stands: where, and why."""
 
-    file: str
+    file: str | Path | None  # text once made (a Path or None as given: None is "")
     line: int | None
     message: str
 
     def __post_init__(self) -> None:
-        self.file, self.message = shown(self.file), shown(self.message)
+        self.file, self.message = shown(self.file if self.file is not None else ""), shown(self.message)
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}: {self.message}" if self.line else f"{self.file}: {self.message}"
@@ -78,6 +83,8 @@ class ImportJob:
     index: Path | None = None  # the sessions.json the entry is from, and its key there
     entry_key: str = ""
     source: Source | None = None  # the file at `path` as checked (read with open_checked)
+    home: str = ""  # the agent whose sessions dir the entry or file is from
+    window: bool = True  # False: the entry's metadata only, as a session without a window
 
 
 @dataclass
@@ -88,6 +95,7 @@ class ImportPlan:
     jobs: list[ImportJob] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     notes: list[Problem] = field(default_factory=list)
+    index_max_bytes: int = INDEX_MAX_BYTES
 
 
 def is_agent_id(value: object) -> bool:
@@ -95,24 +103,30 @@ def is_agent_id(value: object) -> bool:
     return isinstance(value, str) and AGENT_ID_RE.fullmatch(value) is not None
 
 
-def plan_import(path: Path, agent_id: str | None = None) -> ImportPlan:
+def plan_import(path: Path, agent_id: str | None = None, *, index_max_bytes: int = INDEX_MAX_BYTES) -> ImportPlan:
     """What to import from a state dir, an agent dir, a sessions dir, or one .jsonl file.
 
-    Raises InvalidRequest for an `agent_id` that is not an agent id and for a path that is none
-    of those; everything wrong inside the path is a reported problem instead.
+    A sessions.json over `index_max_bytes` is a problem, never read. Raises InvalidRequest for an
+    `agent_id` that is not an agent id and for a path that is none of those; everything wrong
+    inside the path is a reported problem instead.
     """
+    plan = _plan(Path(path), agent_id, index_max_bytes)
+    _settle(plan)
+    return plan
+
+
+def _plan(path: Path, agent_id: str | None, index_max_bytes: int) -> ImportPlan:
     if agent_id is not None and not is_agent_id(agent_id):
         raise InvalidRequest(AGENT_ID_RULE, field="agentId")
-    path = Path(path)
     if not path.exists():
         raise InvalidRequest(f"{shown(path)}: no such file or directory", field="path")
     if path.is_file():
         if path.suffix != ".jsonl":
             raise InvalidRequest(f"{shown(path)}: expected a .jsonl transcript or a state directory", field="path")
-        plan = ImportPlan(path.parent.resolve())
+        plan = ImportPlan(path.parent.resolve(), index_max_bytes=index_max_bytes)
         _agent_jobs(plan, agent_id or _agent_of_sessions_dir(path.parent), path.parent, only=path)
         return plan
-    plan = ImportPlan(path.resolve())
+    plan = ImportPlan(path.resolve(), index_max_bytes=index_max_bytes)
     if (path / "agents").is_dir():
         agent_dirs = sorted(p for p in (path / "agents").iterdir() if p.is_dir())
     elif (path / "sessions").is_dir():
@@ -153,11 +167,6 @@ def _outside(path: Path, root: Path) -> str | None:
     if real != root and not real.is_relative_to(root):
         return f"points outside {shown(root)}"
     return None
-
-
-def _file_problem(path: Path, root: Path) -> str | None:
-    """Why the file at `path` cannot be read, or None when it is a regular file inside `root`."""
-    return _check_file(path, root)[0]
 
 
 def _check_file(path: Path, root: Path) -> tuple[str | None, Source | None]:
@@ -222,12 +231,20 @@ def _session_id_problem(session_id: str) -> str | None:
 
 def _read_index(plan: ImportPlan, index_path: Path) -> dict[str, Any] | None:
     """sessions.json's entries; None (with a reported problem) when it cannot be used."""
-    why = _file_problem(index_path, plan.root)
-    if why:
+    why, source = _check_file(index_path, plan.root)
+    if why or source is None:
+        why = why or "not a regular file"
         plan.problems.append(Problem(index_path, None, why if why.startswith("unreadable") else f"unreadable: {why}"))
         return None
+    limit = plan.index_max_bytes
     try:
-        raw = json.loads(index_path.read_bytes().decode("utf-8"))
+        with open_checked(source) as fh:
+            size = os.fstat(fh.fileno()).st_size
+            data = fh.read(limit + 1) if size <= limit else b""  # read no more than the limit, grown or not
+        if size > limit or len(data) > limit:
+            plan.problems.append(Problem(index_path, None, _too_big(max(size, len(data)), limit)))
+            return TOO_BIG
+        raw = json.loads(data.decode("utf-8"))
     except (OSError, ValueError, RecursionError, MemoryError) as exc:  # UnicodeDecodeError is a ValueError
         plan.problems.append(Problem(index_path, None, f"unreadable: {describe_error(exc)}"))
         return None
@@ -237,11 +254,25 @@ def _read_index(plan: ImportPlan, index_path: Path) -> dict[str, Any] | None:
     return raw
 
 
+TOO_BIG: dict[str, Any] = {}  # what _read_index answers for a sessions.json over the limit
+
+
+def _too_big(size: int, limit: int) -> str:
+    mib = limit >> 20
+    return (f"not read: {size:,} bytes, over the {limit:,} bytes ({mib} MiB) an import reads of a sessions.json; "
+            f"raise import_index_max_mib (SESSIONSEARCH_IMPORT_INDEX_MAX_MIB) above {-(-size // (1 << 20))} to "
+            "import this agent: none of its transcripts was imported (under generated keys, their windows could "
+            "not take their keys later)")
+
+
 def _agent_jobs(plan: ImportPlan, agent: str, sessions_dir: Path, only: Path | None = None) -> None:
     index_path = sessions_dir / "sessions.json"
     entries: dict[str, Any] = {}
     if index_path.exists() or index_path.is_symlink():
-        entries = _read_index(plan, index_path) or {}
+        read = _read_index(plan, index_path)
+        if read is TOO_BIG:
+            return
+        entries = read or {}
     elif only is None:
         plan.problems.append(Problem(index_path, None, "missing; transcripts imported under generated keys"))
     referenced: dict[str, str] = {}
@@ -258,20 +289,26 @@ def _agent_jobs(plan: ImportPlan, agent: str, sessions_dir: Path, only: Path | N
         session_id = file.name.removesuffix(".jsonl")
         if session_id in referenced:
             continue
+        if SIDE_FILE_RE.fullmatch(file.name):
+            plan.notes.append(Problem(file, None, "not a session window (a file the agent runtime keeps beside "
+                                                  "a transcript); skipped"))
+            continue
         why = _session_id_problem(session_id)
         why, source = (f"file name {why}", None) if why else _check_file(file, plan.root)
         if why:
             plan.problems.append(Problem(file, None, f"{why}; skipped"))
             continue
-        plan.jobs.append(ImportJob(agent, f"agent:{agent}:imported:{session_id}", session_id, file, {}, source=source))
+        plan.jobs.append(ImportJob(agent, generated_key(agent, session_id), session_id, file, {}, source=source,
+                                   home=agent))
 
 
 def _entry_job(plan: ImportPlan, agent: str, sessions_dir: Path, index_path: Path, key: str, entry: object,
                referenced: dict[str, str], only: Path | None) -> ImportJob | None:
     """The import of one sessions.json entry, or None: with the reason reported, or silently when
     the import is of `only`, another file."""
-    def skip(why: str) -> None:
+    def skip(why: str) -> ImportJob | None:
         plan.problems.append(Problem(index_path, None, f"entry {key!r}{why}; skipped"))
+        return None
 
     if not isinstance(entry, dict):
         return skip(" is not an object")
@@ -289,7 +326,8 @@ def _entry_job(plan: ImportPlan, agent: str, sessions_dir: Path, index_path: Pat
     except InvalidRequest as exc:
         return skip(f": {exc.message}")
     if session_id in referenced:
-        return skip(f": sessionId {session_id!r} is already the window of {referenced[session_id]!r}")
+        first = referenced[session_id]
+        return _shared_window(plan, agent, index_path, key, full_key, owner, first, entry, only)
     referenced[session_id] = key
     if only is not None and only.name != f"{session_id}.jsonl":
         return None
@@ -297,23 +335,97 @@ def _entry_job(plan: ImportPlan, agent: str, sessions_dir: Path, index_path: Pat
         # history and sessionKey-scoped search look a key up under the agent it names
         plan.notes.append(Problem(index_path, None,
                                   f"entry {key!r} names agent {owner}; stored under that agent"))
-    transcript: Path | None = sessions_dir / f"{session_id}.jsonl"
-    why, source = _check_file(transcript, plan.root)
+    file = sessions_dir / f"{session_id}.jsonl"
+    transcript: Path | None = file
+    why, source = _check_file(file, plan.root)
     if why == "missing":
-        plan.problems.append(Problem(transcript, None, f"missing transcript of {full_key}"))
+        plan.problems.append(Problem(file, None, f"missing transcript of {full_key}"))
         transcript = None
     elif why:
-        plan.problems.append(Problem(transcript, None, f"{why}; transcript of {full_key} skipped"))
+        plan.problems.append(Problem(file, None, f"{why}; transcript of {full_key} skipped"))
         transcript = None
-    return ImportJob(owner, full_key, session_id, transcript, entry, index_path, key, source)
+    return ImportJob(owner, full_key, session_id, transcript, entry, index_path, key, source, home=agent)
+
+
+def generated_key(agent: str, session_id: str) -> str:
+    """The key of a transcript no sessions.json entry names."""
+    return f"agent:{agent}:imported:{session_id}"
+
+
+def _shared_window(plan: ImportPlan, agent: str, index_path: Path, key: str, full_key: str, owner: str,
+                   first: str, entry: dict[str, Any], only: Path | None) -> ImportJob | None:
+    """A second entry naming a sessionId an earlier one took: a window belongs to one key. The same
+    key written another way (`main` and `agent:main:main`) adds its fields to the first entry's;
+    another key is imported as a session of its own, its metadata without a transcript."""
+    session_id = entry["sessionId"]
+    for job in plan.jobs:
+        if job.index == index_path and job.entry_key == first:
+            if job.session_key == full_key:
+                job.entry = {**entry, **{k: v for k, v in job.entry.items() if v is not None}}
+                plan.notes.append(Problem(index_path, None, f"entries {first!r} and {key!r} are one session key "
+                                          f"with one sessionId; their fields imported together ({first!r}'s first)"))
+                return None
+            break
+    if only is not None and only.name != f"{session_id}.jsonl":
+        return None
+    plan.problems.append(Problem(index_path, None, (
+        f"entry {key!r}: sessionId {session_id!r} is already the window of {first!r}, and a window belongs to one "
+        f"session key; {key!r} imported with its metadata and without a transcript. To give it its own, copy "
+        f"{session_id}.jsonl to a new sessionId, set that in the entry and import again")))
+    return ImportJob(owner, full_key, session_id, None, entry, index_path, key, home=agent, window=False)
+
+
+def _settle(plan: ImportPlan) -> None:
+    """Give each window (agent, sessionId) one job. An entry naming another agent brings a window
+    into that agent from outside its own sessions dir; where that agent's own dir has the same
+    sessionId, its own keeps it, and the entry from outside is imported as two things: its
+    metadata as a session without a window, its transcript under a generated key of the agent
+    whose dir holds it."""
+    while True:
+        seen: dict[tuple[str, str], ImportJob] = {}
+        clash: list[tuple[ImportJob, ImportJob]] = []
+        for job in plan.jobs:
+            if not job.window:
+                continue
+            other = seen.setdefault((job.agent_id, job.session_id), job)
+            if other is not job:
+                clash.append((other, job))
+        if not clash:
+            return
+        for a, b in clash:
+            keep, move = (b, a) if a.home != a.agent_id and b.home == b.agent_id else (a, b)
+            if not move.window:
+                continue  # already moved in this pass
+            _move_out(plan, move, keep)
+
+
+def _move_out(plan: ImportPlan, job: ImportJob, keep: ImportJob) -> None:
+    """Import `job`, which lost its window to `keep`, as its metadata alone plus its transcript
+    under a generated key of the agent whose sessions dir holds it."""
+    job.window = False
+    where = shown(job.index) if job.index else shown(job.path)
+    moved = ""
+    if job.path is not None and job.home != job.agent_id:
+        plan.jobs.append(ImportJob(job.home, generated_key(job.home, job.session_id), job.session_id, job.path, {},
+                                   source=job.source, home=job.home))
+        moved = f"; its transcript imported as {generated_key(job.home, job.session_id)}"
+    elif job.path is not None:
+        moved = "; its transcript not imported a second time"
+    job.path = job.source = None
+    plan.problems.append(Problem(where, None, (
+        f"entry {job.entry_key!r}: sessionId {job.session_id!r} of agent {job.agent_id} is also the window of "
+        f"{keep.session_key!r} from {shown(keep.index or keep.path)}; {job.session_key!r} imported with its "
+        f"metadata and without a transcript{moved}. To keep both as one session, give one of them another "
+        "sessionId (rename its transcript and its entry) and import again")))
 
 
 def entry_meta(job: ImportJob, problems: list[Problem]) -> dict[str, Any]:
     """The session metadata of the job's sessions.json entry; a field that is wrong is reported and left out."""
     entry, where = job.entry, f"entry {job.entry_key!r}: "
     meta, refused = check_meta({name: entry[name] for name in ENTRY_FIELDS if entry.get(name) is not None})
-    for problem in sorted(refused, key=lambda p: ENTRY_FIELDS.index(p.field)):
-        problems.append(Problem(job.index, None, f"{where}{_ignored(problem.field, entry[problem.field])}; ignored"))
+    for problem in sorted(refused, key=lambda p: ENTRY_FIELDS.index(p.field or "")):
+        name = problem.field or ""
+        problems.append(Problem(job.index, None, f"{where}{_ignored(name, entry.get(name))}; ignored"))
     updated = entry.get("updatedAt")
     if updated is not None:
         try:

@@ -11,16 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import structlog
 
 from .errors import InvalidRequest, Unavailable
 from .import_plan import ImportJob, Problem, Source, describe_error, entry_meta, open_checked, plan_import, shown
-from .indexer.events import Event, parse_event
+from .indexer.events import ROLES, Event, parse_event
+from .indexer.versions import Migration
+from .session_meta import check_meta
 
 __all__ = ["FileReport", "ImportReport", "Problem", "plan_import", "run_import"]
 
@@ -74,32 +78,52 @@ class ImportReport:
         }
 
 
-def _lines(source: Source, failed: list[OSError]) -> Iterator[tuple[bytes | None, int]]:
-    """Each line of the file and its size in bytes; None for a line over MAX_LINE_BYTES, read past
-    in chunks and never held whole. A read that fails ends the lines and lands in `failed`."""
+_EOL = re.compile(rb"\r\n?|\n")  # the line ends a transcript may have: LF, CRLF, or CR alone
+READ_BYTES = 1 << 20
+BOM = b"\xef\xbb\xbf"
+
+
+def _lines(source: Source, failed: list[OSError]) -> Iterator[tuple[bytes | None, int, bool]]:
+    """Each line of the file without its end (LF, CRLF or CR), its size in bytes with it, and
+    whether it had one; None for a line over MAX_LINE_BYTES, read past and never held whole.
+    A read that fails ends the lines and lands in `failed`."""
     limit = MAX_LINE_BYTES
     try:
         with open_checked(source) as fh:
+            buf = bytearray()
+            scan = 0  # where in `buf` a line end may still be found
+            passed = 0  # bytes of an over-long line read past so far
             while True:
-                raw = fh.readline(limit + 1)
-                if not raw:
+                chunk = fh.read(READ_BYTES)
+                buf += chunk
+                start = 0
+                while (end := _EOL.search(buf, scan)) is not None:
+                    if chunk and end.end() == len(buf) and end.group() == b"\r":
+                        break  # a CR that the next read may show to be a CRLF
+                    if passed or end.start() - start > limit:
+                        yield None, passed + end.end() - start, True
+                        passed = 0
+                    else:
+                        yield bytes(buf[start:end.start()]), end.end() - start, True
+                    start = scan = end.end()
+                del buf[:start]
+                scan = len(buf) - 1 if buf.endswith(b"\r") else len(buf)
+                if not chunk:
+                    if buf or passed:
+                        yield (None if passed else bytes(buf)), passed + len(buf), False
                     return
-                if len(raw) <= limit or raw.endswith(b"\n"):
-                    yield raw, len(raw)
-                    continue
-                size = len(raw)
-                while not raw.endswith(b"\n"):
-                    raw = fh.readline(1 << 20)
-                    if not raw:
-                        break
-                    size += len(raw)
-                yield None, size
+                if len(buf) > limit:
+                    keep = 1 if buf.endswith(b"\r") else 0  # it may end the line
+                    passed += len(buf) - keep
+                    del buf[:len(buf) - keep]
+                    scan = 0
     except OSError as exc:
         failed.append(exc)
 
 
-def _parse_line(raw: bytes | None, now_ms: int) -> Event | str:
-    """The event on one line, or what is wrong with it (no line can raise past this)."""
+def _parse_line(raw: bytes | None, now_ms: int, migration: Migration) -> Event | str:
+    """The event on one line, read as its version's migration makes it, or what is wrong with it
+    (no line can raise past this)."""
     if raw is None:
         return f"longer than {MAX_LINE_BYTES} bytes; skipped"
     try:
@@ -110,12 +134,23 @@ def _parse_line(raw: bytes | None, now_ms: int) -> Event | str:
         value = json.loads(text)
     except (ValueError, RecursionError) as exc:
         return f"not JSON: {describe_error(exc)}"
+    source: str | None = None if migration.see(value) else text  # a migrated entry is stored as migrated
     try:
-        return parse_event(value, "event", now_ms=now_ms, source=text)
+        return parse_event(value, "event", now_ms=now_ms, source=source)
     except InvalidRequest as exc:
         return exc.message.removeprefix("event").lstrip(".: ") or exc.message
     except Exception as exc:  # noqa: BLE001 - a line the rules did not foresee costs only itself
         return f"not imported: {type(exc).__name__}: {exc}"
+
+
+def _seen(raw: bytes | None, migration: Migration) -> None:
+    """A line an earlier import took: seen again only for the positions and version it gives."""
+    if raw is None or not raw.strip() or not migration.counts_positions:
+        return
+    try:
+        migration.see(json.loads(raw.decode("utf-8")))
+    except (ValueError, RecursionError):
+        pass  # not an entry: the runtime skips it too
 
 
 async def run_import(engine, path: Path, *, agent_id: str | None = None,
@@ -128,7 +163,7 @@ async def run_import(engine, path: Path, *, agent_id: str | None = None,
     is worth a transaction.
     """
     started = time.monotonic()
-    plan = plan_import(Path(path), agent_id)
+    plan = plan_import(Path(path), agent_id, index_max_bytes=engine.settings.import_index_max_mib << 20)
     report = ImportReport(problems=plan.problems, notes=plan.notes)
     total_bytes = sum(_size(j.path) for j in plan.jobs if j.path is not None) or 1
     done_bytes = 0
@@ -141,11 +176,13 @@ async def run_import(engine, path: Path, *, agent_id: str | None = None,
             group.store = store
         if job.agent_id not in consumed_by_agent:
             consumed_by_agent[job.agent_id] = await store.all_source_lines()
-        meta: dict | None = entry_meta(job, report.problems)
+        fields = entry_meta(job, report.problems)
         report.sessions += 1
-        if job.path is None:
-            await store.upsert_session(job.session_key, {**meta, "sessionId": job.session_id})
+        if job.path is None or job.source is None:
+            window = {"sessionId": job.session_id} if job.window else {}
+            await store.upsert_session(job.session_key, {**fields, **window})
             continue
+        meta: dict[str, Any] | None = fields
         file_report = FileReport(shown(job.path), job.session_key, job.session_id)
         report.files.append(file_report)
         consumed = consumed_by_agent[job.agent_id].get(job.session_id, 0)
@@ -154,18 +191,24 @@ async def run_import(engine, path: Path, *, agent_id: str | None = None,
         now_ms = int(time.time() * 1000)
         line_no = 0
         failed: list[OSError] = []
-        for line_no, (raw, size) in enumerate(_lines(job.source, failed), 1):
+        migration = Migration(job.session_id)
+        name: str | None = None  # the latest session_info name, the runtime's session name
+        unknown_roles: dict[str, list[int]] = {}  # role: [lines, first line]
+        for line_no, (raw, size, ended) in enumerate(_lines(job.source, failed), 1):
             done_bytes += size
             if not line_no % YIELD_LINES and group.writing and store.writes_await_server:
                 await asyncio.sleep(0)
+            if line_no == 1 and raw is not None:
+                raw = raw.removeprefix(BOM)
             if line_no <= consumed:
                 file_report.skipped_lines += 1
+                _seen(raw, migration)
                 continue
             if raw is not None and not raw.strip():
                 continue
-            event = _parse_line(raw, now_ms)
+            event = _parse_line(raw, now_ms, migration)
             if isinstance(event, str):
-                if raw is not None and not raw.endswith(b"\n") and event.startswith(("not JSON", "not UTF-8")):
+                if raw is not None and not ended and event.startswith(("not JSON", "not UTF-8")):
                     # the gateway may still be writing this line: leave it for the next import
                     report.problems.append(Problem(job.path, line_no, "incomplete last line (no newline "
                                                    "at the end); left for the next import"))
@@ -174,6 +217,10 @@ async def run_import(engine, path: Path, *, agent_id: str | None = None,
                 file_report.bad += 1
                 report.problems.append(Problem(job.path, line_no, event))
                 continue
+            if event.role is not None and event.role not in ROLES:
+                unknown_roles.setdefault(event.role, [0, line_no])[0] += 1
+            elif event.type == "session_info":
+                name = _session_name(event.body, name)
             events.append(event)
             event_lines.append(line_no)
             if len(events) >= BATCH_EVENTS:  # a chunk of a big file
@@ -186,6 +233,11 @@ async def run_import(engine, path: Path, *, agent_id: str | None = None,
                                            f"unreadable: {describe_error(failed[0])}; "
                                            f"{'rest of the file skipped' if line_no else 'skipped'}"))
         file_report.lines = line_no
+        for role, (count, first) in unknown_roles.items():
+            report.notes.append(Problem(job.path, first, f"message role {role!r} is not one the agent runtime "
+                                        f"writes ({count} line{'s' if count > 1 else ''}): carried, not indexed"))
+        if name and not job.entry.get("displayName"):
+            meta = {**(meta or {}), **_display_name(job, name, report.problems)}
         if events or meta is not None or line_no > consumed:
             group.add(_Step(job, meta, events, event_lines, line_no, file_report))
             if group.events >= BATCH_EVENTS:
@@ -198,6 +250,23 @@ async def run_import(engine, path: Path, *, agent_id: str | None = None,
     log.info("import.done", sessions=report.sessions, events=report.events, problems=len(report.problems),
              seconds=round(report.seconds, 3))
     return report
+
+
+def _session_name(body: dict[str, Any], name: str | None) -> str | None:
+    """The session's name once a session_info entry is read: its `name`; an empty one clears it."""
+    value = body.get("name")
+    if value is None:
+        return name
+    return value.strip() or None if isinstance(value, str) else name
+
+
+def _display_name(job: ImportJob, name: str, problems: list[Problem]) -> dict[str, Any]:
+    """The session_info name as the session's displayName (sessions.json gave none)."""
+    meta, refused = check_meta({"displayName": name})
+    for problem in refused:
+        problems.append(Problem(job.path or job.session_id, None,
+                                f"session_info name not used as displayName: {problem.message}"))
+    return meta
 
 
 def _size(path: Path) -> int:
@@ -270,7 +339,7 @@ class _Group:
     async def _write(self, store, steps: list[_Step]) -> None:
         results = await store.import_many([(s.job.session_key, s.meta, s.events, s.job.session_id, s.lines)
                                            for s in steps])
-        for step, result in zip(steps, results):
+        for step, result in zip(steps, results, strict=False):
             if isinstance(result, Exception):
                 _stop_if_unavailable(result)
                 await self._salvage(store, step)

@@ -174,6 +174,10 @@ class Settings:
     reader_quiet_mmap_mb: int = setting(
         2048, "MiB of the database a reader maps while it goes unchanged (0: never; SQLite caps it at ~2 GiB).",
         env="SESSIONSEARCH_READER_QUIET_MMAP_MB", toml="search.readerQuietMmapMb", parse=_mib)
+    import_index_max_mib: int = setting(
+        64, "MiB a sessions.json may have for an import to read it; a larger one is refused as a problem, "
+        "unread (0: none may be read).",
+        env="SESSIONSEARCH_IMPORT_INDEX_MAX_MIB", toml="import.indexMaxMib", parse=_mib)
     # history (SPEC §5)
     history_max_bytes: int = setting(80 * 1024, "JSON size budget of one history response.",
                                      toml="history.maxBytes", parse=int)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..errors import InvalidRequest
@@ -16,16 +16,18 @@ TREE_TYPES = frozenset({
     "custom", "custom_message", "label", "session_info",
 })
 EVENT_TYPES = TREE_TYPES | {"session", "leaf"}
-ROLES = frozenset({"user", "assistant", "toolResult", "system"})
+# the roles the agent runtime writes (SPEC §2); any other non-empty role is carried too, never indexed
+ROLES = frozenset({"user", "assistant", "toolResult", "system", "bashExecution", "custom", "branchSummary",
+                   "compactionSummary"})
 INDEXED_ROLES = frozenset({"user", "assistant"})
 TEXT_BLOCKS = frozenset({"text", "input_text", "output_text"})
 RESET_REASONS = frozenset({"new", "reset", "idle", "daily", "cron-stale"})
 MAX_EVENT_DEPTH = MAX_JSON_DEPTH
 # Timestamps every consumer can represent (SQLite integers, datetime, the CLI's formatting):
 # 0001-01-01T00:00:00.000Z to 9999-12-31T23:59:59.999Z in epoch milliseconds.
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-MIN_TS_MS = (datetime(1, 1, 1, tzinfo=timezone.utc) - _EPOCH) // timedelta(milliseconds=1)
-MAX_TS_MS = (datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=timezone.utc) - _EPOCH) // timedelta(milliseconds=1)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MIN_TS_MS = (datetime(1, 1, 1, tzinfo=UTC) - _EPOCH) // timedelta(milliseconds=1)
+MAX_TS_MS = (datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC) - _EPOCH) // timedelta(milliseconds=1)
 TS_RANGE = f"between {MIN_TS_MS} and {MAX_TS_MS} (years 1 to 9999 UTC)"
 
 
@@ -82,10 +84,10 @@ def parse_event(raw: object, where: str, *, now_ms: int | None = None, source: s
         if not isinstance(msg, dict):
             raise InvalidRequest(f"{where}.message: must be an object", field=f"{where}.message")
         role = msg.get("role")
-        if not isinstance(role, str) or role not in ROLES:
-            raise InvalidRequest(f"{where}.message.role: must be one of user, assistant, toolResult, system",
-                                 field=f"{where}.message.role")
-        indexable = message_text(msg, f"{where}.message")
+        if not isinstance(role, str) or not role:
+            raise InvalidRequest(f"{where}.message.role: must be a non-empty string", field=f"{where}.message.role")
+        # only indexed roles' content has a shape to check: every other role is carried as written
+        indexable = message_text(msg, f"{where}.message") if role in INDEXED_ROLES else None
         mts = msg.get("timestamp")
         if mts is not None:
             if isinstance(mts, bool) or not isinstance(mts, (int, float)):
@@ -153,7 +155,7 @@ def _event_ts(value: object, where: str) -> int | None:
     except ValueError:
         raise InvalidRequest(f"{where}: {value[:40]!r} is not an ISO 8601 time", field=where) from None
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
+        moment = moment.replace(tzinfo=UTC)
     ms = (moment - _EPOCH) // timedelta(milliseconds=1)  # exact: no float rounding of the milliseconds
     if not MIN_TS_MS <= ms <= MAX_TS_MS:
         raise InvalidRequest(f"{where}: {value[:40]!r} is not a time {TS_RANGE}", field=where)

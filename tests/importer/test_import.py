@@ -36,7 +36,7 @@ def _write_state(root: Path) -> Path:
         json.dumps({"type": "message", "id": "g1", "parentId": None, "message": {"role": "user", "content": "alpha one"}}),
         "{not json",
         json.dumps({"type": "teleport", "id": "t1"}),
-        json.dumps({"type": "message", "id": "g2", "parentId": "g1", "message": {"role": "wizard", "content": "x"}}),
+        json.dumps({"type": "message", "id": "g2", "parentId": "g1", "message": {"role": 5, "content": "x"}}),
         "",
         json.dumps({"type": "message", "id": "g3", "parentId": "g1", "message": {"role": "assistant", "content": "alpha two"}}),
     ]
@@ -561,9 +561,9 @@ async def test_a_write_to_postgresql_progresses_while_the_next_chunk_is_parsed(p
     parsed = [0]
     real_parse, real_write = importer._parse_line, importer._Group._write
 
-    def counting_parse(raw, now_ms):
+    def counting_parse(raw, now_ms, migration):
         parsed[0] += 1
-        return real_parse(raw, now_ms)
+        return real_parse(raw, now_ms, migration)
 
     started: list[int] = []
 

@@ -56,10 +56,22 @@ async def test_text_comes_from_content_then_text_then_blocks(backend):
         assert ids(await engine.search(query="first second")) == ["x2"]
 
 
+async def test_every_role_the_runtime_writes_and_an_unknown_one_are_appended_and_only_user_and_assistant_indexed(
+        backend):
+    async with engine_at(backend) as engine:
+        roles = ["user", "bashExecution", "custom", "branchSummary", "compactionSummary", "assistant", "robot"]
+        events = chain("r", [(role, f"gannet {role}") for role in roles])
+        events[1]["message"]["content"] = [{"no": "type"}]  # a role that is not indexed is carried as written
+        assert (await engine.append(KEY, events))["appended"] == len(roles)
+        assert sorted(ids(await engine.search(query="gannet"))) == ["r1", "r6"]  # chain counts from 1
+        history = await engine.history(sessionKey=KEY, includeTools=True)
+        assert [m["role"] for m in history["messages"]] == roles
+
+
 async def test_an_invalid_event_rejects_the_whole_batch_naming_it(backend):
     async with engine_at(backend) as engine:
         bad = chain("m", [("user", "valid words"), ("user", "more")])
-        bad[1]["message"]["role"] = "robot"
+        bad[1]["message"]["role"] = ""
         with pytest.raises(InvalidRequest) as err:
             await engine.append(KEY, bad)
         assert err.value.field == "events[1].message.role" and "events[1].message.role" in err.value.message
