@@ -27,6 +27,7 @@ from .search.query import check_unknown, int_field, parse_requester, parse_searc
 from .search.runner import search as run_search
 from .search.titles import title_matches
 from .search.catalog import CatalogCache, CatalogView
+from .search.cost import CredentialGate, check_search_cost
 from .search.visibility import Viewer
 from .session_meta import check_meta
 from .settings import Settings
@@ -59,6 +60,7 @@ class Engine:
         self._open_lock = asyncio.Lock()
         self._catalog = CatalogCache(self._open_stores, self.store, self.backend.listing_version)
         self.search_observer: Callable[[float, bool], None] | None = None
+        self.gate = CredentialGate.from_settings(self.settings)  # what a scoped token may hold at once
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -202,6 +204,7 @@ class Engine:
                      **fields: Any) -> dict[str, Any]:
         """`sessions.search`: give the wire body, or its fields as keywords (query=…, sessionKeys=…)."""
         req = parse_search({**(body or {}), **fields})
+        check_search_cost(req, self.settings)
         return await run_search(req, settings=self.settings, catalog=self._catalog, open_store=self.store,
                                 enqueue=self.enqueue_reconcile, observe=self.observe_search,
                                 agent_facing=agent_facing)

@@ -128,6 +128,26 @@ SETTINGS: tuple[Setting, ...] = (
             env="SESSIONSEARCH_SEARCH_TIME_LIMIT_MS", toml="search.timeLimitMs", parse=int),
     Setting("search_response_max_bytes", 32 * 1024, "JSON size budget of one search response.",
             toml="search.responseMaxBytes", parse=int),
+    # the cost of one request (search/cost.py): refused or held back before any work starts
+    Setting("search_max_query_words", 64,
+            "Distinct words one query may hold (a repeated word counts once); more is refused (400).",
+            env="SESSIONSEARCH_SEARCH_MAX_QUERY_WORDS", toml="search.maxQueryWords",
+            parse=_whole("words", 1, "1 word")),
+    Setting("search_max_request_words", 128,
+            "Distinct words one search request may hold across its `queries` batch; more is refused (400).",
+            env="SESSIONSEARCH_SEARCH_MAX_REQUEST_WORDS", toml="search.maxRequestWords",
+            parse=_whole("words", 1, "1 word")),
+    Setting("credential_max_concurrent", 2,
+            "Agent-tool and MCP requests one scoped token may have running at once (on PostgreSQL at most one "
+            "fewer than database_pool_max_connections, so the operator always has a connection).",
+            env="SESSIONSEARCH_CREDENTIAL_MAX_CONCURRENT", toml="auth.maxConcurrentPerToken",
+            parse=_whole("requests", 1, "1 request")),
+    Setting("credential_queue_wait_ms", 5_000,
+            "Milliseconds a scoped token's request past credential_max_concurrent waits for a turn before it "
+            "is refused.", env="SESSIONSEARCH_CREDENTIAL_QUEUE_WAIT_MS", toml="auth.queueWaitMs",
+            parse=_whole("milliseconds", 0, "0 ms")),
+    Setting("list_response_max_bytes", 64 * 1024, "JSON size budget of one sessions.list response.",
+            toml="list.responseMaxBytes", parse=int),
     Setting("snippet_max_units", 300, "Snippet length in UTF-16 code units (before the ellipsis).",
             toml="search.snippetMaxUnits", parse=int),
     Setting("readers_per_agent", 4, "Reader connections per agent database.",
@@ -205,6 +225,11 @@ class Settings:
     redact_snippets: bool = False
     search_time_limit_ms: int = 60_000
     search_response_max_bytes: int = 32 * 1024
+    search_max_query_words: int = 64
+    search_max_request_words: int = 128
+    credential_max_concurrent: int = 2
+    credential_queue_wait_ms: int = 5_000
+    list_response_max_bytes: int = 64 * 1024
     snippet_max_units: int = 300
     readers_per_agent: int = 4
     reader_mmap_mb: int = 0

@@ -11,6 +11,7 @@ from ..keys import check_agent_id, check_session_key
 from ..store.base import Match
 from ..store.cjk import query_parts
 from ..values import check_name, check_text
+from .cost import merged_words
 from .text import term_pieces, tokens, utf16_len
 from .timerange import parse_range
 
@@ -90,7 +91,7 @@ def parse_query(raw: object, *, prefix: bool, where: str = "query") -> ParsedQue
         raise InvalidRequest("query must not be empty", field=where)
     if utf16_len(text) > MAX_QUERY_UNITS:
         raise InvalidRequest(f"query must not exceed {MAX_QUERY_UNITS} characters", field=where)
-    words = [w for w in text.split() if tokens(w)]
+    words = merged_words((w for w in text.split() if tokens(w)), prefix=prefix)
     terms = [t for w in words for t in term_pieces(w)]
     return ParsedQuery(text, words, prefix, build_match(words, prefix), terms)
 

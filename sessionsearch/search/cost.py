@@ -1,0 +1,111 @@
+"""What one request may cost, settled before any work starts and the same on every store.
+
+A search's cost grows with its distinct words: each is a phrase the store counts (its document
+frequency) and scores on every matching row, and on PostgreSQL each adds columns to one statement
+(which refuses more than 1664 of them). So a query's words are merged (a repeated word is one
+condition of the AND, counted once) and capped per query and per request (a `queries` batch holds
+up to eight), and a request past either cap is refused naming the setting, before it reads a row.
+
+Who asks bounds what they may hold at once: a scoped token (one agent's credential) has at most
+`credential_max_concurrent` agent-tool and MCP requests running; one more waits up to
+`credential_queue_wait_ms` for a turn and is then refused. On PostgreSQL the cap is also one less
+than the connection pool, so a token's requests can never hold every connection the operator's
+searches need. The operator (the gateway) is not held back: it is the one being protected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
+
+from ..errors import Busy, InvalidRequest
+from ..settings import Settings
+from .text import tokens
+
+if TYPE_CHECKING:  # query.py merges its words here
+    from .query import Requester, SearchRequest
+
+
+def merged_words(words: Iterable[str], *, prefix: bool) -> list[str]:
+    """`words` with each repeated one kept once, in first-seen order. Two words are the same when they
+    fold to the same tokens (`Café` and `CAFE`). With `prefix` the last word stays last (it alone may
+    match as a prefix), and an earlier copy of it is kept too: the exact word and the prefix differ."""
+    given = list(words)
+    last = given.pop() if prefix and given else None
+    seen: dict[tuple[str, ...], str] = {}
+    for word in given:
+        seen.setdefault(tuple(tokens(word)), word)
+    out = list(seen.values())
+    if last is not None:
+        out.append(last)
+    return out
+
+
+def word_key(word: str) -> tuple[str, ...]:
+    """What makes two query words the same condition: their folded tokens."""
+    return tuple(tokens(word))
+
+
+def check_search_cost(req: SearchRequest, settings: Settings) -> None:
+    """Refuse (InvalidRequest, naming the setting and its limit) a search holding more distinct words
+    than one query or one request may."""
+    per_query = settings.search_max_query_words
+    per_request = settings.search_max_request_words
+    batch: set[tuple[str, ...]] = set()
+    for i, query in enumerate(req.queries):
+        where = f"queries[{i}]" if req.batch else "query"
+        distinct = {word_key(w) for w in query.words}
+        if len(distinct) > per_query:
+            raise InvalidRequest(f"{where} holds {len(distinct)} distinct words; at most {per_query} are allowed "
+                                 f"(setting search_max_query_words)", field=where)
+        batch |= distinct
+    if len(batch) > per_request:
+        raise InvalidRequest(f"queries hold {len(batch)} distinct words in all; at most {per_request} are allowed "
+                             f"in one request (setting search_max_request_words)", field="queries")
+
+
+class CredentialGate:
+    """Per scoped token, how many of its requests may run at once; `admit` holds a turn."""
+
+    def __init__(self, *, max_concurrent: int, wait_s: float) -> None:
+        self.max_concurrent = max_concurrent
+        self.wait_s = wait_s
+        self._turns: dict[Requester, asyncio.Semaphore] = {}
+        self._holders: dict[Requester, int] = {}
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> CredentialGate:
+        limit = settings.credential_max_concurrent
+        if settings.database_url:  # a token's requests never hold the whole pool
+            limit = max(1, min(limit, settings.database_pool_max_connections - 1))
+        return cls(max_concurrent=limit, wait_s=settings.credential_queue_wait_ms / 1000)
+
+    @asynccontextmanager
+    async def admit(self, requester: Requester | None) -> AsyncIterator[None]:
+        """Run the body as one of `requester`'s turns (None: the operator, never held back); raise Busy
+        when no turn came within the wait."""
+        if requester is None:
+            yield
+            return
+        turns = self._turns.get(requester)
+        if turns is None:
+            turns = self._turns[requester] = asyncio.Semaphore(self.max_concurrent)
+        self._holders[requester] = self._holders.get(requester, 0) + 1
+        try:
+            try:
+                await asyncio.wait_for(turns.acquire(), timeout=self.wait_s)
+            except TimeoutError:
+                raise Busy(f"this token already has {self.max_concurrent} requests running and none finished "
+                           f"within {round(self.wait_s * 1000)} ms (settings credential_max_concurrent, "
+                           "credential_queue_wait_ms); retry when one has answered") from None
+            try:
+                yield
+            finally:
+                turns.release()
+        finally:
+            self._holders[requester] -= 1
+            if not self._holders[requester]:  # no one waits: forget it, so the map holds only active tokens
+                del self._holders[requester]
+                self._turns.pop(requester, None)
