@@ -209,11 +209,14 @@ class Engine:
                                 enqueue=self.enqueue_reconcile, observe=self.observe_search,
                                 agent_facing=agent_facing)
 
-    async def history(self, body: dict[str, Any] | None = None, /, **fields: Any) -> dict[str, Any]:
-        """`sessions.history`: the newest tail of the current view, or the window around a message."""
+    async def history(self, body: dict[str, Any] | None = None, /, *, restore: bool = True,
+                      **fields: Any) -> dict[str, Any]:
+        """`sessions.history`: the newest tail of the current view, or the window around a message.
+        Opening an archived session restores it; with `restore` False (a read-only caller) such a read
+        is refused (Conflict) and the session stays archived."""
         req = parse_history({**(body or {}), **fields}, self.settings.history_default_limit)
         return await run_history(req, settings=self.settings, catalog=self._catalog, open_store=self.store,
-                                 restore=self.restore)
+                                 restore=self.restore if restore else None)
 
     async def list_sessions(self, body: dict[str, Any] | None = None, /, **fields: Any) -> dict[str, Any]:
         """`sessions.list`: sessions the caller may see, optionally filtered by a title search."""

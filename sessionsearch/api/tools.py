@@ -33,7 +33,7 @@ async def run_tool(engine: Engine, name: str, body: dict[str, Any], caller: Call
             if name == "sessions_search":
                 return await engine.search(body, agent_facing=True)
             if name == "sessions_history":
-                return await engine.history(body)
+                return await engine.history(body, restore=caller.operator)  # a scoped token never writes
             if name == "sessions_list":
                 return await engine.list_sessions(body)
         raise ValueError(f"unknown tool {name!r}")
