@@ -28,6 +28,8 @@ from .search.runner import search as run_search
 from .search.titles import title_matches
 from .search.catalog import CatalogCache, CatalogView
 from .search.cost import CredentialGate, check_search_cost
+from .search.listing import entry as listing_entry
+from .search.listing import fit_listing
 from .search.visibility import Viewer
 from .session_meta import check_meta
 from .settings import Settings
@@ -238,7 +240,10 @@ class Engine:
                 raise InvalidRequest(f"{name} must be a boolean", field=name)
         view = await self.catalog_view(fresh_listing=True)  # every agent there is now, not a moment ago
         if agent_id is not None and agent_id not in view.agents:
-            raise NotFound(f"agent {agent_id!r} not found")
+            # one that may not see such an agent lists nothing whether it exists or not: the same answer
+            if Viewer(self.settings, parse_requester(body.get("requester")), view.catalog).may_target_agent(agent_id):
+                raise NotFound(f"agent {agent_id!r} not found")
+            return {"sessions": []}
         active: dict[str, int] = {}
         stale = False
         for agent in ([agent_id] if agent_id is not None else view.agent_ids):
@@ -250,7 +255,8 @@ class Engine:
         if stale:  # another process changed metadata since this view was read
             view = await self.catalog_view(refresh=True)
         viewer = Viewer(self.settings, parse_requester(body.get("requester")), view.catalog)
-        out = []
+        out: list[dict[str, Any]] = []
+        more = False
         sessions = [m for m in view.catalog.sessions.values() if m.session_key in active]
         for meta in sorted(sessions, key=lambda m: (-active[m.session_key], m.session_key)):
             if agent_id is not None and agent_of(meta.session_key) != agent_id:
@@ -262,13 +268,11 @@ class Engine:
                 continue
             if search is not None and not title_matches(search, meta):
                 continue
-            out.append({"sessionKey": meta.session_key, "sessionId": meta.session_id, "label": meta.label,
-                        "displayName": meta.display_name, "kind": meta.kind, "group": meta.group,
-                        "spawnedBy": meta.spawned_by, "updatedAt": active[meta.session_key],
-                        "archived": meta.archived_at is not None})
             if len(out) >= limit:
+                more = True
                 break
-        return {"sessions": out}
+            out.append(listing_entry(meta, viewer, active[meta.session_key]))
+        return fit_listing(out, max_bytes=self.settings.list_response_max_bytes, more=more)
 
     async def index_status(self, agentId: str | None = None) -> dict[str, Any]:  # noqa: N803
         """`index.status`: per agent, windows and messages indexed, the backlog and completeness."""

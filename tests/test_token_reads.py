@@ -3,6 +3,8 @@ missing agent from an invisible one, and metadata naming sessions the caller may
 
 from __future__ import annotations
 
+import json
+
 from sessionsearch.api.tools import run_tool
 from sessionsearch.auth import OPERATOR, Caller
 from sessionsearch.search.query import Requester
@@ -40,3 +42,44 @@ async def test_the_operators_history_of_an_archived_session_still_restores_it(ba
         assert [m["content"] for m in read["messages"]] == ["archived loan talk", "noted"]
         listed = (await engine.list_sessions())["sessions"]
         assert [s["archived"] for s in listed if s["sessionKey"] == MAIN] == [False]
+
+
+async def test_a_missing_agent_and_an_invisible_one_are_denied_alike(backend):
+    async with engine_at(backend, visibility="self") as engine:
+        await engine.append(MAIN, chain("m", [("user", "loan")]))
+        await engine.append("agent:ops-2:main", chain("o", [("user", "loan")]))
+        for agent in ("ops-2", "nope"):
+            answer = await run_tool(engine, "sessions_search", {"query": "loan", "agentId": agent}, SCOPED)
+            assert answer == {"status": "forbidden", "error": f"agent {agent!r} is not visible to this requester"}
+            assert await run_tool(engine, "sessions_list", {"agentId": agent}, SCOPED) == {"sessions": []}
+        assert (await run_tool(engine, "sessions_search", {"query": "loan", "agentId": "nope"}, OPERATOR)) == {
+            "status": "error", "error": "agent 'nope' not found"}
+
+
+async def test_a_listing_names_a_spawning_or_parent_session_only_where_the_caller_may_see_it(backend):
+    child, sibling, elsewhere = "agent:main:subagent:c1", "agent:main:subagent:c2", "agent:ops-2:main"
+    async with engine_at(backend, visibility="agent") as engine:
+        for n, key in enumerate((MAIN, child, sibling, elsewhere)):
+            await engine.append(key, chain(f"k{n}-", [("user", "loan")]))
+        await engine.upsert_session(child, spawnedBy=elsewhere, parentSessionKey=elsewhere, kind="subagent")
+        await engine.upsert_session(sibling, spawnedBy=MAIN, parentSessionKey=child, kind="subagent")
+        listed = {s["sessionKey"]: s for s in (await run_tool(engine, "sessions_list", {}, SCOPED))["sessions"]}
+        assert set(listed) == {MAIN, child, sibling}
+        assert (listed[child]["spawnedBy"], listed[child]["parentSessionKey"]) == (None, None)
+        assert (listed[sibling]["spawnedBy"], listed[sibling]["parentSessionKey"]) == (MAIN, child)
+        operator = {s["sessionKey"]: s for s in (await engine.list_sessions())["sessions"]}
+        assert (operator[child]["spawnedBy"], operator[child]["parentSessionKey"]) == (elsewhere, elsewhere)
+
+
+async def test_sessions_list_fits_its_byte_budget_and_says_truncated(backend):
+    async with engine_at(backend, list_response_max_bytes=4096) as engine:
+        for i in range(40):
+            await engine.append(f"agent:main:s{i}", chain(f"s{i}-", [("user", "loan")]))
+        await engine.upsert_session("agent:main:s0", label="L" * 1_000_000)
+        listed = await engine.list_sessions(limit=1000)
+        assert listed["truncated"] is True and 0 < len(listed["sessions"]) < 40
+        assert len(json.dumps(listed, ensure_ascii=False, separators=(",", ":")).encode()) <= 4096
+        labels = [s["label"] for s in (await engine.list_sessions(search="agent:main:s0"))["sessions"]]
+        assert labels == ["L" * 1000 + "…"]
+        assert "truncated" not in await engine.list_sessions(search="agent:main:s1")
+        assert (await engine.list_sessions(limit=3))["truncated"] is True  # more existed past the limit
