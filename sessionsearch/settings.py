@@ -129,14 +129,15 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("search_response_max_bytes", 32 * 1024, "JSON size budget of one search response.",
             toml="search.responseMaxBytes", parse=int),
     # the cost of one request (search/cost.py): refused or held back before any work starts
-    Setting("search_max_query_words", 64,
-            "Distinct words one query may hold (a repeated word counts once); more is refused (400).",
-            env="SESSIONSEARCH_SEARCH_MAX_QUERY_WORDS", toml="search.maxQueryWords",
-            parse=_whole("words", 1, "1 word")),
-    Setting("search_max_request_words", 128,
-            "Distinct words one search request may hold across its `queries` batch; more is refused (400).",
-            env="SESSIONSEARCH_SEARCH_MAX_REQUEST_WORDS", toml="search.maxRequestWords",
-            parse=_whole("words", 1, "1 word")),
+    Setting("search_max_query_terms", 32,
+            "Search terms one query may hold (a token of each distinct word, each part of a hyphenated word, "
+            "each character pair of a CJK run); more is refused (400).",
+            env="SESSIONSEARCH_SEARCH_MAX_QUERY_TERMS", toml="search.maxQueryTerms",
+            parse=_whole("terms", 1, "1 term")),
+    Setting("search_max_request_terms", 64,
+            "Search terms one request may hold, summed over its `queries` batch; more is refused (400).",
+            env="SESSIONSEARCH_SEARCH_MAX_REQUEST_TERMS", toml="search.maxRequestTerms",
+            parse=_whole("terms", 1, "1 term")),
     Setting("credential_max_concurrent", 2,
             "Agent-tool and MCP requests one scoped token may have running at once (on PostgreSQL at most one "
             "fewer than database_pool_max_connections, so the operator always has a connection).",
@@ -225,8 +226,8 @@ class Settings:
     redact_snippets: bool = False
     search_time_limit_ms: int = 60_000
     search_response_max_bytes: int = 32 * 1024
-    search_max_query_words: int = 64
-    search_max_request_words: int = 128
+    search_max_query_terms: int = 32
+    search_max_request_terms: int = 64
     credential_max_concurrent: int = 2
     credential_queue_wait_ms: int = 5_000
     list_response_max_bytes: int = 64 * 1024
