@@ -203,11 +203,15 @@ class Engine:
     # -- reads -------------------------------------------------------------------------------
 
     async def search(self, body: dict[str, Any] | None = None, /, *, agent_facing: bool = False,
-                     **fields: Any) -> dict[str, Any]:
-        """`sessions.search`: give the wire body, or its fields as keywords (query=…, sessionKeys=…)."""
+                     time_limit_ms: int | None = None, **fields: Any) -> dict[str, Any]:
+        """`sessions.search`: give the wire body, or its fields as keywords (query=…, sessionKeys=…).
+        `time_limit_ms` narrows the search's time budget (a scoped token's, search/cost.py)."""
         req = parse_search({**(body or {}), **fields})
         check_search_cost(req, self.settings)
-        return await run_search(req, settings=self.settings, catalog=self._catalog, open_store=self.store,
+        settings = self.settings
+        if time_limit_ms is not None and time_limit_ms < settings.search_time_limit_ms:
+            settings = settings.replace(search_time_limit_ms=time_limit_ms)
+        return await run_search(req, settings=settings, catalog=self._catalog, open_store=self.store,
                                 enqueue=self.enqueue_reconcile, observe=self.observe_search,
                                 agent_facing=agent_facing)
 

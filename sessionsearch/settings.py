@@ -147,6 +147,10 @@ SETTINGS: tuple[Setting, ...] = (
             "Milliseconds a scoped token's request past credential_max_concurrent waits for a turn before it "
             "is refused.", env="SESSIONSEARCH_CREDENTIAL_QUEUE_WAIT_MS", toml="auth.queueWaitMs",
             parse=_whole("milliseconds", 0, "0 ms")),
+    Setting("credential_search_time_limit_ms", 10_000,
+            "Time budget of one search a scoped token sends, admission included (at most search_time_limit_ms): "
+            "how long one agent's request may hold a database connection.",
+            env="SESSIONSEARCH_CREDENTIAL_SEARCH_TIME_LIMIT_MS", toml="auth.searchTimeLimitMs", parse=_positive_ms),
     Setting("list_response_max_bytes", 64 * 1024, "JSON size budget of one sessions.list response.",
             toml="list.responseMaxBytes", parse=int),
     Setting("snippet_max_units", 300, "Snippet length in UTF-16 code units (before the ellipsis).",
@@ -230,6 +234,7 @@ class Settings:
     search_max_request_terms: int = 64
     credential_max_concurrent: int = 2
     credential_queue_wait_ms: int = 5_000
+    credential_search_time_limit_ms: int = 10_000
     list_response_max_bytes: int = 64 * 1024
     snippet_max_units: int = 300
     readers_per_agent: int = 4

@@ -148,3 +148,25 @@ def test_on_postgres_a_token_may_never_hold_the_whole_pool(tmp_path):
     settings = Settings(database_url="postgresql://x/y", database_pool_max_connections=2, credential_max_concurrent=4)
     assert CredentialGate.from_settings(settings).max_concurrent == 1
     assert CredentialGate.from_settings(Settings(credential_max_concurrent=4)).max_concurrent == 4
+
+
+async def test_a_scoped_tokens_search_has_its_own_time_budget_and_the_operators_keeps_the_whole(backend,
+                                                                                                  monkeypatch):
+    import sessionsearch.engine as engine_module
+
+    budgets: list[int] = []
+    original = engine_module.run_search
+
+    async def spying(req, *, settings, **kw):
+        budgets.append(settings.search_time_limit_ms)
+        return await original(req, settings=settings, **kw)
+
+    monkeypatch.setattr(engine_module, "run_search", spying)
+    async with engine_at(backend, credential_search_time_limit_ms=750, search_time_limit_ms=60_000) as engine:
+        await _corpus(engine, 4)
+        assert (await run_tool(engine, "sessions_search", {"query": "loan"}, OPERATOR))["results"]
+        assert (await run_tool(engine, "sessions_search", {"query": "loan"}, SCOPED))["results"]
+        assert budgets == [60_000, 750]
+        engine.settings = engine.settings.replace(search_time_limit_ms=500)  # the smaller of the two holds
+        await run_tool(engine, "sessions_search", {"query": "loan"}, SCOPED)
+        assert budgets[-1] == 500

@@ -31,7 +31,8 @@ async def run_tool(engine: Engine, name: str, body: dict[str, Any], caller: Call
         body = bind_requester(body, caller)
         async with engine.gate.admit(caller.requester):  # a scoped token's turn; the operator's at once
             if name == "sessions_search":
-                return await engine.search(body, agent_facing=True)
+                limit = None if caller.operator else engine.settings.credential_search_time_limit_ms
+                return await engine.search(body, agent_facing=True, time_limit_ms=limit)
             if name == "sessions_history":
                 return await engine.history(body, restore=caller.operator)  # a scoped token never writes
             if name == "sessions_list":
