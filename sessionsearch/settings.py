@@ -139,8 +139,9 @@ SETTINGS: tuple[Setting, ...] = (
             env="SESSIONSEARCH_SEARCH_MAX_REQUEST_TERMS", toml="search.maxRequestTerms",
             parse=_whole("terms", 1, "1 term")),
     Setting("credential_max_concurrent", 2,
-            "Agent-tool and MCP requests one scoped token may have running at once (on PostgreSQL at most one "
-            "fewer than database_pool_max_connections, so the operator always has a connection).",
+            "Agent-tool and MCP requests one scoped token may have running at once. All scoped tokens together "
+            "have one fewer than the connections a search reads on (database_pool_max_connections; SQLite: "
+            "readers_per_agent), so the operator always finds one.",
             env="SESSIONSEARCH_CREDENTIAL_MAX_CONCURRENT", toml="auth.maxConcurrentPerToken",
             parse=_whole("requests", 1, "1 request")),
     Setting("credential_queue_wait_ms", 5_000,

@@ -141,13 +141,39 @@ async def test_a_scoped_token_past_its_turns_waits_then_is_refused_and_the_opera
         assert (await run_tool(engine, "sessions_search", {"query": "loan"}, SCOPED))["results"]
 
 
-def test_on_postgres_a_token_may_never_hold_the_whole_pool(tmp_path):
+def test_scoped_tokens_together_never_hold_every_connection(tmp_path):
     from sessionsearch import Settings
     from sessionsearch.search.cost import CredentialGate
 
-    settings = Settings(database_url="postgresql://x/y", database_pool_max_connections=2, credential_max_concurrent=4)
-    assert CredentialGate.from_settings(settings).max_concurrent == 1
-    assert CredentialGate.from_settings(Settings(credential_max_concurrent=4)).max_concurrent == 4
+    pg = Settings(database_url="postgresql://x/y", database_pool_max_connections=2, credential_max_concurrent=4)
+    assert (CredentialGate.from_settings(pg).max_concurrent, CredentialGate.from_settings(pg).shared) == (1, 1)
+    sqlite = CredentialGate.from_settings(Settings(credential_max_concurrent=2, readers_per_agent=4))
+    assert (sqlite.max_concurrent, sqlite.shared) == (2, 3)
+
+
+async def test_many_scoped_tokens_together_wait_for_the_shared_turns_and_the_operator_does_not(backend):
+    async with engine_at(backend, readers_per_agent=3, database_pool_max_connections=3,
+                         credential_queue_wait_ms=50) as engine:
+        await _corpus(engine, 4)
+        release = asyncio.Event()
+        held = 0
+
+        async def hold(key: str) -> None:
+            nonlocal held
+            async with engine.gate.admit(Requester(key, False)):
+                held += 1
+                await release.wait()
+
+        holders = [asyncio.create_task(hold(f"agent:main:t{i}")) for i in range(2)]
+        while held < 2:
+            await asyncio.sleep(0)
+        third = Caller(Requester("agent:main:t3", False))
+        refused = await run_tool(engine, "sessions_search", {"query": "loan"}, third)
+        assert refused["status"] == "error" and "scoped tokens already have 2 requests running" in refused["error"]
+        assert (await run_tool(engine, "sessions_search", {"query": "loan"}, OPERATOR))["results"]
+        release.set()
+        await asyncio.gather(*holders)
+        assert (await run_tool(engine, "sessions_search", {"query": "loan"}, third))["results"]
 
 
 async def test_a_scoped_tokens_search_has_its_own_time_budget_and_the_operators_keeps_the_whole(backend,

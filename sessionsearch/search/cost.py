@@ -10,9 +10,10 @@ reads a row.
 
 Who asks bounds what they may hold at once: a scoped token (one agent's credential) has at most
 `credential_max_concurrent` agent-tool and MCP requests running; one more waits up to
-`credential_queue_wait_ms` for a turn and is then refused. On PostgreSQL the cap is also one less
-than the connection pool, so a token's requests can never hold every connection the operator's
-searches need. The operator (the gateway) is not held back: it is the one being protected.
+`credential_queue_wait_ms` for a turn and is then refused. All scoped tokens together have one
+fewer turns than the connections a search reads on (the PostgreSQL pool; SQLite's readers per
+agent), so their requests can never hold every connection the operator's searches need. The
+operator (the gateway) is not held back: it is the one being protected.
 """
 
 from __future__ import annotations
@@ -84,20 +85,24 @@ def check_search_cost(req: SearchRequest, settings: Settings) -> None:
 
 
 class CredentialGate:
-    """Per scoped token, how many of its requests may run at once; `admit` holds a turn."""
+    """Per scoped token, how many of its requests may run at once, and how many of all scoped tokens'
+    requests together (`shared`: one fewer than the connections a search can use, so the operator always
+    finds one); `admit` holds a turn of each."""
 
-    def __init__(self, *, max_concurrent: int, wait_s: float) -> None:
+    def __init__(self, *, max_concurrent: int, wait_s: float, shared: int) -> None:
         self.max_concurrent = max_concurrent
         self.wait_s = wait_s
+        self.shared = shared
+        self._all = asyncio.Semaphore(shared)
         self._turns: dict[Requester, asyncio.Semaphore] = {}
         self._holders: dict[Requester, int] = {}
 
     @classmethod
     def from_settings(cls, settings: Settings) -> CredentialGate:
-        limit = settings.credential_max_concurrent
-        if settings.database_url:  # a token's requests never hold the whole pool
-            limit = max(1, min(limit, settings.database_pool_max_connections - 1))
-        return cls(max_concurrent=limit, wait_s=settings.credential_queue_wait_ms / 1000)
+        connections = settings.database_pool_max_connections if settings.database_url else settings.readers_per_agent
+        shared = max(1, connections - 1)
+        return cls(max_concurrent=min(settings.credential_max_concurrent, shared),
+                   wait_s=settings.credential_queue_wait_ms / 1000, shared=shared)
 
     @asynccontextmanager
     async def admit(self, requester: Requester | None) -> AsyncIterator[None]:
@@ -110,6 +115,8 @@ class CredentialGate:
         if turns is None:
             turns = self._turns[requester] = asyncio.Semaphore(self.max_concurrent)
         self._holders[requester] = self._holders.get(requester, 0) + 1
+        loop = asyncio.get_running_loop()
+        until = loop.time() + self.wait_s
         try:
             try:
                 await asyncio.wait_for(turns.acquire(), timeout=self.wait_s)
@@ -118,7 +125,17 @@ class CredentialGate:
                            f"within {round(self.wait_s * 1000)} ms (settings credential_max_concurrent, "
                            "credential_queue_wait_ms); retry when one has answered") from None
             try:
-                yield
+                try:
+                    await asyncio.wait_for(self._all.acquire(), timeout=max(0.0, until - loop.time()))
+                except TimeoutError:
+                    raise Busy(f"scoped tokens already have {self.shared} requests running, as many as may run "
+                               "beside the operator's, and none finished within "
+                               f"{round(self.wait_s * 1000)} ms (setting credential_queue_wait_ms); retry when one "
+                               "has answered") from None
+                try:
+                    yield
+                finally:
+                    self._all.release()
             finally:
                 turns.release()
         finally:
