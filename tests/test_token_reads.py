@@ -83,3 +83,16 @@ async def test_sessions_list_fits_its_byte_budget_and_says_truncated(backend):
         assert labels == ["L" * 1000 + "…"]
         assert "truncated" not in await engine.list_sessions(search="agent:main:s1")
         assert (await engine.list_sessions(limit=3))["truncated"] is True  # more existed past the limit
+
+
+async def test_the_mcp_sessions_list_answer_keeps_to_the_budget_with_a_huge_label(backend):
+    from sessionsearch.api.mcp_server import _answer
+
+    async with engine_at(backend) as engine:
+        for i in range(300):
+            await engine.append(f"agent:main:s{i}", chain(f"s{i}-", [("user", "loan")]))
+            await engine.upsert_session(f"agent:main:s{i}", label=f"{i} " + "L" * 2000)
+        await engine.upsert_session(MAIN, label="L" * 1_000_000)
+        result = _answer(await run_tool(engine, "sessions_list", {"limit": 1000}, SCOPED))
+        assert result.structured_content["truncated"] is True
+        assert len(result.content[0].text.encode()) <= engine.settings.list_response_max_bytes
