@@ -28,6 +28,9 @@ from .search.history import parse_history
 from .search.query import check_unknown, int_field, parse_requester, parse_search
 from .search.runner import search as run_search
 from .search.titles import title_matches
+from .search.cost import CredentialGate, check_search_cost
+from .search.listing import entry as listing_entry
+from .search.listing import fit_listing
 from .search.visibility import Viewer
 from .session_meta import check_meta
 from .settings import Settings
@@ -60,6 +63,7 @@ class Engine:
         self._open_lock = asyncio.Lock()
         self._catalog = CatalogCache(self._open_stores, self.store, self.backend.listing_version)
         self.search_observer: Callable[[float, bool], None] | None = None
+        self.gate = CredentialGate.from_settings(self.settings)  # what a scoped token may hold at once
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -205,18 +209,26 @@ class Engine:
     # -- reads -------------------------------------------------------------------------------
 
     async def search(self, body: dict[str, Any] | None = None, /, *, agent_facing: bool = False,
-                     **fields: Any) -> dict[str, Any]:
-        """`sessions.search`: give the wire body, or its fields as keywords (query=…, sessionKeys=…)."""
+                     time_limit_ms: int | None = None, **fields: Any) -> dict[str, Any]:
+        """`sessions.search`: give the wire body, or its fields as keywords (query=…, sessionKeys=…).
+        `time_limit_ms` narrows the search's time budget (a scoped token's, search/cost.py)."""
         req = parse_search({**(body or {}), **fields})
-        return await run_search(req, settings=self.settings, catalog=self._catalog, open_store=self.store,
+        check_search_cost(req, self.settings)
+        settings = self.settings
+        if time_limit_ms is not None and time_limit_ms < settings.search_time_limit_ms:
+            settings = settings.replace(search_time_limit_ms=time_limit_ms)
+        return await run_search(req, settings=settings, catalog=self._catalog, open_store=self.store,
                                 enqueue=self.enqueue_reconcile, observe=self.observe_search,
                                 agent_facing=agent_facing)
 
-    async def history(self, body: dict[str, Any] | None = None, /, **fields: Any) -> dict[str, Any]:
-        """`sessions.history`: the newest tail of the current view, or the window around a message."""
+    async def history(self, body: dict[str, Any] | None = None, /, *, restore: bool = True,
+                      **fields: Any) -> dict[str, Any]:
+        """`sessions.history`: the newest tail of the current view, or the window around a message.
+        Opening an archived session restores it; with `restore` False (a read-only caller) such a read
+        is refused (Conflict) and the session stays archived."""
         req = parse_history({**(body or {}), **fields}, self.settings.history_default_limit)
         return await run_history(req, settings=self.settings, catalog=self._catalog, open_store=self.store,
-                                 restore=self.restore)
+                                 restore=self.restore if restore else None)
 
     async def list_sessions(self, body: dict[str, Any] | None = None, /, **fields: Any) -> dict[str, Any]:
         """`sessions.list`: sessions the caller may see, optionally filtered by a title search."""
@@ -239,7 +251,10 @@ class Engine:
                 raise InvalidRequest(f"{name} must be a boolean", field=name)
         view = await self.catalog_view(fresh_listing=True)  # every agent there is now, not a moment ago
         if agent_id is not None and agent_id not in view.agents:
-            raise NotFound(f"agent {agent_id!r} not found")
+            # one that may not see such an agent lists nothing whether it exists or not: the same answer
+            if Viewer(self.settings, parse_requester(body.get("requester")), view.catalog).may_target_agent(agent_id):
+                raise NotFound(f"agent {agent_id!r} not found")
+            return {"sessions": []}
         active: dict[str, int] = {}
         stale = False
         for agent in ([agent_id] if agent_id is not None else view.agent_ids):
@@ -251,7 +266,8 @@ class Engine:
         if stale:  # another process changed metadata since this view was read
             view = await self.catalog_view(refresh=True)
         viewer = Viewer(self.settings, parse_requester(body.get("requester")), view.catalog)
-        out = []
+        out: list[dict[str, Any]] = []
+        more = False
         sessions = [m for m in view.catalog.sessions.values() if m.session_key in active]
         for meta in sorted(sessions, key=lambda m: (-active[m.session_key], m.session_key)):
             if agent_id is not None and agent_of(meta.session_key) != agent_id:
@@ -263,13 +279,11 @@ class Engine:
                 continue
             if search is not None and not title_matches(search, meta):
                 continue
-            out.append({"sessionKey": meta.session_key, "sessionId": meta.session_id, "label": meta.label,
-                        "displayName": meta.display_name, "kind": meta.kind, "group": meta.group,
-                        "spawnedBy": meta.spawned_by, "updatedAt": active[meta.session_key],
-                        "archived": meta.archived_at is not None})
             if len(out) >= limit:
+                more = True
                 break
-        return {"sessions": out}
+            out.append(listing_entry(meta, viewer, active[meta.session_key]))
+        return fit_listing(out, max_bytes=self.settings.list_response_max_bytes, more=more)
 
     async def index_status(self, agentId: str | None = None) -> dict[str, Any]:  # noqa: N803
         """`index.status`: per agent, windows and messages indexed, the backlog and completeness."""

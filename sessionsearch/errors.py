@@ -60,6 +60,11 @@ class Unavailable(SessionSearchError):
     code = "UNAVAILABLE"
 
 
+class Busy(Unavailable):
+    """Raised when a credential's request found no free turn within its wait (search/cost.py): the
+    credential already has as many requests running as it may; one retried later is answered."""
+
+
 class StorageFull(Unavailable):
     """Raised when a write could not be stored because the data dir's disk is full; nothing of it
     was stored, and writes succeed again once space is freed (no restart needed)."""

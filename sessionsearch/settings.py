@@ -163,6 +163,31 @@ class Settings:
         env="SESSIONSEARCH_SEARCH_TIME_LIMIT_MS", toml="search.timeLimitMs", parse=int)
     search_response_max_bytes: int = setting(32 * 1024, "JSON size budget of one search response.",
                                              toml="search.responseMaxBytes", parse=int)
+    # the cost of one request (search/cost.py): refused or held back before any work starts
+    search_max_query_terms: int = setting(
+        32, "Search terms one query may hold (a token of each distinct word, each part of a hyphenated word, "
+        "each character pair of a CJK run); more is refused (400).",
+        env="SESSIONSEARCH_SEARCH_MAX_QUERY_TERMS", toml="search.maxQueryTerms", parse=_whole("terms", 1, "1 term"))
+    search_max_request_terms: int = setting(
+        64, "Search terms one request may hold, summed over its `queries` batch; more is refused (400).",
+        env="SESSIONSEARCH_SEARCH_MAX_REQUEST_TERMS", toml="search.maxRequestTerms",
+        parse=_whole("terms", 1, "1 term"))
+    credential_max_concurrent: int = setting(
+        2, "Agent-tool and MCP requests one scoped token may have running at once. All scoped tokens together "
+        "have one fewer than the connections a search reads on (database_pool_max_connections; SQLite: "
+        "readers_per_agent), so the operator always finds one.",
+        env="SESSIONSEARCH_CREDENTIAL_MAX_CONCURRENT", toml="auth.maxConcurrentPerToken",
+        parse=_whole("requests", 1, "1 request"))
+    credential_queue_wait_ms: int = setting(
+        5_000, "Milliseconds a scoped token's request past credential_max_concurrent waits for a turn before it "
+        "is refused.", env="SESSIONSEARCH_CREDENTIAL_QUEUE_WAIT_MS", toml="auth.queueWaitMs",
+        parse=_whole("milliseconds", 0, "0 ms"))
+    credential_search_time_limit_ms: int = setting(
+        10_000, "Time budget of one search a scoped token sends, admission included (at most "
+        "search_time_limit_ms): how long one agent's request may hold a database connection.",
+        env="SESSIONSEARCH_CREDENTIAL_SEARCH_TIME_LIMIT_MS", toml="auth.searchTimeLimitMs", parse=_positive_ms)
+    list_response_max_bytes: int = setting(64 * 1024, "JSON size budget of one sessions.list response.",
+                                           toml="list.responseMaxBytes", parse=int)
     snippet_max_units: int = setting(300, "Snippet length in UTF-16 code units (before the ellipsis).",
                                      toml="search.snippetMaxUnits", parse=int)
     readers_per_agent: int = setting(4, "Reader connections per agent database.",

@@ -4,19 +4,26 @@ Importing the MCP SDK costs over a second of CPU (its pydantic models), which a 
 never serves MCP, or a test that starts dozens of them, need not pay. The first request imports it
 off the event loop, builds the server and enters its session manager in a task that lives until
 the app shuts down (the manager must be entered and left in one task).
+
+Each request's body is read here first, up to the body limit, and screened (api/mcp_wire.py): what
+JSON-RPC says deserves an error gets it here, in JSON-RPC's shape; the rest goes on to the SDK.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.datastructures import Headers
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..engine import Engine
-from .edge import caller_of, error
+from .edge import CompactJSON, caller_of, error
+from .mcp_wire import Refusal, screen, too_large
 
 
 class LazyMCP:
@@ -65,8 +72,53 @@ class LazyMCP:
                        "no SSE stream, no sessions)")
             await error(405, "INVALID_REQUEST", message, {"Allow": "POST"})(scope, receive, send)
             return
+        body = await self._body(scope, receive, send)
+        if body is None:
+            return
+        refusal = screen(body)
+        if refusal is not None:
+            await _answer(refusal)(scope, receive, send)
+            return
         if self._handle is None:
             async with self._lock:
                 if self._handle is None:
                     self._handle = await self._build()
-        await self._handle(scope, receive, send)
+        given = False
+
+        async def replay() -> Message:
+            """The body read above, then what the client sends next (a disconnect)."""
+            nonlocal given
+            if not given:
+                given = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self._handle(scope, replay, send)
+
+    async def _body(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
+        """The whole request body, or None once a body past the limit was answered (413, JSON-RPC's
+        shape) or the client left. The Guard in front drops what the client still sends."""
+        declared = Headers(scope=scope).get("content-length", "")
+        if declared.isdigit() and int(declared) > self.max_body_bytes:
+            await _answer(too_large(self.max_body_bytes))(scope, receive, send)
+            return None
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                await _answer(too_large(self.max_body_bytes))(scope, receive, send)
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+
+def _answer(refusal: Refusal) -> Response:
+    if not refusal.body:  # a notification: accepted, nothing to say
+        return Response(status_code=202)
+    return CompactJSON(refusal.body, status_code=refusal.status)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 from typing import Any, Callable
 
 import structlog
@@ -27,6 +28,7 @@ from .. import __version__
 from ..auth import Caller
 from ..engine import Engine
 from ..settings import Settings
+from .mcp_wire import stdio_lines
 from .openapi import REQUESTS
 from .tools import failed, run_tool
 
@@ -167,6 +169,8 @@ def build_mcp(engine: Callable[[], Engine], caller: Callable[[Context], Caller])
 def http_manager(server: MCPServer, *, max_body_bytes: int) -> StreamableHTTPSessionManager:
     """What answers `/mcp` on the web process: stateless, JSON responses. Requests go to its
     `handle_request` while its `run()` is entered. The Guard in front checks the token, Host and Origin."""
+    # the SDK logs "Terminating session: None" at INFO after every stateless request: not an event here
+    logging.getLogger("mcp.server.streamable_http").setLevel(logging.WARNING)
     server.streamable_http_app(
         streamable_http_path="/mcp", json_response=True, stateless_http=True, max_request_body_size=max_body_bytes,
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
@@ -185,7 +189,7 @@ async def serve_stdio(settings: Settings, caller: Caller) -> int:
         if pipeline.embedded:
             pipeline.start_embedded_worker()
         log.info("mcp.started", transport="stdio", operator=caller.operator, data_dir=settings.data_dir)
-        await build_mcp(lambda: engine, lambda ctx: caller).run_stdio_async()
+        await stdio_lines(build_mcp(lambda: engine, lambda ctx: caller))
     finally:
         pipeline.close()
         await engine.close()

@@ -160,7 +160,8 @@ LISTED_SESSION = {
                                    "updatedAt", "archived"],
     "properties": {"sessionKey": {"type": "string"}, "sessionId": NULLABLE_STRING, "label": NULLABLE_STRING,
                    "displayName": NULLABLE_STRING, "kind": NULLABLE_STRING, "group": NULLABLE_STRING,
-                   "spawnedBy": NULLABLE_STRING, "updatedAt": {"type": "integer"}, "archived": {"type": "boolean"}}}
+                   "spawnedBy": NULLABLE_STRING, "parentSessionKey": NULLABLE_STRING,
+                   "updatedAt": {"type": "integer"}, "archived": {"type": "boolean"}}}
 RESPONSES: dict[str, dict[str, Any]] = {
     "sessions.search": {"oneOf": [SEARCH_STATE, {"type": "object", "required": ["states"],
                                                  "properties": {"states": {"type": "array", "items": SEARCH_STATE}}}]},
@@ -173,7 +174,8 @@ RESPONSES: dict[str, dict[str, Any]] = {
                                         "hasOlder": {"type": "boolean"}, "hasNewer": {"type": "boolean"},
                                         "resets": {"type": "array", "items": RESET_MARK}}},
     "sessions.list": {"type": "object", "required": ["sessions"],
-                      "properties": {"sessions": {"type": "array", "items": LISTED_SESSION}}},
+                      "properties": {"sessions": {"type": "array", "items": LISTED_SESSION},
+                                     "truncated": {"type": "boolean"}}},
     "sessions.upsert": {"type": "object", "required": ["sessionKey", "created"],
                         "properties": {"sessionKey": {"type": "string"}, "created": {"type": "boolean"}}},
     "transcript.append": {"type": "object", "required": ["appended", "indexed", "needsReconcile"],

@@ -29,12 +29,14 @@ async def run_tool(engine: Engine, name: str, body: dict[str, Any], caller: Call
     """Run one tool as `caller` and answer in the agent-facing shape. `name` is one of MCP_TOOLS."""
     try:
         body = bind_requester(body, caller)
-        if name == "sessions_search":
-            return await engine.search(body, agent_facing=True)
-        if name == "sessions_history":
-            return await engine.history(body)
-        if name == "sessions_list":
-            return await engine.list_sessions(body)
+        async with engine.gate.admit(caller.requester):  # a scoped token's turn; the operator's at once
+            if name == "sessions_search":
+                limit = None if caller.operator else engine.settings.credential_search_time_limit_ms
+                return await engine.search(body, agent_facing=True, time_limit_ms=limit)
+            if name == "sessions_history":
+                return await engine.history(body, restore=caller.operator)  # a scoped token never writes
+            if name == "sessions_list":
+                return await engine.list_sessions(body)
         raise ValueError(f"unknown tool {name!r}")
     except Forbidden as exc:
         return {"status": "forbidden", "error": exc.message}

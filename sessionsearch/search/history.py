@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import Forbidden, InvalidRequest, NotFound
+from ..errors import Conflict, Forbidden, InvalidRequest, NotFound
 from ..keys import agent_of, check_session_key
 from ..settings import Settings
 from ..store.base import BranchRow
@@ -134,9 +134,10 @@ class _Shaper:
 
 
 async def history(req: HistoryRequest, *, settings: Settings, catalog: CatalogCache, open_store: StoreLookup,
-                  restore: Callable[[str], Awaitable[Any]]) -> dict[str, Any]:
+                  restore: Callable[[str], Awaitable[Any]] | None) -> dict[str, Any]:
     """Answer a parsed history read; `restore(key)` brings an archived session back (as
-    sessions.restore does) when the read opens it."""
+    sessions.restore does) when the read opens it. With `restore` None (a caller that may not write)
+    a read that would open an archived session is refused (Conflict) and the session stays archived."""
     agent_id = agent_of(req.session_key)
     view = await catalog.view_with([agent_id], math.inf)
     # visibility is decided on metadata as of now, not as of the last search
@@ -161,6 +162,9 @@ async def history(req: HistoryRequest, *, settings: Settings, catalog: CatalogCa
             win = await store.window_of(reader, req.session_key, None)
             candidates = [win] if win else []
     if any(c[2] for c in candidates):  # opening an archived session restores it
+        if restore is None:  # its rows are in a cold file: reading them means restoring, which this caller may not
+            raise Conflict(f"session {req.session_key!r} is archived, and opening it would restore it, which this "
+                           "read-only credential may not do; the operator can restore it (sessions.restore)")
         await restore(req.session_key)
     base = {"sessionKey": req.session_key}
     if not candidates:

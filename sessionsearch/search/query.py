@@ -13,6 +13,7 @@ from ..text.cjk import query_parts
 from ..text.unicode61 import tokens
 from ..text.utf16 import utf16_len
 from ..values import check_name, check_text
+from .cost import merged_words
 from .text import term_pieces
 from .timerange import parse_range
 
@@ -92,7 +93,7 @@ def parse_query(raw: object, *, prefix: bool, where: str = "query") -> ParsedQue
         raise InvalidRequest("query must not be empty", field=where)
     if utf16_len(text) > MAX_QUERY_UNITS:
         raise InvalidRequest(f"query must not exceed {MAX_QUERY_UNITS} characters", field=where)
-    words = [w for w in text.split() if tokens(w)]
+    words = merged_words((w for w in text.split() if tokens(w)), prefix=prefix)
     terms = [t for w in words for t in term_pieces(w)]
     return ParsedQuery(text, words, prefix, build_match(words, prefix), terms)
 

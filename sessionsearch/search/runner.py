@@ -94,10 +94,11 @@ def plan_scopes(req: SearchRequest, viewer: Viewer, view: CatalogView, agents: l
             by_agent = {a: ks for a, ks in by_agent.items() if a == req.agent_id}
     else:
         if req.agent_id is not None:
-            if req.agent_id not in agents:
-                raise NotFound(f"agent {req.agent_id!r} not found")
+            # visibility first: a missing agent the requester could not see anyway is denied as a hidden one is
             if not viewer.may_target_agent(req.agent_id):
                 raise Forbidden(f"agent {req.agent_id!r} is not visible to this requester")
+            if req.agent_id not in agents:
+                raise NotFound(f"agent {req.agent_id!r} not found")
             targets = [req.agent_id]
         else:
             targets = agents

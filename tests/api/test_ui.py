@@ -302,3 +302,30 @@ def test_the_page_fits_a_phone_shows_markup_as_text_and_has_a_strict_policy(serv
     assert page.evaluate("document.documentElement.scrollWidth") <= 390  # nothing runs off the side
     shot(page, "phone")
     page.console.check()
+
+
+def test_bidirectional_controls_cannot_disguise_a_key_a_label_or_a_snippet(server, page):
+    spoof = "agent:main:\u202egnp.exe"  # shows as agent:main:exe.png when the override acts
+    server.post("transcript.append", {"sessionKey": spoof, "events": chain("b", [("user", "invoice \u202eattached")])})
+    server.post("sessions.upsert", {"sessionKey": "agent:main:lbl", "label": "\u202eevil label", "kind": "direct"})
+    server.post("transcript.append", {"sessionKey": "agent:main:lbl", "events": chain("c", [("user", "invoice two")])})
+    page.goto(f"{server.url}/ui")
+    page.locator("#q").fill("invoice")
+    page.locator("#q").press("Enter")
+    hits = page.locator("#results .hit")
+    expect(hits).to_have_count(2)
+    spoofed = hits.filter(has_text="attached")
+    expect(spoofed.locator(".hit-title")).to_have_text("agent:main:<U+202E>gnp.exe")  # the control, shown
+    isolation = "n => [n.tagName, getComputedStyle(n).unicodeBidi]"
+    for node in (spoofed.locator(".hit-title"), spoofed.locator(".snippet"),
+                 hits.filter(has_text="invoice two").locator(".hit-title"),
+                 hits.filter(has_text="invoice two").locator(".hit-key")):
+        assert node.evaluate(isolation) == ["BDI", "isolate"]
+    expect(hits.filter(has_text="invoice two").locator(".hit-title")).to_have_text("\u202eevil label")
+    spoofed.click()
+    meta = page.locator("#history-meta")
+    expect(meta).to_contain_text("agent:main:<U+202E>gnp.exe · window ")
+    assert "\u202e" not in meta.text_content()
+    assert page.locator("#history-title bdi").evaluate(isolation) == ["BDI", "isolate"]
+    assert page.locator("#history .msg-body").first.evaluate("n => getComputedStyle(n).unicodeBidi") == "isolate"
+    page.console.check()

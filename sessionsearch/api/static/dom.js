@@ -17,6 +17,20 @@ export function el(tag, attrs, ...children) {
   return node;
 }
 
+// Bidirectional controls: embeddings and overrides (U+202A-202E), isolates (U+2066-2069), LRM, RLM
+// and ALM. A session key is an identifier, so each shows as a visible escape there
+// (`agent:main:\u202egnp.exe` must not read as `agent:main:exe.png`); labels, snippets and
+// messages keep them, inside <bdi> or an isolating block, so they never reorder the text around them.
+const BIDI_CONTROLS = /[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/gu;
+
+export function shownKey(key) {
+  return key.replace(BIDI_CONTROLS, (c) => `<U+${c.codePointAt(0).toString(16).toUpperCase().padStart(4, "0")}>`);
+}
+
+export function isolated(text, attrs) {
+  return el("bdi", attrs, text);
+}
+
 export function svg(tag, attrs) {
   const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
   for (const [name, value] of Object.entries(attrs || {})) node.setAttribute(name, String(value));
@@ -97,7 +111,7 @@ export function highlighted(text, terms, prefixLast) {
 }
 
 export function snippetNode(snippet, terms, prefixLast) {
-  const p = el("span", { class: "snippet" });  // inside a button: phrasing content only
+  const p = el("bdi", { class: "snippet" });  // inside a button: phrasing content only; isolated
   let body = snippet;
   let lead = "";
   let tail = "";

@@ -1,8 +1,11 @@
 // sessionsearch Control UI: search, history around a hit, index status. Plain JS modules, no build step.
 // Untrusted text (snippets, labels, messages, error messages) only ever becomes DOM text nodes.
-import { $, el, queryTerms, setState, snippetNode, when } from "./dom.js";
+import { $, el, isolated, queryTerms, setState, shownKey, snippetNode, when } from "./dom.js";
 import { TOKEN_KEY, agentsKnown, api, fillAgents, learnSessions, loadSessions, sessions, titleOf } from "./api.js";
 import { drawChart, startStatus, stopStatus } from "./status.js";
+
+// a session's label as written (isolated where shown), else its key with bidirectional controls made visible
+const titleShown = (key) => (titleOf(key) === key ? shownKey(key) : titleOf(key));
 
 const LIMIT = 25;            // the API's most hits per search
 const DEBOUNCE_MS = 220;     // typing pause before a prefix search
@@ -85,10 +88,10 @@ function renderResults(hits, terms, prefixLast) {
     const s = sessions.get(hit.sessionKey);
     const kind = s && s.kind;
     const head = el("span", { class: "hit-head" },
-      el("span", { class: "hit-title" }, titleOf(hit.sessionKey)),
+      isolated(titleShown(hit.sessionKey), { class: "hit-title" }),
       kind ? el("span", { class: "badge" }, kind) : null,
       el("span", { class: `badge ${hit.role}` }, hit.role),
-      titleOf(hit.sessionKey) !== hit.sessionKey ? el("span", { class: "hit-key" }, hit.sessionKey) : null,
+      titleOf(hit.sessionKey) !== hit.sessionKey ? isolated(shownKey(hit.sessionKey), { class: "hit-key" }) : null,
       el("time", { class: "hit-time", datetime: new Date(hit.timestamp).toISOString() }, when(hit.timestamp)));
     const button = el("button", { type: "button", class: "hit", dataset: { index: i } }, head,
                       snippetNode(hit.snippet, terms, prefixLast));
@@ -143,8 +146,8 @@ async function openHistory(hit, from) {
   clearTimeout(search.again);
   Object.assign(reading, { hit, from, messages: [], marks: new Map(), hasOlder: false, hasNewer: false, sessionId: hit.sessionId });
   showView("history");
-  $("history-title").textContent = titleOf(hit.sessionKey);
-  $("history-meta").textContent = `${hit.sessionKey} · window ${hit.sessionId}`;
+  $("history-title").replaceChildren(isolated(titleShown(hit.sessionKey)));
+  $("history-meta").replaceChildren(isolated(shownKey(hit.sessionKey)), " · window ", isolated(hit.sessionId));
   $("history-window").hidden = true;
   $("history").replaceChildren();
   $("history-older").hidden = $("history-newer").hidden = true;

@@ -22,7 +22,7 @@ import psycopg
 from psycopg import errors as pgerrors
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from ...errors import SearchTimeout, Unavailable
+from ...errors import InvalidRequest, SearchTimeout, Unavailable
 from . import arrays
 
 T = TypeVar("T")
@@ -32,6 +32,10 @@ CONNECT_TIMEOUT_S = 3
 # the server is away (the pool reconnects in the background, and the next request waits again)
 WAIT_S = 2.0
 RETRYABLE = (pgerrors.DeadlockDetected, pgerrors.SerializationFailure)
+# Errors of class 54 (a statement past a server limit: 1664 target-list entries, too complex): the
+# request's own size, which no retry mends, so a clear 400 rather than UNAVAILABLE
+STATEMENT_LIMITS = (pgerrors.ProgramLimitExceeded, pgerrors.StatementTooComplex, pgerrors.TooManyColumns,
+                    pgerrors.TooManyArguments)
 # Every write transaction keeps the GIN index's pending list short (migration 7 left the limit to
 # this setting): a search reads the whole list, and an append's insert that finds it over 64 kB
 # moves it into the tree. A reconciliation raises it for its own bulk insert (reconcile.py).
@@ -224,6 +228,9 @@ class Db:
             await reader.close(True)
         except pgerrors.QueryCanceled:
             raise SearchTimeout() from None
+        except STATEMENT_LIMITS as exc:  # the request's own size, not the server's state: no retry helps
+            raise InvalidRequest("the request is more than PostgreSQL can run as one statement "
+                                 f"({str(exc).strip()}); send fewer words") from None
         except PoolTimeout as exc:
             if time.monotonic() >= deadline:
                 raise SearchTimeout() from None

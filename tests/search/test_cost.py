@@ -1,0 +1,198 @@
+"""What one request may cost (search/cost.py): words merged and capped before any work, PostgreSQL's
+statement limits a clear 400, and a scoped token's requests held to their turns so the operator is
+never starved. The same on both stores."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+from sessionsearch import InvalidRequest, SearchTimeout
+from sessionsearch.api.tools import run_tool
+from sessionsearch.auth import OPERATOR, Caller
+from sessionsearch.search.query import Requester, parse_search
+
+from ..helpers import chain, engine_at, ids
+
+KEY = "agent:main:main"
+SCOPED = Caller(Requester(KEY, False))
+VOCAB = [f"w{i}" for i in range(400)]
+ALNUM = "abcdefghijklmnopqrstuvwxyz012345"
+
+
+async def _corpus(engine, messages: int = 250) -> None:
+    rng = random.Random(7)
+    texts = [("user" if i % 2 == 0 else "assistant", "loan " + " ".join(rng.choice(VOCAB) for _ in range(12)))
+             for i in range(messages)]
+    await engine.append(KEY, chain("m", texts), sessionId="s1")
+
+
+def test_repeated_words_are_merged_into_one_condition():
+    req = parse_search({"query": "loan LOAN Loan " * 200 + "rate"})
+    assert req.queries[0].words == ["loan", "rate"]
+
+
+def test_a_prefix_query_keeps_its_last_word_last_when_merging():
+    req = parse_search({"query": "rate loan rate loa", "match": "prefix"})
+    assert req.queries[0].words == ["rate", "loan", "loa"]
+
+
+async def test_a_repeated_word_finds_what_the_word_finds(backend):
+    async with engine_at(backend) as engine:
+        await _corpus(engine, 20)
+        once = await engine.search(query="loan", limit=25)
+        assert ids(await engine.search(query="loan " * 682, limit=25)) == ids(once) != []
+
+
+async def test_a_query_past_the_term_cap_is_refused_naming_the_setting(backend):
+    async with engine_at(backend, search_max_query_terms=5) as engine:
+        await _corpus(engine, 4)
+        assert "results" in await engine.search(query="loan w1 w2 w3-w4 loan w1")  # five terms
+        assert "results" in await engine.search(query="東京大阪")  # three character pairs
+        for query, terms in (("loan w1 w2 w3 w4 w5", 6), ("loan w1-w2-w3-w4-w5", 6), ("東京大阪京都名古", 7),
+                             ("w1 東京大阪京都", 6)):
+            with pytest.raises(InvalidRequest) as err:
+                await engine.search(query=query)
+            assert err.value.message.startswith(f"query holds {terms} search terms; at most 5 are allowed "
+                                                "(setting search_max_query_terms;"), query
+
+
+async def test_a_batch_past_the_request_cap_is_refused_naming_the_setting(backend):
+    async with engine_at(backend, search_max_request_terms=6) as engine:
+        await _corpus(engine, 4)
+        await engine.search(queries=["loan w1", "loan w1", "w1 w2"])  # six terms in all: each query runs
+        with pytest.raises(InvalidRequest) as err:
+            await engine.search(queries=["loan w1", "loan w1", "w1 w2 w2 w3"])
+        assert err.value.message == ("queries hold 7 search terms in all; at most 6 are allowed in one request "
+                                     "(setting search_max_request_terms)")
+
+
+async def test_postgres_statement_limits_are_a_clear_400_not_unavailable(pg):
+    async with engine_at(pg, search_max_query_terms=5000, search_max_request_terms=5000) as engine:
+        await _corpus(engine, 20)
+        with pytest.raises(InvalidRequest) as err:
+            await engine.search(query=" ".join(a + b for a in ALNUM for b in ALNUM)[:4096])  # 1,024 words
+        assert "more than PostgreSQL can run as one statement" in err.value.message
+
+
+async def test_the_worst_legal_queries_answer_or_are_refused_clearly(backend):
+    """Fuzz-style: the longest, most repetitive and widest requests the limits let through, and just
+    past them, each answers hits or a clear INVALID_REQUEST naming a setting (never UNAVAILABLE)."""
+    rng = random.Random(11)
+    widest = " ".join(rng.sample(VOCAB, 32))
+    over = {"past the query cap": {"query": widest + " loan"},
+            "a long hyphenated word": {"query": "-".join(["loan"] * 800)},
+            "a long CJK run": {"query": "東京" * 2000},
+            "past the request cap": {"queries": [" ".join(rng.sample(VOCAB, 9)) for _ in range(8)]},
+            "the widest query twice and one more": {"queries": [widest, widest, "loan"]}}
+    worst: list[dict] = [
+        {"query": widest},
+        {"query": ("loan " * 819).strip()},  # 4,095 characters of one word
+        {"query": "-".join(["loan"] * 32)},  # one word of 32 parts
+        {"query": "東京" * 16 + "東"},  # a CJK run of 33 characters: 32 pairs
+        {"query": widest, "match": "prefix", "order": "recent"},
+        {"query": widest, "resultMode": "sessions"},
+        {"queries": [" ".join(rng.sample(VOCAB, 8)) for _ in range(8)]},  # the widest batch
+        {"queries": [widest] * 2},
+        {"queries": [("w1 " * 1300).strip()] * 8},  # 8 x 3,900 characters of one word
+    ]
+    for _ in range(12):
+        n = rng.randint(1, 90)
+        words = " ".join(rng.choice(VOCAB[:28] + ["loan", "LOAN", "lóan", "w1-w2"]) for _ in range(n))
+        worst.append({"query": words[:4096]})
+    async with engine_at(backend) as engine:
+        await _corpus(engine)
+        for body in over.values():
+            with pytest.raises(InvalidRequest, match="setting search_max_(query|request)_terms"):
+                await engine.search(dict(body))
+        for body in worst:
+            try:
+                answer = await engine.search(dict(body))
+            except SearchTimeout:  # the SPEC's timeout is a clear answer too
+                continue
+            states = answer["states"] if "queries" in body else [answer]
+            assert all(isinstance(s["results"], list) for s in states), body
+
+
+async def test_a_scoped_token_past_its_turns_waits_then_is_refused_and_the_operator_is_not(backend):
+    async with engine_at(backend, credential_max_concurrent=2, credential_queue_wait_ms=50) as engine:
+        await _corpus(engine, 4)
+        release = asyncio.Event()
+        held = 0
+
+        async def hold() -> None:
+            nonlocal held
+            async with engine.gate.admit(SCOPED.requester):
+                held += 1
+                await release.wait()
+
+        holders = [asyncio.create_task(hold()) for _ in range(2)]
+        while held < 2:
+            await asyncio.sleep(0)
+        refused = await run_tool(engine, "sessions_search", {"query": "loan"}, SCOPED)
+        assert refused["status"] == "error" and "credential_max_concurrent" in refused["error"]
+        assert (await run_tool(engine, "sessions_search", {"query": "loan"}, OPERATOR))["results"]
+        other = Caller(Requester("agent:main:other", False))
+        assert "results" in await run_tool(engine, "sessions_search", {"query": "loan"}, other)
+        release.set()
+        await asyncio.gather(*holders)
+        assert (await run_tool(engine, "sessions_search", {"query": "loan"}, SCOPED))["results"]
+
+
+def test_scoped_tokens_together_never_hold_every_connection(tmp_path):
+    from sessionsearch import Settings
+    from sessionsearch.search.cost import CredentialGate
+
+    pg = Settings(database_url="postgresql://x/y", database_pool_max_connections=2, credential_max_concurrent=4)
+    assert (CredentialGate.from_settings(pg).max_concurrent, CredentialGate.from_settings(pg).shared) == (1, 1)
+    sqlite = CredentialGate.from_settings(Settings(credential_max_concurrent=2, readers_per_agent=4))
+    assert (sqlite.max_concurrent, sqlite.shared) == (2, 3)
+
+
+async def test_many_scoped_tokens_together_wait_for_the_shared_turns_and_the_operator_does_not(backend):
+    async with engine_at(backend, readers_per_agent=3, database_pool_max_connections=3,
+                         credential_queue_wait_ms=50) as engine:
+        await _corpus(engine, 4)
+        release = asyncio.Event()
+        held = 0
+
+        async def hold(key: str) -> None:
+            nonlocal held
+            async with engine.gate.admit(Requester(key, False)):
+                held += 1
+                await release.wait()
+
+        holders = [asyncio.create_task(hold(f"agent:main:t{i}")) for i in range(2)]
+        while held < 2:
+            await asyncio.sleep(0)
+        third = Caller(Requester("agent:main:t3", False))
+        refused = await run_tool(engine, "sessions_search", {"query": "loan"}, third)
+        assert refused["status"] == "error" and "scoped tokens already have 2 requests running" in refused["error"]
+        assert (await run_tool(engine, "sessions_search", {"query": "loan"}, OPERATOR))["results"]
+        release.set()
+        await asyncio.gather(*holders)
+        assert (await run_tool(engine, "sessions_search", {"query": "loan"}, third))["results"]
+
+
+async def test_a_scoped_tokens_search_has_its_own_time_budget_and_the_operators_keeps_the_whole(backend,
+                                                                                                  monkeypatch):
+    import sessionsearch.engine as engine_module
+
+    budgets: list[int] = []
+    original = engine_module.run_search
+
+    async def spying(req, *, settings, **kw):
+        budgets.append(settings.search_time_limit_ms)
+        return await original(req, settings=settings, **kw)
+
+    monkeypatch.setattr(engine_module, "run_search", spying)
+    async with engine_at(backend, credential_search_time_limit_ms=750, search_time_limit_ms=60_000) as engine:
+        await _corpus(engine, 4)
+        assert (await run_tool(engine, "sessions_search", {"query": "loan"}, OPERATOR))["results"]
+        assert (await run_tool(engine, "sessions_search", {"query": "loan"}, SCOPED))["results"]
+        assert budgets == [60_000, 750]
+        engine.settings = engine.settings.replace(search_time_limit_ms=500)  # the smaller of the two holds
+        await run_tool(engine, "sessions_search", {"query": "loan"}, SCOPED)
+        assert budgets[-1] == 500
