@@ -47,10 +47,10 @@ from stats import pct  # noqa: E402
 
 from sessionsearch import Engine, Settings  # noqa: E402
 from sessionsearch import logging as sslogging  # noqa: E402
-from sessionsearch.text import cjk  # noqa: E402
 from sessionsearch.store.sqlite import postings as hot  # noqa: E402
 from sessionsearch.store.sqlite import writer as writer_module  # noqa: E402
 from sessionsearch.store.sqlite.fts import quote  # noqa: E402
+from sessionsearch.text import cjk  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 BARE_SQL = "SELECT rowid, bm25(f) FROM f WHERE f MATCH ? ORDER BY bm25(f) LIMIT 26"

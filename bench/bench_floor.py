@@ -30,8 +30,8 @@ from bench_search import BARE_SQL, built_data, pick_words  # noqa: E402
 
 from sessionsearch import Engine, Settings  # noqa: E402
 from sessionsearch import logging as sslogging  # noqa: E402
-from sessionsearch.store.sqlite.fts import quote  # noqa: E402
 from sessionsearch.search.text import snippet  # noqa: E402
+from sessionsearch.store.sqlite.fts import quote  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 OURS_SQL = "SELECT rowid, bm25(msg_fts), ts, mid, text FROM msg_fts WHERE msg_fts MATCH ? ORDER BY bm25(msg_fts) LIMIT 26"

@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_pipeline import stop, write_state_dir  # noqa: E402
-from stats import pct  # noqa: E402
 from corpus import CorpusSpec  # noqa: E402
+from stats import pct  # noqa: E402
 
 from sessionsearch import Engine, Settings  # noqa: E402
 from sessionsearch import logging as sslogging  # noqa: E402

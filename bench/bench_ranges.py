@@ -22,9 +22,9 @@ import asyncio
 import json
 import os
 import platform
+import shutil
 import sqlite3
 import statistics
-import shutil
 import sys
 import tempfile
 import time

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 SYLLABLES = ["ka", "lo", "mi", "ta", "re", "shu", "an", "bel", "cor", "dun", "ex", "fi", "gra", "hol", "in",
              "jo", "kel", "lum", "mor", "nu", "ox", "pra", "qui", "ros", "sta", "tur", "ul", "ven", "wil", "yo"]

@@ -76,7 +76,7 @@ def plot_search_classes(runs: dict[int, dict], out: Path) -> Path | None:
     shown = [(key, label) for key, label in CLASSES if key in queries]
     fig, ax = plt.subplots(figsize=(9, 4.6))
     width = 0.2
-    for i, (key, label) in enumerate(shown):
+    for i, (key, _label) in enumerate(shown):
         q = queries[key]
         ax.bar(i - 1.5 * width, q["ours_p50_ms"], width, color=OURS, label="sessionsearch" if i == 0 else None)
         ax.bar(i - 0.5 * width, q["bare_aiosqlite_p50_ms"], width, color=BARE, label="bare FTS5" if i == 0 else None)
@@ -160,7 +160,7 @@ def plot_throughput(runs: dict[int, dict], pipeline: dict | None, out: Path) -> 
     if not bars:
         return None
     fig, ax = plt.subplots(figsize=(9, 0.55 * len(bars) + 1.6))
-    for i, (label, ours, bare) in enumerate(bars):
+    for i, (_label, ours, bare) in enumerate(bars):
         ax.barh(i + 0.2, ours, 0.4, color=OURS, label="sessionsearch" if i == 0 else None)
         if bare is not None:
             ax.barh(i - 0.2, bare, 0.4, color=BARE, label="bare FTS5" if i == 0 else None)

@@ -23,14 +23,14 @@ from .indexer.events import parse_event
 from .indexer.reconcile import ReconcileResult, reconcile_window
 from .keys import agent_of, check_agent_id, check_session_key
 from .search.catalog import CatalogCache, CatalogView
+from .search.cost import CredentialGate, check_search_cost
 from .search.history import history as run_history
 from .search.history import parse_history
+from .search.listing import entry as listing_entry
+from .search.listing import fit_listing
 from .search.query import check_unknown, int_field, parse_requester, parse_search
 from .search.runner import search as run_search
 from .search.titles import title_matches
-from .search.cost import CredentialGate, check_search_cost
-from .search.listing import entry as listing_entry
-from .search.listing import fit_listing
 from .search.visibility import Viewer
 from .session_meta import check_meta
 from .settings import Settings

@@ -144,7 +144,7 @@ def process_registry() -> CollectorRegistry:
     if not folder:
         return REGISTRY
     registry = CollectorRegistry()
-    multiprocess.MultiProcessCollector(registry, path=folder)  # type: ignore[no-untyped-call]
+    multiprocess.MultiProcessCollector(registry, path=folder)
     return registry
 
 

@@ -141,8 +141,8 @@ class Guard:
 
     With a token configured, every path but the health probes and `public` needs one, unknown paths
     too (so that a caller without it learns nothing of the routes); a scoped token reaches only the
-    agent tools and `/mcp`, and the caller it names is left in the scope (CALLER_KEY). An answer given before the body was read
-    (401, 404, 405, 413) first reads and drops what the client is still sending, up to
+    agent tools and `/mcp`, and the caller it names is left in the scope (CALLER_KEY). An answer given
+    before the body was read (401, 404, 405, 413) first reads and drops what the client is still sending, up to
     DISCARD_BYTES: most clients (urllib among them) send the whole body before they read, and a
     connection closed on unread data is reset, which loses the answer. Past that bound, or when the
     client waits for `100 Continue` before sending, the answer goes at once with `Connection: close`.
@@ -195,12 +195,13 @@ class Guard:
                 return
             caller = self.credentials.identify(headers.get("authorization"))
             if caller is None:
-                response = error(401, "UNAUTHORIZED", "a valid bearer token is required", {"WWW-Authenticate": "Bearer"})
+                response = error(401, "UNAUTHORIZED", "a valid bearer token is required",
+                                 {"WWW-Authenticate": "Bearer"})
                 await response(scope, tracked, answer)
                 return
-            if not caller.operator and not scoped_path(scope["path"]):
-                message = (f"this token is scoped to requester {caller.requester.session_key[:200]!r}: it may call "
-                           "only the agent tools (POST /v1/tools/<name>) and /mcp")
+            if caller.requester is not None and not scoped_path(scope["path"]):
+                message = (f"this token is scoped to requester {caller.requester.session_key[:200]!r}: "
+                           "it may call only the agent tools (POST /v1/tools/<name>) and /mcp")
                 await error(403, "FORBIDDEN", message)(scope, tracked, answer)
                 return
             scope = {**scope, CALLER_KEY: caller}

@@ -21,6 +21,7 @@ from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..auth import Caller
 from ..engine import Engine
 from .edge import CompactJSON, caller_of, error
 from .mcp_wire import Refusal, screen, too_large
@@ -50,7 +51,7 @@ class LazyMCP:
         def build() -> Any:
             from .mcp_server import build_mcp, http_manager
 
-            server = build_mcp(self.engine, lambda ctx: caller_of(ctx.request_context.request.scope))
+            server = build_mcp(self.engine, _caller)
             return http_manager(server, max_body_bytes=self.max_body_bytes)
 
         manager = await anyio.to_thread.run_sync(build)
@@ -122,3 +123,11 @@ def _answer(refusal: Refusal) -> Response:
     if not refusal.body:  # a notification: accepted, nothing to say
         return Response(status_code=202)
     return CompactJSON(refusal.body, status_code=refusal.status)
+
+
+def _caller(ctx: Any) -> Caller:
+    """Who sent this MCP request over HTTP: the caller the Guard left in its scope."""
+    request = ctx.request_context.request
+    if request is None:  # only the stdio transport has no request, and it never mounts here
+        raise RuntimeError("an MCP request over HTTP without its HTTP request")
+    return caller_of(request.scope)

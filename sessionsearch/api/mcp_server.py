@@ -13,7 +13,8 @@ from __future__ import annotations
 import copy
 import json
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import structlog
 from mcp.server.mcpserver import Context, MCPServer
@@ -160,7 +161,7 @@ def build_mcp(engine: Callable[[], Engine], caller: Callable[[Context], Caller])
         async def call(arguments: dict[str, Any], ctx: Context, _name: str = name) -> CallToolResult:
             return _answer(await run_tool(engine(), _name, arguments, caller(ctx)))
 
-        tools.append(Tool(fn=call, name=name, description=description, parameters=input_schema(method),
+        tools.append(Tool(fn=call, name=name, title=None, description=description, parameters=input_schema(method),
                           fn_metadata=FuncMetadata(arg_model=_Arguments), is_async=True, context_kwarg="ctx",
                           annotations=annotations))
     return MCPServer("sessionsearch", instructions=INSTRUCTIONS, version=__version__, tools=tools)

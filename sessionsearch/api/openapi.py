@@ -54,7 +54,8 @@ BLOCK = {"type": "object", "required": ["type"], "properties": {"type": STRING},
          "then": {"required": ["text"], "properties": {"text": STRING}}}
 # the indexer reads `content` when it is a string, else `text` when that is, else the content blocks
 MESSAGE_IN = {"type": "object", "required": ["role"],
-              "properties": {"role": {"type": "string", "minLength": 1, "examples": sorted(ROLES)}, "timestamp": _nullable({"anyOf": [EPOCH_MS, STRING]})},
+              "properties": {"role": {"type": "string", "minLength": 1, "examples": sorted(ROLES)},
+                             "timestamp": _nullable({"anyOf": [EPOCH_MS, STRING]})},
               "anyOf": [{"required": ["text"], "properties": {"text": STRING}},
                         {"properties": {"content": {"anyOf": [NULLABLE_STRING,
                                                               {"type": "array", "items": BLOCK}]}}}]}

@@ -121,8 +121,9 @@ def message_text(msg: dict[str, Any], where: str = "message") -> str:
     content = msg.get("content")
     if isinstance(content, str):
         return content.strip()
-    if isinstance(msg.get("text"), str):
-        return msg["text"].strip()
+    text = msg.get("text")
+    if isinstance(text, str):
+        return text.strip()
     if content is None:
         return ""
     if not isinstance(content, list):

@@ -177,6 +177,7 @@ def parse_search(body: object) -> SearchRequest:
     if not isinstance(palette, bool):
         raise InvalidRequest("palette must be a boolean", field="palette")
     limit = int_field(body, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
+    assert limit is not None  # it has a default
     since, until = parse_range(body)  # top-level: they apply to every one of `queries`
     return SearchRequest(queries, "queries" in body, agent_id, keys, session_id, role, limit, prefix, order,
                          parse_requester(body.get("requester")), palette, since, until, result_mode)

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from ..errors import InvalidRequest
 from ..indexer.events import MAX_TS_MS, MIN_TS_MS
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _TIME = (r"[Tt ](?P<hh>[01][0-9]|2[0-3]):(?P<mi>[0-5][0-9])(?::(?P<ss>[0-5][0-9])(?:\.(?P<frac>[0-9]{1,9}))?)?"
          r"(?P<zone>[Zz]|(?P<sign>[+-])(?P<zh>[01][0-9]|2[0-3]):?(?P<zm>[0-5][0-9]))?")
 _ISO = re.compile(rf"(?P<y>[0-9]{{4}})-(?P<mo>0[1-9]|1[0-2])-(?P<d>0[1-9]|[12][0-9]|3[01])(?:{_TIME})?")
@@ -56,7 +56,7 @@ def _iso_ms(text: str, name: str) -> int:
         if m is None:
             raise ValueError(text)
         moment = datetime(int(m["y"]), int(m["mo"]), int(m["d"]), int(m["hh"] or 0), int(m["mi"] or 0),
-                          int(m["ss"] or 0), tzinfo=timezone.utc)
+                          int(m["ss"] or 0), tzinfo=UTC)
     except ValueError:  # no match, or no such day (2026-02-30, year 0)
         shown = text if len(text) <= 40 else text[:40] + "…"
         raise InvalidRequest(f"{name} must be {FORMS}, not {shown!r}", field=name) from None

@@ -36,7 +36,9 @@ class Catalog:
         self.sessions = sessions
         self.children: dict[str, set[str]] = {}
         for meta in sessions.values():
-            for parent in {meta.spawned_by, meta.parent_session_key} - {None, meta.session_key}:
+            for parent in {meta.spawned_by, meta.parent_session_key}:
+                if parent is None or parent == meta.session_key:
+                    continue
                 self.children.setdefault(parent, set()).add(meta.session_key)
 
     def descendants(self, key: str) -> set[str]:

@@ -9,11 +9,10 @@ import subprocess
 import sys
 import time
 
-
 from sessionsearch.api.app import create_app
 from sessionsearch.api.server import is_loopback
-from sessionsearch.settings import Settings
 from sessionsearch.search.runner import INDEXING_WARNING
+from sessionsearch.settings import Settings
 
 from ..helpers import chain, engine_at, leaf, msg
 from ..server import Server

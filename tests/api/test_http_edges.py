@@ -6,7 +6,6 @@ import http.client
 import json
 import socket
 
-
 from ..server import Server
 
 KEY = "agent:main:main"

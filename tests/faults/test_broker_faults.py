@@ -22,11 +22,11 @@ from sessionsearch.queue import Pipeline
 from sessionsearch.queue.broker import NAMESPACE, QUEUE
 from sessionsearch.worker.sweep import Sweeper
 
-from ..helpers import chain, leaf, msg, wait_until
 from .. import figures
+from ..helpers import chain, leaf, msg, wait_until
+from ..reconcile.test_pipeline import Worker
 from ..server import Server
 from ..services import free_port, redis_server
-from ..reconcile.test_pipeline import Worker
 
 DEADLINE_S = 90
 # A request that waited on Redis's 5 s socket timeout takes 5 s or more; one that did not takes

@@ -29,11 +29,11 @@ from sessionsearch.importer import run_import
 from sessionsearch.queue import Pipeline
 from sessionsearch.store.rowids import wid_sql
 
-from ..helpers import BASE_TS, chain, engine_at, ids, leaf, msg, until, wait_until
 from .. import figures
+from ..helpers import BASE_TS, chain, engine_at, ids, leaf, msg, until, wait_until
+from ..reconcile.test_pipeline import Worker, wait_for_backlog_zero
 from ..server import Server
 from ..store.test_index_invariant import Window
-from ..reconcile.test_pipeline import Worker, wait_for_backlog_zero
 
 DEADLINE_S = 90  # only tells "recovered" from "stuck": the waits below end within seconds
 

@@ -9,8 +9,8 @@ import pytest
 
 from ..helpers import chain, leaf, msg, wait_until
 from ..postgres import PrivatePostgres
-from ..server import Server
 from ..reconcile.test_pipeline import Worker
+from ..server import Server
 
 KEY = "agent:main:outage"
 

@@ -20,9 +20,9 @@ import pytest
 from sessionsearch.cli import build_parser
 
 from ..helpers import chain, wait_until
+from ..reconcile.test_pipeline import Worker
 from ..server import Server
 from ..services import free_port
-from ..reconcile.test_pipeline import Worker
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -56,7 +56,7 @@ def _named_metrics() -> set[str]:
 
 
 def _sample_names(exposition: str) -> set[str]:
-    return {re.split(r"[{ ]", line, 1)[0] for line in exposition.splitlines() if line and not line.startswith("#")}
+    return {re.split(r"[{ ]", line, maxsplit=1)[0] for line in exposition.splitlines() if line and not line.startswith("#")}
 
 
 def test_metrics_named_by_rules_and_dashboard_exist_and_prometheus_scrapes_them(tmp_path, redis_url):

@@ -12,11 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ..helpers import msg, wait_until
 from ..postgres import scratch_database
-from ..scale_out import (BIG_ROWS, cli, index_snapshot, mark_everything_for_rebuild, window_state,
-                        write_state_dir)
+from ..reconcile.test_pipeline import Worker
+from ..scale_out import BIG_ROWS, cli, index_snapshot, mark_everything_for_rebuild, window_state, write_state_dir
 from ..server import Server
 from .test_deploy import _named_metrics, _sample_names
-from ..reconcile.test_pipeline import Worker
 
 APPENDS = 15  # per web process, two messages each
 

@@ -15,8 +15,8 @@ from sessionsearch.queue import Pipeline, actors
 from sessionsearch.queue.broker import NAMESPACE, QUEUE
 from sessionsearch.worker.sweep import Sweeper
 
-from ..helpers import chain, msg, until
 from ..faults.test_broker_faults import private_redis  # noqa: F401 (a fixture)
+from ..helpers import chain, msg, until
 
 DEADLINE_S = 90  # only tells "done" from "stuck": the chain of two attempts ends within seconds
 

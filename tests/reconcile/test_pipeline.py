@@ -11,9 +11,8 @@ import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
-
 from collections import Counter
+from pathlib import Path
 
 import dramatiq
 
@@ -116,7 +115,7 @@ def _one(where: Path | Where, sqlite_sql: str, pg_sql: str) -> tuple:
         return conn.execute(sqlite_sql).fetchone()
 
 
-async def wait_until_mid_job(db: Path | Where, worker: "Worker") -> None:
+async def wait_until_mid_job(db: Path | Where, worker: Worker) -> None:
     """Until the worker holds the window's claim and has written some of its index rows."""
     def mid_job() -> bool:
         claimed, written = _one(db, "SELECT (SELECT claim_token FROM windows), (SELECT count(*) FROM msg_fts)",

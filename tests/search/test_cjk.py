@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sessionsearch import Engine, Settings
-from sessionsearch.text.utf16 import utf16_len
-from sessionsearch.text.cjk import index_text
 from sessionsearch.store.sqlite import store as store_module
+from sessionsearch.text.cjk import index_text
+from sessionsearch.text.utf16 import utf16_len
 
 from ..helpers import chain, engine_at, ids, wait_until
 from ..server import Server

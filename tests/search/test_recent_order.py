@@ -6,8 +6,8 @@ from __future__ import annotations
 import random
 import sqlite3
 
-from sessionsearch.store.sqlite.recent import RecentScores, _Counter, phrases
 from sessionsearch.store.base import Match
+from sessionsearch.store.sqlite.recent import RecentScores, _Counter, phrases
 
 from ..helpers import BASE_TS, engine_at, timed
 
@@ -168,7 +168,7 @@ def test_phrase_instances_in_any_text_are_counted_as_fts5_counts_them():
               "e\u0301te", "ete", "été", "東京 京都 東 京", "x\u3000cafe", "cafe\u00a0cafe", "CAFE.cafe", "über",
               "uber", "Über-cafe", "ete,ete", "ÉTÉ", "cafeé", "\u2019cafe\u2019", "ﾃｽﾄ"]
     rng = random.Random(20261203)
-    for round_ in range(40):
+    for _round in range(40):
         texts = [(n, " ".join(rng.choices(pieces, k=rng.randint(1, 6)))) for n in range(1, 9)]
         oracle.execute("DELETE FROM o")
         oracle.executemany("INSERT INTO o (rowid, text) VALUES (?, ?)", texts)

@@ -10,9 +10,8 @@ import pytest
 
 from sessionsearch import InvalidRequest
 from sessionsearch.indexer.events import MAX_TS_MS, MIN_TS_MS
-from sessionsearch.store.sqlite.scope import ID_BOUNDS_SQL, id_bounds
-
 from sessionsearch.store.rowids import wid_of
+from sessionsearch.store.sqlite.scope import ID_BOUNDS_SQL, id_bounds
 
 from ..helpers import BASE_TS, chain, engine_at, ids, msg, timed
 

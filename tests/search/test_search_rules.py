@@ -7,8 +7,8 @@ import json
 import pytest
 
 from sessionsearch import InvalidRequest, SearchTimeout
-from sessionsearch.text.utf16 import utf16_len
 from sessionsearch.store.base import Match
+from sessionsearch.text.utf16 import utf16_len
 
 from ..helpers import BASE_TS, chain, engine_at, ids, leaf, msg
 

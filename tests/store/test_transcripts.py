@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from sessionsearch import Forbidden, InvalidRequest, NotFound, Settings
+from sessionsearch.store.postgres import writer as pg_writer
 from sessionsearch.store.sqlite import checkpoint
 from sessionsearch.store.sqlite import writer as sqlite_writer
-from sessionsearch.store.postgres import writer as pg_writer
 
 from ..helpers import chain, engine_at, header, ids, leaf, msg, reset, sql_rows
 

@@ -171,8 +171,9 @@ class PgAgentStore:
                                                       include=include, exclude=exclude, role=role, since=since,
                                                       until=until)
         self._seen(at)
-        return SessionTops(version, dirty, [SessionTop(key, n, RowHit(best[0], best[1], best[2], best[3], read_text(best[4])))
-                                            for key, n, best in found])
+        tops = [SessionTop(key, n, RowHit(best[0], best[1], best[2], best[3], read_text(best[4])))
+                for key, n, best in found]
+        return SessionTops(version, dirty, tops)
 
     def _seen(self, at: float) -> None:
         if self._listing_seen is not None and self._dfs.listing:

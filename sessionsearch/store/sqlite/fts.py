@@ -6,8 +6,8 @@ index holds for them, the rest as FTS5 strings, all parts of all words ANDed.
 
 from __future__ import annotations
 
-from ..base import Match
 from ...text.cjk import bigrams, query_parts
+from ..base import Match
 
 
 def ascii_sql(column: str = "text") -> str:

@@ -26,8 +26,8 @@ import structlog
 from ...errors import Conflict, InvalidRequest, NotFound, StorageFull, Unavailable
 from ...indexer.events import Event
 from ...indexer.live import ids_to_resolve, plan_append
-from ..base import EVENT_COLUMNS, AppendResult, session_columns
 from ...text.cjk import index_text, needs_fold
+from ..base import EVENT_COLUMNS, AppendResult, session_columns
 from ..rowids import MAX_SEQ, MAX_WID, from_v1, id_sql, is_v1, row_id, seq_sql, window_ranges
 from .checkpoint import WalCheckpointer
 from .postings import HotWrites
