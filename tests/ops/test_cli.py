@@ -99,7 +99,7 @@ def test_the_package_says_it_is_typed_and_ships_the_marker():
     import tomllib
     from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     assert (root / "sessionsearch" / "py.typed").is_file()
     config = tomllib.loads((root / "pyproject.toml").read_text())
     assert "py.typed" in config["tool"]["setuptools"]["package-data"]["sessionsearch"]

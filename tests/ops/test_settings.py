@@ -12,7 +12,7 @@ from sessionsearch.cli import main
 from sessionsearch.errors import InvalidRequest
 from sessionsearch.settings import BY_NAME, SETTINGS, Settings
 
-PACKAGE = Path(__file__).resolve().parent.parent / "sessionsearch"
+PACKAGE = Path(__file__).resolve().parents[2] / "sessionsearch"
 
 
 def test_the_table_is_the_fields_of_settings_with_their_defaults():
