@@ -53,7 +53,7 @@ def error_response(exc: SessionSearchError) -> CompactJSON:
 
 
 def _shown(path: str) -> str:
-    """A path as an error message repeats it: cut short, so a long one is not sent back whole."""
+    """A path or a name as an error message repeats it: cut short, so a long one is not sent back whole."""
     return path if len(path) <= 200 else path[:200] + "…"
 
 
@@ -138,7 +138,7 @@ async def method(request: Request) -> Response:
     """`POST /v1/<method>`: one engine method, its errors mapped to status codes."""
     name = request.path_params["method"]
     if name not in METHODS:
-        return error(404, "NOT_FOUND", f"unknown method {name!r}")
+        return error(404, "NOT_FOUND", f"unknown method {_shown(name)!r}")
     body = await read_body(request)
     if isinstance(body, Response):
         return body
@@ -156,7 +156,7 @@ async def tool(request: Request) -> Response:
     token's body that names another requester is refused (403) as any wrong credential is."""
     name = request.path_params["tool"]
     if name not in AGENT_TOOLS:
-        return error(404, "NOT_FOUND", f"unknown tool {name!r}")
+        return error(404, "NOT_FOUND", f"unknown tool {_shown(name)!r}")
     body = await read_body(request)
     if isinstance(body, Response):
         return body

@@ -225,3 +225,9 @@ def test_a_request_uvicorn_cannot_parse_is_answered_in_the_json_error_shape(serv
 def test_an_unknown_path_is_echoed_cut_short(server):
     status, body = server.get("/" + "a" * 100_000)
     assert status == 404 and body["error"]["message"] == "no route GET /" + "a" * 199 + "…"
+
+
+def test_an_unknown_method_or_tool_name_is_echoed_cut_short(server):
+    for path, what in (("", "method"), ("tools/", "tool")):
+        status, body = server.post(path + "m" * 10_000, {})
+        assert status == 404 and body["error"]["message"] == f"unknown {what} '{'m' * 200}…'", what
