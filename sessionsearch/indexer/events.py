@@ -86,6 +86,9 @@ def parse_event(raw: object, where: str, *, now_ms: int | None = None, source: s
         role = msg.get("role")
         if not isinstance(role, str) or not role:
             raise InvalidRequest(f"{where}.message.role: must be a non-empty string", field=f"{where}.message.role")
+        if "\x00" in role:  # stored as a column, like a key: refused with NUL on every store (values.py)
+            raise InvalidRequest(f"{where}.message.role: must not contain NUL (U+0000)",
+                                 field=f"{where}.message.role")
         # only indexed roles' content has a shape to check: every other role is carried as written
         indexable = message_text(msg, f"{where}.message") if role in INDEXED_ROLES else None
         mts = msg.get("timestamp")

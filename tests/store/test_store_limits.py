@@ -44,6 +44,8 @@ async def test_a_reconciled_text_with_a_nul_is_found_the_same(backend):
     (lambda e: e.upsert_session(KEY, label="la\x00bel"), "label"),
     (lambda e: e.upsert_session(KEY, displayName="\x00"), "displayName"),
     (lambda e: e.upsert_session(KEY, spawnedBy="agent:main:\x00"), "spawnedBy"),
+    (lambda e: e.append(KEY, [{"type": "message", "id": "r1", "parentId": None,
+                               "message": {"role": "bash\x00Execution", "content": "x"}}]), "events[0].message.role"),
 ])
 async def test_a_nul_in_a_key_an_id_or_a_label_is_refused_naming_the_field_and_nothing_is_lost(backend, call, field):
     async with engine_at(backend) as engine:
@@ -54,6 +56,16 @@ async def test_a_nul_in_a_key_an_id_or_a_label_is_refused_naming_the_field_and_n
         assert ids(await engine.search(query="kept")) == ["ok1"]
         await engine.append(KEY, [msg("ok2", "user", "kept after", "ok1")])  # the store goes on
         assert sorted(ids(await engine.search(query="kept"))) == ["ok1", "ok2"]
+
+
+async def test_a_nul_in_a_carried_roles_body_is_stored_and_read_back_on_both_stores(backend):
+    async with engine_at(backend) as engine:
+        await engine.append(KEY, [{"type": "message", "id": "b1", "parentId": None,
+                                   "message": {"role": "bashExecution", "content": "a\x00b"}},
+                                  msg("b2", "user", "after the tool", "b1")])
+        history = await engine.history(sessionKey=KEY)
+        assert [m["content"] for m in history["messages"]] == ["a\x00b", "after the tool"]
+        assert ids(await engine.search(query="after")) == ["b2"]
 
 
 async def test_a_token_past_postgresqls_lexeme_limit_is_found_whole_and_by_a_prefix(backend):
