@@ -36,26 +36,29 @@ async def bounded(each: Callable[[S], Awaitable[R]], items: Sequence[S], limit: 
     """`each` of every item, at most `limit` awaited at once, the answers in the items' order.
 
     A search of every agent holds one statement per agent: sent all at once, a thousand agents are a
-    thousand reader threads (SQLite) or a thousand queries queued on a pool of ten (PostgreSQL). The
-    first failure cancels the rest and is raised.
+    thousand reader threads (SQLite) or a thousand queries queued on a pool of ten (PostgreSQL). After
+    a failure (MetaChanged: the caller scopes again) no item is started; the ones running finish, as
+    gather's did, and the first failure is raised.
     """
     if len(items) == 1:
         return [await each(items[0])]
     answers: list[R] = [None] * len(items)  # type: ignore[list-item]
     turns = iter(enumerate(items))
+    failed: list[BaseException] = []
 
     async def worker() -> None:
         for i, item in turns:  # one iterator shared: each item is taken once
-            answers[i] = await each(item)
+            if failed:
+                return
+            try:
+                answers[i] = await each(item)
+            except Exception as exc:
+                failed.append(exc)
+                return
 
-    workers = [asyncio.ensure_future(worker()) for _ in range(max(1, min(limit, len(items))))]
-    try:
-        await asyncio.gather(*workers)
-    except BaseException:
-        for w in workers:
-            w.cancel()
-        await asyncio.gather(*workers, return_exceptions=True)
-        raise
+    await asyncio.gather(*(worker() for _ in range(max(1, min(limit, len(items))))))
+    if failed:
+        raise failed[0]
     return answers
 
 
