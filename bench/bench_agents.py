@@ -108,7 +108,8 @@ async def measure(settings: Settings, reps: int) -> dict:
                 if rep:
                     times[name].append((time.perf_counter() - started) * 1000)
         for name, ms in times.items():
-            out["classes"][name] = {"p50_ms": round(pct(ms, 0.5), 2), "p95_ms": round(pct(ms, 0.95), 2),
+            out["classes"][name] = {"p50_ms": round(pct(ms, 0.5), 2) if ms else None,  # None: every one failed
+                                    "p95_ms": round(pct(ms, 0.95), 2) if ms else None,
                                     "n": len(ms), **({"errors": errors[name]} if errors[name] else {})}
         out["open_files_peak"] = peak_fd - before_open
         out["rss_peak_mib"] = round(peak_rss, 1)
