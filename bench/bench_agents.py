@@ -138,9 +138,9 @@ async def main() -> None:
     path = HERE / "results" / "agents.json"
     results = json.loads(path.read_text()) if path.exists() else {}
     run = results.setdefault(args.label, {})
-    run[shape] = {"machine": f"{platform.machine()}, {os.cpu_count()} cores", "reps": args.reps,
-                  "search_agents_concurrency": extra.get("search_agents_concurrency",
-                                                         Settings().search_agents_concurrency)}
+    run.setdefault(shape, {}).update(  # a run of one store keeps the other's figures
+        machine=f"{platform.machine()}, {os.cpu_count()} cores",
+        search_agents_concurrency=extra.get("search_agents_concurrency", Settings().search_agents_concurrency))
     for store in args.stores.split(","):
         if store == "sqlite":
             settings = Settings(data_dir=str(work / "data"), **extra)
@@ -155,6 +155,7 @@ async def main() -> None:
         built_s = time.perf_counter() - started
         figures = await measure(settings, args.reps)
         figures["build_s"] = round(built_s, 1)
+        figures["reps"] = args.reps
         run[shape][store] = figures
         print(store, json.dumps(figures, indent=1), flush=True)
         path.parent.mkdir(exist_ok=True)
