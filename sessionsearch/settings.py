@@ -161,6 +161,12 @@ class Settings:
     search_time_limit_ms: int = setting(
         60_000, "Reader time budget of one search, admission included.",
         env="SESSIONSEARCH_SEARCH_TIME_LIMIT_MS", toml="search.timeLimitMs", parse=int)
+    search_agents_concurrency: int = setting(
+        4, "Agents whose statements one search runs at once (a search of every agent reads them this many at a "
+        "time): below database_pool_max_connections, so one search never waits out the pool; on SQLite, reader "
+        "threads one search holds at most.",
+        env="SESSIONSEARCH_SEARCH_AGENTS_CONCURRENCY", toml="search.agentsConcurrency",
+        parse=_whole("agents", 1, "1 agent"))
     search_response_max_bytes: int = setting(32 * 1024, "JSON size budget of one search response.",
                                              toml="search.responseMaxBytes", parse=int)
     # the cost of one request (search/cost.py): refused or held back before any work starts

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
@@ -27,6 +27,39 @@ INDEXING_WARNING = "Transcript indexing is in progress; results may be incomplet
 
 # enqueue(dirty windows by agent) -> whether the queue was reached
 Enqueue = Callable[[dict[str, set[int]]], Awaitable[bool]]
+
+S = TypeVar("S")
+R = TypeVar("R")
+
+
+async def bounded(each: Callable[[S], Awaitable[R]], items: Sequence[S], limit: int) -> list[R]:
+    """`each` of every item, at most `limit` awaited at once, the answers in the items' order.
+
+    A search of every agent holds one statement per agent: sent all at once, a thousand agents are a
+    thousand reader threads (SQLite) or a thousand queries queued on a pool of ten (PostgreSQL). After
+    a failure (MetaChanged: the caller scopes again) no item is started; the ones running finish, as
+    gather's did, and the first failure is raised.
+    """
+    if len(items) == 1:
+        return [await each(items[0])]
+    answers: list[R] = [None] * len(items)  # type: ignore[list-item]
+    turns = iter(enumerate(items))
+    failed: list[BaseException] = []
+
+    async def worker() -> None:
+        for i, item in turns:  # one iterator shared: each item is taken once
+            if failed:
+                return
+            try:
+                answers[i] = await each(item)
+            except Exception as exc:
+                failed.append(exc)
+                return
+
+    await asyncio.gather(*(worker() for _ in range(max(1, min(limit, len(items))))))
+    if failed:
+        raise failed[0]
+    return answers
 
 
 class MetaChanged(Exception):
@@ -137,8 +170,10 @@ def plan_scopes(req: SearchRequest, viewer: Viewer, view: CatalogView, agents: l
 
 
 async def run_query(open_store: StoreLookup, catalog: CatalogCache, query: ParsedQuery, req: SearchRequest,
-                    scopes: dict[str, Scope], versions: dict[str, int] | None, deadline: float) -> Outcome:
-    """Top hits of one query over the scopes; raises MetaChanged when scoping went stale.
+                    scopes: dict[str, Scope], versions: dict[str, int] | None, deadline: float,
+                    fanout: int = 4) -> Outcome:
+    """Top hits of one query over the scopes, at most `fanout` agents' statements at once; raises
+    MetaChanged when scoping went stale.
 
     `versions` None answers from the given scopes whatever the metadata now says.
     """
@@ -147,9 +182,8 @@ async def run_query(open_store: StoreLookup, catalog: CatalogCache, query: Parse
         return out
     k = req.limit + 1
     await check_empty_scopes(catalog, scopes, versions, deadline)
-    tasks = [_agent_top(open_store, scope, query, req, k, versions, deadline)
-             for scope in scopes.values() if scope.wids]
-    per_agent = [await tasks[0]] if len(tasks) == 1 else await asyncio.gather(*tasks)
+    per_agent = await bounded(lambda scope: _agent_top(open_store, scope, query, req, k, versions, deadline),
+                              [scope for scope in scopes.values() if scope.wids], fanout)
     for agent_id, hits, more, dirty in per_agent:
         out.hits += hits
         out.more |= more
@@ -191,7 +225,7 @@ async def _agent_top(open_store: StoreLookup, scope: Scope, query: ParsedQuery, 
 
 async def run_sessions_query(open_store: StoreLookup, catalog: CatalogCache, query: ParsedQuery, req: SearchRequest,
                              scopes: dict[str, Scope], view: CatalogView, versions: dict[str, int] | None,
-                             deadline: float) -> Outcome:
+                             deadline: float, fanout: int = 4) -> Outcome:
     """resultMode "sessions": the sessions in the order of their best hits, each with its hits in
     scope counted; raises MetaChanged as run_query does.
 
@@ -203,7 +237,7 @@ async def run_sessions_query(open_store: StoreLookup, catalog: CatalogCache, que
     if query.match is None:
         return out
     await check_empty_scopes(catalog, scopes, versions, deadline)
-    found = await _sessions_top(open_store, query.match, req, scopes, versions, deadline, query.hot_token)
+    found = await _sessions_top(open_store, query.match, req, scopes, versions, deadline, query.hot_token, fanout)
     for agent_id, _, dirty in found:
         if dirty:
             out.dirty[agent_id] = dirty
@@ -215,8 +249,9 @@ async def run_sessions_query(open_store: StoreLookup, catalog: CatalogCache, que
 
 async def _sessions_top(open_store: StoreLookup, match: Match, req: SearchRequest,
                         scopes: dict[str, Scope], versions: dict[str, int] | None, deadline: float,
-                        hot: str | None = None) -> list[tuple[str, list[SessionGroup], set[int]]]:
-    """Per agent in scope: its top `limit + 1` sessions and the dirty windows in scope."""
+                        hot: str | None = None, fanout: int = 4) -> list[tuple[str, list[SessionGroup], set[int]]]:
+    """Per agent in scope: its top `limit + 1` sessions and the dirty windows in scope (at most
+    `fanout` agents' statements at once)."""
     async def agent(scope: Scope) -> tuple[str, list[SessionGroup], set[int]]:
         store = await open_store(scope.agent_id)
         async with store.reader(deadline) as reader:
@@ -230,8 +265,7 @@ async def _sessions_top(open_store: StoreLookup, match: Match, req: SearchReques
                   for key, hits, best in rows if wid_of(best[0]) in scope.wids]
         return scope.agent_id, groups, scope.wids.intersection(dirty)
 
-    tasks = [agent(scope) for scope in scopes.values() if scope.wids]
-    return [await tasks[0]] if len(tasks) == 1 else list(await asyncio.gather(*tasks))
+    return await bounded(agent, [scope for scope in scopes.values() if scope.wids], fanout)
 
 
 def render_sessions(settings: Settings, outcome: Outcome, query: ParsedQuery, view: CatalogView,
@@ -318,11 +352,12 @@ async def search(req: SearchRequest, *, settings: Settings, catalog: CatalogCach
     started = time.monotonic()
     deadline = started + settings.search_time_limit_ms / 1000
     sessions = req.result_mode == "sessions"
+    fanout = settings.search_agents_concurrency
 
     async def run(query: ParsedQuery, versions: dict[str, int] | None) -> Outcome:
         if sessions:
-            return await run_sessions_query(open_store, catalog, query, req, scopes, view, versions, deadline)
-        return await run_query(open_store, catalog, query, req, scopes, versions, deadline)
+            return await run_sessions_query(open_store, catalog, query, req, scopes, view, versions, deadline, fanout)
+        return await run_query(open_store, catalog, query, req, scopes, versions, deadline, fanout)
 
     targets = {agent_of(key) for key in req.session_keys or ()} | ({req.agent_id} if req.agent_id else set())
     for attempt in range(4):

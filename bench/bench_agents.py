@@ -1,0 +1,166 @@
+"""Many agents (issue 25): an operator search over every agent (no agentId) on N agents x M messages,
+on SQLite and on PostgreSQL: rare and common words, exact and prefix, relevance and recent.
+
+    .venv/bin/python bench/bench_agents.py --label after [--agents 1000 --messages 50 --reps 10]
+    .venv/bin/python bench/bench_agents.py --label before --concurrency 0   # every agent at once
+
+Each message holds "alpha" (the common word: in every message of every agent) among filler words;
+one message in each 20th agent holds "zephyr" (the rare word). Prefix classes search "alp" and "zep".
+Per class: p50/p95 of the searches (the first round not counted), and the errors met (a 503 when
+the PostgreSQL pool is waited out); per store the process's open files (/proc/self/fd) and RSS,
+highest seen while searching. `--concurrency 0` sends every agent's statement at once, what the
+code did before search_agents_concurrency. The built corpus is kept (bench/work/, a database
+named for N x M) so a second label measures the same data. Figures go under the label in
+bench/results/agents.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import random
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import psycopg  # noqa: E402
+from stats import pct  # noqa: E402
+
+from sessionsearch import Engine, Settings  # noqa: E402
+from sessionsearch import logging as sslogging  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+FILLER = "the of report deploy queue window budget meeting server review draft ticket notes plan".split()
+CLASSES = [(word, match, order) for word, match in [("zephyr", "exact"), ("alpha", "exact"), ("zep", "prefix"),
+                                                     ("alp", "prefix")]
+           for order in ("relevance", "recent")]
+
+
+def open_files() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def url_of(base: str, name: str) -> str:
+    parts = urlsplit(base)
+    return urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, parts.fragment))
+
+
+async def build(settings: Settings, agents: int, messages: int) -> None:
+    """`agents` agents of one session of `messages` messages each, appended agent by agent."""
+    rng = random.Random(25)
+    async with Engine(settings=settings) as engine:
+        have = set(engine.agent_ids_on_disk())
+        for a in range(agents):
+            agent = f"ag{a:04d}"
+            if agent in have:
+                continue
+            events, parent = [], None
+            rare_at = rng.randrange(messages) if a % 20 == 0 else -1
+            for i in range(messages):
+                words = rng.choices(FILLER, k=rng.randint(3, 20)) + ["alpha"]
+                if i == rare_at:
+                    words.append("zephyr")
+                rng.shuffle(words)
+                mid = f"{agent}-{i}"
+                events.append({"type": "message", "id": mid, "parentId": parent, "message": {
+                    "role": "user" if i % 2 else "assistant", "content": " ".join(words),
+                    "timestamp": 1_700_000_000_000 + a * 1000 + i}})
+                parent = mid
+            await engine.append(f"agent:{agent}:main", events, sessionId=f"w{a}")
+
+
+async def measure(settings: Settings, reps: int) -> dict:
+    out: dict = {"classes": {}}
+    before_open = open_files()
+    async with Engine(settings=settings) as engine:
+        out["agents"] = len(engine.agent_ids_on_disk())
+        out["open_files_idle"] = open_files() - before_open
+        peak_fd, peak_rss = open_files(), rss_mib()
+        times: dict[str, list[float]] = {f"{w} {m} {o}": [] for w, m, o in CLASSES}
+        errors: dict[str, dict[str, int]] = {name: {} for name in times}
+        for rep in range(reps + 1):  # interleaved class by class; round 0 warms up
+            for word, match, order in CLASSES:
+                name = f"{word} {match} {order}"
+                started = time.perf_counter()
+                try:
+                    result = await engine.search(query=word, match=match, order=order, limit=10)
+                    assert result["results"], name
+                except Exception as exc:  # noqa: BLE001 - counted: the run measures what fails too
+                    label = f"{type(exc).__name__}: {str(exc)[:80]}"
+                    errors[name][label] = errors[name].get(label, 0) + 1
+                    continue
+                finally:
+                    peak_fd, peak_rss = max(peak_fd, open_files()), max(peak_rss, rss_mib())
+                if rep:
+                    times[name].append((time.perf_counter() - started) * 1000)
+        for name, ms in times.items():
+            out["classes"][name] = {"p50_ms": round(pct(ms, 0.5), 2) if ms else None,  # None: every one failed
+                                    "p95_ms": round(pct(ms, 0.95), 2) if ms else None,
+                                    "n": len(ms), **({"errors": errors[name]} if errors[name] else {})}
+        out["open_files_peak"] = peak_fd - before_open
+        out["rss_peak_mib"] = round(peak_rss, 1)
+    return out
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--agents", type=int, default=1000)
+    parser.add_argument("--messages", type=int, default=50, help="messages per agent")
+    parser.add_argument("--reps", type=int, default=10, help="searches per class (after one warm-up round)")
+    parser.add_argument("--label", default="after")
+    parser.add_argument("--concurrency", type=int, default=None,
+                        help="search_agents_concurrency (default the setting's; 0: every agent at once)")
+    parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/postgres",
+                        help="PostgreSQL server URL; a scratch database on it holds the corpus")
+    parser.add_argument("--stores", default="sqlite,postgres")
+    args = parser.parse_args()
+    sslogging.configure("WARNING")
+    extra = {}
+    if args.concurrency is not None:
+        extra["search_agents_concurrency"] = args.concurrency or 1_000_000
+    shape = f"{args.agents}x{args.messages}"
+    work = HERE / "work" / f"agents-{shape}"
+    work.mkdir(parents=True, exist_ok=True)
+    path = HERE / "results" / "agents.json"
+    results = json.loads(path.read_text()) if path.exists() else {}
+    run = results.setdefault(args.label, {})
+    run.setdefault(shape, {}).update(  # a run of one store keeps the other's figures
+        machine=f"{platform.machine()}, {os.cpu_count()} cores",
+        search_agents_concurrency=extra.get("search_agents_concurrency", Settings().search_agents_concurrency))
+    for store in args.stores.split(","):
+        if store == "sqlite":
+            settings = Settings(data_dir=str(work / "data"), **extra)
+        else:
+            name = f"ss_bench_agents_{args.agents}x{args.messages}"
+            with psycopg.connect(args.pg, autocommit=True) as admin:
+                if admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None:
+                    admin.execute(f'CREATE DATABASE "{name}"')
+            settings = Settings(data_dir=str(work / "pg-data"), database_url=url_of(args.pg, name), **extra)
+        started = time.perf_counter()
+        await build(settings, args.agents, args.messages)
+        built_s = time.perf_counter() - started
+        figures = await measure(settings, args.reps)
+        figures["build_s"] = round(built_s, 1)
+        figures["reps"] = args.reps
+        run[shape][store] = figures
+        print(store, json.dumps(figures, indent=1), flush=True)
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
