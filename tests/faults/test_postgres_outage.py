@@ -67,8 +67,12 @@ def test_a_postgresql_restart_answers_503_meanwhile_and_every_process_recovers_b
             return status == 200 and "indexing" not in result and result
         result = wait_until(reconciled, what="the worker to reconcile after the restart", every=0.1)
         assert sorted(h["messageId"] for h in result["results"]) == ["m1", "m4"]  # m2, m3 were rewound away
-        scraped = worker.scrape()  # the worker's own count: it reconciled, and its gauges read the database again
-        assert 'sessionsearch_reconcile_jobs_total{outcome="published"}' in scraped
+        # the worker's own count: it reconciled (the job counts itself just after its publish commits,
+        # which searches may see first), and its gauges read the database again
+        def counted() -> str | None:
+            text = worker.scrape()
+            return text if 'sessionsearch_reconcile_jobs_total{outcome="published"}' in text else None
+        scraped = wait_until(counted, what="the worker to count its published job", every=0.1)
         assert 'sessionsearch_index_completeness{agent="main",unit="messages"} 1.0' in scraped
     finally:
         assert worker.stop() == 0
