@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -78,9 +77,18 @@ class ImportReport:
         }
 
 
-_EOL = re.compile(rb"\r\n?|\n")  # the line ends a transcript may have: LF, CRLF, or CR alone
 READ_BYTES = 1 << 20
 BOM = b"\xef\xbb\xbf"
+
+
+def _line_end(buf: bytearray, scan: int) -> tuple[int, int] | None:
+    """Where the first line end at or after `scan` starts and ends: LF, CRLF, or CR alone (the
+    line ends a transcript may have). Two finds, not a regex: this runs once a line."""
+    lf = buf.find(b"\n", scan)
+    cr = buf.find(b"\r", scan, len(buf) if lf < 0 else lf)
+    if cr < 0:
+        return None if lf < 0 else (lf, lf + 1)
+    return (cr, cr + 2) if lf == cr + 1 else (cr, cr + 1)
 
 
 def _lines(source: Source, failed: list[OSError]) -> Iterator[tuple[bytes | None, int, bool]]:
@@ -97,15 +105,16 @@ def _lines(source: Source, failed: list[OSError]) -> Iterator[tuple[bytes | None
                 chunk = fh.read(READ_BYTES)
                 buf += chunk
                 start = 0
-                while (end := _EOL.search(buf, scan)) is not None:
-                    if chunk and end.end() == len(buf) and end.group() == b"\r":
+                while (end := _line_end(buf, scan)) is not None:
+                    at, after = end
+                    if chunk and after == len(buf) and buf[at] == 0x0D:
                         break  # a CR that the next read may show to be a CRLF
-                    if passed or end.start() - start > limit:
-                        yield None, passed + end.end() - start, True
+                    if passed or at - start > limit:
+                        yield None, passed + after - start, True
                         passed = 0
                     else:
-                        yield bytes(buf[start:end.start()]), end.end() - start, True
-                    start = scan = end.end()
+                        yield bytes(buf[start:at]), after - start, True
+                    start = scan = after
                 del buf[:start]
                 scan = len(buf) - 1 if buf.endswith(b"\r") else len(buf)
                 if not chunk:
