@@ -80,10 +80,16 @@ def too_large(limit: int) -> Refusal:
     return Refusal(413, rpc_error(INVALID_REQUEST, f"Invalid Request: request body exceeds {limit} bytes"))
 
 
+# how long the end of stdin waits for answers still owed: past the search's own 60 s budget
+DRAIN_SECONDS = 75
+
+
 async def stdio_lines(server: Any) -> None:
     """Serve `server` (an MCPServer) on stdin/stdout, one JSON-RPC message a line, every line screened:
     one refused is answered here, the others go to the SDK's session as its own stdio transport
-    passes them; blank lines are skipped."""
+    passes them; blank lines are skipped. At the end of stdin every request already handed to the SDK
+    is answered before the session ends (`printf '…' | sessionsearch mcp` gets all its answers: the
+    SDK's session alone would cancel those still running)."""
     import mcp_types as types
     from mcp.shared._context_streams import create_context_streams
     from mcp.shared.message import SessionMessage
@@ -93,12 +99,15 @@ async def stdio_lines(server: Any) -> None:
     write_send, write_receive = create_context_streams[SessionMessage](0)
     stdin = anyio.wrap_file(sys.stdin.buffer)
     stdout = anyio.wrap_file(sys.stdout.buffer)
+    unanswered: set[Any] = set()  # ids of requests the SDK has and has not answered yet
+    answered = anyio.Event()
 
     async def write(text: str) -> None:
         await stdout.write(text.encode("utf-8") + b"\n")
         await stdout.flush()
 
     async def reader() -> None:
+        nonlocal answered
         async with read_send:
             async for raw in stdin:
                 if not raw.strip():
@@ -117,12 +126,21 @@ async def stdio_lines(server: Any) -> None:
                         INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message MCP knows",
                         found.get("id") if _valid_id(found.get("id")) else None))))
                     continue
+                if isinstance(message, types.JSONRPCRequest):
+                    unanswered.add(message.id)
                 await read_send.send(SessionMessage(message))
+            with anyio.move_on_after(DRAIN_SECONDS):
+                while unanswered:
+                    await answered.wait()
+                    answered = anyio.Event()
 
     async def writer() -> None:
         async with write_receive:
             async for session_message in write_receive:
                 await write(session_message.message.model_dump_json(by_alias=True, exclude_unset=True))
+                if isinstance(session_message.message, types.JSONRPCResponse | types.JSONRPCError):
+                    unanswered.discard(session_message.message.id)
+                    answered.set()
 
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(writer)
