@@ -192,6 +192,26 @@ class Settings:
         10_000, "Time budget of one search a scoped token sends, admission included (at most "
         "search_time_limit_ms): how long one agent's request may hold a database connection.",
         env="SESSIONSEARCH_CREDENTIAL_SEARCH_TIME_LIMIT_MS", toml="auth.searchTimeLimitMs", parse=_positive_ms)
+    # the meaning index (SPEC §3) and its embedder (SPEC §7): sessionsearch/embed/
+    embedder: str = setting(
+        "builtin", "Embedder of the meaning index: builtin (a model shipped in a Python package, CPU, offline), "
+        "openai (an OpenAI-compatible POST /v1/embeddings endpoint) or none (semantic and hybrid search off).",
+        env="SESSIONSEARCH_EMBEDDER", toml="search.embedder", parse=_choice("builtin", "openai", "none"))
+    embedder_url: str | None = setting(
+        None, "Base URL of the openai embedder's endpoint (`/v1/embeddings` is appended unless the URL ends in it).",
+        env="SESSIONSEARCH_EMBEDDER_URL", toml="search.embedderUrl")
+    embedder_model: str | None = setting(
+        None, "Model name the openai embedder sends; unset for builtin.",
+        env="SESSIONSEARCH_EMBEDDER_MODEL", toml="search.embedderModel")
+    embedder_dimensions: int | None = setting(
+        None, "Dimensions of the openai embedder's vectors (sent as `dimensions`, and every answer checked "
+        "against it).", env="SESSIONSEARCH_EMBEDDER_DIMENSIONS", toml="search.embedderDimensions",
+        parse=_whole("dimensions", 1, "1 dimension"))
+    embedder_api_key: str | None = setting(
+        None, "Bearer key the openai embedder sends.", env="SESSIONSEARCH_EMBEDDER_API_KEY", secret=True)
+    semantic_min_score: float = setting(
+        0.3, "Cosine similarity below which a message is no semantic hit.",
+        env="SESSIONSEARCH_SEMANTIC_MIN_SCORE", toml="search.semanticMinScore", parse=float)
     list_response_max_bytes: int = setting(64 * 1024, "JSON size budget of one sessions.list response.",
                                            toml="list.responseMaxBytes", parse=int)
     snippet_max_units: int = setting(300, "Snippet length in UTF-16 code units (before the ellipsis).",
