@@ -9,7 +9,7 @@ CPU or network work: it runs on the workers and for each semantic query, never o
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import numpy as np
@@ -34,12 +34,26 @@ class EmbedderFailed(Exception):
     the message says what it did. Nothing of that batch is stored."""
 
 
-def unit_rows(vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-    """Rows scaled to length 1; a row of no known token (all zeros) stays zero, similar to nothing."""
+# Texts are cut to this many characters before they are embedded. A message's subject is set by its
+# start, and a bag-of-tokens or a model's window blurs or refuses thousands of tokens anyway; the cut
+# bounds one message's cost (a pasted 10 MB log would cost what ~30,000 ordinary messages cost) and
+# keeps every text inside an endpoint's input window: 4,096 characters is ~1,000 English tokens and at
+# most ~4,500 CJK ones, under the 8,192 of nomic-embed-text and OpenAI's models.
+TEXT_MAX_CHARS = 4096
+
+
+def bounded(text: str) -> str:
+    """The text as it is embedded: at most TEXT_MAX_CHARS characters."""
+    return text[:TEXT_MAX_CHARS]
+
+
+def unit_rows(vectors: npt.NDArray[np.floating[Any]]) -> npt.NDArray[np.float32]:
+    """Rows scaled to length 1, as float32; a row of no known token (all zeros) stays zero, similar to
+    nothing."""
     import numpy as np
 
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    return np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
+    return np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0).astype(np.float32, copy=False)
 
 
 def open_embedder(settings: Settings) -> Embedder | None:
@@ -50,4 +64,20 @@ def open_embedder(settings: Settings) -> Embedder | None:
         from .builtin import BuiltinEmbedder
 
         return BuiltinEmbedder.load()
+    if settings.embedder == "openai":
+        from ..errors import InvalidRequest
+        from .openai import OpenAIEmbedder
+
+        for name, toml in (("embedder_url", "search.embedderUrl"), ("embedder_model", "search.embedderModel")):
+            if not getattr(settings, name):
+                raise InvalidRequest(f"search.embedder \"openai\" needs {toml} (SESSIONSEARCH_{name.upper()})",
+                                     field=toml)
+        assert settings.embedder_url and settings.embedder_model
+        try:
+            return OpenAIEmbedder(url=settings.embedder_url, model_name=settings.embedder_model,
+                                  dimensions=settings.embedder_dimensions, api_key=settings.embedder_api_key,
+                                  batch_texts=settings.embedder_batch_texts, timeout_s=settings.embedder_timeout_s,
+                                  attempts=settings.embedder_attempts)
+        except ValueError as exc:
+            raise InvalidRequest(f"search.embedderUrl: {exc}", field="search.embedderUrl") from None
     raise ValueError(f"unknown embedder {settings.embedder!r}")
