@@ -209,6 +209,16 @@ class Settings:
         parse=_whole("dimensions", 1, "1 dimension"))
     embedder_api_key: str | None = setting(
         None, "Bearer key the openai embedder sends.", env="SESSIONSEARCH_EMBEDDER_API_KEY", secret=True)
+    embedder_batch_texts: int = setting(
+        64, "Texts the openai embedder sends in one request.", env="SESSIONSEARCH_EMBEDDER_BATCH_TEXTS",
+        toml="search.embedderBatchTexts", parse=_whole("texts", 1, "1 text"))
+    embedder_timeout_s: float = setting(
+        30.0, "Seconds one request to the openai embedder may take, connecting included.",
+        env="SESSIONSEARCH_EMBEDDER_TIMEOUT_S", toml="search.embedderTimeoutS", parse=_seconds)
+    embedder_attempts: int = setting(
+        4, "Tries of one openai embedder request when the endpoint is unreachable or answers 429 or 5xx "
+        "(exponential backoff between them).", env="SESSIONSEARCH_EMBEDDER_ATTEMPTS",
+        toml="search.embedderAttempts", parse=_whole("attempts", 1, "1 attempt"))
     semantic_min_score: float = setting(
         0.3, "Cosine similarity below which a message is no semantic hit.",
         env="SESSIONSEARCH_SEMANTIC_MIN_SCORE", toml="search.semanticMinScore", parse=float)

@@ -1,0 +1,240 @@
+"""An embedder for any OpenAI-compatible `POST /v1/embeddings` endpoint (Ollama, vLLM,
+text-embeddings-inference, OpenAI), over asyncio streams and the standard library.
+
+Every answer is checked before a vector of it is believed: the status, the JSON, one vector an
+input in `index` order, the dimensions, finite values and a cap on the body's size. What the
+endpoint did wrong is the `EmbedderFailed` message (status, a short cut of its body); nothing of a
+failed batch is returned. The key goes only into the `Authorization` header, never into a message,
+a log or a repr.
+
+One connection a request (`Connection: close`): a batch of texts is far more work for the endpoint
+than a connection is, and nothing is left half-read between requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import ssl
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+import numpy as np
+import numpy.typing as npt
+
+from . import EmbedderFailed, bounded, unit_rows
+
+MAX_BODY_BYTES = 64 * 1024 * 1024  # ~10,000 vectors of 1,536 floats as JSON text; more is not an answer
+MAX_HEAD_BYTES = 64 * 1024
+BODY_SHOWN_CHARS = 200  # of an error body, in a message
+CONNECT_TIMEOUT_S = 10.0
+RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+
+
+class _Retryable(EmbedderFailed):
+    """A failure another try may not meet (unreachable, timed out, 429, 5xx)."""
+
+
+class OpenAIEmbedder:
+    """Embeds through `url` with `model_name`; `dimensions` None learns them from the first answer.
+
+    Until that first answer `dimensions` is 0 and `model` has no dimensions in it; set
+    `search.embedderDimensions` for an identity that is fixed from the start.
+    """
+
+    def __init__(self, *, url: str, model_name: str, dimensions: int | None = None, api_key: str | None = None,
+                 batch_texts: int = 64, timeout_s: float = 30.0, attempts: int = 4, backoff_s: float = 0.5,
+                 max_body_bytes: int = MAX_BODY_BYTES) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"embedder URL must be http:// or https:// with a host, not {url!r}")
+        path = parts.path.rstrip("/")
+        if not path.endswith("/embeddings"):
+            path += "/embeddings" if path.endswith("/v1") else "/v1/embeddings"
+        self.url = f"{parts.scheme}://{parts.netloc}{path}"
+        self._host = parts.hostname
+        self._port = parts.port or (443 if parts.scheme == "https" else 80)
+        self._tls = parts.scheme == "https"
+        self._path = path + (f"?{parts.query}" if parts.query else "")
+        self._host_header = parts.netloc.rpartition("@")[2]
+        self._api_key = api_key
+        self.model_name = model_name
+        self._asked_dimensions = dimensions
+        self.dimensions = dimensions or 0
+        self.model = self._identity()
+        self.batch_texts = batch_texts
+        self.timeout_s = timeout_s
+        self.attempts = attempts
+        self.backoff_s = backoff_s
+        self.max_body_bytes = max_body_bytes
+        self._ssl: ssl.SSLContext | None = None
+
+    def __repr__(self) -> str:
+        return f"OpenAIEmbedder(url={self.url!r}, model={self.model!r})"
+
+    def _identity(self) -> str:
+        return f"openai:{self.model_name}:{self.dimensions}" if self.dimensions else f"openai:{self.model_name}"
+
+    async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        if not texts:
+            return np.zeros((0, self.dimensions), dtype=np.float32)
+        parts = [await self._batch(list(texts[i:i + self.batch_texts]))
+                 for i in range(0, len(texts), self.batch_texts)]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    async def aclose(self) -> None:
+        return None
+
+    async def _batch(self, texts: list[str]) -> npt.NDArray[np.float32]:
+        request: dict[str, Any] = {"model": self.model_name, "input": [bounded(t) for t in texts]}
+        if self._asked_dimensions:
+            request["dimensions"] = self._asked_dimensions
+        body = json.dumps(request, ensure_ascii=False).encode()
+        for attempt in range(1, self.attempts + 1):
+            try:
+                status, answer = await self._post(body)
+                return self._vectors(status, answer, len(texts))
+            except _Retryable as exc:
+                if attempt == self.attempts:
+                    raise EmbedderFailed(f"{exc} (after {attempt} attempt{'s' if attempt > 1 else ''})") from None
+                # full jitter: many workers retrying one endpoint do not come back in step
+                await asyncio.sleep(random.uniform(0.5, 1.0) * self.backoff_s * 2 ** (attempt - 1))
+        raise AssertionError("unreachable")
+
+    async def _post(self, body: bytes) -> tuple[int, bytes]:
+        """(status, body) of one POST, within `timeout_s`; _Retryable when unreachable or slow."""
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                return await self._exchange(body)
+        except TimeoutError:
+            raise _Retryable(f"embedder {self.url} timed out after {self.timeout_s:g} s") from None
+        except asyncio.IncompleteReadError:
+            raise _Retryable(f"embedder {self.url} closed the connection mid-answer") from None
+        except (OSError, ssl.SSLError) as exc:
+            raise _Retryable(f"embedder {self.url} unreachable: {type(exc).__name__}: {exc}") from None
+
+    async def _exchange(self, body: bytes) -> tuple[int, bytes]:
+        if self._tls and self._ssl is None:
+            self._ssl = ssl.create_default_context()
+        connect_s = min(CONNECT_TIMEOUT_S, self.timeout_s)
+        try:
+            async with asyncio.timeout(connect_s):
+                reader, writer = await asyncio.open_connection(
+                    self._host, self._port, ssl=self._ssl if self._tls else None, limit=MAX_HEAD_BYTES)
+        except TimeoutError:
+            raise _Retryable(f"connecting to embedder {self.url} timed out after {connect_s:g} s") from None
+        try:
+            head = [f"POST {self._path} HTTP/1.1", f"Host: {self._host_header}",
+                    "Content-Type: application/json", "Accept: application/json",
+                    f"Content-Length: {len(body)}", "Connection: close", "User-Agent: sessionsearch"]
+            if self._api_key:
+                head.append(f"Authorization: Bearer {self._api_key}")
+            writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
+            await writer.drain()
+            return await self._response(reader)
+        finally:
+            writer.close()
+            try:
+                await writer.wait_closed()
+            except (OSError, ssl.SSLError):
+                pass  # the answer is read already; a reset on closing changes nothing
+
+    async def _response(self, reader: asyncio.StreamReader) -> tuple[int, bytes]:
+        status_line = await self._line(reader)
+        fields = status_line.split(" ", 2)
+        if len(fields) < 2 or not fields[0].startswith("HTTP/") or not fields[1].isdigit():
+            raise EmbedderFailed(f"embedder {self.url} answered no HTTP status line: {status_line[:80]!r}")
+        status = int(fields[1])
+        headers: dict[str, str] = {}
+        while line := await self._line(reader):
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            return status, await self._chunked(reader)
+        if "content-length" in headers:
+            try:
+                length = int(headers["content-length"])
+            except ValueError:
+                raise EmbedderFailed(f"embedder {self.url} answered a bad Content-Length "
+                                     f"{headers['content-length'][:40]!r}") from None
+            self._check_size(length)
+            return status, await reader.readexactly(length)
+        data = await reader.read(self.max_body_bytes + 1)  # no length: the body runs to the close
+        while len(data) <= self.max_body_bytes and (more := await reader.read(self.max_body_bytes + 1 - len(data))):
+            data += more
+        self._check_size(len(data))
+        return status, data
+
+    async def _line(self, reader: asyncio.StreamReader) -> str:
+        try:
+            raw = await reader.readuntil(b"\n")
+        except asyncio.LimitOverrunError:
+            raise EmbedderFailed(f"embedder {self.url} answered a header line over {MAX_HEAD_BYTES} bytes") from None
+        return raw.decode("latin-1").rstrip("\r\n")
+
+    async def _chunked(self, reader: asyncio.StreamReader) -> bytes:
+        data = bytearray()
+        while True:
+            size_line = await self._line(reader)
+            try:
+                size = int(size_line.split(";", 1)[0].strip(), 16)
+            except ValueError:
+                raise EmbedderFailed(f"embedder {self.url} answered a bad chunk size {size_line[:40]!r}") from None
+            if size == 0:
+                while await self._line(reader):  # trailers
+                    pass
+                return bytes(data)
+            self._check_size(len(data) + size)
+            data += await reader.readexactly(size)
+            await reader.readexactly(2)  # the CRLF after the chunk
+
+    def _check_size(self, size: int) -> None:
+        if size > self.max_body_bytes:
+            raise EmbedderFailed(f"embedder {self.url} answered a body over {self.max_body_bytes:,} bytes "
+                                 f"(refused unread)")
+
+    def _vectors(self, status: int, body: bytes, count: int) -> npt.NDArray[np.float32]:
+        """The answer's vectors as unit rows, or EmbedderFailed saying what is wrong with it."""
+        where = f"embedder {self.url}"
+        if status != 200:
+            shown = body[:BODY_SHOWN_CHARS * 4].decode("utf-8", "replace")
+            if self._api_key:  # an endpoint may echo what it was sent; the key stays out of messages
+                shown = shown.replace(self._api_key, "***")
+            shown = shown[:BODY_SHOWN_CHARS]
+            message = f"{where} answered HTTP {status}: {shown!r}"
+            raise (_Retryable if status in RETRY_STATUSES else EmbedderFailed)(message)
+        try:
+            answer = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            raise EmbedderFailed(f"{where} answered no JSON: {body[:80]!r}") from None
+        items = answer.get("data") if isinstance(answer, dict) else None
+        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+            raise EmbedderFailed(f"{where} answered no `data` list of objects")
+        if len(items) != count:
+            raise EmbedderFailed(f"{where} answered {len(items)} vectors for {count} inputs")
+        if all("index" in item for item in items):
+            order = [item["index"] for item in items]
+            if sorted(order, key=lambda i: i if isinstance(i, int) else -1) != list(range(count)):
+                raise EmbedderFailed(f"{where} answered indexes that are not 0..{count - 1} once each")
+            items = sorted(items, key=lambda item: item["index"])
+        rows = [item.get("embedding") for item in items]
+        if not all(isinstance(r, list) and r for r in rows):
+            raise EmbedderFailed(f"{where} answered an `embedding` that is not a list of numbers")
+        sizes = {len(r) for r in rows}
+        expected = self._asked_dimensions or self.dimensions
+        if len(sizes) != 1 or (expected and sizes != {expected}):
+            shown = ", ".join(str(s) for s in sorted(sizes))
+            raise EmbedderFailed(f"{where} answered vectors of {shown} dimensions"
+                                 + (f", not {expected}" if expected else ", not one size"))
+        try:
+            vectors = np.array(rows, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise EmbedderFailed(f"{where} answered an `embedding` that is not a list of numbers") from None
+        if vectors.ndim != 2 or not np.isfinite(vectors).all():
+            raise EmbedderFailed(f"{where} answered values that are not finite numbers (NaN or infinity)")
+        if not self.dimensions:
+            self.dimensions = vectors.shape[1]
+            self.model = self._identity()
+        return unit_rows(vectors)  # scaled in float64: a row of huge values stays finite
