@@ -5,8 +5,8 @@ elsewhere and tries the network), so the embedded shape works offline.
 
 The model is a table of token vectors whose mean is the text's vector. The mean is taken here over
 the tokens of each text laid end to end, not through the library's `embed`, which pads every text
-of a batch to its longest: at ordinary message lengths the padding made it 5 times slower, and one
-long text in a batch of 64 made 64 long ones of memory.
+of a batch to its longest: at ordinary message lengths the padding multiplies the work, and one
+long text in a batch of 64 makes 64 long ones of memory.
 """
 
 from __future__ import annotations
