@@ -220,7 +220,8 @@ class Settings:
         "(exponential backoff between them).", env="SESSIONSEARCH_EMBEDDER_ATTEMPTS",
         toml="search.embedderAttempts", parse=_whole("attempts", 1, "1 attempt"))
     semantic_min_score: float = setting(
-        0.3, "Cosine similarity below which a message is no semantic hit.",
+        0.175, "Cosine similarity below which a message is no semantic hit (calibrated for the builtin model: "
+        "bench/bench_meaning.py; an openai model needs its own).",
         env="SESSIONSEARCH_SEMANTIC_MIN_SCORE", toml="search.semanticMinScore", parse=float)
     list_response_max_bytes: int = setting(64 * 1024, "JSON size budget of one sessions.list response.",
                                            toml="list.responseMaxBytes", parse=int)
