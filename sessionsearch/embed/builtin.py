@@ -27,6 +27,8 @@ CONFIG = "l2_supercat"
 DIMENSIONS = 256
 # token vectors gathered at once (4 bytes x 256 each: 32 MiB), whatever the batch's texts hold
 CHUNK_TOKENS = 32_768
+# texts tokenized at once: their token ids are Python lists for a while (up to ~30 MB for 1,024 cut texts)
+SLICE_TEXTS = 1024
 
 
 class BuiltinEmbedder:
@@ -35,6 +37,8 @@ class BuiltinEmbedder:
         self._tokenizer = model.tokenizer
         self._tokenizer.no_padding()
         self._tokenizer.no_truncation()
+        # without offsets where the tokenizers release has it (0.20 on)
+        self._encode = getattr(self._tokenizer, "encode_batch_fast", self._tokenizer.encode_batch)
         self.model = f"builtin:{CONFIG}_{DIMENSIONS}"
         self.dimensions = DIMENSIONS
 
@@ -50,13 +54,18 @@ class BuiltinEmbedder:
 
     def embed_now(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """The batch embedded on this thread (a worker's batch, or a bench)."""
+        if len(texts) <= SLICE_TEXTS:
+            return self._embed_slice(texts)
+        return np.concatenate([self._embed_slice(texts[i:i + SLICE_TEXTS]) for i in range(0, len(texts), SLICE_TEXTS)])
+
+    def _embed_slice(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         out = np.zeros((len(texts), DIMENSIONS), dtype=np.float32)
         # runs of whitespace cut into "▁" tokens that say nothing; a text of none but them is empty
         rows = [(i, " ".join(bounded(t).split())) for i, t in enumerate(texts)]
         rows = [(i, t) for i, t in rows if t]
         if not rows:
             return out
-        encoded = self._tokenizer.encode_batch_fast([t for _, t in rows], add_special_tokens=False)
+        encoded = self._encode([t for _, t in rows], add_special_tokens=False)
         ids = [e.ids for e in encoded]
         lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
         flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64, count=int(lengths.sum()))

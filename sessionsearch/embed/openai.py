@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 import numpy.typing as npt
+import structlog
 
 from . import EmbedderFailed, bounded, unit_rows
 
@@ -31,6 +32,8 @@ MAX_HEAD_BYTES = 64 * 1024
 BODY_SHOWN_CHARS = 200  # of an error body, in a message
 CONNECT_TIMEOUT_S = 10.0
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+
+log = structlog.get_logger("sessionsearch.embed")
 
 
 class _Retryable(EmbedderFailed):
@@ -99,8 +102,10 @@ class OpenAIEmbedder:
             except _Retryable as exc:
                 if attempt == self.attempts:
                     raise EmbedderFailed(f"{exc} (after {attempt} attempt{'s' if attempt > 1 else ''})") from None
-                # full jitter: many workers retrying one endpoint do not come back in step
-                await asyncio.sleep(random.uniform(0.5, 1.0) * self.backoff_s * 2 ** (attempt - 1))
+                # jittered: many workers retrying one endpoint do not come back in step
+                delay_s = random.uniform(0.5, 1.0) * self.backoff_s * 2 ** (attempt - 1)
+                log.warning("embed.retry", url=self.url, attempt=attempt, error=str(exc), delay_s=round(delay_s, 3))
+                await asyncio.sleep(delay_s)
         raise AssertionError("unreachable")
 
     async def _post(self, body: bytes) -> tuple[int, bytes]:
@@ -133,13 +138,12 @@ class OpenAIEmbedder:
                 head.append(f"Authorization: Bearer {self._api_key}")
             writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
             await writer.drain()
-            return await self._response(reader)
-        finally:
-            writer.close()
-            try:
-                await writer.wait_closed()
-            except (OSError, ssl.SSLError):
-                pass  # the answer is read already; a reset on closing changes nothing
+            answer = await self._response(reader)
+        except BaseException:
+            writer.transport.abort()  # timed out or failed: no polite TLS shutdown to wait for
+            raise
+        writer.close()
+        return answer
 
     async def _response(self, reader: asyncio.StreamReader) -> tuple[int, bytes]:
         status_line = await self._line(reader)
@@ -220,7 +224,8 @@ class OpenAIEmbedder:
                 raise EmbedderFailed(f"{where} answered indexes that are not 0..{count - 1} once each")
             items = sorted(items, key=lambda item: item["index"])
         rows = [item.get("embedding") for item in items]
-        if not all(isinstance(r, list) and r for r in rows):
+        # JSON numbers only: numpy would take "0.1" as 0.1 and null as NaN without a word
+        if not all(isinstance(r, list) and r and all(type(x) is float or type(x) is int for x in r) for r in rows):
             raise EmbedderFailed(f"{where} answered an `embedding` that is not a list of numbers")
         sizes = {len(r) for r in rows}
         expected = self._asked_dimensions or self.dimensions
@@ -228,11 +233,8 @@ class OpenAIEmbedder:
             shown = ", ".join(str(s) for s in sorted(sizes))
             raise EmbedderFailed(f"{where} answered vectors of {shown} dimensions"
                                  + (f", not {expected}" if expected else ", not one size"))
-        try:
-            vectors = np.array(rows, dtype=np.float64)
-        except (TypeError, ValueError):
-            raise EmbedderFailed(f"{where} answered an `embedding` that is not a list of numbers") from None
-        if vectors.ndim != 2 or not np.isfinite(vectors).all():
+        vectors = np.array(rows, dtype=np.float64)
+        if not np.isfinite(vectors).all():
             raise EmbedderFailed(f"{where} answered values that are not finite numbers (NaN or infinity)")
         if not self.dimensions:
             self.dimensions = vectors.shape[1]

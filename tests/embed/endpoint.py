@@ -32,7 +32,7 @@ def builtin() -> BuiltinEmbedder:
 class Fault:
     """What the endpoint does to one request instead of answering it well."""
 
-    kind: str  # status | sleep | dims | nan | huge_declared | huge_chunked | shuffle | fewer | garbage | drop
+    kind: str  # status | sleep | dims | nan | huge_declared | huge_chunked | shuffle | fewer | garbage | drop | replace
     status: int = 500
     body: str = ""
     seconds: float = 0.0
@@ -101,6 +101,8 @@ class EmbeddingsEndpoint:
             handler.close_connection = True
             handler.connection.shutdown(2)
             return None
+        if fault and kind == "replace":
+            return self._send(handler, 200, fault.body.encode())
         if kind == "garbage":
             return self._send(handler, 200, b"<html>gateway hiccup</html>")
         if fault and kind == "huge_declared":

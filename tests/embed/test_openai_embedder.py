@@ -4,6 +4,8 @@ what the endpoint did."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import socket
 
 import numpy as np
@@ -218,3 +220,35 @@ def test_openai_without_its_url_or_model_is_a_settings_error_naming_it(missing):
 def test_a_url_that_is_not_http_is_a_settings_error():
     with pytest.raises(InvalidRequest, match="search.embedderUrl: embedder URL must be http"):
         open_embedder(Settings(embedder="openai", embedder_url="localhost:11434", embedder_model="m"))
+
+
+async def test_an_embedding_of_strings_or_nulls_is_refused(endpoint):
+    for bad in (["0.1", 0.2], [None, 0.2], [True, 0.2], [[0.1], 0.2]):
+        endpoint.faults.append(Fault("replace", body=json.dumps({"data": [{"index": 0, "embedding": bad}]})))
+        with pytest.raises(EmbedderFailed, match="not a list of numbers"):
+            await embedder(endpoint.url).embed(["one"])
+
+
+async def test_an_answer_without_a_data_list_is_refused(endpoint):
+    for bad in ('{"error": "overloaded"}', "[1, 2]", '{"data": [1, 2, 3]}'):
+        endpoint.faults.append(Fault("replace", body=bad))
+        with pytest.raises(EmbedderFailed, match="no `data` list of objects"):
+            await embedder(endpoint.url).embed(TEXTS)
+
+
+async def test_indexes_that_are_not_each_input_once_are_refused(endpoint):
+    endpoint.faults.append(Fault("replace", body=json.dumps(
+        {"data": [{"index": 0, "embedding": [1.0, 0.0]}, {"index": 0, "embedding": [0.0, 1.0]}]})))
+    with pytest.raises(EmbedderFailed, match=r"indexes that are not 0\.\.1 once each"):
+        await embedder(endpoint.url).embed(["a", "b"])
+
+
+async def test_a_cancelled_request_leaves_the_embedder_usable(endpoint):
+    endpoint.faults.append(Fault("sleep", seconds=30))
+    e = embedder(endpoint.url)
+    task = asyncio.ensure_future(e.embed(TEXTS))
+    await asyncio.sleep(0.2)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert (await e.embed(TEXTS)).shape == (3, 256)
