@@ -89,7 +89,8 @@ def test_the_embedder_none_is_no_embedder():
 
 
 def test_a_batch_of_thousands_embeds_as_its_parts_do(model):
-    texts = [f"message {i} on {['billing', 'the roadmap', 'a flaky test', ''][i % 4]}" for i in range(2500)]
+    texts = [f"message {i} on {['billing', 'the roadmap', 'a flaky test'][i % 4]}" if i % 4 < 3 else ""
+             for i in range(2500)]
     whole = model.embed_now(texts)
     parts = np.vstack([model.embed_now(texts[i:i + 100]) for i in range(0, 2500, 100)])
     assert whole.shape == (2500, 256) and np.allclose(whole, parts, atol=1e-6)
