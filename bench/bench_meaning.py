@@ -1,7 +1,8 @@
 """Search by meaning: quality on a labelled set, the builtin embedder's speed on one core, and the
 calibration of `search.semanticMinScore`.
 
-    .venv/bin/python bench/bench_meaning.py [--openai-url http://127.0.0.1:11434 --openai-model nomic-embed-text]
+    .venv/bin/python bench/bench_meaning.py [--openai-url http://127.0.0.1:11434 --openai-model nomic-embed-text \
+        --openai-dimensions 768]
 
 The set is bench/data/meaning_set.json: 74 messages across topics and languages; `paraphrase`
 questions (English) and `multilingual` ones (Italian, German, Spanish, French, Japanese, Chinese,
@@ -362,7 +363,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--openai-url", default=os.environ.get("SESSIONSEARCH_EMBEDDER_URL"))
     parser.add_argument("--openai-model", default=os.environ.get("SESSIONSEARCH_EMBEDDER_MODEL"))
-    parser.add_argument("--openai-dimensions", type=int, default=None)
+    parser.add_argument("--openai-dimensions", type=int,
+                        default=int(os.environ.get("SESSIONSEARCH_EMBEDDER_DIMENSIONS") or 0) or None)
     parser.add_argument("--messages", type=int, default=20_000, help="messages of the throughput run")
     parser.add_argument("--throughput-child", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=HERE / "results" / "meaning.json")
@@ -370,8 +372,8 @@ def main() -> None:
     if args.throughput_child:
         print(json.dumps(throughput_child(args.throughput_child)))
         return
-    if args.openai_url and not args.openai_model:
-        parser.error("--openai-url needs --openai-model")
+    if args.openai_url and not (args.openai_model and args.openai_dimensions):
+        parser.error("--openai-url needs --openai-model and --openai-dimensions")
     sslogging.configure("WARNING")
     result = asyncio.run(run(args))
     print_table(result)

@@ -204,8 +204,9 @@ class Settings:
         None, "Model name the openai embedder sends; unset for builtin.",
         env="SESSIONSEARCH_EMBEDDER_MODEL", toml="search.embedderModel")
     embedder_dimensions: int | None = setting(
-        None, "Dimensions of the openai embedder's vectors (sent as `dimensions`, and every answer checked "
-        "against it).", env="SESSIONSEARCH_EMBEDDER_DIMENSIONS", toml="search.embedderDimensions",
+        None, "Dimensions of the openai embedder's vectors, needed with it (sent as `dimensions` unless the "
+        "endpoint refuses the field, and every answer checked against it).",
+        env="SESSIONSEARCH_EMBEDDER_DIMENSIONS", toml="search.embedderDimensions",
         parse=_whole("dimensions", 1, "1 dimension"))
     embedder_api_key: str | None = setting(
         None, "Bearer key the openai embedder sends.", env="SESSIONSEARCH_EMBEDDER_API_KEY", secret=True)

@@ -68,11 +68,14 @@ def open_embedder(settings: Settings) -> Embedder | None:
         from ..errors import InvalidRequest
         from .openai import OpenAIEmbedder
 
-        for name, toml in (("embedder_url", "search.embedderUrl"), ("embedder_model", "search.embedderModel")):
+        for name, toml, what in (("embedder_url", "search.embedderUrl", "the endpoint's base URL"),
+                                 ("embedder_model", "search.embedderModel", "the model name it serves"),
+                                 ("embedder_dimensions", "search.embedderDimensions",
+                                  "the size of the model's vectors, e.g. 768 for nomic-embed-text")):
             if not getattr(settings, name):
-                raise InvalidRequest(f"search.embedder \"openai\" needs {toml} (SESSIONSEARCH_{name.upper()})",
-                                     field=toml)
-        assert settings.embedder_url and settings.embedder_model
+                raise InvalidRequest(f"search.embedder \"openai\" needs {toml} (SESSIONSEARCH_{name.upper()}): "
+                                     f"{what}", field=toml)
+        assert settings.embedder_url and settings.embedder_model and settings.embedder_dimensions
         try:
             return OpenAIEmbedder(url=settings.embedder_url, model_name=settings.embedder_model,
                                   dimensions=settings.embedder_dimensions, api_key=settings.embedder_api_key,

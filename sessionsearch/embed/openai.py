@@ -40,14 +40,25 @@ class _Retryable(EmbedderFailed):
     """A failure another try may not meet (unreachable, timed out, 429, 5xx)."""
 
 
-class OpenAIEmbedder:
-    """Embeds through `url` with `model_name`; `dimensions` None learns them from the first answer.
+class _Refused(EmbedderFailed):
+    """An answer of 4xx (but 408 and 429): the request itself was wrong. `body` is its start."""
 
-    Until that first answer `dimensions` is 0 and `model` has no dimensions in it; set
-    `search.embedderDimensions` for an identity that is fixed from the start.
+    def __init__(self, message: str, body: str) -> None:
+        super().__init__(message)
+        self.body = body
+
+
+class OpenAIEmbedder:
+    """Embeds through `url` with `model_name` into `dimensions`, which every answer must have.
+
+    The dimensions are known before the first request because the meaning index reads `model` and
+    `dimensions` before it embeds anything (the identity is stored beside each embedding). They
+    are sent as `dimensions`, which lets a model that can shorten its vectors do so; an endpoint
+    that refuses the field for a model that cannot (vLLM, older OpenAI models) is asked again
+    without it, once, and from then on.
     """
 
-    def __init__(self, *, url: str, model_name: str, dimensions: int | None = None, api_key: str | None = None,
+    def __init__(self, *, url: str, model_name: str, dimensions: int, api_key: str | None = None,
                  batch_texts: int = 64, timeout_s: float = 30.0, attempts: int = 4, backoff_s: float = 0.5,
                  max_body_bytes: int = MAX_BODY_BYTES) -> None:
         parts = urlsplit(url)
@@ -64,9 +75,11 @@ class OpenAIEmbedder:
         self._host_header = parts.netloc.rpartition("@")[2]
         self._api_key = api_key
         self.model_name = model_name
-        self._asked_dimensions = dimensions
-        self.dimensions = dimensions or 0
-        self.model = self._identity()
+        if dimensions < 1:
+            raise ValueError(f"dimensions must be 1 or more, not {dimensions}")
+        self.dimensions = dimensions
+        self.model = f"openai:{model_name}:{dimensions}"
+        self._send_dimensions = True
         self.batch_texts = batch_texts
         self.timeout_s = timeout_s
         self.attempts = attempts
@@ -76,9 +89,6 @@ class OpenAIEmbedder:
 
     def __repr__(self) -> str:
         return f"OpenAIEmbedder(url={self.url!r}, model={self.model!r})"
-
-    def _identity(self) -> str:
-        return f"openai:{self.model_name}:{self.dimensions}" if self.dimensions else f"openai:{self.model_name}"
 
     async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         if not texts:
@@ -92,21 +102,29 @@ class OpenAIEmbedder:
 
     async def _batch(self, texts: list[str]) -> npt.NDArray[np.float32]:
         request: dict[str, Any] = {"model": self.model_name, "input": [bounded(t) for t in texts]}
-        if self._asked_dimensions:
-            request["dimensions"] = self._asked_dimensions
-        body = json.dumps(request, ensure_ascii=False).encode()
-        for attempt in range(1, self.attempts + 1):
+        attempt = 0
+        while True:
+            attempt += 1
+            if self._send_dimensions:
+                request["dimensions"] = self.dimensions
+            else:
+                request.pop("dimensions", None)
             try:
-                status, answer = await self._post(body)
+                status, answer = await self._post(json.dumps(request, ensure_ascii=False).encode())
                 return self._vectors(status, answer, len(texts))
+            except _Refused as exc:
+                if not (self._send_dimensions and "dimension" in exc.body.lower()):
+                    raise
+                self._send_dimensions = False  # the answers are still held to self.dimensions
+                log.warning("embed.dimensions_refused", url=self.url, error=str(exc))
+                attempt -= 1
             except _Retryable as exc:
-                if attempt == self.attempts:
+                if attempt >= self.attempts:
                     raise EmbedderFailed(f"{exc} (after {attempt} attempt{'s' if attempt > 1 else ''})") from None
                 # jittered: many workers retrying one endpoint do not come back in step
                 delay_s = random.uniform(0.5, 1.0) * self.backoff_s * 2 ** (attempt - 1)
                 log.warning("embed.retry", url=self.url, attempt=attempt, error=str(exc), delay_s=round(delay_s, 3))
                 await asyncio.sleep(delay_s)
-        raise AssertionError("unreachable")
 
     async def _post(self, body: bytes) -> tuple[int, bytes]:
         """(status, body) of one POST, within `timeout_s`; _Retryable when unreachable or slow."""
@@ -208,7 +226,9 @@ class OpenAIEmbedder:
                 shown = shown.replace(self._api_key, "***")
             shown = shown[:BODY_SHOWN_CHARS]
             message = f"{where} answered HTTP {status}: {shown!r}"
-            raise (_Retryable if status in RETRY_STATUSES else EmbedderFailed)(message)
+            if status in RETRY_STATUSES:
+                raise _Retryable(message)
+            raise _Refused(message, shown)
         try:
             answer = json.loads(body)
         except (ValueError, UnicodeDecodeError):
@@ -228,15 +248,11 @@ class OpenAIEmbedder:
         if not all(isinstance(r, list) and r and all(type(x) is float or type(x) is int for x in r) for r in rows):
             raise EmbedderFailed(f"{where} answered an `embedding` that is not a list of numbers")
         sizes = {len(r) for r in rows}
-        expected = self._asked_dimensions or self.dimensions
-        if len(sizes) != 1 or (expected and sizes != {expected}):
+        if sizes != {self.dimensions}:
             shown = ", ".join(str(s) for s in sorted(sizes))
-            raise EmbedderFailed(f"{where} answered vectors of {shown} dimensions"
-                                 + (f", not {expected}" if expected else ", not one size"))
+            raise EmbedderFailed(f"{where} answered vectors of {shown} dimensions, not {self.dimensions} "
+                                 f"(search.embedderDimensions)")
         vectors = np.array(rows, dtype=np.float64)
         if not np.isfinite(vectors).all():
             raise EmbedderFailed(f"{where} answered values that are not finite numbers (NaN or infinity)")
-        if not self.dimensions:
-            self.dimensions = vectors.shape[1]
-            self.model = self._identity()
         return unit_rows(vectors)  # scaled in float64: a row of huge values stays finite

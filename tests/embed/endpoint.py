@@ -51,6 +51,7 @@ class EmbeddingsEndpoint:
     faults: deque[Fault] = field(default_factory=deque)
     seen: list[Seen] = field(default_factory=list)
     chunked: bool = False  # answer with Transfer-Encoding: chunked, as Go's servers do for large bodies
+    refuses_dimensions: bool = False  # 400 to a request with `dimensions`, as vLLM does for most models
 
     def __post_init__(self) -> None:
         self._closing = threading.Event()
@@ -91,6 +92,10 @@ class EmbeddingsEndpoint:
         self.seen.append(Seen({k.lower(): v for k, v in handler.headers.items()}, request))
         if handler.path != "/v1/embeddings":
             return self._send(handler, 404, b'{"error":"no such route"}')
+        if self.refuses_dimensions and "dimensions" in request:
+            return self._send(handler, 400, b'{"object":"error","message":"Model \\"m\\" does not support '
+                                            b'matryoshka representation, changing output dimensions will lead to '
+                                            b'poor results.","type":"BadRequestError","code":400}')
         fault = self.faults.popleft() if self.faults else None
         kind = fault.kind if fault else ""
         if fault and kind == "sleep":

@@ -28,7 +28,8 @@ def endpoint():
 
 
 def embedder(url: str, **kw) -> OpenAIEmbedder:
-    return OpenAIEmbedder(**{"url": url, "model_name": "nomic-embed-text", "backoff_s": 0.01, **kw})
+    return OpenAIEmbedder(**{"url": url, "model_name": "nomic-embed-text", "dimensions": 256, "backoff_s": 0.01,
+                             **kw})
 
 
 async def test_vectors_are_the_endpoints_as_unit_rows_in_input_order(endpoint):
@@ -37,17 +38,33 @@ async def test_vectors_are_the_endpoints_as_unit_rows_in_input_order(endpoint):
     assert vectors.shape == (3, 256) and vectors.dtype == np.float32
     assert np.allclose(vectors, builtin().embed_now(TEXTS), atol=1e-6)
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-5)
-    assert endpoint.seen[0].body == {"model": "nomic-embed-text", "input": TEXTS}
-
-
-async def test_first_answer_fixes_the_dimensions_and_the_model_identity(endpoint):
-    e = embedder(endpoint.url)
-    assert (e.dimensions, e.model) == (0, "openai:nomic-embed-text")
-    await e.embed(["one"])
+    assert endpoint.seen[0].body == {"model": "nomic-embed-text", "input": TEXTS, "dimensions": 256}
     assert (e.dimensions, e.model) == (256, "openai:nomic-embed-text:256")
+
+
+async def test_an_answer_of_other_dimensions_fails_naming_the_setting(endpoint):
+    e = embedder(endpoint.url)
+    await e.embed(["one"])
     endpoint.faults.append(Fault("dims", dims=128))
-    with pytest.raises(EmbedderFailed, match="128 dimensions, not 256"):
+    with pytest.raises(EmbedderFailed, match=r"answered vectors of 128 dimensions, not 256 \(search.embedderDimensions\)"):
         await e.embed(["two"])
+
+
+async def test_an_endpoint_refusing_the_dimensions_field_is_asked_without_it_from_then_on():
+    with EmbeddingsEndpoint(refuses_dimensions=True) as endpoint:
+        e = embedder(endpoint.url, attempts=1)
+        first = await e.embed(TEXTS)
+        await e.embed(["later"])
+        assert ["dimensions" in s.body for s in endpoint.seen] == [True, False, False]
+    assert np.allclose(first, builtin().embed_now(TEXTS), atol=1e-6)
+
+
+async def test_a_refused_request_without_the_dimensions_field_is_not_asked_again(endpoint):
+    endpoint.faults.append(Fault("status", status=400, body='{"error": "invalid dimensions"}'))
+    endpoint.faults.append(Fault("status", status=400, body='{"error": "input too long for this dimension"}'))
+    with pytest.raises(EmbedderFailed, match="HTTP 400: .*too long"):
+        await embedder(endpoint.url).embed(TEXTS)
+    assert len(endpoint.seen) == 2
 
 
 async def test_texts_go_in_batches_of_the_configured_size(endpoint):
@@ -72,14 +89,11 @@ async def test_the_key_goes_as_a_bearer_header_and_nowhere_else(endpoint):
     assert "authorization" not in endpoint.seen[1].headers
 
 
-async def test_the_dimensions_setting_is_sent_and_every_answer_is_held_to_it(endpoint):
-    e = embedder(endpoint.url, dimensions=256)
-    assert e.model == "openai:nomic-embed-text:256"
-    await e.embed(TEXTS)
-    assert endpoint.seen[0].body["dimensions"] == 256
+async def test_every_answer_is_held_to_the_dimensions_setting(endpoint):
     wrong = embedder(endpoint.url, dimensions=768)
     with pytest.raises(EmbedderFailed, match=r"answered vectors of 256 dimensions, not 768"):
         await wrong.embed(TEXTS)
+    assert endpoint.seen[0].body["dimensions"] == 768
 
 
 async def test_a_client_error_is_not_retried_and_its_body_is_shown(endpoint):
@@ -191,7 +205,7 @@ async def test_a_url_ending_in_v1_or_in_the_route_reaches_the_route(endpoint):
 
 
 async def test_no_texts_make_no_request(endpoint):
-    assert (await embedder(endpoint.url, dimensions=256).embed([])).shape == (0, 256)
+    assert (await embedder(endpoint.url).embed([])).shape == (0, 256)
     assert endpoint.seen == []
 
 
@@ -209,17 +223,20 @@ async def test_the_settings_open_the_openai_embedder(endpoint):
     assert "sk-secret" not in repr(settings)
 
 
-@pytest.mark.parametrize("missing", ["embedder_url", "embedder_model"])
-def test_openai_without_its_url_or_model_is_a_settings_error_naming_it(missing):
-    values = {"embedder_url": "http://127.0.0.1:11434", "embedder_model": "nomic-embed-text", missing: None}
-    toml = {"embedder_url": "search.embedderUrl", "embedder_model": "search.embedderModel"}[missing]
+@pytest.mark.parametrize("missing", ["embedder_url", "embedder_model", "embedder_dimensions"])
+def test_openai_without_its_url_model_or_dimensions_is_a_settings_error_naming_it(missing):
+    values = {"embedder_url": "http://127.0.0.1:11434", "embedder_model": "nomic-embed-text",
+              "embedder_dimensions": 768, missing: None}
+    toml = {"embedder_url": "search.embedderUrl", "embedder_model": "search.embedderModel",
+            "embedder_dimensions": "search.embedderDimensions"}[missing]
     with pytest.raises(InvalidRequest, match=rf"needs {toml} \(SESSIONSEARCH_{missing.upper()}\)"):
         open_embedder(Settings(embedder="openai", **values))
 
 
 def test_a_url_that_is_not_http_is_a_settings_error():
     with pytest.raises(InvalidRequest, match="search.embedderUrl: embedder URL must be http"):
-        open_embedder(Settings(embedder="openai", embedder_url="localhost:11434", embedder_model="m"))
+        open_embedder(Settings(embedder="openai", embedder_url="localhost:11434", embedder_model="m",
+                               embedder_dimensions=768))
 
 
 async def test_an_embedding_of_strings_or_nulls_is_refused(endpoint):
