@@ -135,6 +135,9 @@ class OpenAIEmbedder:
             raise _Retryable(f"embedder {self.url} timed out after {self.timeout_s:g} s") from None
         except asyncio.IncompleteReadError:
             raise _Retryable(f"embedder {self.url} closed the connection mid-answer") from None
+        except ssl.SSLCertVerificationError as exc:  # asking again meets the same certificate
+            raise EmbedderFailed(f"embedder {self.url} has a certificate this host does not trust: "
+                                 f"{exc.verify_message}") from None
         except (OSError, ssl.SSLError) as exc:
             raise _Retryable(f"embedder {self.url} unreachable: {type(exc).__name__}: {exc}") from None
 

@@ -7,11 +7,15 @@ a huge body, a shuffled order, a dropped connection); every request is recorded.
 
 from __future__ import annotations
 
+import datetime
+import ipaddress
 import json
+import ssl
 import threading
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from sessionsearch.embed.builtin import BuiltinEmbedder
@@ -26,6 +30,32 @@ def builtin() -> BuiltinEmbedder:
         if _model is None:
             _model = BuiltinEmbedder.load()
         return _model
+
+
+def self_signed(folder: Path) -> tuple[Path, ssl.SSLContext]:
+    """A certificate for 127.0.0.1 (its file, for a client to trust) and a server context serving it."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                           critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    cert_file, key_file = folder / "cert.pem", folder / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert_file, key_file)
+    return cert_file, context
 
 
 @dataclass
@@ -52,6 +82,7 @@ class EmbeddingsEndpoint:
     seen: list[Seen] = field(default_factory=list)
     chunked: bool = False  # answer with Transfer-Encoding: chunked, as Go's servers do for large bodies
     refuses_dimensions: bool = False  # 400 to a request with `dimensions`, as vLLM does for most models
+    tls: ssl.SSLContext | None = None  # serve https with this server context
 
     def __post_init__(self) -> None:
         self._closing = threading.Event()
@@ -68,12 +99,14 @@ class EmbeddingsEndpoint:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
+        if self.tls is not None:
+            self._server.socket = self.tls.wrap_socket(self._server.socket, server_side=True)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self._server.server_address[1]}"
 
     def close(self) -> None:
         self._closing.set()

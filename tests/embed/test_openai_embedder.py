@@ -16,7 +16,7 @@ from sessionsearch.embed import EmbedderFailed, open_embedder
 from sessionsearch.embed.openai import OpenAIEmbedder
 from sessionsearch.errors import InvalidRequest
 
-from .endpoint import EmbeddingsEndpoint, Fault, builtin
+from .endpoint import EmbeddingsEndpoint, Fault, builtin, self_signed
 
 TEXTS = ["we refinanced the mortgage", "the deploy failed on staging", "lunch at noon?"]
 
@@ -269,3 +269,20 @@ async def test_a_cancelled_request_leaves_the_embedder_usable(endpoint):
     with pytest.raises(asyncio.CancelledError):
         await task
     assert (await e.embed(TEXTS)).shape == (3, 256)
+
+
+async def test_https_reaches_an_endpoint_whose_certificate_is_trusted(tmp_path, monkeypatch):
+    cert, context = self_signed(tmp_path)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # what the default context trusts, read when it is made
+    with EmbeddingsEndpoint(tls=context) as endpoint:
+        vectors = await embedder(endpoint.url, api_key="sk-tls").embed(TEXTS)
+        assert endpoint.seen[0].headers["authorization"] == "Bearer sk-tls"
+    assert np.allclose(vectors, builtin().embed_now(TEXTS), atol=1e-6)
+
+
+async def test_an_untrusted_certificate_fails_at_once_saying_so(tmp_path):
+    _, context = self_signed(tmp_path)
+    with EmbeddingsEndpoint(tls=context) as endpoint:
+        with pytest.raises(EmbedderFailed, match="has a certificate this host does not trust: self.signed"):
+            await embedder(endpoint.url, attempts=3).embed(TEXTS)
+        assert endpoint.seen == []
