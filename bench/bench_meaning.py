@@ -129,13 +129,16 @@ def events(data: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
     return out
 
 
-async def engine_ranks(data: dict[str, Any], work: Path) -> dict[str, Any]:
+async def engine_ranks(data: dict[str, Any], work: Path, min_score: float | None) -> dict[str, Any]:
     """Each question's ordered message ids per mode through Engine.search; modes it refuses are
     reported as not available with the error it gave."""
     data_dir = work / "engine"
     shutil.rmtree(data_dir, ignore_errors=True)
     out: dict[str, Any] = {"modes": {}, "unavailable": {}}
-    async with Engine(data_dir, settings=Settings(data_dir=str(data_dir))) as engine:
+    floor = {} if min_score is None else {"semantic_min_score": min_score}
+    settings = Settings(data_dir=str(data_dir), **floor)
+    out["semantic_min_score"] = settings.semantic_min_score
+    async with Engine(data_dir, settings=settings) as engine:
         for i, (key, evs) in enumerate(events(data)):
             await engine.append(key, evs, sessionId=f"meaning-{i}")
         for mode in ("keyword", "semantic", "hybrid"):
@@ -147,13 +150,14 @@ async def engine_ranks(data: dict[str, Any], work: Path) -> dict[str, Any]:
             except InvalidRequest as exc:
                 out["unavailable"][mode] = str(exc)
                 continue
-            if mode != "keyword":  # the workers embed in the background: wait until nothing is pending
+            if mode != "keyword":  # embedded in the background: drain it here (or wait for it)
+                drain = getattr(engine, "embed_pending", None)
                 deadline = time.monotonic() + 120
                 while (await engine.search({**body, "query": "probe"})).get("indexing"):
                     if time.monotonic() > deadline:
                         out["unavailable"][mode] = "still indexing after 120 s"
                         break
-                    await asyncio.sleep(0.2)
+                    await (drain() if drain is not None else asyncio.sleep(0.2))
                 if mode in out["unavailable"]:
                     continue
             ordered = []
@@ -297,7 +301,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         sims = qv[q_index] @ mv.T
         orders[f"semantic exact {name}"] = [[ids[j] for j in np.argsort(-row, kind="stable")] for row in sims]
     with tempfile.TemporaryDirectory(prefix="bench-meaning-") as tmp:
-        engine = await engine_ranks({**data, "questions": questions}, Path(tmp))
+        engine = await engine_ranks({**data, "questions": questions}, Path(tmp), args.min_score)
     orders["keyword (engine)"] = engine["modes"]["keyword"]
     sims = bq[q_index] @ bm.T
     floored = [[ids[j] for j in np.argsort(-row, kind="stable") if row[j] >= floor] for row in sims]
@@ -305,13 +309,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         rrf(s, k) for s, k in zip(floored, engine["modes"]["keyword"], strict=True)]
     for mode in ("semantic", "hybrid"):
         if mode in engine["modes"]:
-            orders[f"{mode} (engine)"] = engine["modes"][mode]
+            orders[f"{mode} (engine, floor {engine['semantic_min_score']})"] = engine["modes"][mode]
 
     quality: dict[str, dict[str, Any]] = {}
+    by_lang: dict[str, dict[str, Any]] = {}
     for name, ordered in orders.items():
         ranks = [rank_of(o, q["target"]) for o, q in zip(ordered, questions, strict=True)]
         quality[name] = {g: metrics([r for r, gg in zip(ranks, group_of, strict=True) if gg == g]) for g in GROUPS}
         quality[name]["all_but_keyword"] = metrics([r for r, g in zip(ranks, group_of, strict=True) if g != "keyword"])
+        by_lang[name] = {lang: metrics([r for r, q in zip(ranks, questions, strict=True) if q.get("lang") == lang])
+                         for lang in sorted({q["lang"] for q in questions if "lang" in q})}
 
     kw = [i for i, g in enumerate(group_of) if g == "keyword"]
     keeps: dict[str, Any] = {}
@@ -328,7 +335,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "load_1m": os.getloadavg()[0]},
         "set": {"messages": len(ids), **{g: sum(q["group"] == g for q in everything)
                                           for g in (*GROUPS, "unanswerable")}},
-        "quality": quality, "hybrid_keeps_keyword_top_hit_in_top3": keeps,
+        "quality": quality, "multilingual_by_language": by_lang, "hybrid_keeps_keyword_top_hit_in_top3": keeps,
         "engine_modes_unavailable": engine["unavailable"],
         "builtin_semantic_misses_past_5": misses,
         "calibration": calibration, "semantic_min_score_chosen": floor,
@@ -366,6 +373,8 @@ def main() -> None:
     parser.add_argument("--openai-dimensions", type=int,
                         default=int(os.environ.get("SESSIONSEARCH_EMBEDDER_DIMENSIONS") or 0) or None)
     parser.add_argument("--messages", type=int, default=20_000, help="messages of the throughput run")
+    parser.add_argument("--min-score", type=float, default=None,
+                        help="search.semanticMinScore of the engine's semantic and hybrid runs (default: the setting's)")
     parser.add_argument("--throughput-child", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=HERE / "results" / "meaning.json")
     args = parser.parse_args()

@@ -286,3 +286,16 @@ async def test_an_untrusted_certificate_fails_at_once_saying_so(tmp_path):
         with pytest.raises(EmbedderFailed, match="has a certificate this host does not trust: self.signed"):
             await embedder(endpoint.url, attempts=3).embed(TEXTS)
         assert endpoint.seen == []
+
+
+def test_the_toml_file_and_the_environment_configure_the_openai_embedder(tmp_path):
+    config = tmp_path / "sessionsearch.toml"
+    config.write_text('[search]\nembedder = "openai"\nembedderUrl = "http://127.0.0.1:11434"\n'
+                      'embedderModel = "nomic-embed-text"\nembedderDimensions = 768\nembedderBatchTexts = 16\n'
+                      'embedderTimeoutS = 5\nembedderAttempts = 2\n')
+    settings = Settings.load(config=str(config), env={"SESSIONSEARCH_EMBEDDER_API_KEY": "sk-from-env"})
+    e = open_embedder(settings)
+    assert isinstance(e, OpenAIEmbedder)
+    assert (e.url, e.model, e.batch_texts, e.timeout_s, e.attempts) == (
+        "http://127.0.0.1:11434/v1/embeddings", "openai:nomic-embed-text:768", 16, 5.0, 2)
+    assert "sk-from-env" not in repr(settings) and "sk-from-env" not in repr(e)
