@@ -81,6 +81,7 @@ def open_embedder(settings: Settings) -> Embedder | None:
                                   dimensions=settings.embedder_dimensions, api_key=settings.embedder_api_key,
                                   batch_texts=settings.embedder_batch_texts, timeout_s=settings.embedder_timeout_s,
                                   attempts=settings.embedder_attempts)
-        except ValueError as exc:
-            raise InvalidRequest(f"search.embedderUrl: {exc}", field="search.embedderUrl") from None
+        except ValueError as exc:  # the URL's, or the key's (never shown)
+            field = "SESSIONSEARCH_EMBEDDER_API_KEY" if "API key" in str(exc) else "search.embedderUrl"
+            raise InvalidRequest(f"{field}: {exc}", field=field) from None
     raise ValueError(f"unknown embedder {settings.embedder!r}")

@@ -67,12 +67,14 @@ class OpenAIEmbedder:
         path = parts.path.rstrip("/")
         if not path.endswith("/embeddings"):
             path += "/embeddings" if path.endswith("/v1") else "/v1/embeddings"
-        self.url = f"{parts.scheme}://{parts.netloc}{path}"
+        self._host_header = parts.netloc.rpartition("@")[2]  # user:password@ never goes into messages
+        self.url = f"{parts.scheme}://{self._host_header}{path}"
         self._host = parts.hostname
         self._port = parts.port or (443 if parts.scheme == "https" else 80)
         self._tls = parts.scheme == "https"
         self._path = path + (f"?{parts.query}" if parts.query else "")
-        self._host_header = parts.netloc.rpartition("@")[2]
+        if api_key is not None and not (api_key.isascii() and api_key.isprintable() and " " not in api_key):
+            raise ValueError("the embedder API key must be printable ASCII without spaces")  # it is a header
         self._api_key = api_key
         self.model_name = model_name
         if dimensions < 1:

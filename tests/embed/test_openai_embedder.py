@@ -299,3 +299,16 @@ def test_the_toml_file_and_the_environment_configure_the_openai_embedder(tmp_pat
     assert (e.url, e.model, e.batch_texts, e.timeout_s, e.attempts) == (
         "http://127.0.0.1:11434/v1/embeddings", "openai:nomic-embed-text:768", 16, 5.0, 2)
     assert "sk-from-env" not in repr(settings) and "sk-from-env" not in repr(e)
+
+
+def test_credentials_in_the_url_stay_out_of_its_name(endpoint):
+    port = endpoint.url.rsplit(":", 1)[1]
+    e = embedder(f"http://user:hunter2@127.0.0.1:{port}/v1")
+    assert e.url == f"http://127.0.0.1:{port}/v1/embeddings" and "hunter2" not in repr(e)
+
+
+def test_a_key_that_cannot_be_a_header_is_a_settings_error_that_does_not_show_it():
+    with pytest.raises(InvalidRequest, match="SESSIONSEARCH_EMBEDDER_API_KEY: .*printable ASCII") as failed:
+        open_embedder(Settings(embedder="openai", embedder_url="http://127.0.0.1:1", embedder_model="m",
+                               embedder_dimensions=8, embedder_api_key="sk-1\r\nX-Evil: 1"))
+    assert "sk-1" not in str(failed.value)
