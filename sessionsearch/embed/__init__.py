@@ -57,7 +57,9 @@ def unit_rows(vectors: npt.NDArray[np.floating[Any]]) -> npt.NDArray[np.float32]
 
 
 def open_embedder(settings: Settings) -> Embedder | None:
-    """The embedder the settings name, or None when it is `none` (semantic search disabled)."""
+    """The embedder the settings name, or None when it is `none` (semantic search disabled).
+
+    Raises InvalidRequest naming the setting that is missing or wrong (see `check_settings`)."""
     if settings.embedder == "none":
         return None
     if settings.embedder == "builtin":
@@ -65,23 +67,38 @@ def open_embedder(settings: Settings) -> Embedder | None:
 
         return BuiltinEmbedder.load()
     if settings.embedder == "openai":
-        from ..errors import InvalidRequest
-        from .openai import OpenAIEmbedder
-
-        for name, toml, what in (("embedder_url", "search.embedderUrl", "the endpoint's base URL"),
-                                 ("embedder_model", "search.embedderModel", "the model name it serves"),
-                                 ("embedder_dimensions", "search.embedderDimensions",
-                                  "the size of the model's vectors, e.g. 768 for nomic-embed-text")):
-            if not getattr(settings, name):
-                raise InvalidRequest(f"search.embedder \"openai\" needs {toml} (SESSIONSEARCH_{name.upper()}): "
-                                     f"{what}", field=toml)
-        assert settings.embedder_url and settings.embedder_model and settings.embedder_dimensions
-        try:
-            return OpenAIEmbedder(url=settings.embedder_url, model_name=settings.embedder_model,
-                                  dimensions=settings.embedder_dimensions, api_key=settings.embedder_api_key,
-                                  batch_texts=settings.embedder_batch_texts, timeout_s=settings.embedder_timeout_s,
-                                  attempts=settings.embedder_attempts)
-        except ValueError as exc:  # the URL's, or the key's (never shown)
-            field = "SESSIONSEARCH_EMBEDDER_API_KEY" if "API key" in str(exc) else "search.embedderUrl"
-            raise InvalidRequest(f"{field}: {exc}", field=field) from None
+        return _openai(settings)
     raise ValueError(f"unknown embedder {settings.embedder!r}")
+
+
+def check_settings(settings: Settings) -> None:
+    """Raise InvalidRequest naming the embedder setting that is missing or wrong, without loading a
+    model or asking an endpoint anything: for a process to refuse bad settings when it starts,
+    not at its first semantic search."""
+    if settings.embedder == "openai":
+        _openai(settings)
+
+
+def _openai(settings: Settings) -> Embedder:
+    from ..errors import InvalidRequest
+    from .openai import OpenAIEmbedder
+
+    for name, toml, what in (("embedder_url", "search.embedderUrl", "the endpoint's base URL"),
+                             ("embedder_model", "search.embedderModel", "the model name it serves"),
+                             ("embedder_dimensions", "search.embedderDimensions",
+                              "the size of the model's vectors, e.g. 768 for nomic-embed-text")):
+        if not getattr(settings, name):
+            raise InvalidRequest(f"search.embedder \"openai\" needs {toml} (SESSIONSEARCH_{name.upper()}): "
+                                 f"{what}", field=toml)
+    if not settings.embedder_timeout_s > 0:
+        raise InvalidRequest("search.embedderTimeoutS: must be more than 0 seconds, "
+                             f"not {settings.embedder_timeout_s:g}", field="search.embedderTimeoutS")
+    assert settings.embedder_url and settings.embedder_model and settings.embedder_dimensions
+    try:
+        return OpenAIEmbedder(url=settings.embedder_url, model_name=settings.embedder_model,
+                              dimensions=settings.embedder_dimensions, api_key=settings.embedder_api_key,
+                              batch_texts=settings.embedder_batch_texts, timeout_s=settings.embedder_timeout_s,
+                              attempts=settings.embedder_attempts)
+    except ValueError as exc:  # the URL's, or the key's (never shown)
+        field = "SESSIONSEARCH_EMBEDDER_API_KEY" if "API key" in str(exc) else "search.embedderUrl"
+        raise InvalidRequest(f"{field}: {exc}", field=field) from None

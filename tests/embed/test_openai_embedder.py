@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from sessionsearch import Settings
-from sessionsearch.embed import EmbedderFailed, open_embedder
+from sessionsearch.embed import EmbedderFailed, check_settings, open_embedder
 from sessionsearch.embed.openai import OpenAIEmbedder
 from sessionsearch.errors import InvalidRequest
 
@@ -312,3 +312,13 @@ def test_a_key_that_cannot_be_a_header_is_a_settings_error_that_does_not_show_it
         open_embedder(Settings(embedder="openai", embedder_url="http://127.0.0.1:1", embedder_model="m",
                                embedder_dimensions=8, embedder_api_key="sk-1\r\nX-Evil: 1"))
     assert "sk-1" not in str(failed.value)
+
+
+def test_check_settings_refuses_what_open_embedder_would_without_opening_anything():
+    good = {"embedder": "openai", "embedder_url": "http://127.0.0.1:1", "embedder_model": "m", "embedder_dimensions": 8}
+    check_settings(Settings(**good))  # nothing listens there: nothing was asked
+    check_settings(Settings())  # builtin: no model loaded to check it
+    with pytest.raises(InvalidRequest, match="needs search.embedderModel"):
+        check_settings(Settings(**{**good, "embedder_model": None}))
+    with pytest.raises(InvalidRequest, match="search.embedderTimeoutS: must be more than 0 seconds, not 0"):
+        check_settings(Settings(**good, embedder_timeout_s=0.0))
