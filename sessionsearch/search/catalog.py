@@ -9,11 +9,13 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ..store.base import AgentStore, SessionMeta, WindowMeta
+from ..store.base import AgentStore, Newest, SessionMeta, WindowMeta
 from .visibility import Catalog
 
 # an agent's store, opened on first use; raises NotFound for an agent without one
 StoreLookup = Callable[[str], Awaitable[AgentStore]]
+# the agents' Newest by agent id, read now, within a deadline (Backend.newest)
+NewestLookup = Callable[[list[str], float], Awaitable[dict[str, Newest]]]
 
 
 class ListingVersion(Protocol):

@@ -1,11 +1,15 @@
-"""Running a search: scope, one time-budgeted FTS statement per agent, merge, snippets, budgets."""
+"""Running a search: scope, one time-budgeted FTS statement per agent, merge, snippets, budgets.
+
+`recent` over many agents visits them newest first and stops once the hits in hand settle the
+answer (newest_first)."""
 
 from __future__ import annotations
 
 import asyncio
+import heapq
 import json
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -16,7 +20,7 @@ from ..keys import agent_of
 from ..settings import Settings
 from ..store.base import Match
 from ..store.rowids import wid_of
-from .catalog import CatalogCache, CatalogView, StoreLookup
+from .catalog import CatalogCache, CatalogView, NewestLookup, StoreLookup
 from .query import ParsedQuery, SearchRequest
 from .text import fold, redact, snippet
 from .visibility import Viewer
@@ -60,6 +64,45 @@ async def bounded(each: Callable[[S], Awaitable[R]], items: Sequence[S], limit: 
     if failed:
         raise failed[0]
     return answers
+
+
+A = TypeVar("A")
+
+
+async def newest_first(each: Callable[[Scope], Awaitable[A]], scopes: list[Scope], *, newest: NewestLookup,
+                       versions: dict[str, int] | None, deadline: float, k: int, fanout: int,
+                       times: Callable[[A], Iterable[int]], passed: Callable[[Scope, set[int]], A]) -> list[A]:
+    """`each` of the scopes for order "recent", the agents visited newest first (at most `fanout`
+    at once), none started once `k` items (`times`: the timestamps of an answer's items) are
+    newer than the newest message of every agent not visited yet; `passed(scope, dirty)` answers
+    for an agent not visited (nothing, its windows in scope needing reconciliation).
+
+    Exact: an agent passed over holds no message newer than its Newest bound, which is below the
+    k-th newest timestamp in hand, so none of its hits would rank among the first k (a hit as new
+    as the k-th could, by messageId: the bound must be beaten, not met). Raises MetaChanged for an
+    agent whose metadata moved, visited or not.
+    """
+    known = await newest([s.agent_id for s in scopes], deadline)
+    for scope in scopes:
+        if versions is not None and known[scope.agent_id].meta_version != versions.get(scope.agent_id):
+            raise MetaChanged(scope.agent_id)
+    floor = -(1 << 63)  # an agent without a clean message has no hit: passed over at once
+    ordered = sorted(scopes, key=lambda s: -(known[s.agent_id].ts_max or floor))
+    newest_k: list[int] = []  # min-heap of the k newest timestamps in hand
+
+    async def visit(scope: Scope) -> A:
+        bound = known[scope.agent_id].ts_max
+        if bound is None or (len(newest_k) >= k and newest_k[0] > bound):
+            return passed(scope, scope.wids.intersection(known[scope.agent_id].dirty))
+        answer = await each(scope)
+        for ts in times(answer):
+            if len(newest_k) < k:
+                heapq.heappush(newest_k, ts)
+            elif ts > newest_k[0]:
+                heapq.heapreplace(newest_k, ts)
+        return answer
+
+    return await bounded(visit, ordered, fanout)
 
 
 class MetaChanged(Exception):
@@ -171,9 +214,10 @@ def plan_scopes(req: SearchRequest, viewer: Viewer, view: CatalogView, agents: l
 
 async def run_query(open_store: StoreLookup, catalog: CatalogCache, query: ParsedQuery, req: SearchRequest,
                     scopes: dict[str, Scope], versions: dict[str, int] | None, deadline: float,
-                    fanout: int = 4) -> Outcome:
-    """Top hits of one query over the scopes, at most `fanout` agents' statements at once; raises
-    MetaChanged when scoping went stale.
+                    fanout: int = 4, newest: NewestLookup | None = None) -> Outcome:
+    """Top hits of one query over the scopes, at most `fanout` agents' statements at once (by
+    `recent`, newest agents first while they may hold a hit: newest_first); raises MetaChanged
+    when scoping went stale.
 
     `versions` None answers from the given scopes whatever the metadata now says.
     """
@@ -182,8 +226,17 @@ async def run_query(open_store: StoreLookup, catalog: CatalogCache, query: Parse
         return out
     k = req.limit + 1
     await check_empty_scopes(catalog, scopes, versions, deadline)
-    per_agent = await bounded(lambda scope: _agent_top(open_store, scope, query, req, k, versions, deadline),
-                              [scope for scope in scopes.values() if scope.wids], fanout)
+    todo = [scope for scope in scopes.values() if scope.wids]
+
+    async def each(scope: Scope) -> tuple[str, list[Hit], bool, set[int]]:
+        return await _agent_top(open_store, scope, query, req, k, versions, deadline)
+
+    if req.order == "recent" and newest is not None and len(todo) > 1:
+        per_agent = await newest_first(each, todo, newest=newest, versions=versions, deadline=deadline, k=k,
+                                       fanout=fanout, times=lambda found: (h.ts for h in found[1]),
+                                       passed=lambda scope, dirty: (scope.agent_id, [], False, dirty))
+    else:
+        per_agent = await bounded(each, todo, fanout)
     for agent_id, hits, more, dirty in per_agent:
         out.hits += hits
         out.more |= more
@@ -225,7 +278,7 @@ async def _agent_top(open_store: StoreLookup, scope: Scope, query: ParsedQuery, 
 
 async def run_sessions_query(open_store: StoreLookup, catalog: CatalogCache, query: ParsedQuery, req: SearchRequest,
                              scopes: dict[str, Scope], view: CatalogView, versions: dict[str, int] | None,
-                             deadline: float, fanout: int = 4) -> Outcome:
+                             deadline: float, fanout: int = 4, newest: NewestLookup | None = None) -> Outcome:
     """resultMode "sessions": the sessions in the order of their best hits, each with its hits in
     scope counted; raises MetaChanged as run_query does.
 
@@ -237,7 +290,8 @@ async def run_sessions_query(open_store: StoreLookup, catalog: CatalogCache, que
     if query.match is None:
         return out
     await check_empty_scopes(catalog, scopes, versions, deadline)
-    found = await _sessions_top(open_store, query.match, req, scopes, versions, deadline, query.hot_token, fanout)
+    found = await _sessions_top(open_store, query.match, req, scopes, versions, deadline, query.hot_token, fanout,
+                                newest)
     for agent_id, _, dirty in found:
         if dirty:
             out.dirty[agent_id] = dirty
@@ -249,9 +303,10 @@ async def run_sessions_query(open_store: StoreLookup, catalog: CatalogCache, que
 
 async def _sessions_top(open_store: StoreLookup, match: Match, req: SearchRequest,
                         scopes: dict[str, Scope], versions: dict[str, int] | None, deadline: float,
-                        hot: str | None = None, fanout: int = 4) -> list[tuple[str, list[SessionGroup], set[int]]]:
+                        hot: str | None = None, fanout: int = 4, newest: NewestLookup | None = None
+                        ) -> list[tuple[str, list[SessionGroup], set[int]]]:
     """Per agent in scope: its top `limit + 1` sessions and the dirty windows in scope (at most
-    `fanout` agents' statements at once)."""
+    `fanout` agents' statements at once; by `recent`, newest_first's agents)."""
     async def agent(scope: Scope) -> tuple[str, list[SessionGroup], set[int]]:
         store = await open_store(scope.agent_id)
         async with store.reader(deadline) as reader:
@@ -265,7 +320,13 @@ async def _sessions_top(open_store: StoreLookup, match: Match, req: SearchReques
                   for key, hits, best in rows if wid_of(best[0]) in scope.wids]
         return scope.agent_id, groups, scope.wids.intersection(dirty)
 
-    return await bounded(agent, [scope for scope in scopes.values() if scope.wids], fanout)
+    todo = [scope for scope in scopes.values() if scope.wids]
+    if req.order == "recent" and newest is not None and len(todo) > 1:
+        # a session's place is its best hit's: its newest, no newer than its agent's bound
+        return await newest_first(agent, todo, newest=newest, versions=versions, deadline=deadline,
+                                  k=req.limit + 1, fanout=fanout, times=lambda found: (g.best.ts for g in found[1]),
+                                  passed=lambda scope, dirty: (scope.agent_id, [], dirty))
+    return await bounded(agent, todo, fanout)
 
 
 def render_sessions(settings: Settings, outcome: Outcome, query: ParsedQuery, view: CatalogView,
@@ -345,10 +406,10 @@ def fit(settings: Settings, response: dict[str, Any], flags: dict[str, Any], ite
 
 async def search(req: SearchRequest, *, settings: Settings, catalog: CatalogCache, open_store: StoreLookup,
                  enqueue: Enqueue, observe: Callable[[float, bool], None] | None = None,
-                 agent_facing: bool = False) -> dict[str, Any]:
+                 agent_facing: bool = False, newest: NewestLookup | None = None) -> dict[str, Any]:
     """Answer a parsed search: `open_store` looks an agent's store up, `enqueue` asks for the dirty
     windows met to be reconciled (False: the queue was not reached), `observe(seconds, indexing)`
-    is told each answer's latency."""
+    is told each answer's latency, `newest` reads the agents' Newest (None: every agent visited)."""
     started = time.monotonic()
     deadline = started + settings.search_time_limit_ms / 1000
     sessions = req.result_mode == "sessions"
@@ -356,8 +417,9 @@ async def search(req: SearchRequest, *, settings: Settings, catalog: CatalogCach
 
     async def run(query: ParsedQuery, versions: dict[str, int] | None) -> Outcome:
         if sessions:
-            return await run_sessions_query(open_store, catalog, query, req, scopes, view, versions, deadline, fanout)
-        return await run_query(open_store, catalog, query, req, scopes, versions, deadline, fanout)
+            return await run_sessions_query(open_store, catalog, query, req, scopes, view, versions, deadline, fanout,
+                                            newest)
+        return await run_query(open_store, catalog, query, req, scopes, versions, deadline, fanout, newest)
 
     targets = {agent_of(key) for key in req.session_keys or ()} | ({req.agent_id} if req.agent_id else set())
     for attempt in range(4):

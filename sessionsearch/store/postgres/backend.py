@@ -18,18 +18,27 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, cast
 
 import psycopg
 
 from ...errors import NotFound, Unavailable
 from ...settings import Settings
+from ..base import AgentStore, Newest
 from ..urls import redact
 from .db import CONNECT_TIMEOUT_S, Db, connect_kwargs, unavailable
 from .schema import LATEST, migrate, migrate_connection, schema_version
 from .store import PgAgentStore
 from .terms import FRESH_LIMIT
+
+# each agent's meta version, the bound on its clean hot windows' index rows' timestamps (ts_max,
+# migration 3; NULL when none holds a row: the column's floor), its windows needing
+# reconciliation, and the listing's version
+NEWEST_SQL = ("SELECT a.ano, a.meta_version, (SELECT nullif(max(w.ts_max), -9223372036854775808) "
+              "FROM ss_windows w WHERE w.ano = a.ano AND w.needs_rebuild = 0 AND w.cold = 0), "
+              "ARRAY(SELECT w.wid FROM ss_windows w WHERE w.ano = a.ano AND w.needs_rebuild = 1), "
+              "(SELECT coalesce(max(ano), 0) FROM ss_agents) FROM ss_agents a WHERE a.ano = ANY(%s::bigint[])")
 
 POOL_SIZE = 10  # connections per process at most (docs/postgres.md)
 RETRY_S = 1.0  # after a failed listing read, the cached listing is answered this long
@@ -149,6 +158,19 @@ class PgBackend:
         self._agents[agent_id] = ano
         return PgAgentStore(self.db, agent_id, ano, listing_seen=self.listing_seen,
                             reconcile_slots=self.settings.reconcile_slots)
+
+    async def newest(self, stores: Sequence[AgentStore[Any]], deadline: float) -> list[Newest]:
+        """Every store's Newest in one statement (the listing's version with it, as a search's)."""
+        anos = [cast(PgAgentStore, store).ano for store in stores]
+        if not anos:
+            return []
+        at = time.monotonic()
+        async with self.db.reader(deadline) as reader:
+            rows = await reader.all(NEWEST_SQL, (anos,), last=True)
+        found = {ano: Newest(version, ts_max, frozenset(dirty)) for ano, version, ts_max, dirty, _ in rows}
+        if rows:
+            self.listing_seen(rows[0][4], at)
+        return [found[ano] for ano in anos]
 
     async def check_ready(self) -> None:
         async def ping(conn) -> None:
