@@ -18,9 +18,9 @@ import structlog
 from ..errors import Forbidden, NotFound
 from ..keys import agent_of
 from ..settings import Settings
-from ..store.base import Match
+from ..store.base import Match, TopHits
 from ..store.rowids import wid_of
-from .catalog import CatalogCache, CatalogView, NewestLookup, StoreLookup
+from .catalog import CatalogCache, CatalogView, ManyTop, NewestLookup, StoreLookup
 from .query import ParsedQuery, SearchRequest
 from .text import fold, redact, snippet
 from .visibility import Viewer
@@ -214,9 +214,10 @@ def plan_scopes(req: SearchRequest, viewer: Viewer, view: CatalogView, agents: l
 
 async def run_query(open_store: StoreLookup, catalog: CatalogCache, query: ParsedQuery, req: SearchRequest,
                     scopes: dict[str, Scope], versions: dict[str, int] | None, deadline: float,
-                    fanout: int = 4, newest: NewestLookup | None = None) -> Outcome:
+                    fanout: int = 4, newest: NewestLookup | None = None, many: ManyTop | None = None) -> Outcome:
     """Top hits of one query over the scopes, at most `fanout` agents' statements at once (by
-    `recent`, newest agents first while they may hold a hit: newest_first); raises MetaChanged
+    `recent`, newest agents first while they may hold a hit: newest_first; by relevance over
+    whole agents, one search of them all where the backend has one: `many`); raises MetaChanged
     when scoping went stale.
 
     `versions` None answers from the given scopes whatever the metadata now says.
@@ -231,11 +232,21 @@ async def run_query(open_store: StoreLookup, catalog: CatalogCache, query: Parse
     async def each(scope: Scope) -> tuple[str, list[Hit], bool, set[int]]:
         return await _agent_top(open_store, scope, query, req, k, versions, deadline)
 
+    per_agent: list[tuple[str, list[Hit], bool, set[int]]] | None = None
     if req.order == "recent" and newest is not None and len(todo) > 1:
         per_agent = await newest_first(each, todo, newest=newest, versions=versions, deadline=deadline, k=k,
                                        fanout=fanout, times=lambda found: (h.ts for h in found[1]),
                                        passed=lambda scope, dirty: (scope.agent_id, [], False, dirty))
-    else:
+    elif many is not None and len(todo) > 1 and all(scope.include is None for scope in todo):
+        exclude = sorted({wid for scope in todo for wid in scope.exclude})
+        tops = await many([scope.agent_id for scope in todo], query.match, k=k, exclude=exclude, role=req.role,
+                          since=req.since, until=req.until, deadline=deadline)
+        if tops is not None:  # each agent's hits among the top k of all: the cut below decides `more`
+            per_agent = []
+            for scope, top in zip(todo, tops, strict=True):
+                agent_id, hits, _, dirty = _hits_of(scope, top, versions, k)
+                per_agent.append((agent_id, hits, False, dirty))
+    if per_agent is None:
         per_agent = await bounded(each, todo, fanout)
     for agent_id, hits, more, dirty in per_agent:
         out.hits += hits
@@ -267,6 +278,13 @@ async def _agent_top(open_store: StoreLookup, scope: Scope, query: ParsedQuery, 
             reader, query.match, k=k, order=req.order, include=scope.include, exclude=scope.exclude, role=req.role,
             hot=query.hot_token, since=req.since, until=req.until)
     assert top is not None  # None only where `ties` is False
+    return _hits_of(scope, top, versions, k)
+
+
+def _hits_of(scope: Scope, top: TopHits, versions: dict[str, int] | None, k: int
+             ) -> tuple[str, list[Hit], bool, set[int]]:
+    """An agent's hits in scope, whether it had `k` or more, and its dirty windows in scope;
+    MetaChanged when its meta version is not the view's."""
     version, dirty, rows = top
     if versions is not None and version != versions.get(scope.agent_id):
         raise MetaChanged(scope.agent_id)
@@ -406,10 +424,12 @@ def fit(settings: Settings, response: dict[str, Any], flags: dict[str, Any], ite
 
 async def search(req: SearchRequest, *, settings: Settings, catalog: CatalogCache, open_store: StoreLookup,
                  enqueue: Enqueue, observe: Callable[[float, bool], None] | None = None,
-                 agent_facing: bool = False, newest: NewestLookup | None = None) -> dict[str, Any]:
+                 agent_facing: bool = False, newest: NewestLookup | None = None,
+                 many: ManyTop | None = None) -> dict[str, Any]:
     """Answer a parsed search: `open_store` looks an agent's store up, `enqueue` asks for the dirty
     windows met to be reconciled (False: the queue was not reached), `observe(seconds, indexing)`
-    is told each answer's latency, `newest` reads the agents' Newest (None: every agent visited)."""
+    is told each answer's latency, `newest` reads the agents' Newest (None: every agent visited),
+    `many` searches many agents at once (Backend.search_top_many; None: each by itself)."""
     started = time.monotonic()
     deadline = started + settings.search_time_limit_ms / 1000
     sessions = req.result_mode == "sessions"
@@ -419,7 +439,7 @@ async def search(req: SearchRequest, *, settings: Settings, catalog: CatalogCach
         if sessions:
             return await run_sessions_query(open_store, catalog, query, req, scopes, view, versions, deadline, fanout,
                                             newest)
-        return await run_query(open_store, catalog, query, req, scopes, versions, deadline, fanout, newest)
+        return await run_query(open_store, catalog, query, req, scopes, versions, deadline, fanout, newest, many)
 
     targets = {agent_of(key) for key in req.session_keys or ()} | ({req.agent_id} if req.agent_id else set())
     for attempt in range(4):

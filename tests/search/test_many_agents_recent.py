@@ -85,8 +85,9 @@ async def test_recent_over_agents_stops_at_the_agents_that_settle_the_answer(bac
         # the newest two agents hold the 5 hits the answer needs; a third may have started beside them
         assert {"r23", "r22"} <= set(seen) and len(seen) <= 3, seen
         seen.clear()
-        relevance = await engine.search(query="harbor", limit=4)  # relevance visits every agent
-        assert len(relevance["results"]) == 4 and sorted(seen) == AGENTS
+        relevance = await engine.search(query="harbor", limit=4)  # relevance reads every agent
+        # (on PostgreSQL in one statement of them all, no store's own search: search_many.py)
+        assert len(relevance["results"]) == 4 and sorted(seen) == (AGENTS if backend.kind == "sqlite" else [])
 
 
 async def test_an_agent_passed_over_still_reports_its_windows_needing_reconciliation(backend):

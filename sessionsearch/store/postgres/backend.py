@@ -25,10 +25,13 @@ import psycopg
 
 from ...errors import NotFound, Unavailable
 from ...settings import Settings
-from ..base import AgentStore, Newest
+from ..base import AgentStore, Match, Newest, RowHit, TopHits
 from ..urls import redact
 from .db import CONNECT_TIMEOUT_S, Db, connect_kwargs, unavailable
+from .lexemes import read_text
 from .schema import LATEST, migrate, migrate_connection, schema_version
+from .search import Query
+from .search_many import search_many
 from .store import PgAgentStore
 from .terms import FRESH_LIMIT
 
@@ -158,6 +161,22 @@ class PgBackend:
         self._agents[agent_id] = ano
         return PgAgentStore(self.db, agent_id, ano, listing_seen=self.listing_seen,
                             reconcile_slots=self.settings.reconcile_slots)
+
+    async def search_top_many(self, stores: Sequence[AgentStore[Any]], match: Match, *, k: int,
+                              exclude: list[int], role: str | None, since: int | None, until: int | None,
+                              deadline: float) -> list[TopHits] | None:
+        """One statement for every store (search_many.py)."""
+        pg = [cast(PgAgentStore, store) for store in stores]
+        q = Query(match)
+        if not q.lexemes:  # nothing to match: the stores' own search reads their heads
+            return None
+        at = time.monotonic()
+        async with self.db.reader(deadline) as reader:
+            found = await search_many(reader, [s.ano for s in pg], [s.dfs for s in pg], q, k=k, exclude=exclude,
+                                      role=role, since=since, until=until)
+        self.listing_seen(max(s.dfs.listing for s in pg), at)
+        return [TopHits(version, dirty, [RowHit(h[0], h[1], h[2], h[3], read_text(h[4])) for h in hits])
+                for version, dirty, hits in found]
 
     async def newest(self, stores: Sequence[AgentStore[Any]], deadline: float) -> list[Newest]:
         """Every store's Newest in one statement (the listing's version with it, as a search's)."""
