@@ -125,13 +125,13 @@ class Engine:
         stores = [await self.store(a) for a in agent_ids]
         return dict(zip(agent_ids, await self.backend.newest(stores, deadline), strict=True))
 
-    async def _search_many(self, agent_ids: list[str], match: Match, *, k: int, exclude: list[int],
+    async def _search_many(self, agent_ids: list[str], match: Match, *, k: int, order: str, exclude: list[int],
                            role: str | None, since: int | None, until: int | None,
                            deadline: float) -> list[TopHits] | None:
         """Backend.search_top_many over these agents' stores."""
         stores = [await self.store(a) for a in agent_ids]
-        return await self.backend.search_top_many(stores, match, k=k, exclude=exclude, role=role, since=since,
-                                                  until=until, deadline=deadline)
+        return await self.backend.search_top_many(stores, match, k=k, order=order, exclude=exclude, role=role,
+                                                  since=since, until=until, deadline=deadline)
 
     def _meta_changed(self) -> None:
         self._catalog.invalidate()

@@ -69,13 +69,18 @@ async def bounded(each: Callable[[S], Awaitable[R]], items: Sequence[S], limit: 
 A = TypeVar("A")
 
 
+VISITS_ALONE = 32  # agents newest_first searches one by one before it hands the rest to `rest`
+
+
 async def newest_first(each: Callable[[Scope], Awaitable[A]], scopes: list[Scope], *, newest: NewestLookup,
                        versions: dict[str, int] | None, deadline: float, k: int, fanout: int,
-                       times: Callable[[A], Iterable[int]], passed: Callable[[Scope, set[int]], A]) -> list[A]:
+                       times: Callable[[A], Iterable[int]], passed: Callable[[Scope, set[int]], A],
+                       rest: Callable[[list[Scope]], Awaitable[list[A] | None]] | None = None) -> list[A]:
     """`each` of the scopes for order "recent", the agents visited newest first (at most `fanout`
     at once), none started once `k` items (`times`: the timestamps of an answer's items) are
     newer than the newest message of every agent not visited yet; `passed(scope, dirty)` answers
-    for an agent not visited (nothing, its windows in scope needing reconciliation).
+    for an agent not visited (nothing, its windows in scope needing reconciliation). Past
+    VISITS_ALONE agents, `rest` answers for all the others at once (None: it cannot).
 
     Exact: an agent passed over holds no message newer than its Newest bound, which is below the
     k-th newest timestamp in hand, so none of its hits would rank among the first k (a hit as new
@@ -90,9 +95,12 @@ async def newest_first(each: Callable[[Scope], Awaitable[A]], scopes: list[Scope
     ordered = sorted(scopes, key=lambda s: -(known[s.agent_id].ts_max or floor))
     newest_k: list[int] = []  # min-heap of the k newest timestamps in hand
 
-    async def visit(scope: Scope) -> A:
+    def settled(scope: Scope) -> bool:
         bound = known[scope.agent_id].ts_max
-        if bound is None or (len(newest_k) >= k and newest_k[0] > bound):
+        return bound is None or (len(newest_k) >= k and newest_k[0] > bound)
+
+    async def visit(scope: Scope) -> A:
+        if settled(scope):
             return passed(scope, scope.wids.intersection(known[scope.agent_id].dirty))
         answer = await each(scope)
         for ts in times(answer):
@@ -102,7 +110,15 @@ async def newest_first(each: Callable[[Scope], Awaitable[A]], scopes: list[Scope
                 heapq.heapreplace(newest_k, ts)
         return answer
 
-    return await bounded(visit, ordered, fanout)
+    alone, others = (ordered[:VISITS_ALONE], ordered[VISITS_ALONE:]) if rest is not None else (ordered, [])
+    answers = await bounded(visit, alone, fanout)
+    if rest is not None and others and not settled(others[0]):
+        together = await rest([s for s in others if known[s.agent_id].ts_max is not None])
+        if together is not None:
+            found = iter(together)
+            return answers + [passed(s, s.wids.intersection(known[s.agent_id].dirty))
+                              if known[s.agent_id].ts_max is None else next(found) for s in others]
+    return answers + await bounded(visit, others, fanout)
 
 
 class MetaChanged(Exception):
@@ -233,19 +249,30 @@ async def run_query(open_store: StoreLookup, catalog: CatalogCache, query: Parse
         return await _agent_top(open_store, scope, query, req, k, versions, deadline)
 
     per_agent: list[tuple[str, list[Hit], bool, set[int]]] | None = None
+    whole = many is not None and len(todo) > 1 and all(scope.include is None for scope in todo)
+
+    async def together(scopes: list[Scope]) -> list[tuple[str, list[Hit], bool, set[int]]] | None:
+        """The scopes' hits among the top k of them all, in one search (Backend.search_top_many);
+        None where the backend has none. The cut in run_query decides `more`."""
+        assert many is not None and query.match is not None
+        exclude = sorted({wid for scope in scopes for wid in scope.exclude})
+        tops = await many([scope.agent_id for scope in scopes], query.match, k=k, order=req.order, exclude=exclude,
+                          role=req.role, since=req.since, until=req.until, deadline=deadline)
+        if tops is None:
+            return None
+        found = []
+        for scope, top in zip(scopes, tops, strict=True):
+            agent_id, hits, _, dirty = _hits_of(scope, top, versions, k)
+            found.append((agent_id, hits, False, dirty))
+        return found
+
     if req.order == "recent" and newest is not None and len(todo) > 1:
         per_agent = await newest_first(each, todo, newest=newest, versions=versions, deadline=deadline, k=k,
                                        fanout=fanout, times=lambda found: (h.ts for h in found[1]),
-                                       passed=lambda scope, dirty: (scope.agent_id, [], False, dirty))
-    elif many is not None and len(todo) > 1 and all(scope.include is None for scope in todo):
-        exclude = sorted({wid for scope in todo for wid in scope.exclude})
-        tops = await many([scope.agent_id for scope in todo], query.match, k=k, exclude=exclude, role=req.role,
-                          since=req.since, until=req.until, deadline=deadline)
-        if tops is not None:  # each agent's hits among the top k of all: the cut below decides `more`
-            per_agent = []
-            for scope, top in zip(todo, tops, strict=True):
-                agent_id, hits, _, dirty = _hits_of(scope, top, versions, k)
-                per_agent.append((agent_id, hits, False, dirty))
+                                       passed=lambda scope, dirty: (scope.agent_id, [], False, dirty),
+                                       rest=together if whole else None)
+    elif whole:
+        per_agent = await together(todo)
     if per_agent is None:
         per_agent = await bounded(each, todo, fanout)
     for agent_id, hits, more, dirty in per_agent:

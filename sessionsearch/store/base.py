@@ -428,10 +428,10 @@ class Backend(Protocol):
     async def open_store(self, agent_id: str, *, create: bool = False) -> AgentStore[Any]:
         """Open an agent's store, creating it when `create`; raises NotFound when it has none."""
 
-    async def search_top_many(self, stores: Sequence[AgentStore[Any]], match: Match, *, k: int,
+    async def search_top_many(self, stores: Sequence[AgentStore[Any]], match: Match, *, k: int, order: str,
                               exclude: list[int], role: str | None, since: int | None, until: int | None,
                               deadline: float) -> list[TopHits] | None:
-        """By relevance over whole agents (less the windows in `exclude`): per store, its meta
+        """By `order` over whole agents (less the windows in `exclude`): per store, its meta
         version, dirty windows and those of its hits that are among the top `k` of all the
         stores', as each store's search_top scores them; None where the backend has no such
         search (then each store is searched by itself)."""

@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 import random
 
+import pytest
+
 from sessionsearch.store.base import Match
 
 from ..helpers import BASE_TS, engine_at, timed
@@ -16,7 +18,8 @@ AGENTS = [f"b{i:02d}" for i in range(16)]
 WORDS = ["amber", "birch", "cedar", "delta", "ember"]
 
 
-async def test_each_hit_scores_as_its_agents_own_search_to_the_last_bit(pg):
+@pytest.mark.parametrize("order", ["relevance", "recent"])
+async def test_each_hit_scores_as_its_agents_own_search_to_the_last_bit(pg, order):
     rnd = random.Random(28)
     async with engine_at(pg) as engine:
         ts = BASE_TS
@@ -31,16 +34,16 @@ async def test_each_hit_scores_as_its_agents_own_search_to_the_last_bit(pg):
         stores = [await engine.store(a) for a in AGENTS]
         for match in [Match(("amber",)), Match(("birch", "cedar")), Match(("de",), prefix=True),
                       Match(("cedar", "em"), prefix=True), Match(("amber birch",))]:
-            many = await engine.backend.search_top_many(stores, match, k=200, exclude=[], role=None, since=None,
-                                                        until=None, deadline=math.inf)
+            many = await engine.backend.search_top_many(stores, match, k=200, order=order, exclude=[], role=None,
+                                                        since=None, until=None, deadline=math.inf)
             assert many is not None
             found = 0
             for store, top in zip(stores, many, strict=True):
                 async with store.reader() as reader:
-                    own = await store.search_top(reader, match, k=200, order="relevance", include=None,
+                    own = await store.search_top(reader, match, k=200, order=order, include=None,
                                                  exclude=None, role=None)
-                assert [(h.row_id, h.score, h.message_id, h.ts, h.text) for h in top.hits] == [
-                    (h.row_id, h.score, h.message_id, h.ts, h.text) for h in own.hits], (match, store.agent_id)
+                assert sorted((h.row_id, h.score, h.message_id, h.ts, h.text) for h in top.hits) == sorted(
+                    (h.row_id, h.score, h.message_id, h.ts, h.text) for h in own.hits), (match, store.agent_id)
                 assert top.meta_version == own.meta_version and top.dirty == own.dirty
                 found += len(top.hits)
             assert found >= (1 if " " in match.words[0] else len(AGENTS)), match  # the words are in many agents

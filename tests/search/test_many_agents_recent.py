@@ -118,3 +118,24 @@ async def test_a_message_appended_to_a_quiet_agent_is_found_by_the_next_recent_s
         assert appended["indexed"] == 1
         after = await engine.search(query="ember", order="recent", limit=1)
         assert [h["messageId"] for h in after["results"]] == ["late1"]
+
+
+async def test_a_word_only_old_agents_hold_is_found_past_the_agents_searched_one_by_one(backend):
+    many = [f"w{i:02d}" for i in range(40)]  # more than runner.VISITS_ALONE
+    async with engine_at(backend, search_agents_concurrency=2) as engine:
+        for i, agent in enumerate(many):  # every agent newer than the one before; the word in the oldest six,
+            # two by two at the same timestamps
+            items = [("user", "plain words", BASE_TS + 1_000_000 + i * 1000)]
+            if i < 6:
+                items += [("assistant", "fossil " * (1 + j), BASE_TS + (i // 2) * 1000 + j) for j in range(3)]
+            await engine.append(f"agent:{agent}:main", timed(f"f{99 - i}x", items))
+        seen = _count_searches([await engine.store(a) for a in many])
+        merged = await _merged(engine, "fossil")
+        assert len(merged) == 18
+        seen.clear()
+        for limit in (1, 2, 3, 5, 17, 25):
+            every = await engine.search(query="fossil", order="recent", limit=limit)
+            assert every["results"] == merged[:limit], limit
+            assert every.get("truncated", False) == (len(merged) > limit)
+        # on PostgreSQL the 8 agents past the first 32 are searched together, in one statement
+        assert len(seen) == 6 * (40 if backend.kind == "sqlite" else 32), len(seen)

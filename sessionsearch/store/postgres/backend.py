@@ -162,7 +162,7 @@ class PgBackend:
         return PgAgentStore(self.db, agent_id, ano, listing_seen=self.listing_seen,
                             reconcile_slots=self.settings.reconcile_slots)
 
-    async def search_top_many(self, stores: Sequence[AgentStore[Any]], match: Match, *, k: int,
+    async def search_top_many(self, stores: Sequence[AgentStore[Any]], match: Match, *, k: int, order: str,
                               exclude: list[int], role: str | None, since: int | None, until: int | None,
                               deadline: float) -> list[TopHits] | None:
         """One statement for every store (search_many.py)."""
@@ -172,7 +172,8 @@ class PgBackend:
             return None
         at = time.monotonic()
         async with self.db.reader(deadline) as reader:
-            found = await search_many(reader, [s.ano for s in pg], [s.dfs for s in pg], q, k=k, exclude=exclude,
+            found = await search_many(reader, [s.ano for s in pg], [s.dfs for s in pg], q, k=k, order=order,
+                                      exclude=exclude,
                                       role=role, since=since, until=until)
         self.listing_seen(max(s.dfs.listing for s in pg), at)
         return [TopHits(version, dirty, [RowHit(h[0], h[1], h[2], h[3], read_text(h[4])) for h in hits])

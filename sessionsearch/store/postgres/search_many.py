@@ -36,10 +36,10 @@ def _kept_head(cache: DfCache) -> tuple:
 
 
 async def search_many(reader: Reader, anos: Sequence[int], caches: Sequence[DfCache], q: Query, *, k: int,
-                      exclude: list[int], role: str | None, since: int | None, until: int | None
+                      order: str, exclude: list[int], role: str | None, since: int | None, until: int | None
                       ) -> list[tuple[int, frozenset[int], list[tuple]]]:
     """Per agent (in `anos` order): its meta version, dirty windows and those of its hits (id,
-    bm25, message id, ts, text) that are among the top `k` of all the agents by relevance."""
+    bm25, message id, ts, text) that are among the top `k` of all the agents by `order`."""
     params: dict[str, Any] = {"k": k}
     kinds = dict(AG_COLUMNS) | {f"c{i}{field}": kind for i in range(len(q.phrases))
                                 for field, kind in zip(CACHED, CACHED_KINDS, strict=True)}
@@ -61,10 +61,19 @@ async def search_many(reader: Reader, anos: Sequence[int], caches: Sequence[DfCa
     params["anos"] = list(anos)
     where = scope_sql(None, exclude, role, since, until, params, ano="st.ag_ano")
     hot = "hot AS MATERIALIZED (SELECT wid FROM ss_windows WHERE ano = ANY(%(anos)s::integer[]) AND cold = 0)"
-    source = q.terms_sql(f"st, ss_index m WHERE m.tsv @@ {q.tsquery} AND {' AND '.join(where)} "
-                         "AND m.wid IN (SELECT wid FROM hot)", columns="m.id, m.ano, m.ts, m.mid")
-    best = (f"best AS (SELECT m.ano, m.id, {q.score_sql()} AS s, m.ts, m.mid FROM st, {source} "
-            f"WHERE st.ag_ano = m.ano ORDER BY s, m.ts DESC, m.mid {MID} LIMIT %(k)s)")
+    rows_of_word = (f"st, ss_index m WHERE m.tsv @@ {q.tsquery} AND {' AND '.join(where)} "
+                    "AND m.wid IN (SELECT wid FROM hot)")
+    columns = "m.id, m.ano, m.ts, m.mid"
+    if order == "recent":  # the newest k chosen unscored, then scored (search.py's `recent` does so too)
+        hot += (f", cand AS MATERIALIZED (SELECT m.id FROM {rows_of_word} ORDER BY m.ts DESC, m.mid {MID} "
+                "LIMIT %(k)s)")
+        source = q.terms_sql("st, cand c JOIN ss_index m ON m.id = c.id WHERE st.ag_ano = m.ano", columns=columns)
+        best = (f"best AS (SELECT m.ano, m.id, {q.score_sql()} AS s, m.ts, m.mid FROM st, {source} "
+                "WHERE st.ag_ano = m.ano)")
+    else:
+        source = q.terms_sql(rows_of_word, columns=columns)
+        best = (f"best AS (SELECT m.ano, m.id, {q.score_sql()} AS s, m.ts, m.mid FROM st, {source} "
+                f"WHERE st.ag_ano = m.ano ORDER BY s, m.ts DESC, m.mid {MID} LIMIT %(k)s)")
     params.update(q.params)
     rows = await reader.all(
         f"WITH {ag}, {stats}, {hot}, {best} SELECT st.ag_ano, {q.stats_columns()}, r.id, r.s, r.event_id, r.ts, "

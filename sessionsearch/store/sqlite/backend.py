@@ -58,7 +58,7 @@ class SqliteBackend:
                                       rows_in_sql=self.rows_in_sql,
                                       cold_dir=self.data_dir / "cold" / agent_id).open()
 
-    async def search_top_many(self, stores: Sequence[AgentStore[Any]], match: Match, *, k: int,
+    async def search_top_many(self, stores: Sequence[AgentStore[Any]], match: Match, *, k: int, order: str,
                               exclude: list[int], role: str | None, since: int | None, until: int | None,
                               deadline: float) -> list[TopHits] | None:
         """None: a database per agent, so each store is searched by itself."""
