@@ -75,12 +75,15 @@ VISITS_ALONE = 32  # agents newest_first searches one by one before it hands the
 async def newest_first(each: Callable[[Scope], Awaitable[A]], scopes: list[Scope], *, newest: NewestLookup,
                        versions: dict[str, int] | None, deadline: float, k: int, fanout: int,
                        times: Callable[[A], Iterable[int]], passed: Callable[[Scope, set[int]], A],
-                       rest: Callable[[list[Scope]], Awaitable[list[A] | None]] | None = None) -> list[A]:
+                       rest: Callable[[list[Scope]], Awaitable[list[A] | None]] | None = None,
+                       since: int | None = None, until: int | None = None) -> list[A]:
     """`each` of the scopes for order "recent", the agents visited newest first (at most `fanout`
     at once), none started once `k` items (`times`: the timestamps of an answer's items) are
     newer than the newest message of every agent not visited yet; `passed(scope, dirty)` answers
     for an agent not visited (nothing, its windows in scope needing reconciliation). Past
-    VISITS_ALONE agents, `rest` answers for all the others at once (None: it cannot).
+    VISITS_ALONE agents, `rest` answers for all the others at once (None: it cannot). The time
+    range [`since`, `until`) bounds the hits too: an agent with no message since `since` is
+    passed over at once.
 
     Exact: an agent passed over holds no message newer than its Newest bound, which is below the
     k-th newest timestamp in hand, so none of its hits would rank among the first k (a hit as new
@@ -91,12 +94,19 @@ async def newest_first(each: Callable[[Scope], Awaitable[A]], scopes: list[Scope
     for scope in scopes:
         if versions is not None and known[scope.agent_id].meta_version != versions.get(scope.agent_id):
             raise MetaChanged(scope.agent_id)
-    floor = -(1 << 63)  # an agent without a clean message has no hit: passed over at once
-    ordered = sorted(scopes, key=lambda s: -(known[s.agent_id].ts_max or floor))
+    bounds: dict[str, int | None] = {}  # the newest timestamp a hit of the agent may have
+    for scope in scopes:
+        bound = known[scope.agent_id].ts_max
+        if bound is not None and until is not None:
+            bound = min(bound, until - 1)
+        # an agent without a clean message (in the range) has no hit: passed over at once
+        bounds[scope.agent_id] = None if bound is None or (since is not None and bound < since) else bound
+    floor = -(1 << 63)
+    ordered = sorted(scopes, key=lambda s: -(bounds[s.agent_id] or floor))
     newest_k: list[int] = []  # min-heap of the k newest timestamps in hand
 
     def settled(scope: Scope) -> bool:
-        bound = known[scope.agent_id].ts_max
+        bound = bounds[scope.agent_id]
         return bound is None or (len(newest_k) >= k and newest_k[0] > bound)
 
     async def visit(scope: Scope) -> A:
@@ -113,11 +123,11 @@ async def newest_first(each: Callable[[Scope], Awaitable[A]], scopes: list[Scope
     alone, others = (ordered[:VISITS_ALONE], ordered[VISITS_ALONE:]) if rest is not None else (ordered, [])
     answers = await bounded(visit, alone, fanout)
     if rest is not None and others and not settled(others[0]):
-        together = await rest([s for s in others if known[s.agent_id].ts_max is not None])
+        together = await rest([s for s in others if bounds[s.agent_id] is not None])
         if together is not None:
             found = iter(together)
             return answers + [passed(s, s.wids.intersection(known[s.agent_id].dirty))
-                              if known[s.agent_id].ts_max is None else next(found) for s in others]
+                              if bounds[s.agent_id] is None else next(found) for s in others]
     return answers + await bounded(visit, others, fanout)
 
 
@@ -270,7 +280,7 @@ async def run_query(open_store: StoreLookup, catalog: CatalogCache, query: Parse
         per_agent = await newest_first(each, todo, newest=newest, versions=versions, deadline=deadline, k=k,
                                        fanout=fanout, times=lambda found: (h.ts for h in found[1]),
                                        passed=lambda scope, dirty: (scope.agent_id, [], False, dirty),
-                                       rest=together if whole else None)
+                                       rest=together if whole else None, since=req.since, until=req.until)
     elif whole:
         per_agent = await together(todo)
     if per_agent is None:
@@ -370,7 +380,8 @@ async def _sessions_top(open_store: StoreLookup, match: Match, req: SearchReques
         # a session's place is its best hit's: its newest, no newer than its agent's bound
         return await newest_first(agent, todo, newest=newest, versions=versions, deadline=deadline,
                                   k=req.limit + 1, fanout=fanout, times=lambda found: (g.best.ts for g in found[1]),
-                                  passed=lambda scope, dirty: (scope.agent_id, [], dirty))
+                                  passed=lambda scope, dirty: (scope.agent_id, [], dirty), since=req.since,
+                                  until=req.until)
     return await bounded(agent, todo, fanout)
 
 

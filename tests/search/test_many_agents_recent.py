@@ -139,3 +139,25 @@ async def test_a_word_only_old_agents_hold_is_found_past_the_agents_searched_one
             assert every.get("truncated", False) == (len(merged) > limit)
         # on PostgreSQL the 8 agents past the first 32 are searched together, in one statement
         assert len(seen) == 6 * (40 if backend.kind == "sqlite" else 32), len(seen)
+
+
+async def test_a_time_range_passes_over_the_agents_without_a_message_in_it(backend):
+    async with engine_at(backend, search_agents_concurrency=1) as engine:
+        for i, agent in enumerate(AGENTS):  # agent i's three messages at BASE_TS + i * 10 s + 0, 1, 2 s
+            items = [("user", f"comet {j}", BASE_TS + i * 10_000 + j * 1000) for j in range(3)]
+            await engine.append(f"agent:{agent}:main", timed(f"{agent}m", items))
+        seen = _count_searches([await engine.store(a) for a in AGENTS])
+        merged = await _merged(engine, "comet")
+        for since, until in [(BASE_TS + 50_000, BASE_TS + 81_000), (BASE_TS + 201_000, None), (None, BASE_TS + 31_000),
+                             (BASE_TS + 10_500, BASE_TS + 10_900)]:
+            in_range = [h for h in merged if (since is None or h["timestamp"] >= since)
+                        and (until is None or h["timestamp"] < until)]
+            for limit in (1, 4, 25):
+                seen.clear()
+                body = {"query": "comet", "order": "recent", "limit": limit,
+                        **({"since": since} if since is not None else {}), **({"until": until} if until else {})}
+                every = await engine.search(body)
+                assert every["results"] == in_range[:limit], (since, until, limit)
+                assert every.get("truncated", False) == (len(in_range) > limit)
+                if since is not None:  # the agents older than the range are never searched
+                    assert all(int(a[1:]) * 10_000 + 2000 >= since - BASE_TS for a in seen), (since, seen)
