@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .db import Reader
-from .search import CACHED, MID, DfCache, Query, scope_sql
+from .search import CACHED, HEAD_COLUMNS, MID, DfCache, Query, scope_sql
 
 # the head's arguments, per agent from the `ag` list (search.HEAD_ARGS's order and types)
 AG_HEAD_ARGS = ("ag.ano, ag.hv, ag.he, ag.ha, CASE WHEN ag.hc IS NULL THEN NULL ELSE "
@@ -28,6 +28,23 @@ AG_HEAD_ARGS = ("ag.ano, ag.hv, ag.he, ag.ha, CASE WHEN ag.hc IS NULL THEN NULL 
 AG_COLUMNS = (("ano", "integer"), ("hv", "bigint"), ("he", "bigint"), ("ha", "text"), ("hc", "text"),
               ("hn", "bigint"), ("ht", "bigint"), ("hw", "bigint"), ("hg", "numeric"))
 CACHED_KINDS = ("bigint", "bigint", "bigint", "numeric", "bigint")
+
+
+RARE_ROWS = 2000  # rows of a word, over every agent, up to which `st` is read only for its holders
+
+
+def _rare(q: Query, caches: Sequence[DfCache]) -> bool:
+    """Whether the rows holding every phrase are few over the agents, by the counts the caches
+    last kept (each agent's smallest); False while one agent has none kept."""
+    total = 0
+    for cache in caches:
+        counts = [cached[0] for cached in q.cached_dfs(cache)]
+        if any(c is None for c in counts):
+            return False
+        total += min(c for c in counts if c is not None)
+        if total > RARE_ROWS:
+            return False
+    return True
 
 
 def _kept_head(cache: DfCache) -> tuple:
@@ -52,13 +69,19 @@ async def search_many(reader: Reader, anos: Sequence[int], caches: Sequence[DfCa
                 lists[f"c{i}{field}"].append(value)
     for name, values in lists.items():
         params[f"ag_{name}"] = values
+    params["anos"] = list(anos)
+    # a word few rows hold (as the counts last kept say; a guess, which only costs speed): `st`
+    # only for the agents holding it (ss_search_stats is most of a rare word's cost), a light
+    # head for the others
+    holders = _rare(q, caches)
     ag = ("ag AS (SELECT * FROM unnest(" + ", ".join(f"%(ag_{n})s::{kinds[n]}[]" for n in lists) + ") AS ag("
-          + ", ".join(lists) + "))")
+          + ", ".join(lists) + ")"
+          + (f" WHERE ag.ano IN (SELECT m.ano FROM ss_index m WHERE m.tsv @@ {q.tsquery} "
+             "AND m.ano = ANY(%(anos)s::integer[]))" if holders else "") + ")")
     stats = q.stats_cte(AG_HEAD_ARGS, lambda name: f"ag.{name}", "ag CROSS JOIN LATERAL ", "ag.ano AS ag_ano, ")
     # one walk of the word's rows for every agent (a walk per agent would read every agent's rows
     # of a common word a thousand times), each row scored from its own agent's `st` row; rows of
     # a window no longer hot (an orphan awaiting the sweep) are left out before the cut
-    params["anos"] = list(anos)
     where = scope_sql(None, exclude, role, since, until, params, ano="st.ag_ano")
     hot = "hot AS MATERIALIZED (SELECT wid FROM ss_windows WHERE ano = ANY(%(anos)s::integer[]) AND cold = 0)"
     rows_of_word = (f"st, ss_index m WHERE m.tsv @@ {q.tsquery} AND {' AND '.join(where)} "
@@ -75,18 +98,29 @@ async def search_many(reader: Reader, anos: Sequence[int], caches: Sequence[DfCa
         best = (f"best AS (SELECT m.ano, m.id, {q.score_sql()} AS s, m.ts, m.mid FROM st, {source} "
                 f"WHERE st.ag_ano = m.ano ORDER BY s, m.ts DESC, m.mid {MID} LIMIT %(k)s)")
     params.update(q.params)
+    light = ""
+    if holders:  # HEAD's version, dirty windows and listing where the `st` rows have them, the rest NULL
+        nulls = ["NULL::bigint"] * 3 + ["NULL::numeric", "NULL::bigint", "l.listing", "NULL::text", "NULL::text[]"]
+        light = (" UNION ALL SELECT a.ano, false, a.meta_version, ARRAY(SELECT w.wid FROM ss_windows w "
+                 f"WHERE w.ano = a.ano AND w.needs_rebuild = 1), {', '.join(nulls + ['NULL::bigint'] * len(q.phrases))}"
+                 ", NULL::bigint, NULL::float8, NULL::text, NULL::bigint, NULL::text FROM ss_agents a, "
+                 "(SELECT max(ano) AS listing FROM ss_agents) l WHERE a.ano = ANY(%(anos)s::integer[]) "
+                 "AND a.ano NOT IN (SELECT ag_ano FROM st)")
     rows = await reader.all(
-        f"WITH {ag}, {stats}, {hot}, {best} SELECT st.ag_ano, {q.stats_columns()}, r.id, r.s, r.event_id, r.ts, "
-        "r.text FROM st LEFT JOIN LATERAL (SELECT b.id, b.s, b.mid, e.event_id, e.ts, e.text FROM best b "
-        f"JOIN ss_events e ON e.id = b.id WHERE b.ano = st.ag_ano) r ON true ORDER BY st.ag_ano, r.s, r.ts DESC, "
-        f"r.mid {MID}", params, last=True)
+        f"WITH {ag}, {stats}, {hot}, {best} SELECT st.ag_ano, true, {q.stats_columns()}, r.id, r.s, r.event_id, "
+        "r.ts, r.text FROM st LEFT JOIN LATERAL (SELECT b.id, b.s, b.mid, e.event_id, e.ts, e.text FROM best b "
+        f"JOIN ss_events e ON e.id = b.id WHERE b.ano = st.ag_ano) r ON true{light}", params, last=True)
     found: dict[int, tuple[int, frozenset[int], list[tuple]]] = {}
     by_ano = dict(zip(anos, caches, strict=True))
+    listing = 2 + HEAD_COLUMNS.index("listing")
     for row in rows:
         ano = row[0]
-        if ano not in found:
-            version, dirty, _ = q.remember(row[1:], by_ano[ano])
+        if ano not in found and row[1]:
+            version, dirty, _ = q.remember(row[2:], by_ano[ano])
             found[ano] = (version, dirty, [])
+        elif ano not in found:  # holds no row of the word: its light head
+            by_ano[ano].saw_listing(row[listing])
+            found[ano] = (row[2], frozenset(row[3]), [])
         if row[-5] is not None:
             found[ano][2].append(tuple(row[-5:]))
     return [found[ano] for ano in anos]
