@@ -11,7 +11,12 @@ the PostgreSQL pool is waited out); per store the process's open files (/proc/se
 highest seen while searching. `--concurrency 0` sends every agent's statement at once, what the
 code did before search_agents_concurrency. The built corpus is kept (bench/work/, a database
 named for N x M) so a second label measures the same data. Figures go under the label in
-bench/results/agents.json.
+bench/results/agents.json, with the load average before and after each store's searches (the
+machine is shared: a ratio means something only between runs at a like load).
+
+Before and after a change, side by side: run this script from a checkout of the old code with
+`--label before` (its bench/work linked to this one's), then here with `--label after`, one store
+at a time, alternating; then merge the old checkout's JSON under "before".
 """
 
 from __future__ import annotations
@@ -153,7 +158,9 @@ async def main() -> None:
         started = time.perf_counter()
         await build(settings, args.agents, args.messages)
         built_s = time.perf_counter() - started
+        load_before = os.getloadavg()[0]
         figures = await measure(settings, args.reps)
+        figures["load_avg_1m"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
         figures["build_s"] = round(built_s, 1)
         figures["reps"] = args.reps
         run[shape][store] = figures

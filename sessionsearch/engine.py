@@ -35,7 +35,7 @@ from .search.visibility import Viewer
 from .session_meta import check_meta
 from .settings import Settings
 from .store import backend_for
-from .store.base import AgentStore
+from .store.base import AgentStore, Match, Newest, TopHits
 from .values import check_name, check_stored_name, check_text
 
 log = structlog.get_logger("sessionsearch.engine")
@@ -119,6 +119,19 @@ class Engine:
         for agent_id in self.agent_ids_on_disk():
             await self.store(agent_id)
         return dict(self._stores)
+
+    async def _newest(self, agent_ids: list[str], deadline: float) -> dict[str, Newest]:
+        """The agents' Newest as committed now (a search of many agents orders and skips them by it)."""
+        stores = [await self.store(a) for a in agent_ids]
+        return dict(zip(agent_ids, await self.backend.newest(stores, deadline), strict=True))
+
+    async def _search_many(self, agent_ids: list[str], match: Match, *, k: int, order: str, exclude: list[int],
+                           role: str | None, since: int | None, until: int | None,
+                           deadline: float) -> list[TopHits] | None:
+        """Backend.search_top_many over these agents' stores."""
+        stores = [await self.store(a) for a in agent_ids]
+        return await self.backend.search_top_many(stores, match, k=k, order=order, exclude=exclude, role=role,
+                                                  since=since, until=until, deadline=deadline)
 
     def _meta_changed(self) -> None:
         self._catalog.invalidate()
@@ -219,7 +232,8 @@ class Engine:
             settings = settings.replace(search_time_limit_ms=time_limit_ms)
         return await run_search(req, settings=settings, catalog=self._catalog, open_store=self.store,
                                 enqueue=self.enqueue_reconcile, observe=self.observe_search,
-                                agent_facing=agent_facing)
+                                agent_facing=agent_facing, newest=self._newest,
+                                many=self._search_many)
 
     async def history(self, body: dict[str, Any] | None = None, /, *, restore: bool = True,
                       **fields: Any) -> dict[str, Any]:

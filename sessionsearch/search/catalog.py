@@ -9,11 +9,20 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ..store.base import AgentStore, SessionMeta, WindowMeta
+from ..store.base import AgentStore, Match, Newest, SessionMeta, TopHits, WindowMeta
 from .visibility import Catalog
 
 # an agent's store, opened on first use; raises NotFound for an agent without one
 StoreLookup = Callable[[str], Awaitable[AgentStore]]
+# the agents' Newest by agent id, read now, within a deadline (Backend.newest)
+NewestLookup = Callable[[list[str], float], Awaitable[dict[str, Newest]]]
+
+
+class ManyTop(Protocol):
+    def __call__(self, agent_ids: list[str], match: Match, *, k: int, order: str, exclude: list[int],
+                 role: str | None, since: int | None, until: int | None,
+                 deadline: float) -> Awaitable[list[TopHits] | None]:
+        """Backend.search_top_many over these agents' stores."""
 
 
 class ListingVersion(Protocol):

@@ -1,11 +1,15 @@
-"""Running a search: scope, one time-budgeted FTS statement per agent, merge, snippets, budgets."""
+"""Running a search: scope, one time-budgeted FTS statement per agent, merge, snippets, budgets.
+
+`recent` over many agents visits them newest first and stops once the hits in hand settle the
+answer (newest_first)."""
 
 from __future__ import annotations
 
 import asyncio
+import heapq
 import json
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -14,9 +18,9 @@ import structlog
 from ..errors import Forbidden, NotFound
 from ..keys import agent_of
 from ..settings import Settings
-from ..store.base import Match
+from ..store.base import Match, TopHits
 from ..store.rowids import wid_of
-from .catalog import CatalogCache, CatalogView, StoreLookup
+from .catalog import CatalogCache, CatalogView, ManyTop, NewestLookup, StoreLookup
 from .query import ParsedQuery, SearchRequest
 from .text import fold, redact, snippet
 from .visibility import Viewer
@@ -60,6 +64,71 @@ async def bounded(each: Callable[[S], Awaitable[R]], items: Sequence[S], limit: 
     if failed:
         raise failed[0]
     return answers
+
+
+A = TypeVar("A")
+
+
+VISITS_ALONE = 32  # agents newest_first searches one by one before it hands the rest to `rest`
+
+
+async def newest_first(each: Callable[[Scope], Awaitable[A]], scopes: list[Scope], *, newest: NewestLookup,
+                       versions: dict[str, int] | None, deadline: float, k: int, fanout: int,
+                       times: Callable[[A], Iterable[int]], passed: Callable[[Scope, set[int]], A],
+                       rest: Callable[[list[Scope]], Awaitable[list[A] | None]] | None = None,
+                       since: int | None = None, until: int | None = None) -> list[A]:
+    """`each` of the scopes for order "recent", the agents visited newest first (at most `fanout`
+    at once), none started once `k` items (`times`: the timestamps of an answer's items) are
+    newer than the newest message of every agent not visited yet; `passed(scope, dirty)` answers
+    for an agent not visited (nothing, its windows in scope needing reconciliation). Past
+    VISITS_ALONE agents, `rest` answers for all the others at once (None: it cannot). The time
+    range [`since`, `until`) bounds the hits too: an agent with no message since `since` is
+    passed over at once.
+
+    Exact: an agent passed over holds no message newer than its Newest bound, which is below the
+    k-th newest timestamp in hand, so none of its hits would rank among the first k (a hit as new
+    as the k-th could, by messageId: the bound must be beaten, not met). Raises MetaChanged for an
+    agent whose metadata moved, visited or not.
+    """
+    known = await newest([s.agent_id for s in scopes], deadline)
+    for scope in scopes:
+        if versions is not None and known[scope.agent_id].meta_version != versions.get(scope.agent_id):
+            raise MetaChanged(scope.agent_id)
+    bounds: dict[str, int | None] = {}  # the newest timestamp a hit of the agent may have
+    for scope in scopes:
+        bound = known[scope.agent_id].ts_max
+        if bound is not None and until is not None:
+            bound = min(bound, until - 1)
+        # an agent without a clean message (in the range) has no hit: passed over at once
+        bounds[scope.agent_id] = None if bound is None or (since is not None and bound < since) else bound
+    floor = -(1 << 63)
+    ordered = sorted(scopes, key=lambda s: -(bounds[s.agent_id] or floor))
+    newest_k: list[int] = []  # min-heap of the k newest timestamps in hand
+
+    def settled(scope: Scope) -> bool:
+        bound = bounds[scope.agent_id]
+        return bound is None or (len(newest_k) >= k and newest_k[0] > bound)
+
+    async def visit(scope: Scope) -> A:
+        if settled(scope):
+            return passed(scope, scope.wids.intersection(known[scope.agent_id].dirty))
+        answer = await each(scope)
+        for ts in times(answer):
+            if len(newest_k) < k:
+                heapq.heappush(newest_k, ts)
+            elif ts > newest_k[0]:
+                heapq.heapreplace(newest_k, ts)
+        return answer
+
+    alone, others = (ordered[:VISITS_ALONE], ordered[VISITS_ALONE:]) if rest is not None else (ordered, [])
+    answers = await bounded(visit, alone, fanout)
+    if rest is not None and others and not settled(others[0]):
+        together = await rest([s for s in others if bounds[s.agent_id] is not None])
+        if together is not None:
+            found = iter(together)
+            return answers + [passed(s, s.wids.intersection(known[s.agent_id].dirty))
+                              if bounds[s.agent_id] is None else next(found) for s in others]
+    return answers + await bounded(visit, others, fanout)
 
 
 class MetaChanged(Exception):
@@ -171,9 +240,11 @@ def plan_scopes(req: SearchRequest, viewer: Viewer, view: CatalogView, agents: l
 
 async def run_query(open_store: StoreLookup, catalog: CatalogCache, query: ParsedQuery, req: SearchRequest,
                     scopes: dict[str, Scope], versions: dict[str, int] | None, deadline: float,
-                    fanout: int = 4) -> Outcome:
-    """Top hits of one query over the scopes, at most `fanout` agents' statements at once; raises
-    MetaChanged when scoping went stale.
+                    fanout: int = 4, newest: NewestLookup | None = None, many: ManyTop | None = None) -> Outcome:
+    """Top hits of one query over the scopes, at most `fanout` agents' statements at once (by
+    `recent`, newest agents first while they may hold a hit: newest_first; by relevance over
+    whole agents, one search of them all where the backend has one: `many`); raises MetaChanged
+    when scoping went stale.
 
     `versions` None answers from the given scopes whatever the metadata now says.
     """
@@ -182,8 +253,38 @@ async def run_query(open_store: StoreLookup, catalog: CatalogCache, query: Parse
         return out
     k = req.limit + 1
     await check_empty_scopes(catalog, scopes, versions, deadline)
-    per_agent = await bounded(lambda scope: _agent_top(open_store, scope, query, req, k, versions, deadline),
-                              [scope for scope in scopes.values() if scope.wids], fanout)
+    todo = [scope for scope in scopes.values() if scope.wids]
+
+    async def each(scope: Scope) -> tuple[str, list[Hit], bool, set[int]]:
+        return await _agent_top(open_store, scope, query, req, k, versions, deadline)
+
+    per_agent: list[tuple[str, list[Hit], bool, set[int]]] | None = None
+    whole = many is not None and len(todo) > 1 and all(scope.include is None for scope in todo)
+
+    async def together(scopes: list[Scope]) -> list[tuple[str, list[Hit], bool, set[int]]] | None:
+        """The scopes' hits among the top k of them all, in one search (Backend.search_top_many);
+        None where the backend has none. The cut in run_query decides `more`."""
+        assert many is not None and query.match is not None
+        exclude = sorted({wid for scope in scopes for wid in scope.exclude})
+        tops = await many([scope.agent_id for scope in scopes], query.match, k=k, order=req.order, exclude=exclude,
+                          role=req.role, since=req.since, until=req.until, deadline=deadline)
+        if tops is None:
+            return None
+        found = []
+        for scope, top in zip(scopes, tops, strict=True):
+            agent_id, hits, _, dirty = _hits_of(scope, top, versions, k)
+            found.append((agent_id, hits, False, dirty))
+        return found
+
+    if req.order == "recent" and newest is not None and len(todo) > 1:
+        per_agent = await newest_first(each, todo, newest=newest, versions=versions, deadline=deadline, k=k,
+                                       fanout=fanout, times=lambda found: (h.ts for h in found[1]),
+                                       passed=lambda scope, dirty: (scope.agent_id, [], False, dirty),
+                                       rest=together if whole else None, since=req.since, until=req.until)
+    elif whole:
+        per_agent = await together(todo)
+    if per_agent is None:
+        per_agent = await bounded(each, todo, fanout)
     for agent_id, hits, more, dirty in per_agent:
         out.hits += hits
         out.more |= more
@@ -214,6 +315,13 @@ async def _agent_top(open_store: StoreLookup, scope: Scope, query: ParsedQuery, 
             reader, query.match, k=k, order=req.order, include=scope.include, exclude=scope.exclude, role=req.role,
             hot=query.hot_token, since=req.since, until=req.until)
     assert top is not None  # None only where `ties` is False
+    return _hits_of(scope, top, versions, k)
+
+
+def _hits_of(scope: Scope, top: TopHits, versions: dict[str, int] | None, k: int
+             ) -> tuple[str, list[Hit], bool, set[int]]:
+    """An agent's hits in scope, whether it had `k` or more, and its dirty windows in scope;
+    MetaChanged when its meta version is not the view's."""
     version, dirty, rows = top
     if versions is not None and version != versions.get(scope.agent_id):
         raise MetaChanged(scope.agent_id)
@@ -225,7 +333,7 @@ async def _agent_top(open_store: StoreLookup, scope: Scope, query: ParsedQuery, 
 
 async def run_sessions_query(open_store: StoreLookup, catalog: CatalogCache, query: ParsedQuery, req: SearchRequest,
                              scopes: dict[str, Scope], view: CatalogView, versions: dict[str, int] | None,
-                             deadline: float, fanout: int = 4) -> Outcome:
+                             deadline: float, fanout: int = 4, newest: NewestLookup | None = None) -> Outcome:
     """resultMode "sessions": the sessions in the order of their best hits, each with its hits in
     scope counted; raises MetaChanged as run_query does.
 
@@ -237,7 +345,8 @@ async def run_sessions_query(open_store: StoreLookup, catalog: CatalogCache, que
     if query.match is None:
         return out
     await check_empty_scopes(catalog, scopes, versions, deadline)
-    found = await _sessions_top(open_store, query.match, req, scopes, versions, deadline, query.hot_token, fanout)
+    found = await _sessions_top(open_store, query.match, req, scopes, versions, deadline, query.hot_token, fanout,
+                                newest)
     for agent_id, _, dirty in found:
         if dirty:
             out.dirty[agent_id] = dirty
@@ -249,9 +358,10 @@ async def run_sessions_query(open_store: StoreLookup, catalog: CatalogCache, que
 
 async def _sessions_top(open_store: StoreLookup, match: Match, req: SearchRequest,
                         scopes: dict[str, Scope], versions: dict[str, int] | None, deadline: float,
-                        hot: str | None = None, fanout: int = 4) -> list[tuple[str, list[SessionGroup], set[int]]]:
+                        hot: str | None = None, fanout: int = 4, newest: NewestLookup | None = None
+                        ) -> list[tuple[str, list[SessionGroup], set[int]]]:
     """Per agent in scope: its top `limit + 1` sessions and the dirty windows in scope (at most
-    `fanout` agents' statements at once)."""
+    `fanout` agents' statements at once; by `recent`, newest_first's agents)."""
     async def agent(scope: Scope) -> tuple[str, list[SessionGroup], set[int]]:
         store = await open_store(scope.agent_id)
         async with store.reader(deadline) as reader:
@@ -265,7 +375,14 @@ async def _sessions_top(open_store: StoreLookup, match: Match, req: SearchReques
                   for key, hits, best in rows if wid_of(best[0]) in scope.wids]
         return scope.agent_id, groups, scope.wids.intersection(dirty)
 
-    return await bounded(agent, [scope for scope in scopes.values() if scope.wids], fanout)
+    todo = [scope for scope in scopes.values() if scope.wids]
+    if req.order == "recent" and newest is not None and len(todo) > 1:
+        # a session's place is its best hit's: its newest, no newer than its agent's bound
+        return await newest_first(agent, todo, newest=newest, versions=versions, deadline=deadline,
+                                  k=req.limit + 1, fanout=fanout, times=lambda found: (g.best.ts for g in found[1]),
+                                  passed=lambda scope, dirty: (scope.agent_id, [], dirty), since=req.since,
+                                  until=req.until)
+    return await bounded(agent, todo, fanout)
 
 
 def render_sessions(settings: Settings, outcome: Outcome, query: ParsedQuery, view: CatalogView,
@@ -345,10 +462,12 @@ def fit(settings: Settings, response: dict[str, Any], flags: dict[str, Any], ite
 
 async def search(req: SearchRequest, *, settings: Settings, catalog: CatalogCache, open_store: StoreLookup,
                  enqueue: Enqueue, observe: Callable[[float, bool], None] | None = None,
-                 agent_facing: bool = False) -> dict[str, Any]:
+                 agent_facing: bool = False, newest: NewestLookup | None = None,
+                 many: ManyTop | None = None) -> dict[str, Any]:
     """Answer a parsed search: `open_store` looks an agent's store up, `enqueue` asks for the dirty
     windows met to be reconciled (False: the queue was not reached), `observe(seconds, indexing)`
-    is told each answer's latency."""
+    is told each answer's latency, `newest` reads the agents' Newest (None: every agent visited),
+    `many` searches many agents at once (Backend.search_top_many; None: each by itself)."""
     started = time.monotonic()
     deadline = started + settings.search_time_limit_ms / 1000
     sessions = req.result_mode == "sessions"
@@ -356,8 +475,9 @@ async def search(req: SearchRequest, *, settings: Settings, catalog: CatalogCach
 
     async def run(query: ParsedQuery, versions: dict[str, int] | None) -> Outcome:
         if sessions:
-            return await run_sessions_query(open_store, catalog, query, req, scopes, view, versions, deadline, fanout)
-        return await run_query(open_store, catalog, query, req, scopes, versions, deadline, fanout)
+            return await run_sessions_query(open_store, catalog, query, req, scopes, view, versions, deadline, fanout,
+                                            newest)
+        return await run_query(open_store, catalog, query, req, scopes, versions, deadline, fanout, newest, many)
 
     targets = {agent_of(key) for key in req.session_keys or ()} | ({req.agent_id} if req.agent_id else set())
     for attempt in range(4):

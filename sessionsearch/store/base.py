@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -182,6 +182,16 @@ class TopHits(NamedTuple):
     meta_version: int
     dirty: frozenset[int]  # windows needing reconciliation (never matched)
     hits: list[RowHit]
+
+
+class Newest(NamedTuple):
+    """What a search of many agents orders them by and passes them over with (search/runner.py):
+    the meta version, a bound on the timestamps of every message of the clean hot windows (None:
+    no such message, so no hit), and the windows needing reconciliation, read now."""
+
+    meta_version: int
+    ts_max: int | None
+    dirty: frozenset[int]
 
 
 class SessionTop(NamedTuple):
@@ -417,6 +427,18 @@ class Backend(Protocol):
 
     async def open_store(self, agent_id: str, *, create: bool = False) -> AgentStore[Any]:
         """Open an agent's store, creating it when `create`; raises NotFound when it has none."""
+
+    async def search_top_many(self, stores: Sequence[AgentStore[Any]], match: Match, *, k: int, order: str,
+                              exclude: list[int], role: str | None, since: int | None, until: int | None,
+                              deadline: float) -> list[TopHits] | None:
+        """By `order` over whole agents (less the windows in `exclude`): per store, its meta
+        version, dirty windows and those of its hits that are among the top `k` of all the
+        stores', as each store's search_top scores them; None where the backend has no such
+        search (then each store is searched by itself)."""
+
+    async def newest(self, stores: Sequence[AgentStore[Any]], deadline: float) -> list[Newest]:
+        """Each store's Newest, in their order, as committed now (cheap for many stores at once:
+        PostgreSQL reads them in one statement, SQLite answers unchanged files from memory)."""
 
     async def check_ready(self) -> None:
         """Raise Unavailable unless writes can be stored now (each agent's store answers `ping`)."""

@@ -18,18 +18,30 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, cast
 
 import psycopg
 
 from ...errors import NotFound, Unavailable
 from ...settings import Settings
+from ..base import AgentStore, Match, Newest, RowHit, TopHits
 from ..urls import redact
 from .db import CONNECT_TIMEOUT_S, Db, connect_kwargs, unavailable
+from .lexemes import read_text
 from .schema import LATEST, migrate, migrate_connection, schema_version
+from .search import Query
+from .search_many import search_many
 from .store import PgAgentStore
 from .terms import FRESH_LIMIT
+
+# each agent's meta version, the bound on its clean hot windows' index rows' timestamps (ts_max,
+# migration 3; NULL when none holds a row: the column's floor), its windows needing
+# reconciliation, and the listing's version
+NEWEST_SQL = ("SELECT a.ano, a.meta_version, (SELECT nullif(max(w.ts_max), -9223372036854775808) "
+              "FROM ss_windows w WHERE w.ano = a.ano AND w.needs_rebuild = 0 AND w.cold = 0), "
+              "ARRAY(SELECT w.wid FROM ss_windows w WHERE w.ano = a.ano AND w.needs_rebuild = 1), "
+              "(SELECT coalesce(max(ano), 0) FROM ss_agents) FROM ss_agents a WHERE a.ano = ANY(%s::bigint[])")
 
 POOL_SIZE = 10  # connections per process at most (docs/postgres.md)
 RETRY_S = 1.0  # after a failed listing read, the cached listing is answered this long
@@ -149,6 +161,36 @@ class PgBackend:
         self._agents[agent_id] = ano
         return PgAgentStore(self.db, agent_id, ano, listing_seen=self.listing_seen,
                             reconcile_slots=self.settings.reconcile_slots)
+
+    async def search_top_many(self, stores: Sequence[AgentStore[Any]], match: Match, *, k: int, order: str,
+                              exclude: list[int], role: str | None, since: int | None, until: int | None,
+                              deadline: float) -> list[TopHits] | None:
+        """One statement for every store (search_many.py)."""
+        pg = [cast(PgAgentStore, store) for store in stores]
+        q = Query(match)
+        if not q.lexemes:  # nothing to match: the stores' own search reads their heads
+            return None
+        at = time.monotonic()
+        async with self.db.reader(deadline) as reader:
+            found = await search_many(reader, [s.ano for s in pg], [s.dfs for s in pg], q, k=k, order=order,
+                                      exclude=exclude,
+                                      role=role, since=since, until=until)
+        self.listing_seen(max(s.dfs.listing for s in pg), at)
+        return [TopHits(version, dirty, [RowHit(h[0], h[1], h[2], h[3], read_text(h[4])) for h in hits])
+                for version, dirty, hits in found]
+
+    async def newest(self, stores: Sequence[AgentStore[Any]], deadline: float) -> list[Newest]:
+        """Every store's Newest in one statement (the listing's version with it, as a search's)."""
+        anos = [cast(PgAgentStore, store).ano for store in stores]
+        if not anos:
+            return []
+        at = time.monotonic()
+        async with self.db.reader(deadline) as reader:
+            rows = await reader.all(NEWEST_SQL, (anos,), last=True)
+        found = {ano: Newest(version, ts_max, frozenset(dirty)) for ano, version, ts_max, dirty, _ in rows}
+        if rows:
+            self.listing_seen(rows[0][4], at)
+        return [found[ano] for ano in anos]
 
     async def check_ready(self) -> None:
         async def ping(conn) -> None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from ..base import Match
@@ -113,6 +114,7 @@ class DfCache:
 HEAD_ARGS = ("%(ano)s, %(hv)s::bigint, %(he)s::bigint, %(ha)s::text, %(hc)s::text[], %(hn)s::bigint, %(ht)s::bigint, "
              "%(hw)s::bigint, %(hg)s::numeric")
 HEAD = f"SELECT * FROM ss_search_head({HEAD_ARGS})"
+CACHED = ("", "v", "w", "g", "e")  # a phrase's cached count, then its index state: version, windows, gen, epoch
 HEAD_COLUMNS = ("version", "dirty", "rows", "tokens", "windows", "gen", "epoch", "listing", "at", "recent")
 
 
@@ -152,19 +154,35 @@ class Query:
         cached count while the index state it was counted at holds, else counted now, from the
         postings for a word or prefix they hold: schema migration 10's ss_search_stats), N (n),
         avgdl and each phrase's idf (idf0, …), computed as FTS5 computes them."""
-        self.params.update(head_params(ano, cache), fresh_limit=FRESH_LIMIT)
+        self.params.update(head_params(ano, cache))
+        for i, cached in enumerate(self.cached_dfs(cache)):
+            self.params.update({f"c{i}{field}": value for field, value in zip(CACHED, cached)})
+        return self.stats_cte(HEAD_ARGS, lambda name: f"%({name})s")
+
+    def cached_dfs(self, cache: DfCache) -> list[tuple]:
+        """Per phrase, the count `cache` kept and the index state it was counted at (CACHED's
+        fields; NULLs when none); sets the phrases' tsquery texts and postings keys (q0, p0, …)."""
+        self.params["fresh_limit"] = FRESH_LIMIT
+        out = []
         for i, phrase in enumerate(self.phrases):
             self.params[f"p{i}"] = self._postings_key(i)
             q = self.params[f"q{i}"] = tsquery_text([phrase], self._is_prefix(i))
             state, df = cache.get(q) or ((None, None, None, None), None)
-            self.params.update({f"c{i}": df, f"c{i}v": state[0], f"c{i}w": state[1], f"c{i}g": state[2],
-                                f"c{i}e": state[3]})
+            out.append((df, *state))
+        return out
 
-        def array(param: str, kind: str) -> str:  # one value a phrase: scalars bind for a tenth of a list's cost
-            return f"ARRAY[{', '.join(f'%({param.format(i)})s::{kind}' for i in range(len(self.phrases)))}]::{kind}[]"
-        call = (f"ss_search_stats({HEAD_ARGS}, {array('q{}', 'text')}, {array('c{}', 'bigint')}, "
+    def stats_cte(self, head_args: str, cached: Callable[[str], str], source: str = "", keep: str = "") -> str:
+        """stats_sql's `st` from the head's arguments and each cached count's SQL (`cached` of
+        its parameter's name: c0, c0v, …), the function read from `source` (a FROM list ending
+        in a comma or a lateral join), with `keep` (columns and a comma) before the head's."""
+        def array(param: str, kind: str, fixed: bool = False) -> str:  # one value a phrase: scalars
+            # bind for a tenth of a list's cost
+            return "ARRAY[" + ", ".join(
+                f"{(f'%({param.format(i)})s' if fixed else cached(param.format(i)))}::{kind}"
+                for i in range(len(self.phrases))) + f"]::{kind}[]"
+        call = (f"ss_search_stats({head_args}, {array('q{}', 'text', True)}, {array('c{}', 'bigint')}, "
                 f"{array('c{}v', 'bigint')}, {array('c{}w', 'bigint')}, {array('c{}g', 'numeric')}, "
-                f"{array('c{}e', 'bigint')}, {array('p{}', 'text')}, %(fresh_limit)s::bigint)")
+                f"{array('c{}e', 'bigint')}, {array('p{}', 'text', True)}, %(fresh_limit)s::bigint)")
         dfs = ", ".join(f"f.dfs[{i + 1}] AS df{i}" for i in range(len(self.phrases)))
         idfs = []
         for i in range(len(self.phrases)):
@@ -175,7 +193,7 @@ class Query:
         head = ", ".join(f"f.{c}" for c in HEAD_COLUMNS)
         return ("st AS MATERIALIZED (SELECT c.*, CASE WHEN n > 0 THEN tokens::float8 / n::float8 ELSE 1.0::float8 "
                 f"END AS avgdl, {', '.join(idfs)} "
-                f"FROM (SELECT d.*, {n} FROM (SELECT {head}, {dfs} FROM {call} f) d) c)")
+                f"FROM (SELECT d.*, {n} FROM (SELECT {keep}{head}, {dfs} FROM {source}{call} f) d) c)")
 
     def stats_columns(self, st: str = "st") -> str:
         """The columns of `st` a statement returns for `remember` (the head's first)."""
@@ -240,12 +258,13 @@ class Query:
 
 
 def scope_sql(include: list[int] | None, exclude: list[int] | None, role: str | None, since: int | None,
-              until: int | None, params: dict[str, Any], m: str = "m", st: str = "st") -> list[str]:
+              until: int | None, params: dict[str, Any], m: str = "m", st: str = "st", ano: str = "%(ano)s"
+              ) -> list[str]:
     """Conditions on the index rows `m` for a search's scope: not in the windows needing
     reconciliation (`st.dirty`, read in the same statement; cold windows have no index rows), the
     windows in or out, the role bit, the time range. No join with the windows: with statistics
     not yet analyzed (a fresh import) the planner would walk the word once per window."""
-    where = [f"{m}.ano = %(ano)s", f"NOT ({m}.wid = ANY({st}.dirty))"]
+    where = [f"{m}.ano = {ano}", f"NOT ({m}.wid = ANY({st}.dirty))"]
     if include is not None:
         where.append(f"{m}.wid = ANY(%(incl)s::bigint[])")
         params["incl"] = list(include)

@@ -49,6 +49,11 @@ class PgAgentStore:
         self._reconcile = Reconciler(ano, reconcile_slots)
         self._dfs = DfCache()
 
+    @property
+    def dfs(self) -> DfCache:
+        """What this store's searches keep between them (a search of many agents reads and fills it)."""
+        return self._dfs
+
     async def close(self) -> None:
         """Nothing of its own to release: the pool is the backend's."""
 

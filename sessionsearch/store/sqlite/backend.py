@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ...errors import NotFound, Unavailable
 from ...keys import AGENT_ID_RE
 from ...settings import Settings
+from ..base import AgentStore, Match, Newest, TopHits
 from .schema import MIGRATIONS
 from .store import SqliteAgentStore
 
@@ -56,6 +57,16 @@ class SqliteBackend:
                                       quiet_mmap_bytes=s.reader_quiet_mmap_mb << 20,
                                       rows_in_sql=self.rows_in_sql,
                                       cold_dir=self.data_dir / "cold" / agent_id).open()
+
+    async def search_top_many(self, stores: Sequence[AgentStore[Any]], match: Match, *, k: int, order: str,
+                              exclude: list[int], role: str | None, since: int | None, until: int | None,
+                              deadline: float) -> list[TopHits] | None:
+        """None: a database per agent, so each store is searched by itself."""
+        return None
+
+    async def newest(self, stores: Sequence[AgentStore[Any]], deadline: float) -> list[Newest]:
+        """Store by store: those whose files are unchanged answer without a read (newest.py)."""
+        return [await cast(SqliteAgentStore, store).newest(deadline) for store in stores]
 
     async def check_ready(self) -> None:
         if not self.folder.is_dir() or not os.access(self.folder, os.W_OK):

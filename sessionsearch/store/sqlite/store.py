@@ -31,6 +31,7 @@ from ..base import (
     Match,
     MessageRow,
     MetaSnapshot,
+    Newest,
     ReconcileTx,
     RowHit,
     SessionMeta,
@@ -43,6 +44,7 @@ from ..base import (
 from ..rowids import row_id, seq_sql, window_ranges
 from . import reconcile
 from .fts import fts5_match
+from .newest import NEWEST_SQL, NewestKept
 from .postings import MAX_WORDS, MIN_DOCS, MIN_SHARE, batches, common_words, hot_top, read_postings
 from .postings_build import BUILT_ROWS_KEY, built_rows, postings_due, prefix_upkeep_at, words_to_build
 from .prefixes import PrefixTop, is_prefix_query, read_fold, read_prefixes
@@ -111,6 +113,7 @@ class SqliteAgentStore:
         self._hot_seen: tuple[int | None, frozenset[str]] = (None, frozenset())
         self._recent_scores = RecentScores()
         self._prefix_top = PrefixTop()
+        self._newest = NewestKept(self.path)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -304,6 +307,16 @@ class SqliteAgentStore:
 
     async def ping(self, reader: _Reader) -> None:
         await _fetch(reader.conn, "SELECT 1 FROM windows LIMIT 1")
+
+    async def newest(self, deadline: float = math.inf) -> Newest:
+        """The agent's Newest (store/base.py), from memory while its files are unchanged (newest.py)."""
+        at = time.time()
+        stamp, kept = self._newest.stamp()
+        if kept is not None:
+            return kept
+        async with self.reader(deadline) as reader:
+            rows = await _fetch(reader.conn, NEWEST_SQL)
+        return self._newest.read(stamp, at, rows[0])
 
     async def meta_version(self, reader: _Reader) -> int:
         return (await _fetch(reader.conn, "SELECT value FROM meta WHERE key = 'meta_version'"))[0][0]

@@ -1,0 +1,85 @@
+"""A relevance search of many agents on PostgreSQL is one statement of them all (store/postgres/
+search_many.py): each hit scored exactly as its agent's own search scores it (BM25 over that
+agent's corpus, to the last bit), the answer exactly the merge of every agent's full answer, ties
+through the cut included, and every agent's head read (windows needing reconciliation)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from sessionsearch.store.base import Match
+from sessionsearch.store.postgres import search_many
+from sessionsearch.store.postgres.search import Query
+
+from ..helpers import BASE_TS, engine_at, timed
+
+AGENTS = [f"b{i:02d}" for i in range(16)]
+WORDS = ["amber", "birch", "cedar", "delta", "ember"]
+
+
+@pytest.mark.parametrize("order", ["relevance", "recent"])
+async def test_each_hit_scores_as_its_agents_own_search_to_the_last_bit(pg, order):
+    rnd = random.Random(28)
+    async with engine_at(pg) as engine:
+        ts = BASE_TS
+        for agent in AGENTS:  # corpora of different sizes and lengths: each agent its own N, avgdl, df
+            items = []
+            for _ in range(rnd.randint(3, 30)):
+                ts += 1000
+                words = [w for w in WORDS if rnd.random() < 0.4] + ["pad"] * rnd.randint(0, 12)
+                rnd.shuffle(words)
+                items.append(("user", " ".join(words) or "pad", ts))
+            await engine.append(f"agent:{agent}:main", timed(f"{agent}m", items))
+        stores = [await engine.store(a) for a in AGENTS]
+        for match in [Match(("amber",)), Match(("birch", "cedar")), Match(("de",), prefix=True),
+                      Match(("cedar", "em"), prefix=True), Match(("amber birch",))]:
+            await engine.backend.search_top_many(stores, match, k=200, order=order, exclude=[], role=None,
+                                                 since=None, until=None, deadline=math.inf)
+            # again, with every agent's counts kept: a word this rare reads `st` for its holders only
+            assert search_many._rare(Query(match), [s.dfs for s in stores])
+            many = await engine.backend.search_top_many(stores, match, k=200, order=order, exclude=[], role=None,
+                                                        since=None, until=None, deadline=math.inf)
+            assert many is not None
+            found = 0
+            for store, top in zip(stores, many, strict=True):
+                async with store.reader() as reader:
+                    own = await store.search_top(reader, match, k=200, order=order, include=None,
+                                                 exclude=None, role=None)
+                assert sorted((h.row_id, h.score, h.message_id, h.ts, h.text) for h in top.hits) == sorted(
+                    (h.row_id, h.score, h.message_id, h.ts, h.text) for h in own.hits), (match, store.agent_id)
+                assert top.meta_version == own.meta_version and top.dirty == own.dirty
+                found += len(top.hits)
+            assert found >= (1 if " " in match.words[0] else len(AGENTS)), match  # the words are in many agents
+
+
+async def test_tied_scores_across_agents_are_cut_by_timestamp_then_message_id(pg):
+    async with engine_at(pg) as engine:
+        for i, agent in enumerate(AGENTS):  # the same corpus in every agent: the same scores
+            items = [("user", "quartz " + "filler " * j, BASE_TS + (i % 4) * 1000 + j) for j in range(3)]
+            items += [("assistant", "other words here", BASE_TS + 10_000 + j) for j in range(6)]
+            await engine.append(f"agent:{agent}:main", timed(f"m{99 - i}x", items))
+        merged = []
+        for agent in AGENTS:
+            own = await engine.search(query="quartz", agentId=agent, limit=25)
+            merged += own["results"]
+        merged.sort(key=lambda h: (-h["score"], -h["timestamp"], h["messageId"]))
+        assert len({h["score"] for h in merged}) == 3  # three scores, each shared by every agent
+        for limit in (1, 3, 4, 5, 17, 25):
+            every = await engine.search(query="quartz", limit=limit)
+            assert every["results"] == merged[:limit], limit
+            assert every.get("truncated", False) == (len(merged) > limit)
+
+
+async def test_a_search_of_many_agents_reports_every_agents_windows_needing_reconciliation(pg):
+    async with engine_at(pg) as engine:
+        for agent in AGENTS[:5]:
+            await engine.append(f"agent:{agent}:main", timed(f"{agent}m", [("user", "signal", BASE_TS)]))
+        await engine.append("agent:b15:imported", timed("i", [("user", "signal fresh", BASE_TS)]), index=False)
+        for _ in range(2):  # the second with the counts kept: b15, holding no row, has a light head
+            answer = await engine.search(query="signal", limit=2)
+            assert len(answer["results"]) == 2 and answer["truncated"] is True
+            assert answer["indexing"] is True
+        assert (await engine.pending())["b15"]
