@@ -74,10 +74,15 @@ EVENT = {"type": "object", "required": ["type"], "description": "a transcript ro
                    _when("reset", {"properties": {"firstKeptEntryId": NULLABLE_STRING,
                                                   "reason": {"enum": [*sorted(RESET_REASONS), None]}}})]}
 
+MODES = ("keyword", "semantic", "hybrid")
+MEANING_MODES = ("semantic", "hybrid")  # the modes that read the meaning index (SPEC §4 `mode`)
 HIT = {"type": "object", "required": ["sessionKey", "sessionId", "messageId", "role", "timestamp", "snippet", "score"],
        "properties": {"sessionKey": {"type": "string"}, "sessionId": {"type": "string"},
                       "messageId": {"type": "string"}, "role": {"enum": ["user", "assistant"]},
-                      "timestamp": {"type": "integer"}, "snippet": {"type": "string"}, "score": {"type": "number"}}}
+                      "timestamp": {"type": "integer"}, "snippet": {"type": "string"}, "score": {"type": "number"},
+                      "matchedBy": {"type": "array", "minItems": 1, "maxItems": 2, "uniqueItems": True,
+                                    "items": {"enum": ["keyword", "semantic"]},
+                                    "description": "with mode semantic or hybrid: how the hit was found"}}}
 SESSION_RESULT = {"type": "object", "required": ["sessionKey", "sessionId", "label", "hits", "best"],
                   "properties": {"sessionKey": {"type": "string"}, "sessionId": {"type": "string"},
                                  "label": NULLABLE_STRING, "hits": {"type": "integer", "minimum": 1}, "best": HIT}}
@@ -115,8 +120,14 @@ SEARCH_REQUEST = {
             "since": _nullable({**INSTANT, "description": "hits at or after this time; " + INSTANT["description"]}),
             "until": _nullable({**INSTANT, "description": "hits before this time, which must be later than since; "
                                                           + INSTANT["description"]}),
-            "resultMode": {"enum": ["messages", "sessions"]}}),
+            "resultMode": {"enum": ["messages", "sessions"]},
+            "mode": {"enum": list(MODES), "description": (
+                "keyword (default): the words; semantic: the meaning of the query, no word needing to match; "
+                "hybrid: both, fused by reciprocal rank")}}),
     "oneOf": [{"required": ["query"]}, {"required": ["queries"]}],
+    # order "recent" is for keyword search only
+    "not": {"required": ["order", "mode"],
+            "properties": {"order": {"const": "recent"}, "mode": {"enum": list(MEANING_MODES)}}},
 }
 HISTORY_REQUEST = {
     **_obj({"sessionKey": SESSION_KEY, "limit": _limit(1000),
@@ -194,11 +205,15 @@ RESPONSES: dict[str, dict[str, Any]] = {
                          "properties": {"sessionKey": {"type": "string"}, "restoredWindows": {"type": "integer"}}},
     "index.status": {"type": "object", "required": ["agents"], "properties": {"agents": {"type": "array", "items": {
         "type": "object", "required": ["agentId", "windows", "indexedWindows", "backlog", "messages", "indexedMessages",
-                                       "completeness"],
+                                       "completeness", "embeddedMessages", "embeddingBacklog"],
         "properties": {"agentId": {"type": "string"}, "windows": {"type": "integer"},
                        "indexedWindows": {"type": "integer"}, "backlog": {"type": "integer"},
                        "messages": {"type": "integer"}, "indexedMessages": {"type": "integer"},
-                       "completeness": {"type": "number", "minimum": 0, "maximum": 1}}}}}},
+                       "completeness": {"type": "number", "minimum": 0, "maximum": 1},
+                       "embeddedMessages": {"type": "integer", "minimum": 0,
+                                            "description": "messages with an embedding of the current model"},
+                       "embeddingBacklog": {"type": "integer", "minimum": 0,
+                                            "description": "messages waiting for one"}}}}}},
 }
 
 METHODS = tuple(REQUESTS)
