@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from functools import partial
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -117,10 +118,9 @@ async def embed_window(store: AgentStore[Any], embedder: Embedder, wid: int, *, 
                 raise
             q, scale = quantize(vectors)
             made = [Embedded(r.rid, r.ts, float(s), v.tobytes()) for r, s, v in zip(rows, scale, q)]
-            after = rows[-1].rid
             ours, rows = await store.reconcile_tx(
-                lambda tx, made=made, after=after: _store_and_read(tx, wid, token, lease_s, mno, made, after,
-                                                                   batch_rows))
+                partial(_store_and_read, wid=wid, token=token, lease_s=lease_s, mno=mno, rows=made,
+                        after=rows[-1].rid, limit=batch_rows))
             if observe is not None:
                 observe("stored" if ours else "lost", time.monotonic() - batch_started, len(made))
             if not ours:
