@@ -55,9 +55,11 @@ class Engine:
     """Sessions, transcripts, search and history over one data dir."""
 
     def __init__(self, data_dir: str | Path | None = None, *, settings: Settings | None = None,
-                 enqueuer: Enqueuer | None = None, reconcile_rows_in_sql: bool = False) -> None:
+                 enqueuer: Enqueuer | None = None, reconcile_rows_in_sql: bool = False,
+                 embedder: Embedder | None = None) -> None:
         """`reconcile_rows_in_sql`: reconciliation inserts index rows with one INSERT … SELECT
-        (what a worker process's engine uses)."""
+        (what a worker process's engine uses). `embedder`: the meaning index's, instead of the one
+        the settings name (loaded on first use)."""
         self.settings = settings or Settings()
         self.data_dir = Path(data_dir if data_dir is not None else self.settings.data_dir)
         self.backend = backend_for(self.settings, data_dir=self.data_dir, rows_in_sql=reconcile_rows_in_sql)
@@ -68,7 +70,7 @@ class Engine:
         self.search_observer: Callable[[float, bool], None] | None = None
         self.gate = CredentialGate.from_settings(self.settings)  # what a scoped token may hold at once
         # the meaning index: the embedder, loaded on first use, and the vectors searches hold
-        self._embedder: Embedder | None = None
+        self._embedder: Embedder | None = embedder
         self._embedder_lock = asyncio.Lock()
         self._vectors = Vectors()
         # the embed job's enqueue: the queue's (queue/actors.py) when the reconcile enqueuer is its

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import time
 import uuid
-from functools import partial
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
