@@ -41,7 +41,9 @@ def settled(server: Server, body: dict, path: str = "/v1/sessions.search") -> di
 
 @pytest.fixture
 def store_server(backend, tmp_path):
-    srv = Server(tmp_path / "srv", tmp_path / "server.log", **backend.env())
+    """A real server over SQLite files or PostgreSQL (the `backend` fixture)."""
+    env = {k: v for k, v in backend.env().items() if k != "SESSIONSEARCH_DATA_DIR"}
+    srv = Server(backend.data_dir / "data", tmp_path / "server.log", **env)
     yield srv
     assert srv.stop() == 0
     log = srv.log_path.read_text()
@@ -156,7 +158,7 @@ async def test_mcp_offers_mode_with_when_to_use_which_and_answers_by_meaning(tmp
     async with stdio(tmp_path) as client:
         tool = next(t for t in (await client.list_tools()).tools if t.name == "sessions_search")
         mode = tool.input_schema["properties"]["mode"]
-        assert mode["type"] == "string" and mode["enum"] == ["keyword", "semantic", "hybrid"]
+        assert mode["enum"] == ["keyword", "semantic", "hybrid"]
         for advice in ("names, ids and quotes", "what did we discuss about", "the words may differ"):
             assert advice in mode["description"], mode["description"]
         assert "matchedBy" in tool.description and 'mode "hybrid"' in tool.description

@@ -57,7 +57,8 @@ def test_status_shows_backlog_and_completeness(tmp_path):
     _seed(tmp_path)
     status = json.loads(_cli("status", "--json", data_dir=tmp_path).stdout)
     assert status["agents"] == [{"agentId": "main", "windows": 1, "indexedWindows": 1, "backlog": 0,
-                                 "messages": 2, "indexedMessages": 2, "completeness": 1.0}]
+                                 "messages": 2, "indexedMessages": 2, "completeness": 1.0,
+                                 "embeddedMessages": 0, "embeddingBacklog": 2}]  # no worker has embedded them
 
 
 def test_the_store_flags_are_the_same_on_every_command_that_opens_a_store():
