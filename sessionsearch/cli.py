@@ -100,7 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     command("migrate", "apply the store's schema migrations now (PostgreSQL, or every agent database under the "
             "data dir) and print the versions", STORE, OUTPUT)
 
-    p = command("reconcile", "reconcile every window that needs it, now, in this process", STORE, OUTPUT)
+    p = command("reconcile", "reconcile every window that needs it, and embed what waits for the meaning index, "
+                "now, in this process", STORE, OUTPUT)
     p.add_argument("--agent", dest="agentId")
 
     p = command("optimize", "build postings that answer one-word searches for common words fast", STORE,
@@ -220,13 +221,17 @@ async def _optimize(args: argparse.Namespace, engine: Engine) -> None:
 
 async def _reconcile(args: argparse.Namespace, engine: Engine) -> None:
     outcomes = await engine.reconcile_pending(args.agentId, progress=Progress("reconciling"))
+    # then the meaning index, over the rows reconciliation just published: a search by meaning after
+    # `import` and `reconcile` is complete without a worker
+    embedded = await engine.embed_pending(args.agentId)
     status = await engine.index_status(args.agentId)
 
     def human(result: dict[str, Any]) -> None:
         print("reconciled: " + (", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())) or "nothing to do"))
+        print("meaning index: " + (", ".join(f"{k} {v}" for k, v in sorted(embedded.items())) or "nothing to embed"))
         _print_status(result)
 
-    _emit(args, {"outcomes": outcomes, **status}, human)
+    _emit(args, {"outcomes": outcomes, "embedOutcomes": embedded, **status}, human)
 
 
 def _migrate(args: argparse.Namespace) -> int:

@@ -161,3 +161,16 @@ def test_status_shows_how_many_messages_are_embedded_and_waiting(tmp_path):
     head, row = _cli("status", data_dir=tmp_path).stdout.splitlines()[:2]
     assert head.split()[-3:] == ["embedded", "to", "embed"]
     assert row.split()[0] == "main" and row.split()[-2:] == ["2", "0"]
+
+
+def test_reconcile_also_embeds_so_a_search_by_meaning_is_complete_without_a_worker(tmp_path):
+    _seed(tmp_path)  # appended without a worker: indexed, not yet embedded
+    waiting = json.loads(_cli("search", "--mode", "semantic", "--json", "is the loan approved", data_dir=tmp_path).stdout)
+    assert waiting["indexing"] is True and waiting["results"] == []
+    run = _cli("reconcile", data_dir=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines()[:2] == ["reconciled: nothing to do", "meaning index: embedded 1"]
+    done = json.loads(_cli("search", "--mode", "semantic", "--json", "is the loan approved", data_dir=tmp_path).stdout)
+    assert "indexing" not in done and done["results"][0]["messageId"] == "m2"
+    again = json.loads(_cli("reconcile", "--json", data_dir=tmp_path).stdout)
+    assert again["embedOutcomes"] == {} and again["agents"][0]["embeddingBacklog"] == 0
