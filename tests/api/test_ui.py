@@ -355,6 +355,7 @@ def test_search_by_meaning_shows_how_each_hit_was_found_and_the_embedding_progre
     page.locator("#q").fill("monthly payment")
     page.locator("#q").press("Enter")
     expect(page.locator("#results .hit").first.locator(".badge.matched")).to_have_text("by words + meaning")
+    shot(page, "meaning")
     page.select_option("#mode", "keyword")
     expect(page.locator("#results .hit")).to_have_count(1)
     expect(page.locator("#results .badge.matched")).to_have_count(0)
