@@ -138,6 +138,8 @@ def test_search_by_meaning_prints_how_each_hit_was_found(tmp_path):
     assert [(h["messageId"], h["matchedBy"]) for h in machine["results"]][:1] == [("m2", ["semantic"])]
     both = _cli("search", "--mode", "hybrid", "monthly", "payment", data_dir=tmp_path).stdout
     assert "by keyword+semantic" in both.splitlines()[0]
+    sessions = _cli("search", "--mode", "hybrid", "--sessions", *QUESTION.split(), data_dir=tmp_path).stdout
+    assert sessions.startswith(" 1. agent:main:main  1 hit(s), best ") and "[s1 / m2]  by semantic\n" in sessions
     plain = _cli("search", "monthly", "payment", data_dir=tmp_path).stdout
     assert "[s1 / m2]" in plain and " by " not in plain.splitlines()[0]  # keyword output as it always was
 
