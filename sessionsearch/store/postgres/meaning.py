@@ -30,7 +30,14 @@ class PgEmbedTx:
         """The transaction's clock (epoch s): PgReconcileTx's."""
         raise NotImplementedError
 
+    async def _derived(self) -> None:
+        """Commit without waiting for the WAL flush: embeddings are derived data, and a crash that
+        loses the last few such commits loses them whole (needs_embed with them), in order; their
+        windows are embedded again. Each job's transactions otherwise wait a disk flush apiece."""
+        await self.conn.execute("SET LOCAL synchronous_commit = off")
+
     async def embed_model(self, model: str, dimensions: int) -> int:
+        await self._derived()
         await self.conn.execute("INSERT INTO ss_embed_models (model, dims) VALUES (%s, %s) ON CONFLICT (model) "
                                 "DO NOTHING", (model, dimensions))
         row = await one(self.conn, "SELECT mno FROM ss_embed_models WHERE model = %s", (model,))
@@ -71,6 +78,7 @@ class PgEmbedTx:
 
     async def store_embeddings(self, wid: int, token: str, lease_s: float, model_no: int,
                                rows: list[Embedded]) -> bool:
+        await self._derived()
         if await one(self.conn, "UPDATE ss_windows SET embed_expires_at = %s WHERE wid = %s AND embed_token = %s "
                                 "RETURNING 1", (await self.now() + lease_s, wid, token)) is None:
             return False
