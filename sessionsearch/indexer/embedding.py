@@ -56,7 +56,7 @@ def checked(vectors: Any, rows: int, dimensions: int) -> npt.NDArray[np.float32]
 
 @dataclass(slots=True)
 class EmbedResult:
-    outcome: str  # "embedded", "clean", "busy", "missing", "cold", "lost", "stopped", "failed"
+    outcome: str  # "embedded", "clean", "busy", "missing", "cold", "incognito", "lost", "stopped"
     rows: int = 0
     batches: int = 0
     seconds: float = 0.0
@@ -99,7 +99,7 @@ async def embed_window(store: AgentStore[Any], embedder: Embedder, wid: int, *, 
     claim, mno, rows = await store.reconcile_tx(
         lambda tx: _claim_and_read(tx, wid, token, lease_s, model, dims, batch_rows))
     result = EmbedResult({EmbedClaim.CLAIMED: "clean", EmbedClaim.BUSY: "busy", EmbedClaim.MISSING: "missing",
-                          EmbedClaim.COLD: "cold"}[claim])
+                          EmbedClaim.COLD: "cold", EmbedClaim.INCOGNITO: "incognito"}[claim])
     if claim != EmbedClaim.CLAIMED:
         return _done(store, wid, result, started)
     try:

@@ -227,6 +227,7 @@ class EmbedClaim(StrEnum):
     BUSY = "busy"  # another embed job's lease is live
     MISSING = "missing"
     COLD = "cold"
+    INCOGNITO = "incognito"  # never embedded: its text goes to no embedder, and it never answers
 
 
 class PendingRow(NamedTuple):

@@ -196,7 +196,9 @@ async def test_deleted_incognito_and_archived_sessions_never_answer(backend):
         assert found["archivedTranscriptsExcluded"] == 1
         store = await engine.store("main")
         left = await sql_rows(store, "SELECT count(*) FROM embeddings", "SELECT count(*) FROM ss_embeddings")
-        assert left == [(2,)]  # the deleted and archived sessions' embeddings went with their rows
+        # the deleted and archived sessions' embeddings went with their rows; the incognito one's
+        # text was never embedded
+        assert left == [(1,)]
 
 
 async def test_visibility_rules_hold_for_semantic_search(backend):

@@ -55,13 +55,19 @@ class PgEmbedTx:
         now = await self.now()
         row = await one(self.conn, "UPDATE ss_windows SET embed_token = %s, embed_expires_at = %s "
                                    "WHERE wid = %s AND ano = %s AND cold = 0 "
-                                   "AND (embed_token IS NULL OR embed_expires_at < %s) RETURNING 1",
+                                   "AND (embed_token IS NULL OR embed_expires_at < %s) AND NOT EXISTS (SELECT 1 "
+                                   "FROM ss_sessions s WHERE s.ano = ss_windows.ano "
+                                   "AND s.session_key = ss_windows.session_key AND s.incognito = 1) RETURNING 1",
                         (token, now + lease_s, wid, self.ano, now))
         if row is not None:
             return EmbedClaim.CLAIMED
-        state = await one(self.conn, "SELECT cold FROM ss_windows WHERE wid = %s AND ano = %s", (wid, self.ano))
+        state = await one(self.conn, "SELECT w.cold, coalesce(s.incognito, 0) FROM ss_windows w "
+                                     "LEFT JOIN ss_sessions s ON s.ano = w.ano AND s.session_key = w.session_key "
+                                     "WHERE w.wid = %s AND w.ano = %s", (wid, self.ano))
         if state is None:
             return EmbedClaim.MISSING
+        if state[1]:
+            return EmbedClaim.INCOGNITO
         return EmbedClaim.COLD if state[0] else EmbedClaim.BUSY
 
     async def embed_pending(self, wid: int, model_no: int, *, after: int, limit: int) -> list[PendingRow]:
