@@ -279,6 +279,10 @@ class EmbedTx(Protocol):
     async def embed_claim(self, wid: int, token: str, lease_s: float) -> EmbedClaim:
         """Take the window's embed claim unless another holder's lease is live."""
 
+    async def embed_waiting(self, wid: int, *, limit: int) -> list[int]:
+        """Up to `limit` other warm windows waiting for embeddings whose embed claim is free, nearest
+        after `wid` first (others' locked rows skipped)."""
+
     async def embed_pending(self, wid: int, model_no: int, *, after: int, limit: int) -> list[PendingRow]:
         """Up to `limit` of the window's word-index rows past row id `after` lacking an embedding of
         `model_no`, in row id order."""

@@ -70,6 +70,17 @@ class PgEmbedTx:
             return EmbedClaim.INCOGNITO
         return EmbedClaim.COLD if state[0] else EmbedClaim.BUSY
 
+    async def embed_waiting(self, wid: int, *, limit: int) -> list[int]:
+        now = await self.now()
+        out: list[int] = []
+        for cmp, order in ((">", "ASC"), ("<", "DESC")):
+            out += [r[0] for r in await all_rows(
+                self.conn, f"SELECT wid FROM ss_windows WHERE ano = %s AND needs_embed = 1 AND wid {cmp} %s "
+                           "AND cold = 0 AND (embed_token IS NULL OR embed_expires_at < %s) "
+                           f"ORDER BY wid {order} LIMIT %s FOR UPDATE SKIP LOCKED",
+                (self.ano, wid, now, limit - len(out)))]
+        return out
+
     async def embed_pending(self, wid: int, model_no: int, *, after: int, limit: int) -> list[PendingRow]:
         out: list[PendingRow] = []
         for lo, hi in window_ranges(wid):

@@ -53,6 +53,15 @@ class SqliteEmbedTx:
             return EmbedClaim.INCOGNITO
         return EmbedClaim.COLD if state[0] else EmbedClaim.BUSY
 
+    async def embed_waiting(self, wid: int, *, limit: int) -> list[int]:
+        out: list[int] = []
+        for cmp, order in ((">", ""), ("<", " DESC")):
+            out += [r[0] for r in self.c.execute(
+                f"SELECT wid FROM windows WHERE needs_embed = 1 AND wid {cmp} ? AND cold = 0 "
+                f"AND (embed_token IS NULL OR embed_expires_at < ?) ORDER BY wid{order} LIMIT ?",
+                (wid, self.now, limit - len(out)))]
+        return out
+
     async def embed_pending(self, wid: int, model_no: int, *, after: int, limit: int) -> list[PendingRow]:
         out: list[PendingRow] = []
         for lo, hi in window_ranges(wid):
