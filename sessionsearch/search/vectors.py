@@ -11,6 +11,8 @@ over every row in scope (simsimd's SIMD kernels), exact up to the quantization.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 import simsimd
@@ -52,7 +54,7 @@ class AgentVectors:
         if need <= cap:
             return
         new = max(need, int(cap * 1.5) + 1024)
-        old = (self.rid, self.wid, self.ts, self.scale, self.alive, self.vec)
+        old: list[npt.NDArray[Any]] = [self.rid, self.wid, self.ts, self.scale, self.alive, self.vec]
         self._alloc(new)
         for dst, src in zip((self.rid, self.wid, self.ts, self.scale, self.alive, self.vec), old):
             dst[:self.n] = src[:self.n]

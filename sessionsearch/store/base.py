@@ -227,6 +227,7 @@ class EmbedClaim(StrEnum):
     BUSY = "busy"  # another embed job's lease is live
     MISSING = "missing"
     COLD = "cold"
+    INCOGNITO = "incognito"  # never embedded: its text goes to no embedder, and it never answers
 
 
 class PendingRow(NamedTuple):
@@ -277,6 +278,10 @@ class EmbedTx(Protocol):
 
     async def embed_claim(self, wid: int, token: str, lease_s: float) -> EmbedClaim:
         """Take the window's embed claim unless another holder's lease is live."""
+
+    async def embed_waiting(self, wid: int, *, limit: int) -> list[int]:
+        """Up to `limit` other warm windows waiting for embeddings whose embed claim is free, nearest
+        after `wid` first (others' locked rows skipped)."""
 
     async def embed_pending(self, wid: int, model_no: int, *, after: int, limit: int) -> list[PendingRow]:
         """Up to `limit` of the window's word-index rows past row id `after` lacking an embedding of

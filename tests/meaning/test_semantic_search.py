@@ -196,7 +196,9 @@ async def test_deleted_incognito_and_archived_sessions_never_answer(backend):
         assert found["archivedTranscriptsExcluded"] == 1
         store = await engine.store("main")
         left = await sql_rows(store, "SELECT count(*) FROM embeddings", "SELECT count(*) FROM ss_embeddings")
-        assert left == [(2,)]  # the deleted and archived sessions' embeddings went with their rows
+        # the deleted and archived sessions' embeddings went with their rows; the incognito one's
+        # text was never embedded
+        assert left == [(1,)]
 
 
 async def test_visibility_rules_hold_for_semantic_search(backend):
@@ -324,3 +326,15 @@ def test_the_embed_job_is_deduplicated_across_searches(backend):
         asyncio.run(run())
     finally:
         pipeline.close()
+
+
+async def test_one_embed_job_takes_the_small_windows_waiting_beside_its_own(backend):
+    async with engine_at(backend) as engine:
+        for n in range(5):
+            await engine.append(f"agent:main:s{n}", chain(f"s{n}-", TOPICS[:3]))
+        first = await engine.embed("main", 1)
+        assert (first.outcome, first.rows) == ("embedded", 15)
+        assert (await engine.index_status())["agents"][0]["embeddingBacklog"] == 0
+        assert (await engine.embed("main", 3)).outcome == "clean"  # its own job finds it done
+        found = await engine.search(query="home loan", mode="semantic", limit=25)
+        assert sorted(ids(found)) == [f"s{n}-1" for n in range(5)] and "indexing" not in found

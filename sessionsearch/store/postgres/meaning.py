@@ -30,7 +30,14 @@ class PgEmbedTx:
         """The transaction's clock (epoch s): PgReconcileTx's."""
         raise NotImplementedError
 
+    async def _derived(self) -> None:
+        """Commit without waiting for the WAL flush: embeddings are derived data, and a crash that
+        loses the last few such commits loses them whole (needs_embed with them), in order; their
+        windows are embedded again. Each job's transactions otherwise wait a disk flush apiece."""
+        await self.conn.execute("SET LOCAL synchronous_commit = off")
+
     async def embed_model(self, model: str, dimensions: int) -> int:
+        await self._derived()
         await self.conn.execute("INSERT INTO ss_embed_models (model, dims) VALUES (%s, %s) ON CONFLICT (model) "
                                 "DO NOTHING", (model, dimensions))
         row = await one(self.conn, "SELECT mno FROM ss_embed_models WHERE model = %s", (model,))
@@ -48,14 +55,31 @@ class PgEmbedTx:
         now = await self.now()
         row = await one(self.conn, "UPDATE ss_windows SET embed_token = %s, embed_expires_at = %s "
                                    "WHERE wid = %s AND ano = %s AND cold = 0 "
-                                   "AND (embed_token IS NULL OR embed_expires_at < %s) RETURNING 1",
+                                   "AND (embed_token IS NULL OR embed_expires_at < %s) AND NOT EXISTS (SELECT 1 "
+                                   "FROM ss_sessions s WHERE s.ano = ss_windows.ano "
+                                   "AND s.session_key = ss_windows.session_key AND s.incognito = 1) RETURNING 1",
                         (token, now + lease_s, wid, self.ano, now))
         if row is not None:
             return EmbedClaim.CLAIMED
-        state = await one(self.conn, "SELECT cold FROM ss_windows WHERE wid = %s AND ano = %s", (wid, self.ano))
+        state = await one(self.conn, "SELECT w.cold, coalesce(s.incognito, 0) FROM ss_windows w "
+                                     "LEFT JOIN ss_sessions s ON s.ano = w.ano AND s.session_key = w.session_key "
+                                     "WHERE w.wid = %s AND w.ano = %s", (wid, self.ano))
         if state is None:
             return EmbedClaim.MISSING
+        if state[1]:
+            return EmbedClaim.INCOGNITO
         return EmbedClaim.COLD if state[0] else EmbedClaim.BUSY
+
+    async def embed_waiting(self, wid: int, *, limit: int) -> list[int]:
+        now = await self.now()
+        out: list[int] = []
+        for cmp, order in ((">", "ASC"), ("<", "DESC")):
+            out += [r[0] for r in await all_rows(
+                self.conn, f"SELECT wid FROM ss_windows WHERE ano = %s AND needs_embed = 1 AND wid {cmp} %s "
+                           "AND cold = 0 AND (embed_token IS NULL OR embed_expires_at < %s) "
+                           f"ORDER BY wid {order} LIMIT %s FOR UPDATE SKIP LOCKED",
+                (self.ano, wid, now, limit - len(out)))]
+        return out
 
     async def embed_pending(self, wid: int, model_no: int, *, after: int, limit: int) -> list[PendingRow]:
         out: list[PendingRow] = []
@@ -71,6 +95,7 @@ class PgEmbedTx:
 
     async def store_embeddings(self, wid: int, token: str, lease_s: float, model_no: int,
                                rows: list[Embedded]) -> bool:
+        await self._derived()
         if await one(self.conn, "UPDATE ss_windows SET embed_expires_at = %s WHERE wid = %s AND embed_token = %s "
                                 "RETURNING 1", (await self.now() + lease_s, wid, token)) is None:
             return False

@@ -40,14 +40,27 @@ class SqliteEmbedTx:
     async def embed_claim(self, wid: int, token: str, lease_s: float) -> EmbedClaim:
         row = self.c.execute(
             "UPDATE windows SET embed_token = ?, embed_expires_at = ? WHERE wid = ? AND cold = 0 "
-            "AND (embed_token IS NULL OR embed_expires_at < ?) RETURNING 1",
+            "AND (embed_token IS NULL OR embed_expires_at < ?) AND NOT EXISTS (SELECT 1 FROM sessions s "
+            "WHERE s.session_key = windows.session_key AND s.incognito = 1) RETURNING 1",
             (token, self.now + lease_s, wid, self.now)).fetchone()
         if row is not None:
             return EmbedClaim.CLAIMED
-        state = self.c.execute("SELECT cold FROM windows WHERE wid = ?", (wid,)).fetchone()
+        state = self.c.execute("SELECT w.cold, coalesce(s.incognito, 0) FROM windows w LEFT JOIN sessions s "
+                               "ON s.session_key = w.session_key WHERE w.wid = ?", (wid,)).fetchone()
         if state is None:
             return EmbedClaim.MISSING
+        if state[1]:
+            return EmbedClaim.INCOGNITO
         return EmbedClaim.COLD if state[0] else EmbedClaim.BUSY
+
+    async def embed_waiting(self, wid: int, *, limit: int) -> list[int]:
+        out: list[int] = []
+        for cmp, order in ((">", ""), ("<", " DESC")):
+            out += [r[0] for r in self.c.execute(
+                f"SELECT wid FROM windows WHERE needs_embed = 1 AND wid {cmp} ? AND cold = 0 "
+                f"AND (embed_token IS NULL OR embed_expires_at < ?) ORDER BY wid{order} LIMIT ?",
+                (wid, self.now, limit - len(out)))]
+        return out
 
     async def embed_pending(self, wid: int, model_no: int, *, after: int, limit: int) -> list[PendingRow]:
         out: list[PendingRow] = []
