@@ -1,6 +1,6 @@
 """Search by meaning (`mode`, SPEC §4) through the doors a user reaches it by: `POST /v1/sessions.search`,
-the agent tool at `/v1/tools/sessions_search`, `index.status`, the OpenAPI document and MCP (stdio, the
-official SDK's client), each against a real server process on loopback."""
+the agent tool at `/v1/tools/sessions_search`, `index.status`, the OpenAPI document and MCP (stdio and
+`/mcp`, the official SDK's client), each against a real server process on loopback."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from sessionsearch.api.openapi import openapi_document
 
 from ..helpers import chain, engine_at, until, wait_until
 from ..server import Server
-from .test_mcp import call, stdio
+from .test_mcp import OPERATOR_TOKEN, SCOPED_TOKEN, call, http, start, stdio, stop
 
 KEY, OTHER = "agent:main:main", "agent:main:cars"
 QUESTION = "how much will I pay each month for the house?"  # shares no word with the answer below
@@ -174,3 +174,28 @@ async def test_mcp_offers_mode_with_when_to_use_which_and_answers_by_meaning(tmp
         assert [(h["messageId"], h["matchedBy"]) for h in found["results"]][:1] == [("m2", ["semantic"])]
         assert await call(client, "sessions_search", {"query": "loan", "mode": "hybrid", "order": "recent"}) == (
             True, {"status": "error", "error": 'order "recent" needs mode "keyword"'})
+
+
+async def test_a_scoped_token_searching_by_meaning_over_mcp_sees_only_its_own_session(tmp_path):
+    srv = start(tmp_path, '\n[tools.sessions]\nvisibility = "self"\n')
+    try:
+        operator = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
+        for key, events in ((KEY, chain("m", CONVERSATION)),
+                            (OTHER, chain("c", [("user", "Our monthly payment for the flat is 900 EUR.")]))):
+            assert srv.post("transcript.append", {"sessionKey": key, "events": events}, headers=operator)[0] == 200
+        query = {"query": QUESTION, "mode": "semantic"}
+
+        def complete() -> dict | None:
+            answer = srv.post("sessions.search", query, headers=operator)[1]
+            return None if answer.get("indexing") else answer
+
+        everyone = wait_until(complete, 90, "the operator's search to complete")
+        assert {hit["sessionKey"] for hit in everyone["results"]} == {KEY, OTHER}  # both close in meaning
+        async with http(srv.url, SCOPED_TOKEN) as client:
+            error, found = await call(client, "sessions_search", query)
+            assert not error and "indexing" not in found, found
+            assert {hit["sessionKey"] for hit in found["results"]} == {KEY}  # visibility self: never the other
+            error, denied = await call(client, "sessions_search", {**query, "sessionKeys": [OTHER]})
+            assert error and denied["status"] == "forbidden"
+    finally:
+        stop(srv)
