@@ -365,3 +365,24 @@ def test_search_by_meaning_shows_how_each_hit_was_found_and_the_embedding_progre
     expect(page.locator("#st-embedded-unit")).to_have_text("of messages searchable by meaning")
     expect(page.locator("#agents-body tr td").last).to_have_text("2 / 2")
     page.console.check()
+
+
+def test_with_the_embedder_off_a_search_by_meaning_says_so(tmp_path, page):
+    srv = Server(tmp_path / "data", tmp_path / "server.log", SESSIONSEARCH_EMBEDDER="none")
+    try:
+        srv.post("transcript.append", {"sessionKey": "agent:main:main", "events": chain("h", [
+            ("user", "The monthly payment is about 1,151 EUR.")])})
+        page.goto(f"{srv.url}/ui")
+        page.locator("#q").fill("monthly payment")
+        page.locator("#q").press("Enter")
+        expect(page.locator("#results .hit")).to_have_count(1)
+        page.select_option("#mode", "semantic")
+        state = page.locator("#search-state")
+        expect(state).to_have_attribute("data-state", "error")
+        expect(state).to_have_text("semantic search is disabled")
+        expect(page.locator("#results .hit")).to_have_count(0)
+        page.select_option("#mode", "keyword")  # words still work
+        expect(page.locator("#results .hit")).to_have_count(1)
+        page.console.check(400)
+    finally:
+        assert srv.stop() == 0
