@@ -351,10 +351,12 @@ def test_search_by_meaning_shows_how_each_hit_was_found_and_the_embedding_progre
     top = page.locator("#results .hit").first
     expect(top).to_contain_text("monthly payment is about 1,151 EUR")
     expect(top.locator(".badge.matched")).to_have_text("by meaning")
+    expect(top.locator("mark")).to_have_count(0)  # "the" is in it by chance: found by meaning, nothing marked
     assert bodies[-1]["mode"] == "hybrid" and bodies[-1]["order"] == "relevance"
     page.locator("#q").fill("monthly payment")
     page.locator("#q").press("Enter")
     expect(page.locator("#results .hit").first.locator(".badge.matched")).to_have_text("by words + meaning")
+    expect(page.locator("#results .hit").first.locator("mark")).to_have_text(["monthly", "payment"])
     shot(page, "meaning")
     page.select_option("#mode", "keyword")
     expect(page.locator("#results .hit")).to_have_count(1)

@@ -112,8 +112,10 @@ function renderResults(hits, terms, prefixLast) {
                          `by ${hit.matchedBy.map((m) => MATCHED[m] || m).join(" + ")}`) : null,
       titleOf(hit.sessionKey) !== hit.sessionKey ? isolated(shownKey(hit.sessionKey), { class: "hit-key" }) : null,
       el("time", { class: "hit-time", datetime: new Date(hit.timestamp).toISOString() }, when(hit.timestamp)));
+    // a hit found by meaning alone holds the query's words only by chance: nothing to mark
+    const byWords = !hit.matchedBy || hit.matchedBy.includes("keyword");
     const button = el("button", { type: "button", class: "hit", dataset: { index: i } }, head,
-                      snippetNode(hit.snippet, terms, prefixLast));
+                      snippetNode(hit.snippet, byWords ? terms : [], prefixLast));
     button.addEventListener("click", () => openHistory(hit, button));
     return el("li", {}, button);
   }));
