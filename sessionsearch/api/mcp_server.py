@@ -37,7 +37,8 @@ log = structlog.get_logger("sessionsearch.mcp")
 
 INSTRUCTIONS = (
     "Search and read this agent gateway's past conversations (the user and assistant messages of the sessions "
-    "you may see). Find where something was said with sessions_search, then read around a hit with "
+    "you may see). Find where something was said with sessions_search (by its words, or with mode hybrid by "
+    "what it was about), then read around a hit with "
     "sessions_history (pass the hit's sessionKey, sessionId and messageId). sessions_list finds conversations "
     "by title and gives their session keys. Answers with indexing: true are real but may be incomplete: "
     "search again shortly.")
