@@ -139,7 +139,9 @@ async def _by_meaning(url: str, question: str, token: str | None) -> None:
             await asyncio.sleep(0.2)
             result = await asyncio.to_thread(_post, url, "sessions.search", body, token)
     except urllib.error.HTTPError as exc:
-        print(f"   hybrid search: {_error_of(exc)} (SESSIONSEARCH_EMBEDDER is none)")
+        message = _error_of(exc)
+        hint = " (SESSIONSEARCH_EMBEDDER is none)" if message == "semantic search is disabled" else ""
+        print(f"\n   hybrid search: {message}{hint}")
         return
     print('\n   the same question with mode "hybrid" (words and meaning):')
     _show(result)
