@@ -137,9 +137,9 @@ async def test_pending_rows_answer_indexing_until_the_embedded_worker_embeds_the
             status = (await engine.index_status())["agents"][0]
             assert status["embeddingBacklog"] == len(TOPICS) and status["embeddedMessages"] == 0
             await engine.search(query="home loan", mode="semantic")  # queued once: the marker holds it
-            assert pipeline.broker.queues["reconcile"].qsize() == 1
+            assert pipeline.broker.queues["embed"].qsize() == 1
             pipeline.start_embedded_worker()
-            pipeline.broker.join("reconcile", timeout=60_000)
+            pipeline.broker.join("embed", timeout=60_000)
             assert pipeline.worker is not None
             pipeline.worker.join()
             done = await engine.search(query="home loan", mode="semantic")
@@ -320,7 +320,7 @@ def test_the_embed_job_is_deduplicated_across_searches(backend):
         async with Engine(settings=settings, enqueuer=pipeline.reconciler.enqueue) as engine:
             await engine.append(KEY, chain("m", TOPICS))
             await asyncio.gather(*(engine.search(query="home loan", mode="hybrid") for _ in range(5)))
-            assert pipeline.broker.queues["reconcile"].qsize() == 1
+            assert pipeline.broker.queues["embed"].qsize() == 1
 
     try:
         asyncio.run(run())
