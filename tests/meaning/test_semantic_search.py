@@ -338,3 +338,22 @@ async def test_one_embed_job_takes_the_small_windows_waiting_beside_its_own(back
         assert (await engine.embed("main", 3)).outcome == "clean"  # its own job finds it done
         found = await engine.search(query="home loan", mode="semantic", limit=25)
         assert sorted(ids(found)) == [f"s{n}-1" for n in range(5)] and "indexing" not in found
+
+
+async def test_a_workers_startup_sweep_queues_the_embed_backlog_once(backend):
+    from sessionsearch.worker.sweep import Sweeper
+
+    settings = backend.settings()
+    pipeline = Pipeline(settings)
+    sweeper = Sweeper(settings, pipeline.reconciler)
+    try:
+        async with engine_at(backend) as engine:
+            await engine.append("agent:main:a", chain("a", TOPICS[:2]))
+            await engine.append("agent:main:b", chain("b", TOPICS[2:4]))
+        assert (await sweeper.startup())["embedWindows"] == 2
+        assert pipeline.broker.queues["embed"].qsize() == 2
+        await sweeper.startup()  # queued already: the markers hold them
+        assert pipeline.broker.queues["embed"].qsize() == 2
+    finally:
+        await sweeper.aclose()
+        pipeline.close()
