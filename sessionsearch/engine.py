@@ -386,19 +386,28 @@ class Engine:
         return await embed_window(store, embedder, wid, batch_rows=EMBED_BATCH_ROWS,
                                   lease_s=self.settings.claim_lease_s, should_stop=should_stop, observe=observe)
 
-    async def embed_pending(self, agent_id: str | None = None) -> dict[str, int]:
-        """Embed every window with rows waiting, now, in this process. Returns windows by outcome."""
+    async def embed_backlog(self, agent_id: str | None = None) -> dict[str, set[int]]:
+        """Windows with rows waiting for an embedding of the current model, by agent (every warm
+        window while the store has not taken this model yet)."""
         embedder = await self.embedder()
-        outcomes: dict[str, int] = {}
         if embedder is None:
-            return outcomes
+            return {}
+        out: dict[str, set[int]] = {}
         for agent in [agent_id] if agent_id else self.agent_ids_on_disk():
             store = await self.store(agent)
             async with store.reader() as reader:
                 head = await store.meaning_head(reader, embedder.model)
-            wids = head.pending if head.model_no is not None and head.current_no == head.model_no else (
-                set((await self.catalog_view()).agents[agent].hot_wids) if agent in (
-                    await self.catalog_view()).agents else set())
+            if head.model_no is not None and head.current_no == head.model_no:
+                out[agent] = set(head.pending)
+            else:
+                view = await self.catalog_view(refresh=True)
+                out[agent] = set(view.agents[agent].hot_wids) if agent in view.agents else set()
+        return out
+
+    async def embed_pending(self, agent_id: str | None = None) -> dict[str, int]:
+        """Embed every window with rows waiting, now, in this process. Returns windows by outcome."""
+        outcomes: dict[str, int] = {}
+        for agent, wids in (await self.embed_backlog(agent_id)).items():
             for wid in sorted(wids):
                 result = await self.embed(agent, wid)
                 outcomes[result.outcome] = outcomes.get(result.outcome, 0) + 1

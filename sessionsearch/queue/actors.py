@@ -26,7 +26,7 @@ from ..indexer.reconcile import window_gen
 from ..metrics import error_kind
 from ..settings import Settings
 from ..store.base import ReconcileOutcome
-from .broker import EXHAUSTED_ACTOR, FAILING, NAMESPACE, QUEUE
+from .broker import EMBED_QUEUE, EXHAUSTED_ACTOR, FAILING, NAMESPACE, QUEUE
 from .outbox import Outbox
 
 log = structlog.get_logger("sessionsearch.queue")
@@ -193,10 +193,11 @@ class Reconciler:
             max_retries=MAX_RETRIES, min_backoff=1_000, max_backoff=60_000,
             time_limit=int(self.time_limit_s * 1000), throws=(NotFound,), on_retry_exhausted=EXHAUSTED_ACTOR)
         # the meaning index's job (SPEC §3): a window's pending rows embedded in batches; markers of
-        # its own, so a window queued for reconciliation is still queued for embeddings once
+        # its own, so a window queued for reconciliation is still queued for embeddings once, and a
+        # queue of its own, so reconciliation's depth and sweeps count only reconcile jobs
         self.embed_markers = Markers(client, zset=f"{NAMESPACE}:embed-queued")
         self.embed_actor = dramatiq.actor(  # type: ignore[call-overload]
-            self._embed, broker=broker, actor_name="embed", queue_name=QUEUE,
+            self._embed, broker=broker, actor_name="embed", queue_name=EMBED_QUEUE,
             max_retries=MAX_RETRIES, min_backoff=1_000, max_backoff=60_000,
             time_limit=int(self.time_limit_s * 1000), throws=(NotFound,))
 
@@ -349,19 +350,16 @@ class Reconciler:
             return False
 
     def _send_embeds(self, items: list[tuple[str, int]]) -> bool:
-        m = metrics.get()
         try:
             fresh = self.embed_markers.acquire(items)
-            m.enqueues_deduplicated.inc(len(items) - len(fresh))
             for n, (agent_id, wid) in enumerate(fresh):
                 try:
                     self.embed_actor.send(agent_id, wid)
                 except Exception:
                     self.embed_markers.release(fresh[n:])
                     raise
-                m.enqueues.inc()
         except (redis.RedisError, OSError) as exc:
-            m.enqueue_failures.inc()
+            metrics.get().enqueue_failures.inc()
             log.warning("search.embed_enqueue_failed", windows=len(items), error=f"{type(exc).__name__}: {exc}")
             return False
         return True

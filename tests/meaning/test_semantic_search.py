@@ -137,9 +137,9 @@ async def test_pending_rows_answer_indexing_until_the_embedded_worker_embeds_the
             status = (await engine.index_status())["agents"][0]
             assert status["embeddingBacklog"] == len(TOPICS) and status["embeddedMessages"] == 0
             await engine.search(query="home loan", mode="semantic")  # queued once: the marker holds it
-            assert pipeline.broker.queues["reconcile"].qsize() == 1
+            assert pipeline.broker.queues["embed"].qsize() == 1
             pipeline.start_embedded_worker()
-            pipeline.broker.join("reconcile", timeout=60_000)
+            pipeline.broker.join("embed", timeout=60_000)
             assert pipeline.worker is not None
             pipeline.worker.join()
             done = await engine.search(query="home loan", mode="semantic")
@@ -320,7 +320,7 @@ def test_the_embed_job_is_deduplicated_across_searches(backend):
         async with Engine(settings=settings, enqueuer=pipeline.reconciler.enqueue) as engine:
             await engine.append(KEY, chain("m", TOPICS))
             await asyncio.gather(*(engine.search(query="home loan", mode="hybrid") for _ in range(5)))
-            assert pipeline.broker.queues["reconcile"].qsize() == 1
+            assert pipeline.broker.queues["embed"].qsize() == 1
 
     try:
         asyncio.run(run())
@@ -338,3 +338,22 @@ async def test_one_embed_job_takes_the_small_windows_waiting_beside_its_own(back
         assert (await engine.embed("main", 3)).outcome == "clean"  # its own job finds it done
         found = await engine.search(query="home loan", mode="semantic", limit=25)
         assert sorted(ids(found)) == [f"s{n}-1" for n in range(5)] and "indexing" not in found
+
+
+async def test_a_workers_startup_sweep_queues_the_embed_backlog_once(backend):
+    from sessionsearch.worker.sweep import Sweeper
+
+    settings = backend.settings()
+    pipeline = Pipeline(settings)
+    sweeper = Sweeper(settings, pipeline.reconciler)
+    try:
+        async with engine_at(backend) as engine:
+            await engine.append("agent:main:a", chain("a", TOPICS[:2]))
+            await engine.append("agent:main:b", chain("b", TOPICS[2:4]))
+        assert (await sweeper.startup())["embedWindows"] == 2
+        assert pipeline.broker.queues["embed"].qsize() == 2
+        await sweeper.startup()  # queued already: the markers hold them
+        assert pipeline.broker.queues["embed"].qsize() == 2
+    finally:
+        await sweeper.aclose()
+        pipeline.close()
