@@ -66,7 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
         return sub.add_parser(name, help=help, parents=list(groups))
 
     p = command("search", "search transcripts", STORE, OUTPUT)
-    p.add_argument("query", nargs="+", help="words to find (literal; all must match)")
+    p.add_argument("query", nargs="+", help="words to find (keyword: literal, all must match), or a question "
+                                            "(semantic, hybrid)")
+    p.add_argument("--mode", choices=["keyword", "semantic", "hybrid"], default="keyword",
+                   help="keyword (default): the words; semantic: the meaning, no word needing to match; "
+                        "hybrid: both, fused")
     p.add_argument("--agent", dest="agentId", help="search this agent's sessions")
     p.add_argument("--session-key", dest="sessionKeys", action="append", help="search this session (repeatable)")
     p.add_argument("--session-id", dest="sessionId", help="only this session window")
@@ -89,13 +93,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--include-tools", dest="includeTools", action="store_true")
     p.add_argument("--requester", help="read as this session key (visibility rules apply)")
 
-    p = command("status", "backlog and completeness per agent", STORE, QUEUE, OUTPUT)
+    p = command("status", "backlog and completeness per agent, and how far the meaning index is embedded", STORE,
+                QUEUE, OUTPUT)
     p.add_argument("--agent", dest="agentId")
 
     command("migrate", "apply the store's schema migrations now (PostgreSQL, or every agent database under the "
             "data dir) and print the versions", STORE, OUTPUT)
 
-    p = command("reconcile", "reconcile every window that needs it, now, in this process", STORE, OUTPUT)
+    p = command("reconcile", "reconcile every window that needs it, and embed what waits for the meaning index, "
+                "now, in this process", STORE, OUTPUT)
     p.add_argument("--agent", dest="agentId")
 
     p = command("optimize", "build postings that answer one-word searches for common words fast", STORE,
@@ -167,6 +173,8 @@ async def _search(args: argparse.Namespace, engine: Engine) -> None:
     body: dict[str, Any] = {"query": " ".join(args.query), "limit": args.limit,
                             "match": "prefix" if args.prefix else "exact",
                             "order": "recent" if args.recent else "relevance"}
+    if args.mode != "keyword":  # a keyword search sends what it always sent
+        body["mode"] = args.mode
     for name in ("agentId", "sessionKeys", "sessionId", "role"):
         if getattr(args, name):
             body[name] = getattr(args, name)
@@ -213,13 +221,17 @@ async def _optimize(args: argparse.Namespace, engine: Engine) -> None:
 
 async def _reconcile(args: argparse.Namespace, engine: Engine) -> None:
     outcomes = await engine.reconcile_pending(args.agentId, progress=Progress("reconciling"))
+    # then the meaning index, over the rows reconciliation just published: a search by meaning after
+    # `import` and `reconcile` is complete without a worker
+    embedded = await engine.embed_pending(args.agentId)
     status = await engine.index_status(args.agentId)
 
     def human(result: dict[str, Any]) -> None:
         print("reconciled: " + (", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())) or "nothing to do"))
+        print("meaning index: " + (", ".join(f"{k} {v}" for k, v in sorted(embedded.items())) or "nothing to embed"))
         _print_status(result)
 
-    _emit(args, {"outcomes": outcomes, **status}, human)
+    _emit(args, {"outcomes": outcomes, "embedOutcomes": embedded, **status}, human)
 
 
 def _migrate(args: argparse.Namespace) -> int:
@@ -323,9 +335,14 @@ def _print_search(result: dict[str, Any]) -> None:
         print("no matches")
     for n, hit in enumerate(hits, 1):
         print(f"{n:>2}. {_when(hit['timestamp'])}  {hit['role']:<9} {hit['sessionKey']}  "
-              f"[{hit['sessionId']} / {hit['messageId']}]  score {hit['score']:.3f}")
+              f"[{hit['sessionId']} / {hit['messageId']}]  score {hit['score']:.3f}{_matched_by(hit)}")
         print(f"    {hit['snippet']}")
     _print_notes(result)
+
+
+def _matched_by(hit: dict[str, Any]) -> str:
+    """How a semantic or hybrid hit was found ("  by keyword+semantic"); nothing for a keyword search."""
+    return f"  by {'+'.join(hit['matchedBy'])}" if hit.get("matchedBy") else ""
 
 
 def _print_notes(result: dict[str, Any]) -> None:
@@ -347,7 +364,8 @@ def _print_sessions(result: dict[str, Any]) -> None:
         best = session["best"]
         label = f"  \"{session['label']}\"" if session["label"] else ""
         print(f"{n:>2}. {session['sessionKey']}{label}  {session['hits']} hit(s), best "
-              f"{_when(best['timestamp'])} {best['role']} [{best['sessionId']} / {best['messageId']}]")
+              f"{_when(best['timestamp'])} {best['role']} [{best['sessionId']} / {best['messageId']}]"
+              f"{_matched_by(best)}")
         print(f"    {best['snippet']}")
     _print_notes(result)
 
@@ -385,10 +403,12 @@ def _queue_depth(settings: Settings) -> dict[str, Any]:
 
 
 def _print_status(result: dict[str, Any]) -> None:
-    print(f"{'agent':<20} {'windows':>8} {'backlog':>8} {'messages':>10} {'indexed':>10} {'complete':>9}")
+    print(f"{'agent':<20} {'windows':>8} {'backlog':>8} {'messages':>10} {'indexed':>10} {'complete':>9} "
+          f"{'embedded':>10} {'to embed':>9}")
     for a in result["agents"]:
         print(f"{a['agentId']:<20} {a['windows']:>8} {a['backlog']:>8} {a['messages']:>10} "
-              f"{a['indexedMessages']:>10} {a['completeness'] * 100:>8.2f}%")
+              f"{a['indexedMessages']:>10} {a['completeness'] * 100:>8.2f}% "
+              f"{a['embeddedMessages']:>10} {a['embeddingBacklog']:>9}")
     if result.get("schema"):
         _print_schema(result["schema"])
     queue = result.get("queue")

@@ -18,7 +18,9 @@ from typing import Any
 
 import structlog
 
+from .embed import Embedder, open_embedder
 from .errors import InvalidRequest, NotFound, Unavailable
+from .indexer.embedding import EMBED_BATCH_ROWS, EmbedResult, embed_window
 from .indexer.events import parse_event
 from .indexer.reconcile import ReconcileResult, reconcile_window
 from .keys import agent_of, check_agent_id, check_session_key
@@ -28,6 +30,7 @@ from .search.history import history as run_history
 from .search.history import parse_history
 from .search.listing import entry as listing_entry
 from .search.listing import fit_listing
+from .search.meaning import Meaning, Vectors
 from .search.query import check_unknown, int_field, parse_requester, parse_search
 from .search.runner import search as run_search
 from .search.titles import title_matches
@@ -52,9 +55,11 @@ class Engine:
     """Sessions, transcripts, search and history over one data dir."""
 
     def __init__(self, data_dir: str | Path | None = None, *, settings: Settings | None = None,
-                 enqueuer: Enqueuer | None = None, reconcile_rows_in_sql: bool = False) -> None:
+                 enqueuer: Enqueuer | None = None, reconcile_rows_in_sql: bool = False,
+                 embedder: Embedder | None = None) -> None:
         """`reconcile_rows_in_sql`: reconciliation inserts index rows with one INSERT … SELECT
-        (what a worker process's engine uses)."""
+        (what a worker process's engine uses). `embedder`: the meaning index's, instead of the one
+        the settings name (loaded on first use)."""
         self.settings = settings or Settings()
         self.data_dir = Path(data_dir if data_dir is not None else self.settings.data_dir)
         self.backend = backend_for(self.settings, data_dir=self.data_dir, rows_in_sql=reconcile_rows_in_sql)
@@ -64,6 +69,13 @@ class Engine:
         self._catalog = CatalogCache(self._open_stores, self.store, self.backend.listing_version)
         self.search_observer: Callable[[float, bool], None] | None = None
         self.gate = CredentialGate.from_settings(self.settings)  # what a scoped token may hold at once
+        # the meaning index: the embedder, loaded on first use, and the vectors searches hold
+        self._embedder: Embedder | None = embedder
+        self._embedder_lock = asyncio.Lock()
+        self._vectors = Vectors()
+        # the embed job's enqueue: the queue's (queue/actors.py) when the reconcile enqueuer is its
+        owner = getattr(enqueuer, "__self__", None)
+        self.embed_enqueuer: Enqueuer | None = getattr(owner, "enqueue_embed", None)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -75,6 +87,10 @@ class Engine:
         return self
 
     async def close(self) -> None:
+        if self._embedder is not None:
+            embedder, self._embedder = self._embedder, None
+            await embedder.aclose()
+        self._vectors.clear()
         stores, self._stores = list(self._stores.values()), {}
         for store in stores:
             await store.close()
@@ -226,14 +242,17 @@ class Engine:
         """`sessions.search`: give the wire body, or its fields as keywords (query=…, sessionKeys=…).
         `time_limit_ms` narrows the search's time budget (a scoped token's, search/cost.py)."""
         req = parse_search({**(body or {}), **fields})
+        if req.mode != "keyword" and self.settings.embedder == "none":
+            raise InvalidRequest("semantic search is disabled", field="mode")
         check_search_cost(req, self.settings)
         settings = self.settings
         if time_limit_ms is not None and time_limit_ms < settings.search_time_limit_ms:
             settings = settings.replace(search_time_limit_ms=time_limit_ms)
         return await run_search(req, settings=settings, catalog=self._catalog, open_store=self.store,
                                 enqueue=self.enqueue_reconcile, observe=self.observe_search,
-                                agent_facing=agent_facing, newest=self._newest,
-                                many=self._search_many)
+                                agent_facing=agent_facing, newest=self._newest, many=self._search_many,
+                                meaning=Meaning(self.embedder, self._vectors, self.enqueue_embed,
+                                                self.settings.semantic_min_score))
 
     async def history(self, body: dict[str, Any] | None = None, /, *, restore: bool = True,
                       **fields: Any) -> dict[str, Any]:
@@ -309,10 +328,15 @@ class Engine:
                 counts = await store.status(reader)
             total = counts["messages"]
             completeness = 1.0 if total == 0 else round(counts["indexedMessages"] / total, 6)
-            out.append({"agentId": agent_id, "windows": counts["windows"],
-                        "indexedWindows": counts["indexedWindows"], "backlog": counts["backlog"],
-                        "messages": total, "indexedMessages": counts["indexedMessages"],
-                        "completeness": completeness})
+            entry = {"agentId": agent_id, "windows": counts["windows"],
+                     "indexedWindows": counts["indexedWindows"], "backlog": counts["backlog"],
+                     "messages": total, "indexedMessages": counts["indexedMessages"],
+                     "completeness": completeness, "embeddedMessages": 0, "embeddingBacklog": 0}
+            embedder = await self.embedder()
+            if embedder is not None:
+                async with store.reader() as reader:
+                    entry.update(await store.embed_status(reader, embedder.model))
+            out.append(entry)
         return {"agents": out}
 
     async def check_ready(self) -> None:
@@ -344,6 +368,63 @@ class Engine:
         store = await self.store(agent_id)
         return await reconcile_window(store, wid, batch_rows=self.settings.reconcile_batch_rows,
                                       lease_s=self.settings.claim_lease_s, should_stop=should_stop, more_s=more_s)
+
+    # -- the meaning index -------------------------------------------------------------------------
+
+    async def embedder(self) -> Embedder | None:
+        """The configured embedder, loaded once (None when it is `none`)."""
+        if self._embedder is None and self.settings.embedder != "none":
+            async with self._embedder_lock:
+                if self._embedder is None:
+                    self._embedder = await asyncio.to_thread(open_embedder, self.settings)
+        return self._embedder
+
+    async def enqueue_embed(self, pending: dict[str, set[int]]) -> bool:
+        """Ask the queue to embed these windows' pending rows; False when it could not be reached."""
+        if self.embed_enqueuer is None or not pending:
+            return True
+        try:
+            return await self.embed_enqueuer(pending)
+        except Exception:
+            log.warning("search.embed_enqueue_failed", agents=len(pending), exc_info=True)
+            return False
+
+    async def embed(self, agent_id: str, wid: int, *, should_stop: Callable[[], bool] | None = None,
+                    observe: Callable[[str, float, int], None] | None = None) -> EmbedResult:
+        """Embed one window's pending rows (what an embed job runs); raises EmbedderFailed."""
+        embedder = await self.embedder()
+        if embedder is None:
+            return EmbedResult("disabled")
+        store = await self.store(agent_id)
+        return await embed_window(store, embedder, wid, batch_rows=EMBED_BATCH_ROWS,
+                                  lease_s=self.settings.claim_lease_s, should_stop=should_stop, observe=observe)
+
+    async def embed_backlog(self, agent_id: str | None = None) -> dict[str, set[int]]:
+        """Windows with rows waiting for an embedding of the current model, by agent (every warm
+        window while the store has not taken this model yet)."""
+        embedder = await self.embedder()
+        if embedder is None:
+            return {}
+        out: dict[str, set[int]] = {}
+        for agent in [agent_id] if agent_id else self.agent_ids_on_disk():
+            store = await self.store(agent)
+            async with store.reader() as reader:
+                head = await store.meaning_head(reader, embedder.model)
+            if head.model_no is not None and head.current_no == head.model_no:
+                out[agent] = set(head.pending)
+            else:
+                view = await self.catalog_view(refresh=True)
+                out[agent] = set(view.agents[agent].hot_wids) if agent in view.agents else set()
+        return out
+
+    async def embed_pending(self, agent_id: str | None = None) -> dict[str, int]:
+        """Embed every window with rows waiting, now, in this process. Returns windows by outcome."""
+        outcomes: dict[str, int] = {}
+        for agent, wids in (await self.embed_backlog(agent_id)).items():
+            for wid in sorted(wids):
+                result = await self.embed(agent, wid)
+                outcomes[result.outcome] = outcomes.get(result.outcome, 0) + 1
+        return outcomes
 
     async def pending(self, agent_id: str | None = None) -> dict[str, list[int]]:
         """Windows needing reconciliation, by agent."""

@@ -49,6 +49,22 @@ class Metrics:
         self.search_duration = Histogram("sessionsearch_search_duration_seconds", "Search latency.",
                                          buckets=DURATION_BUCKETS)
 
+        self.embed_batches = Counter("sessionsearch_embed_batches_total",
+                                     "Embedding batches, by outcome (stored, lost: the claim was taken over, "
+                                     "failed: the embedder failed).", ["outcome"])
+        self.embed_duration = Histogram("sessionsearch_embed_batch_duration_seconds",
+                                        "Time one embedding batch took, embedding and storing.",
+                                        buckets=DURATION_BUCKETS)
+        self.embedded_rows = Counter("sessionsearch_embedded_rows_total", "Embeddings the workers stored.")
+        self.embedder_errors = Counter("sessionsearch_embedder_errors_total",
+                                       "Embedder failures, by kind (timeout, http, shape, other).", ["kind"])
+
+    def observe_embed_batch(self, outcome: str, seconds: float, rows: int) -> None:
+        self.embed_batches.labels(outcome=outcome).inc()
+        self.embed_duration.observe(seconds)
+        if outcome == "stored":
+            self.embedded_rows.inc(rows)
+
     def observe_search(self, seconds: float, indexing: bool) -> None:
         self.searches.labels(indexing="true" if indexing else "false").inc()
         self.search_duration.observe(seconds)
@@ -63,6 +79,16 @@ class Metrics:
             self.reconcile_rows.labels(change="inserted").inc(inserted)
         if deleted:
             self.reconcile_rows.labels(change="deleted").inc(deleted)
+
+
+def error_kind(exc: BaseException) -> str:
+    """A bounded label for an embedder failure, from what its message says the endpoint did."""
+    text = str(exc).lower()
+    for kind, words in (("timeout", ("timed out", "timeout")), ("shape", ("shape", "dimension", "not finite")),
+                        ("http", ("http", "status", "connect", "refused"))):
+        if any(w in text for w in words):
+            return kind
+    return "other"
 
 
 def get() -> Metrics:
@@ -103,7 +129,14 @@ class PipelineCollector:
                                      "alone until the next optimize).", labels=["agent", "state"])
         log_rows = GaugeMetricFamily("sessionsearch_postings_log_rows",
                                      "Rows indexed since the oldest usable postings were built.", labels=["agent"])
+        embedded = GaugeMetricFamily("sessionsearch_embedded_messages",
+                                     "Word-index rows with an embedding (any model).", labels=["agent"])
+        embed_backlog = GaugeMetricFamily("sessionsearch_embedding_backlog",
+                                          "Session windows with rows waiting for an embedding.", labels=["agent"])
         for agent, s in self.agent_status():
+            if "embedded" in s:
+                embedded.add_metric([agent], s["embedded"])
+                embed_backlog.add_metric([agent], s["embed_pending"])
             postings.add_metric([agent, "usable"], s["postings_usable"])
             postings.add_metric([agent, "stale"], s["postings_stale"])
             log_rows.add_metric([agent], s["index_log_rows"])
@@ -116,7 +149,7 @@ class PipelineCollector:
                                     (s["windows"] - s["pending"]) / s["windows"])
             completeness.add_metric([agent, "messages"], 1.0 if not s["messages"] else
                                     s["indexed_messages"] / s["messages"])
-        yield from (backlog, windows, messages, completeness, postings, log_rows)
+        yield from (backlog, windows, messages, completeness, postings, log_rows, embedded, embed_backlog)
         if self.queue_depth is not None:
             depth = GaugeMetricFamily("sessionsearch_queue_depth",
                                       "Reconcile messages waiting in the queue, ready or delayed (retries).",

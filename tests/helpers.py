@@ -145,3 +145,24 @@ async def until(predicate: Callable[[], Any], timeout: float = 60, what: str | C
         if time.monotonic() > deadline:
             raise _failed(timeout, what)
         await asyncio.sleep(every)
+
+
+def undo_meaning_index(conn) -> None:
+    """Take SQLite migration 15 (the meaning index) out of a store a test rewrites as an older version."""
+    for statement in ("DROP TRIGGER embeddings_gone", "DROP TABLE embed_gone", "DROP TABLE embeddings",
+                      "DROP TABLE embed_models", "DELETE FROM meta WHERE key IN ('embed_model', 'embed_seq')",
+                      "DROP INDEX windows_embed", "ALTER TABLE windows DROP COLUMN needs_embed",
+                      "ALTER TABLE windows DROP COLUMN embed_token", "ALTER TABLE windows DROP COLUMN embed_expires_at",
+                      "DELETE FROM schema_migrations WHERE version = 15"):
+        conn.execute(statement)
+
+
+def undo_pg_meaning_index(conn) -> None:
+    """Take PostgreSQL migration 12 (the meaning index) out of a database a test rewrites as an older version."""
+    for statement in ("DROP TRIGGER ss_embeddings_gone ON ss_embeddings", "DROP FUNCTION ss_embed_gone()",
+                      "DROP TABLE ss_embed_gone, ss_embeddings, ss_embed_models",
+                      "ALTER TABLE ss_agents DROP COLUMN embed_model, DROP COLUMN embed_seq",
+                      "DROP INDEX ss_windows_embed", "ALTER TABLE ss_windows DROP COLUMN needs_embed, "
+                      "DROP COLUMN embed_token, DROP COLUMN embed_expires_at",
+                      "DELETE FROM ss_schema_migrations WHERE version = 12"):
+        conn.execute(statement)

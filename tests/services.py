@@ -84,7 +84,7 @@ def terminate(proc: subprocess.Popen, log, *, on_timeout=None) -> int:
 # PostgreSQL: the machine's server (CI starts it); each test session makes its own database
 PG_ADMIN_URL = os.environ.get("SESSIONSEARCH_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 PG_TABLES = ("ss_agents", "ss_sessions", "ss_windows", "ss_events", "ss_index", "ss_cold", "ss_deleted",
-             "ss_postings_built", "ss_postings")
+             "ss_postings_built", "ss_postings", "ss_embed_models", "ss_embeddings", "ss_embed_gone")
 
 
 def pg_url(name: str) -> str:

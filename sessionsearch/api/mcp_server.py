@@ -37,20 +37,28 @@ log = structlog.get_logger("sessionsearch.mcp")
 
 INSTRUCTIONS = (
     "Search and read this agent gateway's past conversations (the user and assistant messages of the sessions "
-    "you may see). Find where something was said with sessions_search, then read around a hit with "
+    "you may see). Find where something was said with sessions_search (by its words, or with mode hybrid by "
+    "what it was about), then read around a hit with "
     "sessions_history (pass the hit's sessionKey, sessionId and messageId). sessions_list finds conversations "
     "by title and gives their session keys. Answers with indexing: true are real but may be incomplete: "
     "search again shortly.")
 
 SEARCH = (
-    "Full-text search over past conversations you may see (user and assistant messages; tool output is not "
-    "searched). Use it to find where something was said or decided. `query` takes literal words: every word "
-    "must appear in a message (case and accents do not matter); there are no operators (OR, quotes, * and : "
-    "are plain text), so give a few distinctive words, not a sentence. `queries` runs up to 8 searches in one "
-    "call and answers {states: [one answer per query]}. Narrow with sessionKeys, agentId, sessionId, role, "
-    "since/until (epoch ms or ISO 8601); order: \"recent\" puts the newest first; match: \"prefix\" lets the "
-    "last word match as a prefix; resultMode: \"sessions\" gives one entry per conversation (its best hit "
-    "and hit count). Each hit has sessionKey, sessionId, messageId, role, timestamp and a snippet: pass the "
+    "Search past conversations you may see (user and assistant messages; tool output is not searched). Use it "
+    "to find where something was said or decided. Pick mode by what you know: mode \"keyword\" (the default) "
+    "for names, ids, numbers, error messages, quotes and exact phrases: `query` takes literal words and every "
+    "word must appear in a message (case and accents do not matter; there are no operators: OR, quotes, * and "
+    ": are plain text), so give a few distinctive words, not a sentence. mode \"hybrid\" for questions "
+    "about a topic (\"what did we discuss about the move?\"): it finds messages by their words and by their "
+    "meaning and ranks those found both ways first; a whole question is fine. mode \"semantic\" when the "
+    "conversation may have used other words entirely (you ask about a \"home loan\", it said \"mortgage\"): "
+    "by meaning only, no word needs to match, and a query with nothing close finds nothing. With semantic "
+    "or hybrid each hit says matchedBy: [\"keyword\"], [\"semantic\"] or both. `queries` runs up to 8 "
+    "searches in one call and answers {states: [one answer per query]}. Narrow with sessionKeys, agentId, "
+    "sessionId, role, since/until (epoch ms or ISO 8601); order: \"recent\" puts the newest first (keyword "
+    "mode only); match: \"prefix\" lets the last word match as a prefix; resultMode: \"sessions\" gives one "
+    "entry per conversation (its best hit and hit count). Each hit has sessionKey, sessionId, messageId, "
+    "role, timestamp and a snippet: pass the "
     "first three to sessions_history to read the conversation around the hit. indexing: true (with a warning) "
     "means some conversations in scope are still being indexed: the hits returned are real but others may be "
     "missing, so call sessions_search again in a few seconds before concluding that something was never said. "
@@ -83,7 +91,11 @@ REQUESTER = (
     "session may name only its own.")
 
 FIELDS = {
-    "query": "literal words, all of which must appear in a message (at most 4096 characters)",
+    "query": ("keyword mode: literal words, all of which must appear in a message; semantic or hybrid: a "
+              "question or description in your own words (at most 4096 characters)"),
+    "mode": ("keyword (default): exact words, for names, ids and quotes; hybrid: words and meaning, for "
+             "\"what did we discuss about ...\" questions; semantic: meaning only, when the words may differ "
+             "entirely"),
     "queries": "up to 8 queries answered at once (instead of query)",
     "agentId": "only this agent's conversations",
     "sessionKeys": "only these conversations (1..200 session keys, which may span agents)",
@@ -91,7 +103,7 @@ FIELDS = {
     "role": "only messages of this role",
     "limit": "how many results",
     "match": "exact (default): whole words; prefix: the last word may be a prefix",
-    "order": "relevance (default) or recent (newest first)",
+    "order": "relevance (default) or recent (newest first; keyword mode only)",
     "resultMode": "messages (default): hits; sessions: one entry per conversation",
     "sessionKey": "the conversation's session key, agent:<agentId>:<rest> (a hit's sessionKey)",
     "messageId": "read the messages around this one (a search hit's messageId)",
@@ -120,10 +132,10 @@ def _without_null(schema: dict[str, Any]) -> dict[str, Any]:
 
 def input_schema(method: str) -> dict[str, Any]:
     """The wire schema of `method` (api/openapi.py), with descriptions for a model, no `null`
-    alternatives and no top-level combinators (some model APIs refuse a tool schema with oneOf/allOf
+    alternatives and no top-level combinators (some model APIs refuse a tool schema with oneOf/allOf/not
     at the top; the engine answers those rules itself)."""
     schema = copy.deepcopy(REQUESTS[method])
-    for key in ("oneOf", "allOf", "anyOf"):
+    for key in ("oneOf", "allOf", "anyOf", "not"):
         schema.pop(key, None)
     properties = {name: _without_null(prop) for name, prop in schema["properties"].items() if name not in UI_ONLY}
     schema["properties"] = properties

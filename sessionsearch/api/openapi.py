@@ -26,10 +26,13 @@ def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 STRING = {"type": "string"}
-ID = {"type": "string", "minLength": 1}
+# keys, ids, labels and roles are stored as columns: a NUL (U+0000) in one is refused (values.py)
+NO_NUL = f"^[^\\x00]*{END}"
+ID = {"type": "string", "minLength": 1, "pattern": NO_NUL}
+NAME = {"type": ["string", "null"], "pattern": NO_NUL}
 AGENT_ID = {"type": "string", "pattern": f"^[A-Za-z0-9_-]{{1,64}}{END}"}
 SESSION_KEY = {"type": "string", "maxLength": 512,
-               "pattern": "^(?:agent:[A-Za-z0-9_-]{1,64}:[\\s\\S]|(?!agent:)[\\s\\S]*\\S)",
+               "pattern": "^(?![\\s\\S]*\\x00)(?:agent:[A-Za-z0-9_-]{1,64}:[\\s\\S]|(?!agent:)[\\s\\S]*\\S)",
                "description": "agent:<agentId>:<rest>; a key without the prefix belongs to agent main"}
 REQUESTER = {"type": "object", "additionalProperties": False, "required": ["sessionKey"],
              "properties": {"sessionKey": SESSION_KEY, "sandboxed": {"type": "boolean"}}}
@@ -54,7 +57,7 @@ BLOCK = {"type": "object", "required": ["type"], "properties": {"type": STRING},
          "then": {"required": ["text"], "properties": {"text": STRING}}}
 # the indexer reads `content` when it is a string, else `text` when that is, else the content blocks
 MESSAGE_IN = {"type": "object", "required": ["role"],
-              "properties": {"role": {"type": "string", "minLength": 1, "examples": sorted(ROLES)},
+              "properties": {"role": {"type": "string", "minLength": 1, "pattern": NO_NUL, "examples": sorted(ROLES)},
                              "timestamp": _nullable({"anyOf": [EPOCH_MS, STRING]})},
               "anyOf": [{"required": ["text"], "properties": {"text": STRING}},
                         {"properties": {"content": {"anyOf": [NULLABLE_STRING,
@@ -66,18 +69,23 @@ def _when(event_type: str, then: dict[str, Any]) -> dict[str, Any]:
 
 
 EVENT = {"type": "object", "required": ["type"], "description": "a transcript row in the gateway's format",
-         "properties": {"type": {"enum": sorted(EVENT_TYPES)}, "id": NULLABLE_STRING, "parentId": NULLABLE_STRING,
+         "properties": {"type": {"enum": sorted(EVENT_TYPES)}, "id": NAME, "parentId": NAME,
                         "appendMode": {"enum": ["side", None]},
                         "timestamp": _nullable({"anyOf": [EPOCH_MS, {"type": "string", "format": "date-time"}]})},
          "allOf": [_when("message", {"required": ["message"], "properties": {"message": MESSAGE_IN}}),
                    _when("leaf", {"required": ["targetId"], "properties": {"targetId": ID}}),
-                   _when("reset", {"properties": {"firstKeptEntryId": NULLABLE_STRING,
+                   _when("reset", {"properties": {"firstKeptEntryId": NAME,
                                                   "reason": {"enum": [*sorted(RESET_REASONS), None]}}})]}
 
+MODES = ("keyword", "semantic", "hybrid")
+MEANING_MODES = ("semantic", "hybrid")  # the modes that read the meaning index (SPEC §4 `mode`)
 HIT = {"type": "object", "required": ["sessionKey", "sessionId", "messageId", "role", "timestamp", "snippet", "score"],
        "properties": {"sessionKey": {"type": "string"}, "sessionId": {"type": "string"},
                       "messageId": {"type": "string"}, "role": {"enum": ["user", "assistant"]},
-                      "timestamp": {"type": "integer"}, "snippet": {"type": "string"}, "score": {"type": "number"}}}
+                      "timestamp": {"type": "integer"}, "snippet": {"type": "string"}, "score": {"type": "number"},
+                      "matchedBy": {"type": "array", "minItems": 1, "maxItems": 2, "uniqueItems": True,
+                                    "items": {"enum": ["keyword", "semantic"]},
+                                    "description": "with mode semantic or hybrid: how the hit was found"}}}
 SESSION_RESULT = {"type": "object", "required": ["sessionKey", "sessionId", "label", "hits", "best"],
                   "properties": {"sessionKey": {"type": "string"}, "sessionId": {"type": "string"},
                                  "label": NULLABLE_STRING, "hits": {"type": "integer", "minimum": 1}, "best": HIT}}
@@ -115,8 +123,14 @@ SEARCH_REQUEST = {
             "since": _nullable({**INSTANT, "description": "hits at or after this time; " + INSTANT["description"]}),
             "until": _nullable({**INSTANT, "description": "hits before this time, which must be later than since; "
                                                           + INSTANT["description"]}),
-            "resultMode": {"enum": ["messages", "sessions"]}}),
+            "resultMode": {"enum": ["messages", "sessions"]},
+            "mode": {"enum": list(MODES), "description": (
+                "keyword (default): the words; semantic: the meaning of the query, no word needing to match; "
+                "hybrid: both, fused by reciprocal rank")}}),
     "oneOf": [{"required": ["query"]}, {"required": ["queries"]}],
+    # order "recent" is for keyword search only
+    "not": {"required": ["order", "mode"],
+            "properties": {"order": {"const": "recent"}, "mode": {"enum": list(MEANING_MODES)}}},
 }
 HISTORY_REQUEST = {
     **_obj({"sessionKey": SESSION_KEY, "limit": _limit(1000),
@@ -134,9 +148,9 @@ REQUESTS: dict[str, dict[str, Any]] = {
     "sessions.list": _obj({"agentId": _nullable(AGENT_ID), "search": NULLABLE_STRING,
                            "requester": _nullable(REQUESTER), "limit": _limit(1000),
                            "palette": BOOLEAN, "includeArchived": BOOLEAN}),
-    "sessions.upsert": _obj({"sessionKey": SESSION_KEY, "sessionId": NULLABLE_STRING, "label": NULLABLE_STRING,
-                             "displayName": NULLABLE_STRING, "spawnedBy": _nullable(SESSION_KEY),
-                             "parentSessionKey": _nullable(SESSION_KEY), "group": NULLABLE_STRING,
+    "sessions.upsert": _obj({"sessionKey": SESSION_KEY, "sessionId": NAME, "label": NAME,
+                             "displayName": NAME, "spawnedBy": _nullable(SESSION_KEY),
+                             "parentSessionKey": _nullable(SESSION_KEY), "group": NAME,
                              "kind": {"enum": ["direct", "group", "subagent", "cron", "system", None]},
                              "incognito": BOOLEAN}, ["sessionKey"]),
     "transcript.append": _obj({"sessionKey": SESSION_KEY, "sessionId": _nullable(ID),
@@ -194,11 +208,15 @@ RESPONSES: dict[str, dict[str, Any]] = {
                          "properties": {"sessionKey": {"type": "string"}, "restoredWindows": {"type": "integer"}}},
     "index.status": {"type": "object", "required": ["agents"], "properties": {"agents": {"type": "array", "items": {
         "type": "object", "required": ["agentId", "windows", "indexedWindows", "backlog", "messages", "indexedMessages",
-                                       "completeness"],
+                                       "completeness", "embeddedMessages", "embeddingBacklog"],
         "properties": {"agentId": {"type": "string"}, "windows": {"type": "integer"},
                        "indexedWindows": {"type": "integer"}, "backlog": {"type": "integer"},
                        "messages": {"type": "integer"}, "indexedMessages": {"type": "integer"},
-                       "completeness": {"type": "number", "minimum": 0, "maximum": 1}}}}}},
+                       "completeness": {"type": "number", "minimum": 0, "maximum": 1},
+                       "embeddedMessages": {"type": "integer", "minimum": 0,
+                                            "description": "messages with an embedding of the current model"},
+                       "embeddingBacklog": {"type": "integer", "minimum": 0,
+                                            "description": "messages waiting for one"}}}}}},
 }
 
 METHODS = tuple(REQUESTS)

@@ -10,6 +10,7 @@ import shutil
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -105,13 +106,53 @@ def _post(url: str, method: str, body: dict[str, Any], token: str | None) -> dic
 
 def _show(result: dict[str, Any]) -> None:
     for hit in result["results"]:
-        print(f"    {hit['role']:<9} {hit['sessionKey']:<36} {hit['snippet'][:90]}")
+        found = f"  (by {' + '.join(hit['matchedBy'])})" if hit.get("matchedBy") else ""
+        print(f"    {hit['role']:<9} {hit['sessionKey']:<36} {hit['snippet'][:90]}{found}")
     flags = [f for f in ("indexing", "truncated") if result.get(f)]
     print(f"    -> {len(result['results'])} hit(s)" + (f", {', '.join(flags)}: true" if flags else ", complete"))
 
 
-async def run_demo(settings: Settings, *, query: str = "loan") -> int:
-    """Import the sample on an empty data dir, serve it embedded, and show indexing finish."""
+def _error_of(exc: urllib.error.HTTPError) -> str:
+    """The message of an API error answer."""
+    try:
+        return str(json.loads(exc.read())["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return f"HTTP {exc.code}"
+
+
+async def _by_meaning(url: str, question: str, token: str | None) -> None:
+    """Step 3: a question that shares no word with the message that answers it, by keyword and by
+    hybrid search (waiting while the in-process worker embeds the sample)."""
+    print(f'\n3. a question in other words than the conversation used: "{question}"')
+    print("   keyword search (every word must appear):")
+    _show(await asyncio.to_thread(_post, url, "sessions.search", {"query": question}, token))
+    body = {"query": question, "mode": "hybrid"}
+    try:
+        result = await asyncio.to_thread(_post, url, "sessions.search", body, token)
+        started = time.monotonic()
+        while result.get("indexing") and time.monotonic() - started < 120:
+            status = await asyncio.to_thread(_post, url, "index.status", {}, token)
+            done = sum(a["embeddedMessages"] for a in status["agents"])
+            total = done + sum(a["embeddingBacklog"] for a in status["agents"])
+            sys.stdout.write(f"\r   waiting for the in-process worker: {done}/{total} messages embedded ")
+            sys.stdout.flush()
+            await asyncio.sleep(0.2)
+            result = await asyncio.to_thread(_post, url, "sessions.search", body, token)
+    except urllib.error.HTTPError as exc:
+        message = _error_of(exc)
+        hint = " (SESSIONSEARCH_EMBEDDER is none)" if message == "semantic search is disabled" else ""
+        print(f"\n   hybrid search: {message}{hint}")
+        return
+    print('\n   the same question with mode "hybrid" (words and meaning):')
+    _show(result)
+    print("\nanswered by hybrid search." if result["results"] and not result.get("indexing") else
+          "\nstill embedding; try again shortly.")
+
+
+async def run_demo(settings: Settings, *, query: str = "loan",
+                   question: str = "how much will I pay each month for the house?") -> int:
+    """Import the sample on an empty data dir, serve it embedded, show indexing finish, then a question
+    that keyword search cannot answer, answered by hybrid search."""
     from ..engine import Engine
     from ..importer import run_import
     from ..store import backend_for
@@ -160,10 +201,13 @@ async def run_demo(settings: Settings, *, query: str = "loan") -> int:
     print('\n\n2. the same search, complete:')
     _show(result)
     print("\nsearch complete." if not result.get("indexing") else "\nstill indexing; try again shortly.")
+    await _by_meaning(url, question, token)
     auth = ' -H "Authorization: Bearer $SESSIONSEARCH_API_TOKEN"' if token else ""
     print(f"\nThe server keeps running (Ctrl-C stops it). Try:\n"
           f"  curl -s {url}/v1/sessions.search{auth} -H 'Content-Type: application/json' "
           f"-d '{{\"query\": \"notary\"}}'\n"
+          f"  curl -s {url}/v1/sessions.search{auth} -H 'Content-Type: application/json' "
+          f"-d '{{\"query\": \"when do I see the notary?\", \"mode\": \"hybrid\"}}'\n"
           f"  curl -s {url}/v1/sessions.history{auth} -H 'Content-Type: application/json' "
           f"-d '{{\"sessionKey\": \"agent:main:main\"}}'\n"
           f"  curl -s {url}/metrics | grep sessionsearch_\n"

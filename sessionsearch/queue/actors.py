@@ -19,12 +19,14 @@ import structlog
 from dramatiq.brokers.redis import RedisBroker
 
 from .. import metrics
+from ..embed import EmbedderFailed
 from ..engine import Engine
 from ..errors import NotFound
 from ..indexer.reconcile import window_gen
+from ..metrics import error_kind
 from ..settings import Settings
 from ..store.base import ReconcileOutcome
-from .broker import EXHAUSTED_ACTOR, FAILING, NAMESPACE, QUEUE
+from .broker import EMBED_QUEUE, EXHAUSTED_ACTOR, FAILING, NAMESPACE, QUEUE
 from .outbox import Outbox
 
 log = structlog.get_logger("sessionsearch.queue")
@@ -72,9 +74,9 @@ return table.concat(flags)
 class Markers:
     """Which windows are queued or being reconciled: a Redis sorted set with expiries, else a dict."""
 
-    def __init__(self, client: redis.Redis | None) -> None:
+    def __init__(self, client: redis.Redis | None, *, zset: str = f"{NAMESPACE}:queued") -> None:
         self.client = client
-        self.zset = f"{NAMESPACE}:queued"
+        self.zset = zset
         self._acquire = client.register_script(_ACQUIRE) if client is not None else None
         self._local: dict[str, float] = {}
         self._lock = threading.Lock()
@@ -190,6 +192,14 @@ class Reconciler:
             self._reconcile, broker=broker, actor_name="reconcile", queue_name=QUEUE,
             max_retries=MAX_RETRIES, min_backoff=1_000, max_backoff=60_000,
             time_limit=int(self.time_limit_s * 1000), throws=(NotFound,), on_retry_exhausted=EXHAUSTED_ACTOR)
+        # the meaning index's job (SPEC §3): a window's pending rows embedded in batches; markers of
+        # its own, so a window queued for reconciliation is still queued for embeddings once, and a
+        # queue of its own, so reconciliation's depth and sweeps count only reconcile jobs
+        self.embed_markers = Markers(client, zset=f"{NAMESPACE}:embed-queued")
+        self.embed_actor = dramatiq.actor(  # type: ignore[call-overload]
+            self._embed, broker=broker, actor_name="embed", queue_name=EMBED_QUEUE,
+            max_retries=MAX_RETRIES, min_backoff=1_000, max_backoff=60_000,
+            time_limit=int(self.time_limit_s * 1000), throws=(NotFound,))
 
     @property
     def time_limit_s(self) -> float:
@@ -326,6 +336,53 @@ class Reconciler:
             self.actor.send(agent_id, wid)
             return
         self.markers.release_soon((agent_id, wid))
+
+    async def enqueue_embed(self, pending: dict[str, set[int]]) -> bool:
+        """The engine's embed enqueuer: one embed job per window not already queued (deduplicated
+        by its markers); False when the queue could not be reached."""
+        items = [(agent_id, wid) for agent_id, wids in sorted(pending.items()) for wid in sorted(wids)]
+        if self.embed_markers.client is None:
+            return self._send_embeds(items)
+        try:
+            return await asyncio.wait_for(asyncio.to_thread(self._send_embeds, items),
+                                          self.settings.redis_request_timeout_ms / 1000 * 2)
+        except TimeoutError:
+            return False
+
+    def _send_embeds(self, items: list[tuple[str, int]]) -> bool:
+        try:
+            fresh = self.embed_markers.acquire(items)
+            for n, (agent_id, wid) in enumerate(fresh):
+                try:
+                    self.embed_actor.send(agent_id, wid)
+                except Exception:
+                    self.embed_markers.release(fresh[n:])
+                    raise
+        except (redis.RedisError, OSError) as exc:
+            metrics.get().enqueue_failures.inc()
+            log.warning("search.embed_enqueue_failed", windows=len(items), error=f"{type(exc).__name__}: {exc}")
+            return False
+        return True
+
+    async def _embed(self, agent_id: str, wid: int) -> None:
+        engine = await self.engine()
+        m = metrics.get()
+        try:
+            result = await asyncio.wait_for(
+                engine.embed(agent_id, wid, should_stop=self.stopping.is_set, observe=m.observe_embed_batch),
+                self.time_limit_s)
+        except NotFound:
+            self.embed_markers.release([(agent_id, wid)])
+            raise
+        except EmbedderFailed as exc:
+            m.embedder_errors.labels(kind=error_kind(exc)).inc()
+            raise  # Dramatiq retries with backoff; nothing of the batch was stored; the marker stays
+        if result.outcome == "busy":  # another embed job holds it: look again once its lease could have run out
+            raise dramatiq.Retry(delay=int(self.settings.claim_lease_s * 1000))
+        if result.outcome == "stopped":
+            self.embed_actor.send(agent_id, wid)
+            return
+        self.embed_markers.release_soon((agent_id, wid))
 
     async def _exhausted(self, message: dict, retries: dict) -> None:
         """A reconcile job failed every retry and is dead-lettered: note the window's generation, so

@@ -12,6 +12,7 @@ from dramatiq.middleware.asyncio import AsyncIO
 from dramatiq.middleware.prometheus import Prometheus
 
 QUEUE = "reconcile"
+EMBED_QUEUE = "embed"  # the meaning index's jobs (queue/actors.py)
 NAMESPACE = "sessionsearch"
 # "agent:wid" -> the window's rebuild_gen when its reconcile job was dead-lettered (worker/sweep.py)
 FAILING = f"{NAMESPACE}:failing"

@@ -28,7 +28,7 @@ DEFAULT_LIMIT = 10
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 SEARCH_FIELDS = {"query", "queries", "agentId", "sessionKeys", "sessionId", "role", "limit", "match", "order",
-                 "requester", "palette", "since", "until", "resultMode"}
+                 "requester", "palette", "since", "until", "resultMode", "mode"}
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,7 @@ class SearchRequest:
     since: int | None = None  # epoch ms, inclusive, on the hit's timestamp
     until: int | None = None  # epoch ms, exclusive
     result_mode: str = "messages"  # or "sessions": the best hit per session
+    mode: str = "keyword"  # or "semantic", "hybrid" (search/meaning.py)
 
 
 def build_match(words: list[str], prefix: bool) -> Match | None:
@@ -147,6 +148,11 @@ def parse_search(body: object) -> SearchRequest:
     if order not in ("relevance", "recent"):
         raise InvalidRequest('order must be "relevance" or "recent"', field="order")
     prefix = match == "prefix"
+    mode = body.get("mode", "keyword")
+    if mode not in ("keyword", "semantic", "hybrid"):
+        raise InvalidRequest('mode must be "keyword", "semantic" or "hybrid"', field="mode")
+    if order == "recent" and mode != "keyword":
+        raise InvalidRequest('order "recent" needs mode "keyword"', field="order")
     result_mode = body.get("resultMode", "messages")
     if result_mode not in ("messages", "sessions"):
         raise InvalidRequest('resultMode must be "messages" or "sessions"', field="resultMode")
@@ -180,4 +186,4 @@ def parse_search(body: object) -> SearchRequest:
     assert limit is not None  # it has a default
     since, until = parse_range(body)  # top-level: they apply to every one of `queries`
     return SearchRequest(queries, "queries" in body, agent_id, keys, session_id, role, limit, prefix, order,
-                         parse_requester(body.get("requester")), palette, since, until, result_mode)
+                         parse_requester(body.get("requester")), palette, since, until, result_mode, mode)

@@ -21,6 +21,7 @@ from ..settings import Settings
 from ..store.base import Match, TopHits
 from ..store.rowids import wid_of
 from .catalog import CatalogCache, CatalogView, ManyTop, NewestLookup, StoreLookup
+from .meaning import Meaning, run_meaning
 from .query import ParsedQuery, SearchRequest
 from .text import fold, redact, snippet
 from .visibility import Viewer
@@ -154,6 +155,8 @@ class Hit:
     message_id: str
     ts: int
     text: str
+    matched_by: tuple[str, ...] = ()  # semantic and hybrid modes: how the hit was found
+    snippet: str | None = None  # semantic and hybrid modes: the passage nearest the query
 
     def sort_key(self, order: str) -> tuple:
         if order == "recent":
@@ -180,6 +183,8 @@ class Outcome:
     more: bool = False
     dirty: dict[str, set[int]] = field(default_factory=dict)
     groups: list[SessionGroup] = field(default_factory=list)  # resultMode "sessions"
+    pending: dict[str, set[int]] = field(default_factory=dict)  # windows waiting for embeddings
+    meaning_failed: bool = False  # the query could not be embedded
 
 
 def plan_scopes(req: SearchRequest, viewer: Viewer, view: CatalogView, agents: list[str]) -> dict[str, Scope]:
@@ -425,16 +430,21 @@ def hit_item(settings: Settings, view: CatalogView, hit: Hit, terms: list[str], 
     win = view.agents[hit.agent_id].windows.get(wid_of(hit.rid))
     if win is None:
         return None
-    text = redact(hit.text) if settings.redact_snippets else hit.text
-    return {
+    text = hit.text if hit.snippet is None else hit.snippet
+    text = redact(text) if settings.redact_snippets else text
+    item: dict[str, Any] = {
         "sessionKey": win.session_key,
         "sessionId": win.session_id,
         "messageId": hit.message_id,
         "role": "assistant" if hit.rid & 1 else "user",
         "timestamp": hit.ts,
-        "snippet": snippet(text, terms, max_units=settings.snippet_max_units, prefix_last=query.prefix),
+        "snippet": text if hit.snippet is not None else snippet(
+            text, terms, max_units=settings.snippet_max_units, prefix_last=query.prefix),
         "score": round(-hit.rank, 6),
     }
+    if hit.matched_by:
+        item["matchedBy"] = list(hit.matched_by)
+    return item
 
 
 def fit(settings: Settings, response: dict[str, Any], flags: dict[str, Any], items: list[dict[str, Any]],
@@ -463,7 +473,7 @@ def fit(settings: Settings, response: dict[str, Any], flags: dict[str, Any], ite
 async def search(req: SearchRequest, *, settings: Settings, catalog: CatalogCache, open_store: StoreLookup,
                  enqueue: Enqueue, observe: Callable[[float, bool], None] | None = None,
                  agent_facing: bool = False, newest: NewestLookup | None = None,
-                 many: ManyTop | None = None) -> dict[str, Any]:
+                 many: ManyTop | None = None, meaning: Meaning | None = None) -> dict[str, Any]:
     """Answer a parsed search: `open_store` looks an agent's store up, `enqueue` asks for the dirty
     windows met to be reconciled (False: the queue was not reached), `observe(seconds, indexing)`
     is told each answer's latency, `newest` reads the agents' Newest (None: every agent visited),
@@ -474,6 +484,9 @@ async def search(req: SearchRequest, *, settings: Settings, catalog: CatalogCach
     fanout = settings.search_agents_concurrency
 
     async def run(query: ParsedQuery, versions: dict[str, int] | None) -> Outcome:
+        if req.mode != "keyword" and meaning is not None:
+            return await run_meaning(open_store, catalog, query, req, scopes, view, versions, deadline, fanout,
+                                     meaning, settings)
         if sessions:
             return await run_sessions_query(open_store, catalog, query, req, scopes, view, versions, deadline, fanout,
                                             newest)
@@ -504,7 +517,13 @@ async def search(req: SearchRequest, *, settings: Settings, catalog: CatalogCach
     reachable = True
     if dirty:
         reachable = await enqueue(dirty)
-    indexing = bool(dirty) or not reachable
+    pending: dict[str, set[int]] = {}
+    for outcome in outcomes:
+        for agent_id, wids in outcome.pending.items():
+            pending.setdefault(agent_id, set()).update(wids)
+    if pending and meaning is not None:
+        reachable = await meaning.enqueue(pending) and reachable
+    indexing = bool(dirty) or bool(pending) or any(o.meaning_failed for o in outcomes) or not reachable
     flags = response_flags(indexing=indexing, archived=archived, agent_facing=agent_facing)
     states = [(render_sessions if sessions else render)(settings, o, q, view, dict(flags))
               for o, q in zip(outcomes, req.queries)]

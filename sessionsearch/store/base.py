@@ -230,7 +230,86 @@ class MessageRow(NamedTuple):
     body: str  # JSON
 
 
-class ReconcileTx(Protocol):
+class EmbedClaim(StrEnum):
+    """What asking for a window's embed claim found."""
+
+    CLAIMED = "claimed"
+    BUSY = "busy"  # another embed job's lease is live
+    MISSING = "missing"
+    COLD = "cold"
+    INCOGNITO = "incognito"  # never embedded: its text goes to no embedder, and it never answers
+
+
+class PendingRow(NamedTuple):
+    """A word-index row without an embedding of the current model."""
+
+    rid: int
+    ts: int
+    text: str
+
+
+class Embedded(NamedTuple):
+    """An embedding as stored: int8 components scaled by `scale` (store/sqlite/schema.py, 15)."""
+
+    rid: int
+    ts: int
+    scale: float
+    vec: bytes
+
+
+class MeaningHead(NamedTuple):
+    """What a semantic search reads first, in one snapshot."""
+
+    meta_version: int
+    model_no: int | None  # the number of the searcher's model, None when the store has never seen it
+    current_no: int  # the model the workers embed with now (0: none yet)
+    embed_seq: int  # moved by every transaction storing embeddings
+    gone_seq: int  # moved by every deletion of embeddings
+    dirty: frozenset[int]  # windows needing reconciliation
+    pending: frozenset[int]  # windows with rows waiting for an embedding
+
+
+class EmbeddingChanges(NamedTuple):
+    """Embeddings of one model stored after `embed_seq`, and deleted after `gone_seq`."""
+
+    rows: list[Embedded]
+    other_model: list[int]  # rows stored since under another model (they replace what was there)
+    gone: list[int]
+    embed_seq: int
+    gone_seq: int
+
+
+class EmbedTx(Protocol):
+    """The meaning index's primitives inside one write transaction (indexer/embedding.py decides)."""
+
+    async def embed_model(self, model: str, dimensions: int) -> int:
+        """The model's number; when it is not the current model it becomes it, and every warm window
+        with indexed rows waits for embeddings again (the old ones are stale, SPEC §3)."""
+
+    async def embed_claim(self, wid: int, token: str, lease_s: float) -> EmbedClaim:
+        """Take the window's embed claim unless another holder's lease is live."""
+
+    async def embed_waiting(self, wid: int, *, limit: int) -> list[int]:
+        """Up to `limit` other warm windows waiting for embeddings whose embed claim is free, nearest
+        after `wid` first (others' locked rows skipped)."""
+
+    async def embed_pending(self, wid: int, model_no: int, *, after: int, limit: int) -> list[PendingRow]:
+        """Up to `limit` of the window's word-index rows past row id `after` lacking an embedding of
+        `model_no`, in row id order."""
+
+    async def store_embeddings(self, wid: int, token: str, lease_s: float, model_no: int,
+                               rows: list[Embedded]) -> bool:
+        """Store the rows still in the word index while the claim is ours (renewing its lease);
+        False when it is not."""
+
+    async def finish_embed(self, wid: int, token: str, model_no: int) -> bool:
+        """Mark the window embedded and drop the claim if no row waits; False (claim kept) when some do."""
+
+    async def drop_embed_claim(self, wid: int, token: str) -> None:
+        """Drop the embed claim if it is ours."""
+
+
+class ReconcileTx(EmbedTx, Protocol):
     """The primitives of reconciliation inside one write transaction of one agent's store; the
     algorithm over them is indexer/reconcile.py's. Claims compare against the store's clock (the
     database server's where there is one), read once per transaction."""
@@ -405,6 +484,23 @@ class AgentStore(Protocol[R]):
 
     async def status(self, reader: R) -> dict[str, int]:
         """Counts: windows, indexedWindows, backlog, messages, indexedMessages, coldWindows."""
+
+    # -- the meaning index (search/meaning.py reads, indexer/embedding.py writes) ---------------
+
+    async def meaning_head(self, reader: R, model: str) -> MeaningHead:
+        """The model numbers, change counters, and windows needing reconciliation or embeddings."""
+
+    async def embedding_changes(self, reader: R, model_no: int, embed_seq: int, gone_seq: int
+                                ) -> EmbeddingChanges:
+        """Embeddings of `model_no` stored after `embed_seq`, rows re-stored under another model, and
+        embeddings deleted after `gone_seq` (0, 0: every one)."""
+
+    async def indexed_rows(self, reader: R, rids: list[int]) -> list[RowHit]:
+        """Those of `rids` that are word-index rows now, with their text (score 0), in no order."""
+
+    async def embed_status(self, reader: R, model: str) -> dict[str, int]:
+        """embeddedMessages (word-index rows with an embedding of `model`) and embeddingBacklog
+        (those without)."""
 
 
 @runtime_checkable

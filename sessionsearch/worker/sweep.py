@@ -109,7 +109,17 @@ class Sweeper:
         dirty = {agent: wids for agent, wids in dirty.items() if wids}
         sent, _ = self.reconciler.enqueue_sync(dirty, set_before=began) if dirty else (0, 0)
         return {"pending": sum(len(w) for w in pending.values()), "enqueued": sent,
-                "alreadyQueued": sum(len(w) for w in pending.values()) - sent, "swept": swept}
+                "alreadyQueued": sum(len(w) for w in pending.values()) - sent, "swept": swept,
+                "embedWindows": await self._embed_backlog(engine)}
+
+    async def _embed_backlog(self, engine: Engine) -> int:
+        """Queue the embed job of every window waiting for embeddings (deduplicated by the embed
+        markers), so the meaning index catches up after a restart or a model change without waiting
+        for a semantic search to meet it; returns the windows waiting."""
+        backlog = {agent: wids for agent, wids in (await engine.embed_backlog()).items() if wids}
+        if backlog:
+            await self.reconciler.enqueue_embed(backlog)
+        return sum(len(w) for w in backlog.values())
 
     async def periodic(self) -> dict[str, Any]:
         """Enqueue the windows needing reconciliation with no job waiting, delayed or taken by a worker."""

@@ -163,22 +163,27 @@ def test_sigterm_finishes_cleanly_and_leaves_the_database_closed(tmp_path):
     assert '"event": "api.stopped"' in srv.log_path.read_text()
 
 
-def test_the_demo_reaches_its_complete_state(tmp_path):
+def test_the_demo_reaches_its_complete_state_then_answers_a_question_by_meaning(tmp_path):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONSEARCH_")}
     env["SESSIONSEARCH_DATA_DIR"] = str(tmp_path / "data")
     proc = subprocess.Popen([sys.executable, "-m", "sessionsearch.cli", "demo", "--port", str(port)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     lines = []
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + 120
     try:
         for line in proc.stdout:
             lines.append(line)
-            if "search complete." in line or time.monotonic() > deadline:
+            if "or open http" in line or time.monotonic() > deadline:
                 break
         text = "".join(lines)
         assert "search complete." in text, text
         assert "indexing: true" in text and "-> 5 hit(s), complete" in text
+        keyword, hybrid = text.split("3. a question")[1].split('with mode "hybrid"')
+        assert "-> 0 hit(s), complete" in keyword  # no message holds every word of the question
+        answer = hybrid.splitlines()[1]
+        assert "agent:main:main" in answer and "monthly payment is about 1,151 EUR" in answer, hybrid
+        assert answer.endswith("(by semantic)") and "answered by hybrid search." in hybrid
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)

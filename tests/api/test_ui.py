@@ -329,3 +329,62 @@ def test_bidirectional_controls_cannot_disguise_a_key_a_label_or_a_snippet(serve
     assert page.locator("#history-title bdi").evaluate(isolation) == ["BDI", "isolate"]
     assert page.locator("#history .msg-body").first.evaluate("n => getComputedStyle(n).unicodeBidi") == "isolate"
     page.console.check()
+
+
+def test_search_by_meaning_shows_how_each_hit_was_found_and_the_embedding_progress(server, page):
+    server.post("transcript.append", {"sessionKey": "agent:main:main", "events": chain("h", [
+        ("user", "I'm applying for a mortgage with Banca Sella."),
+        ("assistant", "Over 25 years the monthly payment is about 1,151 EUR.")])})
+    page.goto(f"{server.url}/ui")
+    bodies = search_bodies(page)
+    state = page.locator("#search-state")
+    page.locator("#q").fill("how much will I pay each month for the house")
+    page.locator("#q").press("Enter")
+    expect(state).to_have_attribute("data-state", "empty")  # by words: no message holds them all
+    expect(page.locator("#order option[value=recent]")).to_be_enabled()
+    page.select_option("#order", "recent")
+    page.select_option("#mode", "hybrid")  # searches again at once, by words and meaning
+    expect(page.locator("#order")).to_have_value("relevance")  # newest-first is a keyword order
+    expect(page.locator("#order option[value=recent]")).to_be_disabled()
+    # the page searches again by itself while the worker embeds what the first meaning search queued
+    expect(state).to_have_attribute("data-state", "results", timeout=30_000)
+    top = page.locator("#results .hit").first
+    expect(top).to_contain_text("monthly payment is about 1,151 EUR")
+    expect(top.locator(".badge.matched")).to_have_text("by meaning")
+    expect(top.locator("mark")).to_have_count(0)  # "the" is in it by chance: found by meaning, nothing marked
+    assert bodies[-1]["mode"] == "hybrid" and bodies[-1]["order"] == "relevance"
+    page.locator("#q").fill("monthly payment")
+    page.locator("#q").press("Enter")
+    expect(page.locator("#results .hit").first.locator(".badge.matched")).to_have_text("by words + meaning")
+    expect(page.locator("#results .hit").first.locator("mark")).to_have_text(["monthly", "payment"])
+    shot(page, "meaning")
+    page.select_option("#mode", "keyword")
+    expect(page.locator("#results .hit")).to_have_count(1)
+    expect(page.locator("#results .badge.matched")).to_have_count(0)
+    assert "mode" not in bodies[-1]  # a search by words sends what it always sent
+    page.locator("#tab-status").click()
+    expect(page.locator("#st-embedded")).to_have_text("100.0%")
+    expect(page.locator("#st-embedded-unit")).to_have_text("of messages searchable by meaning")
+    expect(page.locator("#agents-body tr td").last).to_have_text("2 / 2")
+    page.console.check()
+
+
+def test_with_the_embedder_off_a_search_by_meaning_says_so(tmp_path, page):
+    srv = Server(tmp_path / "data", tmp_path / "server.log", SESSIONSEARCH_EMBEDDER="none")
+    try:
+        srv.post("transcript.append", {"sessionKey": "agent:main:main", "events": chain("h", [
+            ("user", "The monthly payment is about 1,151 EUR.")])})
+        page.goto(f"{srv.url}/ui")
+        page.locator("#q").fill("monthly payment")
+        page.locator("#q").press("Enter")
+        expect(page.locator("#results .hit")).to_have_count(1)
+        page.select_option("#mode", "semantic")
+        state = page.locator("#search-state")
+        expect(state).to_have_attribute("data-state", "error")
+        expect(state).to_have_text("semantic search is disabled")
+        expect(page.locator("#results .hit")).to_have_count(0)
+        page.select_option("#mode", "keyword")  # words still work
+        expect(page.locator("#results .hit")).to_have_count(1)
+        page.console.check(400)
+    finally:
+        assert srv.stop() == 0

@@ -19,7 +19,7 @@ from sessionsearch.store.sqlite import store as store_module
 from sessionsearch.text.cjk import index_text
 from sessionsearch.text.utf16 import utf16_len
 
-from ..helpers import chain, engine_at, ids, wait_until
+from ..helpers import chain, engine_at, ids, undo_meaning_index, wait_until
 from ..server import Server
 
 KEY = "agent:main:main"
@@ -254,6 +254,7 @@ def _to_schema_8(db) -> None:
                             "ORDER BY f.rowid").fetchall()
         conn.execute("DELETE FROM msg_fts")
         conn.executemany("INSERT INTO msg_fts (rowid, text, ts, mid) VALUES (?, ?, ?, ?)", rows)
+        undo_meaning_index(conn)  # migration 15's
         conn.execute("DELETE FROM schema_migrations WHERE version >= 9")
         conn.execute("DROP INDEX windows_by_span")  # migration 14's
         conn.execute("ALTER TABLE windows DROP COLUMN ts_min")
@@ -279,7 +280,7 @@ async def test_an_upgraded_store_hands_its_cjk_windows_to_reconciliation(tmp_pat
     await _old_store(tmp_path)
     async with engine_at(tmp_path) as engine:
         store = await engine.store("main")
-        assert [v for v, _ in await store.applied_migrations()][-6:] == [9, 10, 11, 12, 13, 14]
+        assert [v for v, _ in await store.applied_migrations()][-7:] == [9, 10, 11, 12, 13, 14, 15]
         first = await engine.search(query="deploy")
         assert first["indexing"] is True and ids(first) == ["l1"]  # the Latin-only window stays searchable
         assert (await engine.search(query="开会"))["results"] == []

@@ -13,7 +13,7 @@ from sessionsearch.indexer.events import MAX_TS_MS, MIN_TS_MS
 from sessionsearch.store.rowids import wid_of
 from sessionsearch.store.sqlite.scope import ID_BOUNDS_SQL, id_bounds
 
-from ..helpers import BASE_TS, chain, engine_at, ids, msg, timed
+from ..helpers import BASE_TS, chain, engine_at, ids, msg, timed, undo_meaning_index
 
 KEY = "agent:main:main"
 DAY = 86_400_000
@@ -220,6 +220,7 @@ def _to_schema_12(db) -> None:
         conn.execute("CREATE INDEX events_by_ts ON events (ts) WHERE text IS NOT NULL")
         conn.execute("DROP INDEX windows_by_span")
         conn.execute("ALTER TABLE windows DROP COLUMN ts_min")
+        undo_meaning_index(conn)  # migration 15's
         conn.execute("DELETE FROM schema_migrations WHERE version >= 13")
 
 
@@ -255,7 +256,8 @@ async def test_an_upgraded_store_answers_ranges_the_same_from_a_covering_index(t
     _to_schema_12(db)
     async with engine_at(tmp_path) as engine:
         store = await engine.store("main")
-        assert (await store.applied_migrations())[-2:] == [(13, "time_ranges_covering"), (14, "window_ts_min")]
+        assert (await store.applied_migrations())[-3:] == [(13, "time_ranges_covering"), (14, "window_ts_min"),
+                                                            (15, "meaning_index")]
         assert await answers(engine) == before
         async with store.reader() as reader:
             narrowed = [await id_bounds(reader.conn, since, until) for _, since, until, _, _ in queries]

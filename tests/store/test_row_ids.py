@@ -9,7 +9,7 @@ import sqlite3
 
 from sessionsearch.store.rowids import HIGH, LOW_SEQS, MAX_SEQ, row_id, seq_of, seq_ranges, wid_of
 
-from ..helpers import chain, engine_at, ids, leaf, msg
+from ..helpers import chain, engine_at, ids, leaf, msg, undo_meaning_index
 
 KEY = "agent:main:long"
 OTHER = "agent:main:other"
@@ -137,6 +137,7 @@ def _to_schema_5(db, cold_file) -> None:
         conn.execute("DROP TABLE prefix_postings")
         conn.execute("DROP TABLE index_gone")  # migration 12's
         conn.execute("DROP INDEX events_all_by_ts")  # migration 13's
+        undo_meaning_index(conn)  # migration 15's
         conn.execute("DELETE FROM schema_migrations WHERE version >= 6")
     with gzip.open(cold_file, "rt", encoding="utf-8") as fh:
         rows = [json.loads(line) for line in fh]
@@ -158,7 +159,7 @@ async def test_a_store_written_with_the_old_row_ids_is_migrated_on_open(tmp_path
 
     async with engine_at(tmp_path) as engine:
         store = await engine.store("main")
-        assert [v for v, _ in await store.applied_migrations()][-9:] == [6, 7, 8, 9, 10, 11, 12, 13, 14]
+        assert [v for v, _ in await store.applied_migrations()][-10:] == [6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
         # migration 9 hands the window with CJK text ("ローン相談") to reconciliation
         assert (await engine.search(query="needle", limit=25))["indexing"] is True
         await engine.reconcile_pending()

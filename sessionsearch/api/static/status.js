@@ -1,5 +1,5 @@
-// The status view: backlog and completeness per agent, queue depth, reconcile rate, and a chart
-// of the backlog, refreshed live while the view is shown.
+// The status view: backlog and completeness per agent, queue depth, reconcile rate, how much of the
+// meaning index is embedded, and a chart of the backlog, refreshed live while the view is shown.
 import { $, el, setState, svg, timeFormat } from "./dom.js";
 import { api, fillAgents } from "./api.js";
 
@@ -33,6 +33,8 @@ async function refreshStatus() {
   const backlog = agents.reduce((n, a) => n + a.backlog, 0);
   const messages = agents.reduce((n, a) => n + a.messages, 0);
   const indexed = agents.reduce((n, a) => n + a.indexedMessages, 0);
+  const embedded = agents.reduce((n, a) => n + a.embeddedMessages, 0);
+  const toEmbed = agents.reduce((n, a) => n + a.embeddingBacklog, 0);
   monitor.samples.push({ time: data.time, backlog, reconciled: data.reconciledWindows });
   if (monitor.samples.length > CHART_SAMPLES) monitor.samples.shift();
 
@@ -49,7 +51,11 @@ async function refreshStatus() {
   const rate = reconcileRate(data.mode);
   $("st-rate").textContent = rate === null ? "–" : rate.value.toFixed(rate.value < 10 ? 1 : 0);
   $("st-rate-unit").textContent = rate === null ? "windows / s" : rate.unit;
-  $("st-complete").textContent = messages ? `${(Math.floor((indexed / messages) * 1000) / 10).toFixed(1)}%` : "100%";
+  $("st-complete").textContent = percent(indexed, messages);
+  $("st-embedded").textContent = percent(embedded, embedded + toEmbed);
+  $("st-embedded-unit").textContent = toEmbed
+    ? `${toEmbed.toLocaleString()} message${toEmbed === 1 ? "" : "s"} waiting to be embedded`
+    : "of messages searchable by meaning";
   $("st-updated").textContent = `· updated ${timeFormat.format(new Date(data.time))}`;
   $("agents-body").replaceChildren(...agents.map((a) => {
     const bar = el("span", { class: "bar" }, el("span"));
@@ -58,10 +64,15 @@ async function refreshStatus() {
       el("th", { scope: "row" }, a.agentId), el("td", {}, a.backlog.toLocaleString()),
       el("td", {}, `${a.indexedWindows.toLocaleString()} / ${a.windows.toLocaleString()}`),
       el("td", {}, `${a.indexedMessages.toLocaleString()} / ${a.messages.toLocaleString()}`),
-      el("td", {}, bar, `${(Math.floor(a.completeness * 1000) / 10).toFixed(1)}%`));
+      el("td", {}, bar, `${(Math.floor(a.completeness * 1000) / 10).toFixed(1)}%`),
+      el("td", { title: `${a.embeddingBacklog.toLocaleString()} waiting` },
+         `${a.embeddedMessages.toLocaleString()} / ${(a.embeddedMessages + a.embeddingBacklog).toLocaleString()}`));
   }));
   drawChart();
 }
+
+// rounded down, so that 100.0% means every one
+const percent = (done, total) => (total ? `${(Math.floor((done / total) * 1000) / 10).toFixed(1)}%` : "100%");
 
 export function reconcileRate(mode) {
   // over the last ten seconds of samples; with workers elsewhere (Redis), the backlog's drain

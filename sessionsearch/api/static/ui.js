@@ -16,10 +16,22 @@ const HISTORY_LIMIT = 30;    // messages per history read
 
 const search = { seq: 0, timer: null, again: null, controller: null, mode: "prefix" };
 
+// how a hit was found, in the words of the mode choice
+const MATCHED = { keyword: "words", semantic: "meaning" };
+
 function searchBody(query, mode) {
   const body = { query, match: mode, order: $("order").value, limit: LIMIT };
   if ($("agent").value) body.agentId = $("agent").value;
+  if ($("mode").value !== "keyword") body.mode = $("mode").value;  // a keyword search sends what it always sent
   return body;
+}
+
+// newest-first is a keyword ordering (the API refuses it with meaning): the choice follows the mode
+function modeChanged() {
+  const keyword = $("mode").value === "keyword";
+  const recent = $("order").querySelector("option[value=recent]");
+  recent.disabled = !keyword;
+  if (!keyword) $("order").value = "relevance";
 }
 
 function scheduleSearch() {
@@ -51,9 +63,10 @@ async function runSearch(mode, { again = false } = {}) {
   search.controller = controller;
   const stateNode = $("search-state");
   if (!again) stateNode.setAttribute("aria-busy", "true");
+  const body = searchBody(query, mode);
   let result;
   try {
-    result = await api("/v1/sessions.search", searchBody(query, mode), { signal: controller.signal });
+    result = await api("/v1/sessions.search", body, { signal: controller.signal });
     await learnSessions(result.results.map((hit) => hit.sessionKey));
   } catch (error) {
     if (seq !== search.seq || error.name === "AbortError") return;
@@ -66,14 +79,18 @@ async function runSearch(mode, { again = false } = {}) {
   stateNode.removeAttribute("aria-busy");
   renderResults(result.results, queryTerms(query), mode === "prefix");
   const n = result.results.length;
+  const byWords = !body.mode;
   const archived = result.archivedTranscriptsExcluded
     ? ` ${result.archivedTranscriptsExcluded} archived session(s) were left out.` : "";
   if (result.indexing) {
     setState(stateNode, "indexing", `Indexing in progress: ${n ? `${n} result${n === 1 ? "" : "s"} so far` : "no results yet"}; `
-      + "some sessions are still being reconciled, so this search runs again by itself." + archived);
+      + (byWords ? "some sessions are still being reconciled" : "some messages are still being indexed or embedded")
+      + ", so this search runs again by itself." + archived);
     search.again = setTimeout(() => runSearch(mode, { again: true }), RESEARCH_MS);
   } else if (n === 0) {
-    setState(stateNode, "empty", `No messages match “${query}”.` + (mode === "prefix" ? " Press Enter for an exact search." : "") + archived);
+    setState(stateNode, "empty", ({ keyword: `No messages match “${query}”.`, semantic: `No messages come close in meaning to “${query}”.`,
+                                  hybrid: `No messages match or come close in meaning to “${query}”.` }[body.mode || "keyword"])
+      + (mode === "prefix" && byWords ? " Press Enter for an exact search." : "") + archived);
   } else if (result.truncated) {
     setState(stateNode, "truncated", `Showing the first ${n} results; more matched. Add words or pick an agent to narrow the search.` + archived);
   } else {
@@ -91,10 +108,14 @@ function renderResults(hits, terms, prefixLast) {
       isolated(titleShown(hit.sessionKey), { class: "hit-title" }),
       kind ? el("span", { class: "badge" }, kind) : null,
       el("span", { class: `badge ${hit.role}` }, hit.role),
+      hit.matchedBy ? el("span", { class: "badge matched", title: "how this message was found" },
+                         `by ${hit.matchedBy.map((m) => MATCHED[m] || m).join(" + ")}`) : null,
       titleOf(hit.sessionKey) !== hit.sessionKey ? isolated(shownKey(hit.sessionKey), { class: "hit-key" }) : null,
       el("time", { class: "hit-time", datetime: new Date(hit.timestamp).toISOString() }, when(hit.timestamp)));
+    // a hit found by meaning alone holds the query's words only by chance: nothing to mark
+    const byWords = !hit.matchedBy || hit.matchedBy.includes("keyword");
     const button = el("button", { type: "button", class: "hit", dataset: { index: i } }, head,
-                      snippetNode(hit.snippet, terms, prefixLast));
+                      snippetNode(hit.snippet, byWords ? terms : [], prefixLast));
     button.addEventListener("click", () => openHistory(hit, button));
     return el("li", {}, button);
   }));
@@ -271,7 +292,9 @@ function start() {
     moveAmongHits(event);
     if (event.key === "Escape") $("q").focus();
   });
-  for (const id of ["agent", "order"]) $(id).addEventListener("change", () => runSearch(search.mode));
+  $("mode").addEventListener("change", modeChanged);
+  for (const id of ["agent", "order", "mode"]) $(id).addEventListener("change", () => runSearch(search.mode));
+  modeChanged();  // a reload may keep a form's choices
   $("tab-search").addEventListener("click", () => { showView("search"); $("q").focus(); });
   $("tab-status").addEventListener("click", () => showView("status"));
   $("history-back").addEventListener("click", backToResults);

@@ -209,14 +209,18 @@ class PgBackend:
             "SELECT a.agent_id, count(w.wid), coalesce(sum(w.needs_rebuild), 0), coalesce(sum(w.messages), 0), "
             "coalesce(sum(w.messages) FILTER (WHERE w.needs_rebuild = 0), 0), coalesce(sum(w.idx_rows), 0), "
             "b.old_rows, (SELECT count(*) FROM ss_postings p WHERE p.ano = a.ano AND p.kind = 0), "
-            "(SELECT count(*) FROM ss_index f WHERE f.ano = a.ano AND f.iseq > b.mark) FROM ss_agents a "
+            "(SELECT count(*) FROM ss_index f WHERE f.ano = a.ano AND f.iseq > b.mark), "
+            "coalesce(sum(w.needs_embed), 0), (SELECT count(*) FROM ss_embeddings m WHERE m.ano = a.ano) "
+            "FROM ss_agents a "
             "LEFT JOIN ss_windows w ON w.ano = a.ano LEFT JOIN ss_postings_built b ON b.ano = a.ano "
             "GROUP BY a.agent_id, a.ano, b.old_rows, b.mark ORDER BY a.agent_id")
-        for agent_id, windows, pending, messages, indexed, idx_rows, old_rows, words, fresh in rows or []:
+        for (agent_id, windows, pending, messages, indexed, idx_rows, old_rows, words, fresh, embed_pending,
+             embedded) in rows or []:
             usable = old_rows is not None and idx_rows - fresh == old_rows and fresh <= FRESH_LIMIT
             yield agent_id, {"windows": windows, "pending": int(pending), "messages": int(messages),
                              "indexed_messages": int(indexed), "postings_usable": words if usable else 0,
-                             "postings_stale": 0 if usable else words, "index_log_rows": fresh or 0}
+                             "postings_stale": 0 if usable else words, "index_log_rows": fresh or 0,
+                             "embedded": embedded, "embed_pending": int(embed_pending)}
 
 
 __all__ = ["CONNECT_TIMEOUT_S", "PgBackend"]

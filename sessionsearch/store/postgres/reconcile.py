@@ -22,6 +22,7 @@ from psycopg import AsyncConnection
 from ..base import ClaimInfo, ReconcileTx, RowChanges, Waiting, WindowGen, WindowState
 from ..rowids import seq_ranges, window_ranges
 from .db import all_rows, now_s, one
+from .meaning import PgEmbedTx
 from .writer import delete_index, index_rows
 
 T = TypeVar("T")
@@ -88,7 +89,7 @@ class Reconciler:
                                                    "ORDER BY wid", (self.ano,))]
 
 
-class PgReconcileTx:
+class PgReconcileTx(PgEmbedTx):
     """The primitives inside one transaction; claims compare against the database's clock, read once."""
 
     def __init__(self, owner: Reconciler, conn: AsyncConnection) -> None:
@@ -206,6 +207,8 @@ class PgReconcileTx:
                 await conn.execute(*insert)
                 await conn.execute(MOVE_PENDING)
                 await conn.execute("SET LOCAL gin_pending_list_limit = 64")
+            if added:  # the new rows wait for the embed job
+                await conn.execute("UPDATE ss_windows SET needs_embed = 1 WHERE wid = ANY(%s)", (list(added),))
             if counts:
                 await conn.execute("UPDATE ss_windows w SET idx_rows = idx_rows + c.n, idx_tokens = idx_tokens + c.t "
                                    "FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[]) AS c(wid, n, t) "

@@ -499,6 +499,47 @@ UPDATE ss_windows w SET needs_rebuild = 1, rebuild_gen = rebuild_gen + 1, idx_ro
     FROM (SELECT wid, count(*) AS n, sum(dl) AS t FROM ss_retoken GROUP BY wid) c WHERE w.wid = c.wid;
 DELETE FROM ss_index WHERE id IN (SELECT id FROM ss_retoken);
 """),
+    (12, "meaning_index", """
+-- The meaning index (SPEC §3), as on SQLite (store/sqlite/schema.py, 15): an int8 embedding with a
+-- per-row scale per index row, keyed by its id, in bytea (no pgvector needed). needs_embed marks
+-- windows with index rows lacking an embedding of the agent's current model (ss_agents.embed_model),
+-- under an embed claim apart from reconciliation's. ss_agents.embed_seq is moved by every
+-- transaction storing or deleting embeddings, the agent's row then locked to its end, so those
+-- transactions commit in the order of their numbers and a search process reading what came after
+-- the number it holds misses none (search/vectors.py).
+ALTER TABLE ss_windows ADD COLUMN needs_embed integer NOT NULL DEFAULT 0,
+    ADD COLUMN embed_token text, ADD COLUMN embed_expires_at double precision;
+CREATE INDEX ss_windows_embed ON ss_windows (ano, wid) WHERE needs_embed = 1;
+UPDATE ss_windows SET needs_embed = 1 WHERE cold = 0 AND messages > 0;
+ALTER TABLE ss_agents ADD COLUMN embed_model integer NOT NULL DEFAULT 0,
+    ADD COLUMN embed_seq bigint NOT NULL DEFAULT 0;
+CREATE TABLE ss_embed_models (mno serial PRIMARY KEY, model text NOT NULL UNIQUE, dims integer NOT NULL);
+CREATE TABLE ss_embeddings (
+    id bigint PRIMARY KEY,
+    ano integer NOT NULL,
+    mno integer NOT NULL,
+    eseq bigint NOT NULL,
+    ts bigint NOT NULL,
+    scale real NOT NULL,
+    vec bytea NOT NULL
+);
+CREATE INDEX ss_embeddings_by_eseq ON ss_embeddings (ano, eseq);
+CREATE TABLE ss_embed_gone (ano integer NOT NULL, gseq bigint NOT NULL, id bigint NOT NULL);
+CREATE INDEX ss_embed_gone_by_seq ON ss_embed_gone (ano, gseq);
+CREATE FUNCTION ss_embed_gone() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    a integer;
+    s bigint;
+BEGIN
+    FOR a IN SELECT DISTINCT ano FROM gone LOOP
+        UPDATE ss_agents SET embed_seq = embed_seq + 1 WHERE ano = a RETURNING embed_seq INTO s;
+        INSERT INTO ss_embed_gone (ano, gseq, id) SELECT ano, s, id FROM gone WHERE ano = a;
+    END LOOP;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER ss_embeddings_gone AFTER DELETE ON ss_embeddings REFERENCING OLD TABLE AS gone
+    FOR EACH STATEMENT EXECUTE FUNCTION ss_embed_gone();
+"""),
 )
 
 LATEST = MIGRATIONS[-1][0]

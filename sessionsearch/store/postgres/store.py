@@ -13,7 +13,9 @@ from ...indexer.events import Event
 from ..base import (
     AppendResult,
     BranchRow,
+    EmbeddingChanges,
     Match,
+    MeaningHead,
     MessageRow,
     MetaSnapshot,
     ReconcileTx,
@@ -23,7 +25,7 @@ from ..base import (
     TopHits,
     WindowRef,
 )
-from . import postings, postings_build, reads
+from . import meaning, postings, postings_build, reads
 from .db import Db, Reader
 from .lexemes import read_text
 from .reconcile import Reconciler
@@ -202,6 +204,19 @@ class PgAgentStore:
 
     async def status(self, reader: Reader) -> dict[str, int]:
         return await reads.status(reader, self.ano)
+
+    async def meaning_head(self, reader: Reader, model: str) -> MeaningHead:
+        return await meaning.meaning_head(reader, self.ano, model)
+
+    async def embedding_changes(self, reader: Reader, model_no: int, embed_seq: int, gone_seq: int
+                                ) -> EmbeddingChanges:
+        return await meaning.embedding_changes(reader, self.ano, model_no, embed_seq, gone_seq)
+
+    async def indexed_rows(self, reader: Reader, rids: list[int]) -> list[RowHit]:
+        return await meaning.indexed_rows(reader, rids)
+
+    async def embed_status(self, reader: Reader, model: str) -> dict[str, int]:
+        return await meaning.embed_status(reader, self.ano, model)
 
     async def index_rows(self, reader: Reader, wid: int) -> list[int]:
         """Ids of the index rows of a window (checks and tests)."""

@@ -45,7 +45,8 @@ UPDATE_WINDOW = (
     "idx_tokens = idx_tokens + %(tokens)s, "
     "needs_rebuild = CASE WHEN %(dirty)s THEN 1 ELSE needs_rebuild END, rebuild_gen = rebuild_gen + %(gen)s, "
     "indexed_seq = CASE WHEN needs_rebuild = 0 AND NOT %(dirty)s THEN %(last)s ELSE indexed_seq END, "
-    "indexed_leaf = CASE WHEN needs_rebuild = 0 AND NOT %(dirty)s THEN %(leaf)s ELSE indexed_leaf END "
+    "indexed_leaf = CASE WHEN needs_rebuild = 0 AND NOT %(dirty)s THEN %(leaf)s ELSE indexed_leaf END, "
+    "needs_embed = CASE WHEN %(n)s > 0 THEN 1 ELSE needs_embed END "  # the rows wait for the embed job
     "WHERE wid = %(wid)s RETURNING needs_rebuild")
 # the kinds of INSERT_EVENTS' and INSERT_INDEX's arrays (arrays.py)
 EVENT_ARRAYS = (Int8Array, Int8Array, TextArray, Int4Array, Int4Array, TextArray, TextArray, Int8Array, Int4Array,
@@ -222,6 +223,7 @@ class Writes:
         for lo, hi in window_ranges(wid):
             if index:
                 await conn.execute("DELETE FROM ss_index WHERE id BETWEEN %s AND %s", (lo, hi))
+                await conn.execute("DELETE FROM ss_embeddings WHERE id BETWEEN %s AND %s", (lo, hi))
             await conn.execute("DELETE FROM ss_events WHERE id BETWEEN %s AND %s", (lo, hi))
         if index:
             await conn.execute("UPDATE ss_windows SET idx_rows = 0, idx_tokens = 0 WHERE wid = %s", (wid,))

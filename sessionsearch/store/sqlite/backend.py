@@ -113,12 +113,18 @@ class SqliteBackend:
                                            "(SELECT count(*) FROM index_log) FROM hot_words").fetchone()
                     except sqlite3.Error:
                         hot = (0, 0, 0)
+                    try:  # likewise the meaning index (migration 15)
+                        meaning = conn.execute("SELECT (SELECT count(*) FROM embeddings), "
+                                               "(SELECT count(*) FROM windows WHERE needs_embed = 1)").fetchone()
+                    except sqlite3.Error:
+                        meaning = (0, 0)
                 finally:
                     conn.close()
             except sqlite3.Error:
                 continue
             yield agent_id, {"windows": row[0], "pending": row[1], "messages": row[2], "indexed_messages": row[3],
-                             "postings_usable": hot[0], "postings_stale": hot[1], "index_log_rows": hot[2]}
+                             "postings_usable": hot[0], "postings_stale": hot[1], "index_log_rows": hot[2],
+                             "embedded": meaning[0], "embed_pending": meaning[1]}
 
 
 LATEST = MIGRATIONS[-1][0]

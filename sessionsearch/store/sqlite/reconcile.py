@@ -16,6 +16,7 @@ from ...text.cjk import index_text
 from ..base import ClaimInfo, ReconcileTx, RowChanges, Waiting, WindowGen, WindowState
 from ..rowids import MAX_SEQ, seq_ranges, wid_sql
 from .fts import INDEX_TEXT_SQL
+from .meaning import SqliteEmbedTx
 
 if TYPE_CHECKING:
     from .writer import SqliteWriter
@@ -48,7 +49,7 @@ def _run_to_end(awaitable: Awaitable[T]) -> T:
     raise RuntimeError("a reconciliation step suspended inside a SQLite write transaction")
 
 
-class SqliteReconcileTx:
+class SqliteReconcileTx(SqliteEmbedTx):
     """The primitives inside one write transaction of the writer; `now` is the transaction's clock."""
 
     def __init__(self, writer: SqliteWriter, now: float) -> None:
@@ -133,6 +134,8 @@ class SqliteReconcileTx:
         for lo, hi in seq_ranges(wid, first_seq, last_seq):  # the seqs' ids: one range, or two
             d, i = self._diff_range(lo, hi)
             deleted, inserted = deleted + d, inserted + i
+        if inserted:  # the new rows wait for the embed job
+            self.c.execute("UPDATE windows SET needs_embed = 1 WHERE wid = ?", (wid,))
         return RowChanges(deleted, inserted)
 
     def _diff_range(self, lo: int, hi: int) -> tuple[int, int]:

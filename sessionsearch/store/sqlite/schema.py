@@ -297,4 +297,39 @@ ALTER TABLE windows ADD COLUMN ts_min INTEGER;
 UPDATE windows SET ts_min = {ts_min_of("windows.wid")};
 CREATE INDEX windows_by_span ON windows ({SPAN_DIGITS}, ts_min, ts_max, wid, last_seq);
 """),
+    (15, "meaning_index", """
+-- The meaning index (SPEC §3): an embedding per word-index row, keyed by the same row id, made by the
+-- workers. A row id names one immutable transcript row, so an embedding stays right for as long as
+-- the row exists; whether it answers is the word index's say (a rewound-away row leaves msg_fts and
+-- so never answers, and answers again with the same embedding if the branch comes back). Vectors
+-- are int8 with a per-row scale (a unit vector's largest component / 127): a quarter of float32's
+-- size, and exact top-25 against float32 keeps ~0.99 of the neighbours (bench/bench_semantic.py).
+-- `needs_embed` marks windows with word-index rows lacking an embedding of the current model
+-- (meta embed_model); live appends and reconciliation set it, the embed job clears it under its
+-- own claim (embed_token), apart from reconciliation's.
+ALTER TABLE windows ADD COLUMN needs_embed INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE windows ADD COLUMN embed_token TEXT;
+ALTER TABLE windows ADD COLUMN embed_expires_at REAL;
+CREATE INDEX windows_embed ON windows (wid) WHERE needs_embed = 1;
+UPDATE windows SET needs_embed = 1 WHERE cold = 0 AND messages > 0;
+CREATE TABLE embed_models (mno INTEGER PRIMARY KEY, model TEXT NOT NULL UNIQUE, dims INTEGER NOT NULL);
+INSERT INTO meta VALUES ('embed_model', 0);
+-- bumped by every transaction storing embeddings, whose rows carry it: a search process reads only
+-- the rows stored after the ones it holds (search/meaning.py)
+INSERT INTO meta VALUES ('embed_seq', 0);
+CREATE TABLE embeddings (
+    rid INTEGER PRIMARY KEY,
+    mno INTEGER NOT NULL,
+    eseq INTEGER NOT NULL,
+    ts INTEGER NOT NULL,
+    scale REAL NOT NULL,
+    vec BLOB NOT NULL
+);
+CREATE INDEX embeddings_by_eseq ON embeddings (eseq);
+-- deleted embeddings (a session deleted or archived), so a search process drops them from memory
+CREATE TABLE embed_gone (gseq INTEGER PRIMARY KEY AUTOINCREMENT, rid INTEGER NOT NULL);
+CREATE TRIGGER embeddings_gone AFTER DELETE ON embeddings BEGIN
+    INSERT INTO embed_gone (rid) VALUES (OLD.rid);
+END;
+"""),
 )

@@ -28,7 +28,9 @@ from ..base import (
     MORE,
     AppendResult,
     BranchRow,
+    EmbeddingChanges,
     Match,
+    MeaningHead,
     MessageRow,
     MetaSnapshot,
     Newest,
@@ -42,7 +44,7 @@ from ..base import (
     WindowRef,
 )
 from ..rowids import row_id, seq_sql, window_ranges
-from . import reconcile
+from . import meaning, reconcile
 from .fts import fts5_match
 from .newest import NEWEST_SQL, NewestKept
 from .postings import MAX_WORDS, MIN_DOCS, MIN_SHARE, batches, common_words, hot_top, read_postings
@@ -562,6 +564,19 @@ class SqliteAgentStore:
         r = rows[0]
         return {"windows": r[0], "indexedWindows": r[1] or 0, "backlog": r[2] or 0, "messages": r[3],
                 "indexedMessages": r[4], "coldWindows": r[5] or 0}
+
+    async def meaning_head(self, reader: _Reader, model: str) -> MeaningHead:
+        return await meaning.meaning_head(reader.conn, model)
+
+    async def embedding_changes(self, reader: _Reader, model_no: int, embed_seq: int, gone_seq: int
+                                ) -> EmbeddingChanges:
+        return await meaning.embedding_changes(reader.conn, model_no, embed_seq, gone_seq)
+
+    async def indexed_rows(self, reader: _Reader, rids: list[int]) -> list[RowHit]:
+        return await meaning.indexed_rows(reader.conn, rids)
+
+    async def embed_status(self, reader: _Reader, model: str) -> dict[str, int]:
+        return await meaning.embed_status(reader.conn, model)
 
     async def index_rows(self, reader: _Reader, wid: int) -> list[int]:
         """Ids of the index rows of a window (for checks and tests)."""

@@ -345,6 +345,7 @@ class SqliteWriter:
             if index:
                 self.prefixes.log_gone("rowid BETWEEN ? AND ?", (lo, hi))
                 self.c.execute("DELETE FROM msg_fts WHERE rowid BETWEEN ? AND ?", (lo, hi))
+                self.c.execute("DELETE FROM embeddings WHERE rid BETWEEN ? AND ?", (lo, hi))
             self.c.execute("DELETE FROM events WHERE id BETWEEN ? AND ?", (lo, hi))
 
     def _prune_tombstones(self) -> None:
@@ -398,11 +399,13 @@ class SqliteWriter:
             "indexed_seq = CASE WHEN needs_rebuild = 0 AND NOT ? THEN ? ELSE indexed_seq END, "
             "indexed_leaf = CASE WHEN needs_rebuild = 0 AND NOT ? THEN ? ELSE indexed_leaf END, "
             "ts_max = max(coalesce(ts_max, ?), coalesce(?, ts_max)), "  # bounds on its messages' ts (recent.py)
-            "ts_min = min(coalesce(ts_min, ?), coalesce(?, ts_min)) "  # (scope.py, id_bounds)
+            "ts_min = min(coalesce(ts_min, ?), coalesce(?, ts_min)), "  # (scope.py, id_bounds)
+            "needs_embed = needs_embed | ? "  # rows indexed now wait for the embed job (SPEC §3)
             "WHERE wid = ? AND last_seq = ? AND leaf_seq IS ? AND cold = 0 RETURNING needs_rebuild",
             (plan.last_seq, plan.leaf_seq, plan.leaf_event_id, int(has_header),
              plan.messages if plan.linear else 0, now_ms(), source_lines, dirty, int(dirty),
-             dirty, plan.last_seq, dirty, plan.leaf_seq, newest, newest, oldest, oldest, wid, st.last_seq,
+             dirty, plan.last_seq, dirty, plan.leaf_seq, newest, newest, oldest, oldest, int(bool(to_index)),
+             wid, st.last_seq,
              st.leaf_seq)).fetchone()
         if guarded is None:
             if c.execute("SELECT 1 FROM windows WHERE wid = ? AND cold = 1", (wid,)).fetchone():

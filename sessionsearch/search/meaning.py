@@ -1,0 +1,296 @@
+"""Search by meaning (SPEC §4 `mode`): semantic neighbours, and their fusion with keyword hits.
+
+Per agent in scope, in one reader: the meaning index's head (model numbers, change counters, the
+windows needing reconciliation or embeddings), the agent's vectors in memory brought up to date
+(search/vectors.py), the best rows of the scope by cosine similarity (windows needing
+reconciliation left out, as keyword search leaves them out), then those rows read back from the
+word index, so a row that left it (rewound away, deleted) never answers even before its embedding
+goes. Windows with rows still waiting for an embedding of the current model are queued for the
+embed job and the answer says `indexing: true`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+import structlog
+
+from ..embed import EmbedderFailed
+from ..store.base import AgentStore
+from ..store.rowids import wid_of
+from ..text.utf16 import utf16_len
+from .vectors import AgentVectors
+
+if TYPE_CHECKING:
+    from ..embed import Embedder
+    from ..settings import Settings
+    from .catalog import CatalogCache, CatalogView, StoreLookup
+    from .query import ParsedQuery, SearchRequest
+    from .runner import Hit, Outcome, Scope
+
+log = structlog.get_logger("sessionsearch.search")
+
+RRF_K = 60  # reciprocal rank fusion: 1 / (RRF_K + rank)
+FUSE_DEPTH = 50  # hits of each list a hybrid search fuses
+SESSIONS_DEPTH = 100  # hits a resultMode "sessions" search groups
+THREADED_ROWS = 100_000  # an agent with more rows than this is scored on a thread
+
+
+class Vectors:
+    """The search process's vectors, per agent store, with a lock each: a refresh and a scoring
+    of the same agent never overlap."""
+
+    def __init__(self) -> None:
+        self._by_store: dict[int, tuple[AgentStore[Any], AgentVectors | None, asyncio.Lock]] = {}
+
+    def slot(self, store: AgentStore[Any]) -> tuple[AgentVectors | None, asyncio.Lock]:
+        entry = self._by_store.get(id(store))
+        if entry is None or entry[0] is not store:
+            entry = (store, None, asyncio.Lock())
+            self._by_store[id(store)] = entry
+        return entry[1], entry[2]
+
+    def keep(self, store: AgentStore[Any], vectors: AgentVectors) -> None:
+        entry = self._by_store[id(store)]
+        self._by_store[id(store)] = (store, vectors, entry[2])
+
+    def clear(self) -> None:
+        self._by_store.clear()
+
+
+@dataclass
+class Meaning:
+    """What a semantic search needs beyond the keyword one: the embedder (None: disabled), the
+    vectors, and the embed job's enqueue (False: the queue was not reached)."""
+
+    embedder: Callable[[], Awaitable[Embedder | None]]
+    vectors: Vectors
+    enqueue: Callable[[dict[str, set[int]]], Awaitable[bool]]
+    min_score: float = 0.3
+
+
+@dataclass
+class Found:
+    """One agent's semantic answer."""
+
+    agent_id: str
+    hits: list[Hit]
+    above: int  # rows in scope at or above the floor
+    dirty: set[int]
+    pending: set[int]
+
+
+@dataclass
+class MeaningOutcome:
+    hits: list[Hit] = field(default_factory=list)
+    more: bool = False
+    dirty: dict[str, set[int]] = field(default_factory=dict)
+    pending: dict[str, set[int]] = field(default_factory=dict)
+    failed: bool = False  # the query could not be embedded
+
+
+async def query_vector(embedder: Embedder, text: str) -> npt.NDArray[np.float32] | None:
+    try:
+        return (await embedder.embed([text]))[0]
+    except EmbedderFailed as exc:
+        log.warning("search.embed_failed", error=str(exc))
+        return None
+
+
+async def semantic(open_store: StoreLookup, embedder: Embedder, meaning: Meaning, vector: npt.NDArray[np.float32],
+                   req: SearchRequest, scopes: dict[str, Scope], versions: dict[str, int] | None, deadline: float,
+                   k: int, fanout: int) -> MeaningOutcome:
+    """The best `k` rows by similarity over the scopes (merged across agents)."""
+    from .runner import bounded
+
+    async def agent(scope: Scope) -> Found:
+        return await _agent_semantic(open_store, embedder, meaning, vector, req, scope, versions, deadline, k)
+
+    out = MeaningOutcome()
+    for found in await bounded(agent, [s for s in scopes.values() if s.wids], fanout):
+        out.hits += found.hits
+        out.more |= found.above > len(found.hits)
+        if found.dirty:
+            out.dirty[found.agent_id] = found.dirty
+        if found.pending:
+            out.pending[found.agent_id] = found.pending
+    out.hits.sort(key=lambda h: (h.rank, -h.ts, h.message_id))
+    if len(out.hits) > k:
+        out.more = True
+        out.hits = out.hits[:k]
+    return out
+
+
+async def _agent_semantic(open_store: StoreLookup, embedder: Embedder, meaning: Meaning,
+                          vector: npt.NDArray[np.float32], req: SearchRequest, scope: Scope,
+                          versions: dict[str, int] | None, deadline: float, k: int) -> Found:
+    from .runner import Hit, MetaChanged
+
+    store = await open_store(scope.agent_id)
+    held, lock = meaning.vectors.slot(store)
+    async with lock, store.reader(deadline) as reader:
+        head = await store.meaning_head(reader, embedder.model)
+        if versions is not None and head.meta_version != versions.get(scope.agent_id):
+            raise MetaChanged(scope.agent_id)
+        dirty = scope.wids & head.dirty
+        if head.model_no is None or head.current_no != head.model_no:
+            pending = scope.wids - dirty  # nothing is embedded with this model yet: all of it waits
+        else:
+            pending = (scope.wids & head.pending) - dirty
+        if head.model_no is None:
+            return Found(scope.agent_id, [], 0, dirty, pending)
+        if held is None or held.model_no != head.model_no:
+            held = AgentVectors(head.model_no, embedder.dimensions)
+        if (held.embed_seq, held.gone_seq) != (head.embed_seq, head.gone_seq):
+            held.apply(await store.embedding_changes(reader, head.model_no, held.embed_seq, held.gone_seq))
+        meaning.vectors.keep(store, held)
+        allowed_wids = scope.wids - dirty
+        size = max(max(allowed_wids, default=0), int(held.wid[:held.n].max(initial=0))) + 1
+        allowed = np.zeros(size, bool)
+        if allowed_wids:
+            allowed[np.fromiter(allowed_wids, np.int64, len(allowed_wids))] = True
+        # rows read back may have left the word index: ask for more than k, and again while short
+        want = k + 8
+        hits: list[Hit] = []
+        above = 0
+        while True:
+            args = dict(allowed=allowed, role=req.role, since=req.since, until=req.until,
+                        floor=meaning.min_score, k=want)
+            if held.n > THREADED_ROWS:
+                rids, sims, above = await asyncio.to_thread(held.top, vector, **args)  # type: ignore[arg-type]
+            else:
+                rids, sims, above = held.top(vector, **args)  # type: ignore[arg-type]
+            sim_of = dict(zip(rids.tolist(), sims.tolist()))
+            rows = await store.indexed_rows(reader, list(sim_of)) if sim_of else []
+            hits = [Hit(scope.agent_id, r.row_id, -sim_of[r.row_id], r.message_id, r.ts, r.text) for r in rows
+                    if wid_of(r.row_id) in allowed_wids]
+            if len(hits) >= k or len(rids) < want:
+                break
+            want *= 4
+        gone = len(sim_of) - len(rows)
+        hits.sort(key=lambda h: (h.rank, -h.ts, h.message_id))
+        return Found(scope.agent_id, hits[:k], max(0, above - gone), dirty, pending)
+
+
+def fuse(keyword: list[Hit], semantic_hits: list[Hit]) -> list[Hit]:
+    """Reciprocal rank fusion of the two ranked lists: rank = minus the fused score."""
+    fused: dict[tuple[str, int], Hit] = {}
+    score: dict[tuple[str, int], float] = {}
+    found: dict[tuple[str, int], list[str]] = {}
+    for how, hits in (("keyword", keyword), ("semantic", semantic_hits)):
+        for rank, hit in enumerate(hits, 1):
+            key = (hit.agent_id, hit.rid)
+            fused.setdefault(key, hit)
+            score[key] = score.get(key, 0.0) + 1 / (RRF_K + rank)
+            found.setdefault(key, []).append(how)
+    out = []
+    for key, hit in fused.items():
+        hit.rank = -score[key]
+        hit.matched_by = tuple(found[key])
+        out.append(hit)
+    out.sort(key=lambda h: (h.rank, -h.ts, h.message_id))
+    return out
+
+
+def passages(text: str, max_units: int) -> list[tuple[int, int]]:
+    """Spans of `text` (whitespace already single spaces) of at most `max_units` UTF-16 units less
+    the cut markers, cut between words where one is near."""
+    budget = max_units - 4
+    spans: list[tuple[int, int]] = []
+    start = 0
+    while start < len(text):
+        end, used = start, 0
+        while end < len(text) and used + (2 if ord(text[end]) > 0xFFFF else 1) <= budget:
+            used += 2 if ord(text[end]) > 0xFFFF else 1
+            end += 1
+        if end < len(text):
+            space = text.rfind(" ", start, end)
+            if space > start + budget // 2:
+                end = space
+        spans.append((start, end))
+        start = end + 1 if end < len(text) and text[end] == " " else end
+    return spans
+
+
+async def nearest_passages(embedder: Embedder, vector: npt.NDArray[np.float32] | None, hits: list[Hit],
+                           max_units: int) -> None:
+    """Set each hit's snippet to the passage of its message nearest the query (one embed call for
+    every long message; the message's start where the embedder fails)."""
+    cuts: list[tuple[Hit, str, list[tuple[int, int]]]] = []
+    for hit in hits:
+        text = " ".join(hit.text.split())
+        if utf16_len(text) <= max_units:
+            hit.snippet = text
+        else:
+            cuts.append((hit, text, passages(text, max_units)))
+    if not cuts:
+        return
+    best: list[int] = [0] * len(cuts)
+    if vector is not None:
+        try:
+            pieces = [text[a:b] for _, text, spans in cuts for a, b in spans]
+            sims = (await embedder.embed(pieces)) @ vector
+            at = 0
+            for i, (_, _, spans) in enumerate(cuts):
+                best[i] = int(np.argmax(sims[at:at + len(spans)]))
+                at += len(spans)
+        except EmbedderFailed as exc:
+            log.warning("search.embed_failed", error=str(exc))
+    for (hit, text, spans), i in zip(cuts, best):
+        a, b = spans[i]
+        hit.snippet = ("… " if a > 0 else "") + text[a:b].strip() + (" …" if b < len(text) else "")
+
+
+def group_sessions(hits: list[Hit], view: CatalogView) -> list[tuple[str, str, int, Hit]]:
+    """(agent, session key, hits, best) per session in the ranked list, in the order of their best."""
+    groups: dict[tuple[str, str], list[Hit]] = {}
+    for hit in hits:
+        win = view.agents[hit.agent_id].windows.get(wid_of(hit.rid))
+        if win is not None:
+            groups.setdefault((hit.agent_id, win.session_key), []).append(hit)
+    return [(agent, key, len(found), found[0]) for (agent, key), found in groups.items()]
+
+
+async def run_meaning(open_store: StoreLookup, catalog: CatalogCache, query: ParsedQuery, req: SearchRequest,
+                      scopes: dict[str, Scope], view: CatalogView, versions: dict[str, int] | None, deadline: float,
+                      fanout: int, meaning: Meaning, settings: Settings) -> Outcome:
+    """A `semantic` or `hybrid` query over the scopes, hits or sessions ranked, snippets set;
+    raises MetaChanged as run_query does."""
+    from .runner import Outcome, SessionGroup, check_empty_scopes, run_query
+
+    out = Outcome()
+    embedder = await meaning.embedder()
+    assert embedder is not None  # the engine refuses these modes with the embedder off
+    await check_empty_scopes(catalog, scopes, versions, deadline)
+    sessions = req.result_mode == "sessions"
+    depth = SESSIONS_DEPTH if sessions else (FUSE_DEPTH if req.mode == "hybrid" else req.limit + 1)
+    vector = await query_vector(embedder, query.text)
+    found = (MeaningOutcome(failed=True) if vector is None else
+             await semantic(open_store, embedder, meaning, vector, req, scopes, versions, deadline, depth, fanout))
+    for hit in found.hits:
+        hit.matched_by = ("semantic",)
+    ranked, more = found.hits, found.more
+    out.dirty = {a: set(w) for a, w in found.dirty.items()}
+    if req.mode == "hybrid":
+        words = await run_query(open_store, catalog, query,
+                                replace(req, limit=depth, mode="keyword", result_mode="messages"),
+                                scopes, versions, deadline, fanout)
+        for agent_id, wids in words.dirty.items():
+            out.dirty.setdefault(agent_id, set()).update(wids)
+        ranked, more = fuse(words.hits, found.hits), more or words.more
+    out.pending, out.meaning_failed = found.pending, found.failed
+    if sessions:
+        groups = [SessionGroup(agent, key, n, best) for agent, key, n, best in group_sessions(ranked, view)]
+        out.more = more or len(groups) > req.limit
+        out.groups = groups[:req.limit]
+        await nearest_passages(embedder, vector, [g.best for g in out.groups], settings.snippet_max_units)
+    else:
+        out.more = more or len(ranked) > req.limit
+        out.hits = ranked[:req.limit]
+        await nearest_passages(embedder, vector, out.hits, settings.snippet_max_units)
+    return out

@@ -1,0 +1,165 @@
+"""The meaning index on PostgreSQL: embeddings beside the index rows (schema.py, migration 12).
+
+Writes are primitives of a reconciliation transaction (store.base.EmbedTx) for
+indexer/embedding.py; reads answer search/meaning.py through a reader's snapshot.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..base import EmbedClaim, Embedded, EmbeddingChanges, MeaningHead, PendingRow, RowHit
+from ..rowids import window_ranges
+from .db import Reader, all_rows, one
+
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection
+
+# index rows of one id range lacking an embedding of a model
+_PENDING = ("SELECT i.id FROM ss_index i WHERE i.id BETWEEN %(lo)s AND %(hi)s AND NOT EXISTS "
+            "(SELECT 1 FROM ss_embeddings m WHERE m.id = i.id AND m.mno = %(mno)s)")
+
+
+class PgEmbedTx:
+    """EmbedTx inside a transaction on `conn`, for agent `ano`, against the database's clock."""
+
+    conn: AsyncConnection
+    ano: int
+
+    async def now(self) -> float:
+        """The transaction's clock (epoch s): PgReconcileTx's."""
+        raise NotImplementedError
+
+    async def _derived(self) -> None:
+        """Commit without waiting for the WAL flush: embeddings are derived data, and a crash that
+        loses the last few such commits loses them whole (needs_embed with them), in order; their
+        windows are embedded again. Each job's transactions otherwise wait a disk flush apiece."""
+        await self.conn.execute("SET LOCAL synchronous_commit = off")
+
+    async def embed_model(self, model: str, dimensions: int) -> int:
+        await self._derived()
+        await self.conn.execute("INSERT INTO ss_embed_models (model, dims) VALUES (%s, %s) ON CONFLICT (model) "
+                                "DO NOTHING", (model, dimensions))
+        row = await one(self.conn, "SELECT mno FROM ss_embed_models WHERE model = %s", (model,))
+        assert row is not None  # inserted above, or there already
+        mno: int = row[0]
+        # the row lock serializes model changes with each other and with storing
+        current = await one(self.conn, "SELECT embed_model FROM ss_agents WHERE ano = %s", (self.ano,))
+        if current is not None and current[0] != mno:
+            await self.conn.execute("UPDATE ss_agents SET embed_model = %s WHERE ano = %s", (mno, self.ano))
+            await self.conn.execute("UPDATE ss_windows SET needs_embed = 1 WHERE ano = %s AND cold = 0 "
+                                    "AND messages > 0", (self.ano,))
+        return mno
+
+    async def embed_claim(self, wid: int, token: str, lease_s: float) -> EmbedClaim:
+        now = await self.now()
+        row = await one(self.conn, "UPDATE ss_windows SET embed_token = %s, embed_expires_at = %s "
+                                   "WHERE wid = %s AND ano = %s AND cold = 0 "
+                                   "AND (embed_token IS NULL OR embed_expires_at < %s) AND NOT EXISTS (SELECT 1 "
+                                   "FROM ss_sessions s WHERE s.ano = ss_windows.ano "
+                                   "AND s.session_key = ss_windows.session_key AND s.incognito = 1) RETURNING 1",
+                        (token, now + lease_s, wid, self.ano, now))
+        if row is not None:
+            return EmbedClaim.CLAIMED
+        state = await one(self.conn, "SELECT w.cold, coalesce(s.incognito, 0) FROM ss_windows w "
+                                     "LEFT JOIN ss_sessions s ON s.ano = w.ano AND s.session_key = w.session_key "
+                                     "WHERE w.wid = %s AND w.ano = %s", (wid, self.ano))
+        if state is None:
+            return EmbedClaim.MISSING
+        if state[1]:
+            return EmbedClaim.INCOGNITO
+        return EmbedClaim.COLD if state[0] else EmbedClaim.BUSY
+
+    async def embed_waiting(self, wid: int, *, limit: int) -> list[int]:
+        now = await self.now()
+        out: list[int] = []
+        for cmp, order in ((">", "ASC"), ("<", "DESC")):
+            out += [r[0] for r in await all_rows(
+                self.conn, f"SELECT wid FROM ss_windows WHERE ano = %s AND needs_embed = 1 AND wid {cmp} %s "
+                           "AND cold = 0 AND (embed_token IS NULL OR embed_expires_at < %s) "
+                           f"ORDER BY wid {order} LIMIT %s FOR UPDATE SKIP LOCKED",
+                (self.ano, wid, now, limit - len(out)))]
+        return out
+
+    async def embed_pending(self, wid: int, model_no: int, *, after: int, limit: int) -> list[PendingRow]:
+        out: list[PendingRow] = []
+        for lo, hi in window_ranges(wid):
+            if hi <= after or len(out) >= limit:
+                continue
+            rows = await all_rows(
+                self.conn, f"SELECT e.id, e.ts, e.text FROM ss_events e WHERE e.id IN ({_PENDING} "
+                           "ORDER BY i.id LIMIT %(n)s) ORDER BY e.id",
+                {"lo": max(lo, after + 1), "hi": hi, "mno": model_no, "n": limit - len(out)})
+            out += [PendingRow(rid, ts, text) for rid, ts, text in rows if text is not None]
+        return out
+
+    async def store_embeddings(self, wid: int, token: str, lease_s: float, model_no: int,
+                               rows: list[Embedded]) -> bool:
+        await self._derived()
+        if await one(self.conn, "UPDATE ss_windows SET embed_expires_at = %s WHERE wid = %s AND embed_token = %s "
+                                "RETURNING 1", (await self.now() + lease_s, wid, token)) is None:
+            return False
+        if rows:
+            (seq,) = await one(self.conn, "UPDATE ss_agents SET embed_seq = embed_seq + 1 WHERE ano = %s "
+                                          "RETURNING embed_seq", (self.ano,)) or (0,)
+            # a row that left the index meanwhile (a rewind reconciled) is not stored
+            await self.conn.execute(
+                "INSERT INTO ss_embeddings (id, ano, mno, eseq, ts, scale, vec) "
+                "SELECT u.id, %s, %s, %s, u.ts, u.scale, u.vec FROM unnest(%s::bigint[], %s::bigint[], "
+                "%s::real[], %s::bytea[]) AS u(id, ts, scale, vec) WHERE EXISTS (SELECT 1 FROM ss_index i "
+                "WHERE i.id = u.id) ON CONFLICT (id) DO UPDATE SET mno = EXCLUDED.mno, eseq = EXCLUDED.eseq, "
+                "ts = EXCLUDED.ts, scale = EXCLUDED.scale, vec = EXCLUDED.vec",
+                (self.ano, model_no, seq, [r.rid for r in rows], [r.ts for r in rows], [r.scale for r in rows],
+                 [r.vec for r in rows]))
+        return True
+
+    async def finish_embed(self, wid: int, token: str, model_no: int) -> bool:
+        for lo, hi in window_ranges(wid):
+            if await one(self.conn, f"{_PENDING} LIMIT 1", {"lo": lo, "hi": hi, "mno": model_no}) is not None:
+                return False
+        await self.conn.execute("UPDATE ss_windows SET needs_embed = 0, embed_token = NULL, embed_expires_at = NULL "
+                                "WHERE wid = %s AND embed_token = %s", (wid, token))
+        return True
+
+    async def drop_embed_claim(self, wid: int, token: str) -> None:
+        await self.conn.execute("UPDATE ss_windows SET embed_token = NULL, embed_expires_at = NULL "
+                                "WHERE wid = %s AND embed_token = %s", (wid, token))
+
+
+# -- reads ----------------------------------------------------------------------------------------
+
+async def meaning_head(reader: Reader, ano: int, model: str) -> MeaningHead:
+    r = await reader.row(
+        "SELECT a.meta_version, (SELECT mno FROM ss_embed_models WHERE model = %(model)s), a.embed_model, "
+        "a.embed_seq, "
+        "(SELECT coalesce(array_agg(wid), '{}') FROM ss_windows WHERE ano = %(ano)s AND needs_rebuild = 1), "
+        "(SELECT coalesce(array_agg(wid), '{}') FROM ss_windows WHERE ano = %(ano)s AND needs_embed = 1) "
+        "FROM ss_agents a WHERE a.ano = %(ano)s", {"model": model, "ano": ano})
+    # one counter numbers both stores and deletions
+    return MeaningHead(r[0], r[1], r[2], r[3], r[3], frozenset(r[4]), frozenset(r[5]))
+
+
+async def embedding_changes(reader: Reader, ano: int, model_no: int, embed_seq: int, gone_seq: int
+                            ) -> EmbeddingChanges:
+    rows = await reader.all("SELECT id, mno, eseq, ts, scale, vec FROM ss_embeddings WHERE ano = %s AND eseq > %s",
+                            (ano, embed_seq))
+    gone = await reader.all("SELECT gseq, id FROM ss_embed_gone WHERE ano = %s AND gseq > %s ORDER BY gseq",
+                            (ano, gone_seq))
+    mine = [Embedded(r[0], r[3], r[4], bytes(r[5])) for r in rows if r[1] == model_no]
+    other = [r[0] for r in rows if r[1] != model_no]
+    seq = max([embed_seq, *(r[2] for r in rows), *(g[0] for g in gone)])
+    return EmbeddingChanges(mine, other, [g[1] for g in gone], seq, seq)
+
+
+async def indexed_rows(reader: Reader, rids: list[int]) -> list[RowHit]:
+    rows = await reader.all("SELECT e.id, e.event_id, e.ts, e.text FROM ss_events e WHERE e.id = ANY(%s::bigint[]) "
+                            "AND e.text IS NOT NULL AND EXISTS (SELECT 1 FROM ss_index i WHERE i.id = e.id)", (rids,))
+    return [RowHit(rid, 0.0, mid, ts, text) for rid, mid, ts, text in rows]
+
+
+async def embed_status(reader: Reader, ano: int, model: str) -> dict[str, int]:
+    total, embedded = await reader.row(
+        "SELECT (SELECT count(*) FROM ss_index WHERE ano = %(ano)s), (SELECT count(*) FROM ss_embeddings m "
+        "JOIN ss_index i ON i.id = m.id WHERE m.ano = %(ano)s AND m.mno = "
+        "(SELECT mno FROM ss_embed_models WHERE model = %(model)s))", {"ano": ano, "model": model})
+    return {"embeddedMessages": embedded, "embeddingBacklog": total - embedded}

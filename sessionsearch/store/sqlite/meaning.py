@@ -1,0 +1,154 @@
+"""The meaning index on SQLite: embeddings beside the word index (schema.py, migration 15).
+
+Writes are primitives of the writer's reconciliation transaction (store.base.EmbedTx), for
+indexer/embedding.py; reads answer search/meaning.py on a reader connection.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import TYPE_CHECKING, Any, cast
+
+from ..base import EmbedClaim, Embedded, EmbeddingChanges, MeaningHead, PendingRow, RowHit
+from ..rowids import window_ranges
+
+if TYPE_CHECKING:
+    import aiosqlite
+
+# the word-index rows of one id range lacking an embedding of a model
+_PENDING = ("SELECT f.rowid FROM msg_fts f WHERE f.rowid BETWEEN :lo AND :hi AND NOT EXISTS "
+            "(SELECT 1 FROM embeddings m WHERE m.rid = f.rowid AND m.mno = :mno)")
+
+
+class SqliteEmbedTx:
+    """EmbedTx on the writer's connection `c`, with the transaction's clock `now` (epoch s)."""
+
+    c: sqlite3.Connection
+    now: float
+
+    async def embed_model(self, model: str, dimensions: int) -> int:
+        row = self.c.execute("SELECT mno FROM embed_models WHERE model = ?", (model,)).fetchone()
+        mno = row[0] if row else self.c.execute(
+            "INSERT INTO embed_models (model, dims) VALUES (?, ?) RETURNING mno", (model, dimensions)).fetchone()[0]
+        current = self.c.execute("SELECT value FROM meta WHERE key = 'embed_model'").fetchone()[0]
+        if current != mno:
+            self.c.execute("UPDATE meta SET value = ? WHERE key = 'embed_model'", (mno,))
+            self.c.execute("UPDATE windows SET needs_embed = 1 WHERE cold = 0 AND messages > 0")
+        return cast(int, mno)
+
+    async def embed_claim(self, wid: int, token: str, lease_s: float) -> EmbedClaim:
+        row = self.c.execute(
+            "UPDATE windows SET embed_token = ?, embed_expires_at = ? WHERE wid = ? AND cold = 0 "
+            "AND (embed_token IS NULL OR embed_expires_at < ?) AND NOT EXISTS (SELECT 1 FROM sessions s "
+            "WHERE s.session_key = windows.session_key AND s.incognito = 1) RETURNING 1",
+            (token, self.now + lease_s, wid, self.now)).fetchone()
+        if row is not None:
+            return EmbedClaim.CLAIMED
+        state = self.c.execute("SELECT w.cold, coalesce(s.incognito, 0) FROM windows w LEFT JOIN sessions s "
+                               "ON s.session_key = w.session_key WHERE w.wid = ?", (wid,)).fetchone()
+        if state is None:
+            return EmbedClaim.MISSING
+        if state[1]:
+            return EmbedClaim.INCOGNITO
+        return EmbedClaim.COLD if state[0] else EmbedClaim.BUSY
+
+    async def embed_waiting(self, wid: int, *, limit: int) -> list[int]:
+        out: list[int] = []
+        for cmp, order in ((">", ""), ("<", " DESC")):
+            out += [r[0] for r in self.c.execute(
+                f"SELECT wid FROM windows WHERE needs_embed = 1 AND wid {cmp} ? AND cold = 0 "
+                f"AND (embed_token IS NULL OR embed_expires_at < ?) ORDER BY wid{order} LIMIT ?",
+                (wid, self.now, limit - len(out)))]
+        return out
+
+    async def embed_pending(self, wid: int, model_no: int, *, after: int, limit: int) -> list[PendingRow]:
+        out: list[PendingRow] = []
+        for lo, hi in window_ranges(wid):
+            if hi <= after or len(out) >= limit:
+                continue
+            rows = self.c.execute(
+                f"SELECT e.id, e.ts, e.text FROM events e WHERE e.id IN ({_PENDING} ORDER BY f.rowid LIMIT :n) "
+                "ORDER BY e.id", {"lo": max(lo, after + 1), "hi": hi, "mno": model_no, "n": limit - len(out)}
+            ).fetchall()
+            out += [PendingRow(rid, ts, text) for rid, ts, text in rows if text is not None]
+        return out
+
+    def _holds(self, wid: int, token: str, lease_s: float) -> bool:
+        return self.c.execute("UPDATE windows SET embed_expires_at = ? WHERE wid = ? AND embed_token = ? "
+                              "RETURNING 1", (self.now + lease_s, wid, token)).fetchone() is not None
+
+    async def store_embeddings(self, wid: int, token: str, lease_s: float, model_no: int,
+                               rows: list[Embedded]) -> bool:
+        if not self._holds(wid, token, lease_s):
+            return False
+        if rows:
+            (seq,), = self.c.execute("UPDATE meta SET value = value + 1 WHERE key = 'embed_seq' RETURNING value")
+            # a row that left the word index meanwhile (a rewind reconciled) is not stored: its
+            # window's next pass makes it again if it comes back
+            self.c.executemany(
+                "INSERT OR REPLACE INTO embeddings (rid, mno, eseq, ts, scale, vec) SELECT ?, ?, ?, ?, ?, ? "
+                "WHERE EXISTS (SELECT 1 FROM msg_fts WHERE rowid = ?)",
+                [(r.rid, model_no, seq, r.ts, r.scale, r.vec, r.rid) for r in rows])
+        return True
+
+    async def finish_embed(self, wid: int, token: str, model_no: int) -> bool:
+        for lo, hi in window_ranges(wid):
+            if self.c.execute(f"{_PENDING} LIMIT 1", {"lo": lo, "hi": hi, "mno": model_no}).fetchone():
+                return False
+        self.c.execute("UPDATE windows SET needs_embed = 0, embed_token = NULL, embed_expires_at = NULL "
+                       "WHERE wid = ? AND embed_token = ?", (wid, token))
+        return True
+
+    async def drop_embed_claim(self, wid: int, token: str) -> None:
+        self.c.execute("UPDATE windows SET embed_token = NULL, embed_expires_at = NULL "
+                       "WHERE wid = ? AND embed_token = ?", (wid, token))
+
+
+# -- reads ----------------------------------------------------------------------------------------
+
+async def _fetch(conn: aiosqlite.Connection, sql: str, params: Any = None) -> list[Any]:
+    return cast(list[Any], await conn.execute_fetchall(sql, params))
+
+
+async def meaning_head(conn: aiosqlite.Connection, model: str) -> MeaningHead:
+    rows = await _fetch(conn,
+        "SELECT (SELECT value FROM meta WHERE key = 'meta_version'), "
+        "(SELECT mno FROM embed_models WHERE model = :model), "
+        "(SELECT value FROM meta WHERE key = 'embed_model'), (SELECT value FROM meta WHERE key = 'embed_seq'), "
+        "(SELECT coalesce(max(gseq), 0) FROM embed_gone), "
+        "(SELECT json_group_array(wid) FROM windows WHERE needs_rebuild = 1), "
+        "(SELECT json_group_array(wid) FROM windows WHERE needs_embed = 1)", {"model": model})
+    r = rows[0]
+    return MeaningHead(r[0], r[1], r[2], r[3], r[4], frozenset(json.loads(r[5])), frozenset(json.loads(r[6])))
+
+
+async def embedding_changes(conn: aiosqlite.Connection, model_no: int, embed_seq: int, gone_seq: int
+                            ) -> EmbeddingChanges:
+    await conn.execute("BEGIN")  # one snapshot for the rows and the deletions
+    try:
+        rows = await _fetch(conn, "SELECT rid, mno, eseq, ts, scale, vec FROM embeddings WHERE eseq > ?",
+                            (embed_seq,))
+        gone = await _fetch(conn, "SELECT gseq, rid FROM embed_gone WHERE gseq > ? ORDER BY gseq", (gone_seq,))
+    finally:
+        await conn.execute("COMMIT")
+    mine = [Embedded(r[0], r[3], r[4], r[5]) for r in rows if r[1] == model_no]
+    other = [r[0] for r in rows if r[1] != model_no]
+    return EmbeddingChanges(mine, other, [g[1] for g in gone], max((r[2] for r in rows), default=embed_seq),
+                            gone[-1][0] if gone else gone_seq)
+
+
+async def indexed_rows(conn: aiosqlite.Connection, rids: list[int]) -> list[RowHit]:
+    rows = await _fetch(conn,
+        "SELECT e.id, e.event_id, e.ts, e.text FROM json_each(:ids) j JOIN events e ON e.id = j.value "
+        "WHERE e.text IS NOT NULL AND EXISTS (SELECT 1 FROM msg_fts f WHERE f.rowid = e.id)",
+        {"ids": json.dumps(rids)})
+    return [RowHit(rid, 0.0, mid, ts, text) for rid, mid, ts, text in rows]
+
+
+async def embed_status(conn: aiosqlite.Connection, model: str) -> dict[str, int]:
+    rows = await _fetch(conn,
+        "SELECT (SELECT count(*) FROM msg_fts), (SELECT count(*) FROM embeddings m JOIN msg_fts f "
+        "ON f.rowid = m.rid WHERE m.mno = (SELECT mno FROM embed_models WHERE model = ?))", (model,))
+    total, embedded = rows[0]
+    return {"embeddedMessages": embedded, "embeddingBacklog": total - embedded}
