@@ -56,7 +56,8 @@ class AgentVectors:
         new = max(need, int(cap * 1.5) + 1024)
         old: list[npt.NDArray[Any]] = [self.rid, self.wid, self.ts, self.scale, self.alive, self.vec]
         self._alloc(new)
-        for dst, src in zip((self.rid, self.wid, self.ts, self.scale, self.alive, self.vec), old):
+        fresh: list[npt.NDArray[Any]] = [self.rid, self.wid, self.ts, self.scale, self.alive, self.vec]
+        for dst, src in zip(fresh, old):
             dst[:self.n] = src[:self.n]
 
     def _find(self, rid: int) -> int:
