@@ -131,7 +131,9 @@ class AgentVectors:
         if n == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float32), 0
         wid = self.wid[:n]
-        mask = self.alive[:n] & np.take(allowed, np.minimum(wid, len(allowed) - 1)) & (wid < len(allowed))
+        if len(allowed) <= int(wid.max()):  # a window newer than the caller's lookup: not in its scope
+            allowed = np.concatenate([allowed, np.zeros(int(wid.max()) + 1 - len(allowed), bool)])
+        mask = self.alive[:n] & allowed[wid]
         if role is not None:
             mask &= (self.rid[:n] & 1) == (1 if role == "assistant" else 0)
         if since is not None:
@@ -146,11 +148,14 @@ class AgentVectors:
             dots = _dot(q8, self.vec[:n]) * self.scale[:n] * qscale
             dots[~mask] = -np.inf
             rows = np.arange(n)
-        above = np.flatnonzero(dots >= floor)
-        if len(above) > k:
-            above = above[np.argpartition(-dots[above], k - 1)[:k]]
-        best = above[np.argsort(-dots[above], kind="stable")]
-        return self.rid[rows[best]], dots[best].astype(np.float32), int((dots >= floor).sum())
+        reach = int(np.count_nonzero(dots >= floor))
+        if reach == 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.float32), 0
+        # the best k of all, then the floor: no array of every row above it (a low floor is most rows)
+        top = np.argpartition(-dots, k - 1)[:k] if len(dots) > k else np.arange(len(dots))
+        top = top[dots[top] >= floor]
+        best = top[np.argsort(-dots[top], kind="stable")]
+        return self.rid[rows[best]], dots[best].astype(np.float32), reach
 
 
 def _quantized(query: npt.NDArray[np.float32]) -> tuple[npt.NDArray[np.int8], float]:
