@@ -486,7 +486,7 @@ async def search(req: SearchRequest, *, settings: Settings, catalog: CatalogCach
     async def run(query: ParsedQuery, versions: dict[str, int] | None) -> Outcome:
         if req.mode != "keyword" and meaning is not None:
             return await run_meaning(open_store, catalog, query, req, scopes, view, versions, deadline, fanout,
-                                     meaning, settings)
+                                     meaning, settings, many)
         if sessions:
             return await run_sessions_query(open_store, catalog, query, req, scopes, view, versions, deadline, fanout,
                                             newest)

@@ -61,7 +61,7 @@ class Sweeper:
                         started = True
                     else:
                         result = loop.run_until_complete(self.periodic())
-                        if result["enqueued"]:
+                        if result["enqueued"] or result["embedWindows"]:
                             log.info("worker.sweep", **result)
                         if result.get("failing"):  # every period: an operator has to look at them
                             log.warning("worker.sweep_failing", windows=result["failing"],
@@ -122,12 +122,16 @@ class Sweeper:
         return sum(len(w) for w in backlog.values())
 
     async def periodic(self) -> dict[str, Any]:
-        """Enqueue the windows needing reconciliation with no job waiting, delayed or taken by a worker."""
+        """Enqueue the windows needing reconciliation with no job waiting, delayed or taken by a worker,
+        and the embed jobs of windows waiting for embeddings."""
         started = time.monotonic()
         engine = await self.engine()
+        # live appends leave rows waiting for embeddings with no job sent (the append path never
+        # waits on the queue): each period sends their windows' embed jobs, deduplicated by markers
+        embed = await self._embed_backlog(engine)
         pending = {agent: wids for agent, wids in (await engine.pending()).items() if wids}
         if not pending:
-            return {"pending": 0, "enqueued": 0}
+            return {"pending": 0, "enqueued": 0, "embedWindows": embed}
         unfinished = unfinished_jobs(self.reconciler.broker)
         missing = {agent: {w for w in wids if (agent, w) not in unfinished} for agent, wids in pending.items()}
         failing = await self._hold_failing(engine, pending, missing)
@@ -135,6 +139,7 @@ class Sweeper:
         # force: the markers of lost jobs may still be there (Redis kept them, or the answer was lost)
         sent, _ = self.reconciler.enqueue_sync(missing, force=True) if missing else (0, 0)
         return {"pending": sum(len(w) for w in pending.values()), "enqueued": sent, "failing": len(failing),
+                "embedWindows": embed,
                 **({"failingWindows": failing[:20]} if failing else {}),
                 "ms": round((time.monotonic() - started) * 1000, 2)}
 

@@ -75,7 +75,7 @@ async def test_a_paraphrase_is_found_by_semantic_search_but_not_by_keyword(backe
         found = await engine.search(query=question, mode="semantic")
         assert ids(found)[:1] == ["m1"] and "indexing" not in found
         hit = found["results"][0]
-        assert hit["matchedBy"] == ["semantic"] and 0.3 <= hit["score"] <= 1.0
+        assert hit["matchedBy"] == ["semantic"] and engine.settings.semantic_min_score <= hit["score"] <= 1.0
         assert ids(await engine.search(query="when is my visit to the tooth doctor", mode="semantic"))[:1] == ["m2"]
 
 
@@ -306,7 +306,7 @@ async def test_stored_vectors_keep_the_float_neighbours(backend):
         await _corpus(engine)
         query = "computer power problem"
         exact = (await builtin.embed([t for _, t in TOPICS])) @ (await builtin.embed([query]))[0]
-        expected = [f"m{i + 1}" for i in np.argsort(-exact) if exact[i] >= 0.3]
+        expected = [f"m{i + 1}" for i in np.argsort(-exact) if exact[i] >= engine.settings.semantic_min_score]
         found = await engine.search(query=query, mode="semantic", limit=25)
         assert ids(found) == expected
         assert all(abs(h["score"] - exact[int(h["messageId"][1:]) - 1]) < 0.02 for h in found["results"])
@@ -354,6 +354,28 @@ async def test_a_workers_startup_sweep_queues_the_embed_backlog_once(backend):
         assert pipeline.broker.queues["embed"].qsize() == 2
         await sweeper.startup()  # queued already: the markers hold them
         assert pipeline.broker.queues["embed"].qsize() == 2
+    finally:
+        await sweeper.aclose()
+        pipeline.close()
+
+
+async def test_a_periodic_sweep_sends_the_embed_jobs_of_live_appends(backend):
+    """Rows appended live wait for embeddings with no job sent; the next periodic sweep sends one
+    a window, and no more while those wait."""
+    from sessionsearch.worker.sweep import Sweeper
+
+    settings = backend.settings()
+    pipeline = Pipeline(settings)
+    sweeper = Sweeper(settings, pipeline.reconciler)
+    try:
+        async with engine_at(backend) as engine:
+            await engine.append("agent:main:a", chain("a", TOPICS[:2]))
+            assert (await sweeper.periodic())["embedWindows"] == 1
+            assert pipeline.broker.queues["embed"].qsize() == 1
+            await engine.append("agent:main:b", chain("b", TOPICS[2:4]))
+            assert (await sweeper.periodic())["embedWindows"] == 2
+            assert pipeline.broker.queues["embed"].qsize() == 2  # a's job still waits: not sent again
+            assert (await engine.embed("main", 1)).outcome == "embedded"
     finally:
         await sweeper.aclose()
         pipeline.close()
