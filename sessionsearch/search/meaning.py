@@ -12,6 +12,8 @@ embed job and the answer says `indexing: true`.
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -38,6 +40,9 @@ log = structlog.get_logger("sessionsearch.search")
 RRF_K = 60  # reciprocal rank fusion: 1 / (RRF_K + rank)
 FUSE_DEPTH = 50  # hits of each list a hybrid search fuses
 SESSIONS_DEPTH = 100  # hits a resultMode "sessions" search groups
+# the longest a search waits on the embedder (the query's vector, the passages for snippets): an
+# endpoint's own time-out and retries are for the workers' batches, not for a caller waiting
+EMBED_WAIT_S = 10.0
 THREADED_ROWS = 100_000  # an agent with more rows than this is scored on a thread
 
 
@@ -94,12 +99,24 @@ class MeaningOutcome:
     failed: bool = False  # the query could not be embedded
 
 
-async def query_vector(embedder: Embedder, text: str) -> npt.NDArray[np.float32] | None:
+def embed_wait_s(deadline: float) -> float:
+    """How long a search waits on the embedder: half of what is left of its budget, at most
+    EMBED_WAIT_S, so a slow endpoint leaves time for the keyword part and the rest of the answer."""
+    return max(0.0, min(EMBED_WAIT_S, (deadline - time.monotonic()) / 2))
+
+
+async def query_vector(embedder: Embedder, text: str, deadline: float = math.inf) -> npt.NDArray[np.float32] | None:
+    """The query's embedding, or None when the embedder failed or was too slow (the answer then says
+    `indexing: true`: meaning could not be searched)."""
+    wait = embed_wait_s(deadline)
     try:
-        return (await embedder.embed([text]))[0]
+        async with asyncio.timeout(wait):
+            return (await embedder.embed([text]))[0]
     except EmbedderFailed as exc:
         log.warning("search.embed_failed", error=str(exc))
-        return None
+    except TimeoutError:
+        log.warning("search.embed_failed", error=f"the embedder did not answer within {wait:.1f} s")
+    return None
 
 
 async def semantic(open_store: StoreLookup, embedder: Embedder, meaning: Meaning, vector: npt.NDArray[np.float32],
@@ -218,7 +235,7 @@ def passages(text: str, max_units: int) -> list[tuple[int, int]]:
 
 
 async def nearest_passages(embedder: Embedder, vector: npt.NDArray[np.float32] | None, hits: list[Hit],
-                           max_units: int) -> None:
+                           max_units: int, deadline: float = math.inf) -> None:
     """Set each hit's snippet to the passage of its message nearest the query (one embed call for
     every long message; the message's start where the embedder fails)."""
     cuts: list[tuple[Hit, str, list[tuple[int, int]]]] = []
@@ -234,13 +251,14 @@ async def nearest_passages(embedder: Embedder, vector: npt.NDArray[np.float32] |
     if vector is not None:
         try:
             pieces = [text[a:b] for _, text, spans in cuts for a, b in spans]
-            sims = (await embedder.embed(pieces)) @ vector
+            async with asyncio.timeout(embed_wait_s(deadline)):
+                sims = (await embedder.embed(pieces)) @ vector
             at = 0
             for i, (_, _, spans) in enumerate(cuts):
                 best[i] = int(np.argmax(sims[at:at + len(spans)]))
                 at += len(spans)
-        except EmbedderFailed as exc:
-            log.warning("search.embed_failed", error=str(exc))
+        except (EmbedderFailed, TimeoutError) as exc:
+            log.warning("search.embed_failed", error=str(exc) or "the embedder was too slow for the passages")
     for (hit, text, spans), i in zip(cuts, best):
         a, b = spans[i]
         hit.snippet = ("… " if a > 0 else "") + text[a:b].strip() + (" …" if b < len(text) else "")
@@ -269,7 +287,7 @@ async def run_meaning(open_store: StoreLookup, catalog: CatalogCache, query: Par
     await check_empty_scopes(catalog, scopes, versions, deadline)
     sessions = req.result_mode == "sessions"
     depth = SESSIONS_DEPTH if sessions else (FUSE_DEPTH if req.mode == "hybrid" else req.limit + 1)
-    vector = await query_vector(embedder, query.text)
+    vector = await query_vector(embedder, query.text, deadline)
     found = (MeaningOutcome(failed=True) if vector is None else
              await semantic(open_store, embedder, meaning, vector, req, scopes, versions, deadline, depth, fanout))
     for hit in found.hits:
@@ -288,9 +306,9 @@ async def run_meaning(open_store: StoreLookup, catalog: CatalogCache, query: Par
         groups = [SessionGroup(agent, key, n, best) for agent, key, n, best in group_sessions(ranked, view)]
         out.more = more or len(groups) > req.limit
         out.groups = groups[:req.limit]
-        await nearest_passages(embedder, vector, [g.best for g in out.groups], settings.snippet_max_units)
+        await nearest_passages(embedder, vector, [g.best for g in out.groups], settings.snippet_max_units, deadline)
     else:
         out.more = more or len(ranked) > req.limit
         out.hits = ranked[:req.limit]
-        await nearest_passages(embedder, vector, out.hits, settings.snippet_max_units)
+        await nearest_passages(embedder, vector, out.hits, settings.snippet_max_units, deadline)
     return out
