@@ -44,7 +44,6 @@ if "--code" in sys.argv:
 sys.path.insert(0, CODE)
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_search import events_for  # noqa: E402
 from corpus import CorpusSpec, generate  # noqa: E402
 from stats import pct  # noqa: E402
 
@@ -56,6 +55,17 @@ from sessionsearch.worker.optimize import PeriodicOptimize  # noqa: E402
 HERE = Path(__file__).resolve().parent
 GOALS_MS = {"prefix": 100.0, "word": 50.0}
 WINDOW_S = 10.0
+
+
+def events_for(session: int, texts: list[tuple[str, str]]) -> list[dict]:
+    """bench_search.py's events (not imported from there: it puts this tree first on sys.path)."""
+    out, parent = [], None
+    for i, (role, text) in enumerate(texts):
+        mid = f"s{session}-{i}"
+        out.append({"type": "message", "id": mid, "parentId": parent,
+                    "message": {"role": role, "content": text, "timestamp": 1_700_000_000_000 + session * 10_000 + i}})
+        parent = mid
+    return out
 
 
 def corpus(messages: int) -> list[tuple[int, list[tuple[str, str]]]]:
