@@ -275,7 +275,7 @@ class Settings:
         3600.0, "Seconds between rebuilds of the common words' postings by `worker` and embedded `serve` "
         "(0: never).", env="SESSIONSEARCH_OPTIMIZE_EVERY_S", toml="search.optimizeEveryS", parse=float)
     postings_check_every_s: float = setting(
-        30.0, "Seconds between checks whether an agent's postings would pay off (a reconciliation backlog "
+        10.0, "Seconds between checks whether an agent's postings would pay off (a reconciliation backlog "
         "drained, the index grew by postingsGrowShare, words about to lose theirs); 0: the hourly rebuild only.",
         env="SESSIONSEARCH_POSTINGS_CHECK_EVERY_S", toml="search.postingsCheckEveryS", parse=float)
     postings_grow_share: float = setting(

@@ -105,11 +105,16 @@ def common_words(path: Path, *, min_docs: int, min_share: float, max_words: int)
 
 
 def batches(words: list[tuple[str, int]], rows: int = BATCH_ROWS) -> list[list[str]]:
-    """(word, docs) in order, grouped so that a group holds at most `rows` postings (or one word)."""
+    """(word, docs) in order, grouped so that a group holds at most `rows` postings (or one word);
+    the first groups smaller (an eighth of `rows`, doubling): a group's words are stored when all
+    of it is read, and the first words, the most common, are those searches wait for most."""
     out: list[list[str]] = []
-    held = rows
+    limit = max(1, rows // 8)
+    held = limit
     for word, docs in words:
-        if held + docs > rows:
+        if held + docs > limit:
+            if out:
+                limit = min(rows, 2 * limit)
             out.append([])
             held = 0
         out[-1].append(word)

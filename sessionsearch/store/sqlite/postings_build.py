@@ -23,7 +23,7 @@ import sqlite3
 from pathlib import Path
 
 from .postings import FRESH_LIMIT, varint
-from .prefixes import FOLD_AFTER, positions
+from .prefixes import FOLD_AFTER, LOG_LIMIT, positions
 
 BUILT_ROWS_KEY = "hot_built_rows"  # meta: the index's rows when the last build started
 
@@ -64,15 +64,20 @@ def stale_words(conn: sqlite3.Connection) -> set[str]:
 
 
 def prefix_upkeep(conn: sqlite3.Connection) -> str | None:
-    """What the prefixes' postings (prefixes.py) need: "first" (none built), "stale" (given up: a
-    build), "fold" (FOLD_AFTER or more index changes since their build or last fold), or None."""
+    """What the prefixes' postings (prefixes.py) need: "first" (none built), "stale" (given up, or
+    more index changes since their build or last fold than a search takes in, LOG_LIMIT: a build,
+    which after a bulk ingest costs less than a fold of its rows, counted one by one), "fold"
+    (FOLD_AFTER or more changes), or None."""
     count, oldest, gone = conn.execute("SELECT count(*), min(log_seq), min(gone_seq) FROM prefix_words").fetchone()
     if not count:
         return "first"
     if oldest < 0:
         return "stale"
     last, glast = positions(conn)
-    return "fold" if (last - oldest) + (glast - gone) >= FOLD_AFTER else None
+    changes = (last - oldest) + (glast - gone)
+    if changes > LOG_LIMIT:
+        return "stale"
+    return "fold" if changes >= FOLD_AFTER else None
 
 
 def prefix_upkeep_at(path: Path) -> str | None:

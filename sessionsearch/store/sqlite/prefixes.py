@@ -30,9 +30,12 @@ import json
 import math
 import sqlite3
 import time
+from bisect import bisect_left
+from collections import Counter
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from operator import add, itemgetter
 from pathlib import Path
 
 from .postings import FRESH_LIMIT, K1, B, HotWrites, average_length, varint, varint_sum
@@ -95,8 +98,8 @@ def trim(runs: Runs, cut: dict[int, int], cap: int, keep: int,
 def read_prefixes(path: Path, *, min_docs: int | None = None, max_prefixes: int | None = None,
                   cap: int | None = None, keep: int | None = None) -> tuple[int, int, int, dict[str, Built]]:
     """(index_log position, index_gone position, index rows, {prefix: (docs, {tf: length of the
-    first row left out, per run cut short}, kept rows (tf, dl, rid))}), read in one snapshot: one
-    walk of the instances of the common prefixes' words, in term order. Limits default to the
+    first row left out, per run cut short}, kept rows (tf, dl, rid))}), read in one snapshot: the
+    instances of each word with a common prefix, counted per row in C. Limits default to the
     module's (MIN_DOCS, MAX_PREFIXES, CAP, KEEP)."""
     min_docs = MIN_DOCS if min_docs is None else min_docs
     max_prefixes = MAX_PREFIXES if max_prefixes is None else max_prefixes
@@ -110,41 +113,47 @@ def read_prefixes(path: Path, *, min_docs: int | None = None, max_prefixes: int 
         (averages,) = conn.execute("SELECT block FROM msg_fts_data WHERE id = 1").fetchone() or (b"",)
         n_rows = varint(averages, 0)[0] if averages else 0
         wanted = common_prefixes(conn, min_docs, max_prefixes)
-        sizes = {rid: varint_sum(sz) for rid, sz in conn.execute("SELECT id, sz FROM msg_fts_docsize")}
-        out: dict[str, Built] = {}
         avgdl = average_length(averages) if averages else 1.0
-
-        def finish(prefix: str, tf_of: dict[int, int]) -> None:
-            runs: Runs = {}
-            for rid, tf in tf_of.items():
-                runs.setdefault(tf, []).append((sizes[rid], rid))
-            for rows in runs.values():
-                rows.sort()
-            kept, cut = trim(runs, {}, cap, keep, avgdl)
-            out[prefix] = (len(tf_of), cut, kept)
-
-        roots = sorted(p for p in wanted if not any(p[:n] in wanted for n in range(MIN_LEN, len(p))))
-        for root in roots:
-            open_: dict[int, tuple[str, dict[int, int]]] = {}  # length -> (prefix, {rid: tf})
-            for term, rid in conn.execute("SELECT term, doc FROM temp.pfx_vi WHERE term >= ? AND term < ?",
-                                          (root, root + "\U0010ffff")):
-                for n in range(len(root), MAX_LEN + 1):
-                    p = term[:n] if len(term) >= n else None
-                    current = open_.get(n)
-                    if current is not None and current[0] != p:
-                        finish(*open_.pop(n))
-                        current = None
-                    if p is None or p not in wanted:
-                        continue
-                    if current is None:
-                        current = open_[n] = (p, {})
-                    current[1][rid] = current[1].get(rid, 0) + 1
-            for prefix, tf_of in open_.values():
-                finish(prefix, tf_of)
+        # each prefix's rows and tf: per term, the rows of its instances, counted into each wanted
+        # prefix of the term in C (Counter.update of an iterable); no loop per instance in Python
+        tf_of: dict[str, Counter[int]] = {p: Counter() for p in wanted}
+        first = itemgetter(0)
+        for (term,) in conn.execute("SELECT term FROM temp.pfx_vr").fetchall():
+            targets = [tf_of[p] for n in range(MIN_LEN, min(MAX_LEN, len(term)) + 1) if (p := term[:n]) in tf_of]
+            if targets:
+                rows = conn.execute("SELECT doc FROM temp.pfx_vi WHERE term = ?", (term,)).fetchall()
+                for counts in targets:
+                    counts.update(map(first, rows))
+        # rows by (length, rid) as one small int each, a rank, so that sorting a prefix's rows
+        # compares machine-size ints
+        order = sorted((varint_sum(sz), rid) for rid, sz in conn.execute("SELECT id, sz FROM msg_fts_docsize"))
+        rank = {rid: i for i, (_, rid) in enumerate(order)}
+        out: dict[str, Built] = {}
+        for prefix, counts in tf_of.items():
+            if counts:
+                out[prefix] = (len(counts), *_shortest(counts, rank, order, cap, keep, avgdl))
         conn.execute("COMMIT")
         return log_seq, gone_seq, n_rows, out
     finally:
         conn.close()
+
+
+def _shortest(counts: Counter[int], rank: dict[int, int], order: list[tuple[int, int]], cap: int, keep: int,
+              avgdl: float) -> tuple[dict[int, int], list[tuple[int, int, int]]]:
+    """({tf: cut}, kept rows) of a prefix whose rows hold `counts` ({rid: tf}): per tf run its
+    cap + 1 shortest rows (enough for `trim`: the cap kept and the first left out). Each row is
+    one int, tf * len(order) + its rank, so one sort in C puts the runs in order, shortest first."""
+    span = len(order)
+    keys = sorted(map(add, map(span.__mul__, counts.values()), map(rank.__getitem__, counts)))
+    runs: Runs = {}
+    i = 0
+    while i < len(keys):
+        tf = keys[i] // span
+        end = bisect_left(keys, (tf + 1) * span, i)
+        runs[tf] = [order[key - tf * span] for key in keys[i:min(end, i + cap + 1)]]
+        i = end
+    kept, cut = trim(runs, {}, cap, keep, avgdl)
+    return cut, kept
 
 
 def positions(conn: sqlite3.Connection) -> tuple[int, int]:

@@ -256,6 +256,11 @@ class SqliteAgentStore:
         rows = await asyncio.to_thread(built_rows, self.path)
         words = await asyncio.to_thread(common_words, self.path, min_docs=min_docs, min_share=min_share,
                                         max_words=max_words)
+        # the prefixes first: one walk of the index, where the words read every row of each word
+        # (after a fresh ingest, minutes of them); prefix searches have nothing else to go fast with.
+        # Again after each group of words when rows indexed meanwhile (an ingest still running)
+        # left them past what a search takes in
+        prefix_build = await self._prefix_upkeep("first" if not incremental else None)
         dropped = await self._run(lambda w: w.hot.drop_hot_words({w for w, _ in words}))
         todo = await asyncio.to_thread(words_to_build, self.path, words) if incremental else words
         if todo:
@@ -270,25 +275,31 @@ class SqliteAgentStore:
                 await self._run(partial(_store_hot_word, word=word, log_seq=log_seq, postings=postings))
                 built[word] = {"rows": len(postings) // 3,
                                "seconds": round(per_row * len(postings) + time.monotonic() - started, 3)}
+            if await asyncio.to_thread(prefix_upkeep_at, self.path) == "stale":
+                prefix_build = await self._prefix_upkeep("stale") or prefix_build
+        await self.execute_write("INSERT OR REPLACE INTO meta VALUES (?, ?)", (BUILT_ROWS_KEY, rows))
+        return {"words": built, "dropped": dropped, "kept": len(words) - len(todo), "prefixes": prefix_build}
+
+    async def _prefix_upkeep(self, upkeep: str | None) -> dict[str, Any] | None:
+        """The prefixes' postings built (`upkeep` "first" or "stale"), or what they need done
+        (None: asked, postings_build.prefix_upkeep): built, or the changes folded in; what was done."""
         started = time.monotonic()
-        prefix_build = None
-        upkeep = await asyncio.to_thread(prefix_upkeep_at, self.path) if incremental else "first"
+        if upkeep is None:
+            upkeep = await asyncio.to_thread(prefix_upkeep_at, self.path)
         if upkeep == "fold":
             fold = await asyncio.to_thread(read_fold, self.path)
             if fold is not None and await self._run(lambda w: w.prefixes.fold_prefixes(fold)):
-                prefix_build = {"folded": fold.touched, "count": len(fold.heads),
-                                "rows": sum(len(kept) for kept in fold.kept.values()),
-                                "seconds": round(time.monotonic() - started, 3)}
-            else:  # not foldable (a change not logged, or the postings moved on): build them
-                upkeep = "stale"
-        if upkeep in ("first", "stale"):
-            await self._run(lambda w: w.hot.start_index_log())
-            log_seq, gone_seq, n_rows, prefixes = await asyncio.to_thread(read_prefixes, self.path)
-            await self._run(lambda w: w.prefixes.store_prefixes(log_seq, gone_seq, n_rows, prefixes))
-            prefix_build = {"count": len(prefixes), "rows": sum(len(p[2]) for p in prefixes.values()),
-                            "seconds": round(time.monotonic() - started, 3)}
-        await self.execute_write("INSERT OR REPLACE INTO meta VALUES (?, ?)", (BUILT_ROWS_KEY, rows))
-        return {"words": built, "dropped": dropped, "kept": len(words) - len(todo), "prefixes": prefix_build}
+                return {"folded": fold.touched, "count": len(fold.heads),
+                        "rows": sum(len(kept) for kept in fold.kept.values()),
+                        "seconds": round(time.monotonic() - started, 3)}
+            upkeep = "stale"  # not foldable (a change not logged, or the postings moved on): build them
+        if upkeep not in ("first", "stale"):
+            return None
+        await self._run(lambda w: w.hot.start_index_log())
+        log_seq, gone_seq, n_rows, prefixes = await asyncio.to_thread(read_prefixes, self.path)
+        await self._run(lambda w: w.prefixes.store_prefixes(log_seq, gone_seq, n_rows, prefixes))
+        return {"count": len(prefixes), "rows": sum(len(p[2]) for p in prefixes.values()),
+                "seconds": round(time.monotonic() - started, 3)}
 
     async def postings_due(self, *, min_docs: int | None, grow_share: float) -> str | None:
         """Why building postings would pay off now, or None (postings_build.py)."""
