@@ -8,14 +8,15 @@ writer commits), each with a progress handler that interrupts a statement past i
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import math
 import sqlite3
 import time
 from array import array
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -86,6 +87,53 @@ class _Reader:
 
     def expired(self) -> int:
         return 1 if time.monotonic() > self.deadline else 0
+
+
+class _Direct:
+    """aiosqlite's face (what the search modules call) over a borrowed reader's own sqlite3
+    connection, run on the calling thread: a search of many agents runs their statements on one
+    thread in one hop (search_tops) rather than hopping to each reader's thread per statement."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._conn.in_transaction
+
+    async def execute(self, sql: str, params: Any = None) -> sqlite3.Cursor:
+        return self._conn.execute(sql, params or ())
+
+    async def execute_fetchall(self, sql: str, params: Any = None) -> list[Any]:
+        return self._conn.execute(sql, params or ()).fetchall()
+
+
+def _drive(coro: Coroutine[Any, Any, T]) -> T:
+    """The value of a coroutine that never suspends (its awaits are _Direct's), run to its end here."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return cast(T, done.value)
+    coro.close()
+    raise RuntimeError("a direct search awaited something other than its connection")
+
+
+async def search_tops(stores: Sequence[SqliteAgentStore], match: Match, scopes: Sequence[tuple[list[int] | None,
+                      list[int]]], *, deadline: float, **same: Any) -> list[TopHits]:
+    """`search_top` of each store with its (include, exclude) scope and the `same` arguments, all on
+    one worker thread in one hop, each over a reader borrowed from its store for the while."""
+    async with AsyncExitStack() as stack:  # an interrupt leaves through every reader: SearchTimeout
+        readers = [await stack.enter_async_context(store.reader(deadline)) for store in stores]
+
+        def run() -> list[TopHits]:
+            found = []
+            for store, reader, (include, exclude) in zip(stores, readers, scopes, strict=True):
+                top = store.search_top_direct(reader, match, include=include, exclude=exclude, **same)
+                assert top is not None  # None only where `ties` is False
+                found.append(top)
+            return found
+
+        return await asyncio.to_thread(run)
 
 
 class SqliteAgentStore:
@@ -161,7 +209,8 @@ class SqliteAgentStore:
     async def reader(self, deadline: float = math.inf) -> AsyncIterator[_Reader]:
         """Borrow a reader connection; waiting for one counts against `deadline` (monotonic s)."""
         if self._readers.empty() and len(self._all_readers) < self._max_readers:
-            conn = await aiosqlite.connect(self.path, isolation_level=None)
+            # not bound to its thread: search_tops runs it on another while it is borrowed
+            conn = await aiosqlite.connect(self.path, isolation_level=None, check_same_thread=False)
             await conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
             await conn.execute("PRAGMA query_only = 1")
             # Off by default: mapped all the time, searches got slower while appends or
@@ -485,6 +534,16 @@ class SqliteAgentStore:
         hits = [RowHit(rid, ranks.get(rid, 0.0), *shown[rid][1:]) if rid else MORE
                 for rid, _ in top if rid in shown or not rid]
         return TopHits(head[1], seen_dirty, hits)
+
+    def search_top_direct(self, reader: _Reader, match: Match, **args: Any) -> TopHits | None:
+        """search_top run on the calling thread over the borrowed `reader`'s own connection (its
+        thread idle meanwhile): the same statements, no hop per statement (search_tops)."""
+        direct = copy.copy(reader)
+        direct.conn = cast(aiosqlite.Connection, _Direct(reader.conn._conn))
+        try:
+            return _drive(self.search_top(direct, match, **args))
+        finally:  # what _fit_mapping learnt belongs to the reader
+            reader.quiet, reader.data_version, reader.mmap_bytes = direct.quiet, direct.data_version, direct.mmap_bytes
 
     async def search_sessions(self, reader: _Reader, match: Match, *, k: int,
                               order: str, include: list[int] | None, exclude: list[int] | None, role: str | None,
