@@ -36,8 +36,6 @@ from .session_meta import check_meta
 from .settings import Settings
 from .store import backend_for
 from .store.base import AgentStore, Match, Newest, TopHits
-from .store.sqlite.backend import SqliteBackend
-from .store.sqlite.store import SqliteAgentStore, search_tops
 from .values import check_name, check_stored_name, check_text
 
 log = structlog.get_logger("sessionsearch.engine")
@@ -138,10 +136,11 @@ class Engine:
     async def _search_each(self, agent_ids: list[str], match: Match, scopes: list[tuple[list[int] | None, list[int]]],
                            *, k: int, order: str, role: str | None, hot: str | None, since: int | None,
                            until: int | None, deadline: float) -> list[TopHits]:
-        """SQLite's search_tops over these agents' stores: their statements in one thread hop."""
-        stores = [cast(SqliteAgentStore, await self.store(a)) for a in agent_ids]
-        return await search_tops(stores, match, scopes, deadline=deadline, k=k, order=order, role=role, hot=hot,
-                                 since=since, until=until)
+        """The backend's search_top_each (SQLite's: the agents' statements a batch a thread hop)."""
+        stores = [await self.store(a) for a in agent_ids]
+        return await cast(Any, self.backend).search_top_each(stores, match, scopes, deadline=deadline, k=k,
+                                                             order=order, role=role, hot=hot, since=since,
+                                                             until=until)
 
     def _meta_changed(self) -> None:
         self._catalog.invalidate()
@@ -244,7 +243,7 @@ class Engine:
                                 enqueue=self.enqueue_reconcile, observe=self.observe_search,
                                 agent_facing=agent_facing, newest=self._newest,
                                 many=self._search_many,
-                                each_top=self._search_each if isinstance(self.backend, SqliteBackend) else None)
+                                each_top=self._search_each if hasattr(self.backend, "search_top_each") else None)
 
     async def history(self, body: dict[str, Any] | None = None, /, *, restore: bool = True,
                       **fields: Any) -> dict[str, Any]:
