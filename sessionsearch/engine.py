@@ -14,7 +14,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import structlog
 
@@ -149,6 +149,15 @@ class Engine:
         return await self.backend.search_top_many(stores, match, k=k, order=order, exclude=exclude, role=role,
                                                   since=since, until=until, deadline=deadline)
 
+    async def _search_each(self, agent_ids: list[str], match: Match, scopes: list[tuple[list[int] | None, list[int]]],
+                           *, k: int, order: str, role: str | None, hot: str | None, since: int | None,
+                           until: int | None, deadline: float) -> list[TopHits]:
+        """The backend's search_top_each (SQLite's: the agents' statements a batch a thread hop)."""
+        stores = [await self.store(a) for a in agent_ids]
+        return await cast(Any, self.backend).search_top_each(stores, match, scopes, deadline=deadline, k=k,
+                                                             order=order, role=role, hot=hot, since=since,
+                                                             until=until)
+
     def _meta_changed(self) -> None:
         self._catalog.invalidate()
 
@@ -251,6 +260,7 @@ class Engine:
         return await run_search(req, settings=settings, catalog=self._catalog, open_store=self.store,
                                 enqueue=self.enqueue_reconcile, observe=self.observe_search,
                                 agent_facing=agent_facing, newest=self._newest, many=self._search_many,
+                                each_top=self._search_each if hasattr(self.backend, "search_top_each") else None,
                                 meaning=Meaning(self.embedder, self._vectors, self.enqueue_embed,
                                                 self.settings.semantic_min_score))
 

@@ -228,6 +228,13 @@ class Settings:
                                            toml="list.responseMaxBytes", parse=int)
     snippet_max_units: int = setting(300, "Snippet length in UTF-16 code units (before the ellipsis).",
                                      toml="search.snippetMaxUnits", parse=int)
+    open_agents_max: int = setting(
+        1024, "SQLite: agent databases kept open at once, least recently used closed first (never one in use). "
+        "Open files are about 8 per open agent (its writer's database, WAL, shared memory and turnstile, one "
+        "reader's database and WAL) plus 2 per further reader, and a thread per connection: about 8,200 at the "
+        "default, whatever the agent count (raise the process's open-file limit to match); a search of more "
+        "agents than this reopens the surplus's connections, a few ms each.",
+        env="SESSIONSEARCH_OPEN_AGENTS_MAX", toml="search.openAgentsMax", parse=_whole("agents", 1, "1 agent"))
     readers_per_agent: int = setting(4, "Reader connections per agent database.",
                                      env="SESSIONSEARCH_READERS_PER_AGENT", toml="search.readersPerAgent",
                                      parse=int)

@@ -25,6 +25,14 @@ class ManyTop(Protocol):
         """Backend.search_top_many over these agents' stores."""
 
 
+class EachTop(Protocol):
+    def __call__(self, agent_ids: list[str], match: Match, scopes: list[tuple[list[int] | None, list[int]]], *,
+                 k: int, order: str, role: str | None, hot: str | None, since: int | None, until: int | None,
+                 deadline: float) -> Awaitable[list[TopHits]]:
+        """Each agent's search_top with its (include, exclude) scope, the agents batched (SQLite's
+        search_tops: their statements on one thread in one hop)."""
+
+
 class ListingVersion(Protocol):
     def __call__(self, *, fresh: bool = False) -> int:
         """Backend.listing_version."""

@@ -20,7 +20,7 @@ from ..keys import agent_of
 from ..settings import Settings
 from ..store.base import Match, TopHits
 from ..store.rowids import wid_of
-from .catalog import CatalogCache, CatalogView, ManyTop, NewestLookup, StoreLookup
+from .catalog import CatalogCache, CatalogView, EachTop, ManyTop, NewestLookup, StoreLookup
 from .meaning import Meaning, run_meaning
 from .query import ParsedQuery, SearchRequest
 from .text import fold, redact, snippet
@@ -70,6 +70,7 @@ async def bounded(each: Callable[[S], Awaitable[R]], items: Sequence[S], limit: 
 A = TypeVar("A")
 
 
+BATCH = 50  # agents whose statements one hop of EachTop runs (run_query)
 VISITS_ALONE = 32  # agents newest_first searches one by one before it hands the rest to `rest`
 
 
@@ -245,13 +246,15 @@ def plan_scopes(req: SearchRequest, viewer: Viewer, view: CatalogView, agents: l
 
 async def run_query(open_store: StoreLookup, catalog: CatalogCache, query: ParsedQuery, req: SearchRequest,
                     scopes: dict[str, Scope], versions: dict[str, int] | None, deadline: float,
-                    fanout: int = 4, newest: NewestLookup | None = None, many: ManyTop | None = None) -> Outcome:
+                    fanout: int = 4, newest: NewestLookup | None = None, many: ManyTop | None = None,
+                    each_top: EachTop | None = None) -> Outcome:
     """Top hits of one query over the scopes, at most `fanout` agents' statements at once (by
     `recent`, newest agents first while they may hold a hit: newest_first; by relevance over
     whole agents, one search of them all where the backend has one: `many`); raises MetaChanged
     when scoping went stale.
 
-    `versions` None answers from the given scopes whatever the metadata now says.
+    `versions` None answers from the given scopes whatever the metadata now says. `each_top`: the
+    agents searched one by one go BATCH at a time to it (at most `fanout` batches at once).
     """
     out = Outcome()
     if query.match is None:
@@ -288,6 +291,16 @@ async def run_query(open_store: StoreLookup, catalog: CatalogCache, query: Parse
                                        rest=together if whole else None, since=req.since, until=req.until)
     elif whole:
         per_agent = await together(todo)
+    if per_agent is None and each_top is not None and len(todo) > 1:
+        async def batch(scopes: list[Scope]) -> list[tuple[str, list[Hit], bool, set[int]]]:
+            assert each_top is not None and query.match is not None
+            tops = await each_top([s.agent_id for s in scopes], query.match, [(s.include, s.exclude) for s in scopes],
+                                  k=k, order=req.order, role=req.role, hot=query.hot_token, since=req.since,
+                                  until=req.until, deadline=deadline)
+            return [_hits_of(scope, top, versions, k) for scope, top in zip(scopes, tops, strict=True)]
+
+        batches = await bounded(batch, [todo[i:i + BATCH] for i in range(0, len(todo), BATCH)], fanout)
+        per_agent = [found for answers in batches for found in answers]
     if per_agent is None:
         per_agent = await bounded(each, todo, fanout)
     for agent_id, hits, more, dirty in per_agent:
@@ -473,11 +486,13 @@ def fit(settings: Settings, response: dict[str, Any], flags: dict[str, Any], ite
 async def search(req: SearchRequest, *, settings: Settings, catalog: CatalogCache, open_store: StoreLookup,
                  enqueue: Enqueue, observe: Callable[[float, bool], None] | None = None,
                  agent_facing: bool = False, newest: NewestLookup | None = None,
-                 many: ManyTop | None = None, meaning: Meaning | None = None) -> dict[str, Any]:
+                 many: ManyTop | None = None, each_top: EachTop | None = None,
+                 meaning: Meaning | None = None) -> dict[str, Any]:
     """Answer a parsed search: `open_store` looks an agent's store up, `enqueue` asks for the dirty
     windows met to be reconciled (False: the queue was not reached), `observe(seconds, indexing)`
     is told each answer's latency, `newest` reads the agents' Newest (None: every agent visited),
-    `many` searches many agents at once (Backend.search_top_many; None: each by itself)."""
+    `many` searches many agents at once (Backend.search_top_many; None: each by itself), `each_top`
+    batches the agents searched each by itself (None: a hop per statement)."""
     started = time.monotonic()
     deadline = started + settings.search_time_limit_ms / 1000
     sessions = req.result_mode == "sessions"
@@ -486,11 +501,12 @@ async def search(req: SearchRequest, *, settings: Settings, catalog: CatalogCach
     async def run(query: ParsedQuery, versions: dict[str, int] | None) -> Outcome:
         if req.mode != "keyword" and meaning is not None:
             return await run_meaning(open_store, catalog, query, req, scopes, view, versions, deadline, fanout,
-                                     meaning, settings, many)
+                                     meaning, settings, many, each_top)
         if sessions:
             return await run_sessions_query(open_store, catalog, query, req, scopes, view, versions, deadline, fanout,
                                             newest)
-        return await run_query(open_store, catalog, query, req, scopes, versions, deadline, fanout, newest, many)
+        return await run_query(open_store, catalog, query, req, scopes, versions, deadline, fanout, newest, many,
+                               each_top)
 
     targets = {agent_of(key) for key in req.session_keys or ()} | ({req.agent_id} if req.agent_id else set())
     for attempt in range(4):

@@ -13,7 +13,7 @@ from ...keys import AGENT_ID_RE
 from ...settings import Settings
 from ..base import AgentStore, Match, Newest, TopHits
 from .schema import MIGRATIONS
-from .store import SqliteAgentStore
+from .store import OpenBudget, SqliteAgentStore, search_tops
 
 MIN_FREE_BYTES = 1 << 20  # less free on the data dir's disk and /readyz says the disk is full
 
@@ -28,6 +28,7 @@ class SqliteBackend:
         self.settings = settings
         self.rows_in_sql = rows_in_sql
         self.folder = self.data_dir / "agents"
+        self.budget = OpenBudget(settings.open_agents_max)  # the stores holding open files at once
 
     async def open(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -56,7 +57,16 @@ class SqliteBackend:
                                       mmap_bytes=s.reader_mmap_mb << 20,
                                       quiet_mmap_bytes=s.reader_quiet_mmap_mb << 20,
                                       rows_in_sql=self.rows_in_sql,
-                                      cold_dir=self.data_dir / "cold" / agent_id).open()
+                                      cold_dir=self.data_dir / "cold" / agent_id, budget=self.budget).open()
+
+    async def search_top_each(self, stores: Sequence[SqliteAgentStore], match: Match,
+                              scopes: Sequence[tuple[list[int] | None, list[int]]], *, deadline: float,
+                              **same: Any) -> list[TopHits]:
+        """Each store's search_top with its (include, exclude) scope: their statements on one thread
+        a hop (search_tops), as many stores a hop as keeps the concurrent batches of one search
+        within open_agents_max."""
+        at_once = max(1, self.budget.most // max(1, self.settings.search_agents_concurrency))
+        return await search_tops(stores, match, scopes, deadline=deadline, at_once=at_once, **same)
 
     async def search_top_many(self, stores: Sequence[AgentStore[Any]], match: Match, *, k: int, order: str,
                               exclude: list[int], role: str | None, since: int | None, until: int | None,

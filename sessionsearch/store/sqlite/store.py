@@ -8,14 +8,16 @@ writer commits), each with a progress handler that interrupts a statement past i
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import math
 import sqlite3
 import time
 from array import array
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -90,6 +92,89 @@ class _Reader:
         return 1 if time.monotonic() > self.deadline else 0
 
 
+class _Direct:
+    """aiosqlite's face (what the search modules call) over a borrowed reader's own sqlite3
+    connection, run on the calling thread: a search of many agents runs their statements on one
+    thread in one hop (search_tops) rather than hopping to each reader's thread per statement."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._conn.in_transaction
+
+    async def execute(self, sql: str, params: Any = None) -> sqlite3.Cursor:
+        return self._conn.execute(sql, params or ())
+
+    async def execute_fetchall(self, sql: str, params: Any = None) -> list[Any]:
+        return self._conn.execute(sql, params or ()).fetchall()
+
+
+def _drive(coro: Coroutine[Any, Any, T]) -> T:
+    """The value of a coroutine that never suspends (its awaits are _Direct's), run to its end here."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return cast(T, done.value)
+    coro.close()
+    raise RuntimeError("a direct search awaited something other than its connection")
+
+
+async def search_tops(stores: Sequence[SqliteAgentStore], match: Match, scopes: Sequence[tuple[list[int] | None,
+                      list[int]]], *, deadline: float, at_once: int, **same: Any) -> list[TopHits]:
+    """`search_top` of each store with its (include, exclude) scope and the `same` arguments, on
+    one worker thread, `at_once` stores a hop, each over a reader borrowed from its store for the
+    hop (so at most `at_once` stores are held open by it: OpenBudget)."""
+    found: list[TopHits] = []
+    for start in range(0, len(stores), max(1, at_once)):
+        chunk = list(zip(stores[start:start + at_once], scopes[start:start + at_once], strict=True))
+        async with AsyncExitStack() as stack:  # an interrupt leaves through every reader: SearchTimeout
+            readers = [await stack.enter_async_context(store.reader(deadline)) for store, _ in chunk]
+
+            def run(chunk: list[tuple[SqliteAgentStore, tuple[list[int] | None, list[int]]]] = chunk,
+                    readers: list[_Reader] = readers) -> list[TopHits]:
+                tops = []
+                for (store, (include, exclude)), reader in zip(chunk, readers, strict=True):
+                    top = store.search_top_direct(reader, match, include=include, exclude=exclude, **same)
+                    assert top is not None  # None only where `ties` is False
+                    tops.append(top)
+                return tops
+
+            found += await asyncio.to_thread(run)
+    return found
+
+
+class OpenBudget:
+    """At most `most` agent stores of a process hold open files and threads at once
+    (open_agents_max): a store about to use its connections is admitted, and the least recently
+    admitted idle ones past the bound release theirs (SqliteAgentStore.release). A store in use (a
+    reader borrowed, a write running) is never released; past the bound while all are in use, the
+    next admission releases the surplus."""
+
+    def __init__(self, most: int) -> None:
+        self.most = max(1, most)
+        self._open: OrderedDict[int, SqliteAgentStore] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    async def admit(self, store: SqliteAgentStore) -> None:
+        self._open[id(store)] = store
+        self._open.move_to_end(id(store))
+        if len(self._open) <= self.most:
+            return
+        for key, other in list(self._open.items()):
+            if len(self._open) <= self.most:
+                break
+            if other is not store and not other.busy:
+                del self._open[key]
+                await other.release()
+
+    def forget(self, store: SqliteAgentStore) -> None:
+        self._open.pop(id(store), None)
+
+
 class SqliteAgentStore:
     """The transcripts, index and index state of one agent, in `<data_dir>/agents/<agentId>.db`."""
 
@@ -97,7 +182,9 @@ class SqliteAgentStore:
 
     def __init__(self, path: Path, agent_id: str, *, readers: int = 4, cold_dir: Path | None = None,
                  busy_timeout_ms: int = 30_000, mmap_bytes: int = 0, quiet_mmap_bytes: int = 0,
-                 rows_in_sql: bool = False) -> None:
+                 rows_in_sql: bool = False, budget: OpenBudget | None = None) -> None:
+        """`budget`: the process's bound on stores holding open files (released stores reopen
+        their connections on next use)."""
         self.path = Path(path)
         self.agent_id = agent_id
         self.cold_dir = Path(cold_dir) if cold_dir else self.path.parent / "cold" / agent_id
@@ -116,11 +203,29 @@ class SqliteAgentStore:
         self._recent_scores = RecentScores()
         self._prefix_top = PrefixTop()
         self._newest = NewestKept(self.path)
+        self._budget = budget
+        self._busy = 0  # readers borrowed or being opened, writes running
+        self._closed = False
+        self._starting = asyncio.Lock()  # one writer start at a time
 
     # -- lifecycle ---------------------------------------------------------------------------
 
+    @property
+    def busy(self) -> bool:
+        return self._busy > 0
+
     async def open(self) -> SqliteAgentStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._busy += 1
+        try:
+            if self._budget is not None:
+                await self._budget.admit(self)
+            await self._start_writer()
+        finally:
+            self._busy -= 1
+        return self
+
+    async def _start_writer(self) -> None:
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"sessionsearch-writer-{self.agent_id}")
         run, timeout_ms = partial(asyncio.get_running_loop().run_in_executor, executor), self._busy_timeout_ms
         try:
@@ -134,36 +239,63 @@ class SqliteAgentStore:
                 raise StorageFull(self.agent_id) from exc
             raise Unavailable(f"cannot open {self.path}: {exc}") from exc
         self._executor = executor
-        return self
 
     async def close(self) -> None:
-        for reader in self._all_readers:
+        self._closed = True
+        if self._budget is not None:
+            self._budget.forget(self)
+        await self.release()
+
+    async def release(self) -> None:
+        """Close the connections and threads (the store stays usable: its next use opens them
+        again). Taken from the store before the first await, so a use meanwhile opens new ones."""
+        readers, self._all_readers, self._readers = self._all_readers, [], asyncio.Queue()
+        executor, writer, self._executor, self._writer = self._executor, self._writer, None, None
+        for reader in readers:
             await reader.conn.close()
-        self._all_readers.clear()
-        self._readers = asyncio.Queue()
-        if self._executor is not None:
-            if self._writer is not None:
-                await asyncio.get_running_loop().run_in_executor(self._executor, self._writer.close)
-            self._executor.shutdown(wait=True)
-        self._executor = None
-        self._writer = None
+        if executor is not None:
+            if writer is not None:
+                await asyncio.get_running_loop().run_in_executor(executor, writer.close)
+            executor.shutdown(wait=True)
 
     async def _run(self, job: Callable[[SqliteWriter], T]) -> T:
         """Run one writer job (a whole transaction) on the writer thread, given the writer."""
-        if self._executor is None or self._writer is None:
+        if self._closed:
             raise Unavailable(f"agent store {self.agent_id} is closed")
+        self._busy += 1
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._executor, job, self._writer)
+            if self._budget is not None:
+                await self._budget.admit(self)
+            async with self._starting:
+                if self._executor is None or self._writer is None:  # released: open it again
+                    await self._start_writer()
+            executor, writer = self._executor, self._writer
+            assert executor is not None and writer is not None
+            return await asyncio.get_running_loop().run_in_executor(executor, job, writer)
         except (sqlite3.Error, OSError) as exc:
             if is_full(exc):
                 raise unwritable(self.agent_id, exc) from exc
             raise
+        finally:
+            self._busy -= 1
 
     @asynccontextmanager
     async def reader(self, deadline: float = math.inf) -> AsyncIterator[_Reader]:
         """Borrow a reader connection; waiting for one counts against `deadline` (monotonic s)."""
+        self._busy += 1
+        try:
+            if self._budget is not None:
+                await self._budget.admit(self)
+            async with self._borrow(deadline) as reader:
+                yield reader
+        finally:
+            self._busy -= 1
+
+    @asynccontextmanager
+    async def _borrow(self, deadline: float) -> AsyncIterator[_Reader]:
         if self._readers.empty() and len(self._all_readers) < self._max_readers:
-            conn = await aiosqlite.connect(self.path, isolation_level=None)
+            # not bound to its thread: search_tops runs it on another while it is borrowed
+            conn = await aiosqlite.connect(self.path, isolation_level=None, check_same_thread=False)
             await conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
             await conn.execute("PRAGMA query_only = 1")
             # Off by default: mapped all the time, searches got slower while appends or
@@ -193,7 +325,10 @@ class SqliteAgentStore:
             raise
         finally:
             reader.deadline = math.inf
-            self._readers.put_nowait(reader)
+            if reader in self._all_readers:  # not released meanwhile (only when the budget is past)
+                self._readers.put_nowait(reader)
+            else:
+                await reader.conn.close()
 
     # -- writes: each one transaction on the writer thread ----------------------------------
 
@@ -498,6 +633,16 @@ class SqliteAgentStore:
         hits = [RowHit(rid, ranks.get(rid, 0.0), *shown[rid][1:]) if rid else MORE
                 for rid, _ in top if rid in shown or not rid]
         return TopHits(head[1], seen_dirty, hits)
+
+    def search_top_direct(self, reader: _Reader, match: Match, **args: Any) -> TopHits | None:
+        """search_top run on the calling thread over the borrowed `reader`'s own connection (its
+        thread idle meanwhile): the same statements, no hop per statement (search_tops)."""
+        direct = copy.copy(reader)
+        direct.conn = cast(aiosqlite.Connection, _Direct(reader.conn._conn))
+        try:
+            return _drive(self.search_top(direct, match, **args))
+        finally:  # what _fit_mapping learnt belongs to the reader
+            reader.quiet, reader.data_version, reader.mmap_bytes = direct.quiet, direct.data_version, direct.mmap_bytes
 
     async def search_sessions(self, reader: _Reader, match: Match, *, k: int,
                               order: str, include: list[int] | None, exclude: list[int] | None, role: str | None,
