@@ -80,7 +80,8 @@ async def test_a_window_whose_job_was_dead_lettered_is_not_resent_by_the_sweep_u
 
             await _until(drained, "the changed window was not reconciled")
             assert attempts == {bad: 3, good: 1}
-            assert await sweeper.periodic() == {"pending": 0, "enqueued": 0}
+            last = await sweeper.periodic()  # (it may also send the embed jobs of the rows indexed now)
+            assert (last["pending"], last["enqueued"]) == (0, 0)
     finally:
         await sweeper.aclose()
         pipeline.close()
