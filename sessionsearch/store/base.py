@@ -239,6 +239,15 @@ class EmbedClaim(StrEnum):
     COLD = "cold"
     INCOGNITO = "incognito"  # never embedded: its text goes to no embedder, and it never answers
 
+    @classmethod
+    def refused(cls, state: tuple[Any, Any] | None) -> EmbedClaim:
+        """Why a claim was not taken, from the window's `(cold, incognito)` row (None: no window)."""
+        if state is None:
+            return cls.MISSING
+        if state[1]:
+            return cls.INCOGNITO
+        return cls.COLD if state[0] else cls.BUSY
+
 
 class PendingRow(NamedTuple):
     """A word-index row without an embedding of the current model."""

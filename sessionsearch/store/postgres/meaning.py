@@ -64,11 +64,7 @@ class PgEmbedTx:
         state = await one(self.conn, "SELECT w.cold, coalesce(s.incognito, 0) FROM ss_windows w "
                                      "LEFT JOIN ss_sessions s ON s.ano = w.ano AND s.session_key = w.session_key "
                                      "WHERE w.wid = %s AND w.ano = %s", (wid, self.ano))
-        if state is None:
-            return EmbedClaim.MISSING
-        if state[1]:
-            return EmbedClaim.INCOGNITO
-        return EmbedClaim.COLD if state[0] else EmbedClaim.BUSY
+        return EmbedClaim.refused(state)
 
     async def embed_waiting(self, wid: int, *, limit: int) -> list[int]:
         now = await self.now()

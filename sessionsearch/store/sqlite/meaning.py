@@ -47,11 +47,7 @@ class SqliteEmbedTx:
             return EmbedClaim.CLAIMED
         state = self.c.execute("SELECT w.cold, coalesce(s.incognito, 0) FROM windows w LEFT JOIN sessions s "
                                "ON s.session_key = w.session_key WHERE w.wid = ?", (wid,)).fetchone()
-        if state is None:
-            return EmbedClaim.MISSING
-        if state[1]:
-            return EmbedClaim.INCOGNITO
-        return EmbedClaim.COLD if state[0] else EmbedClaim.BUSY
+        return EmbedClaim.refused(state)
 
     async def embed_waiting(self, wid: int, *, limit: int) -> list[int]:
         out: list[int] = []
