@@ -13,6 +13,8 @@ from ..rowids import window_ranges
 from .db import Reader, all_rows, one
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from psycopg import AsyncConnection
 
 # index rows of one id range lacking an embedding of a model
@@ -25,10 +27,7 @@ class PgEmbedTx:
 
     conn: AsyncConnection
     ano: int
-
-    async def now(self) -> float:
-        """The transaction's clock (epoch s): PgReconcileTx's."""
-        raise NotImplementedError
+    now: Callable[[], Awaitable[float]]  # the transaction's clock (epoch s), PgReconcileTx's
 
     async def _derived(self) -> None:
         """Commit without waiting for the WAL flush: embeddings are derived data, and a crash that
