@@ -12,8 +12,9 @@ from ...errors import NotFound, Unavailable
 from ...keys import AGENT_ID_RE
 from ...settings import Settings
 from ..base import AgentStore, Match, Newest, TopHits
+from .many import OpenBudget, search_tops
 from .schema import MIGRATIONS
-from .store import OpenBudget, SqliteAgentStore, search_tops
+from .store import SqliteAgentStore
 
 MIN_FREE_BYTES = 1 << 20  # less free on the data dir's disk and /readyz says the disk is full
 
