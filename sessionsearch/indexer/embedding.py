@@ -32,8 +32,8 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("sessionsearch.embedding")
 
-# rows one embed call takes: the builtin model embeds this many short messages in ~40 ms, within
-# an endpoint's usual batch limits, and a transaction storing them stays short
+# rows one embed call takes: enough that the model's per-call cost is spread thin, few enough that
+# the transaction storing them stays short and a lost lease loses little work
 EMBED_BATCH_ROWS = 512
 COALESCE_WINDOWS = 64  # most windows one batch takes
 
