@@ -148,8 +148,11 @@ async def until(predicate: Callable[[], Any], timeout: float = 60, what: str | C
 
 
 def undo_meaning_index(conn) -> None:
-    """Take SQLite migration 15 (the meaning index) out of a store a test rewrites as an older version."""
-    for statement in ("DROP TRIGGER embeddings_gone", "DROP TABLE embed_gone", "DROP TABLE embeddings",
+    """Take SQLite migration 15 (the meaning index), and 16 after it (the score bounds), out of a
+    store a test rewrites as an older version."""
+    for statement in ("DROP TABLE term_bounds", "DROP TABLE bounds_state",
+                      "DELETE FROM schema_migrations WHERE version = 16",
+                      "DROP TRIGGER embeddings_gone", "DROP TABLE embed_gone", "DROP TABLE embeddings",
                       "DROP TABLE embed_models", "DELETE FROM meta WHERE key IN ('embed_model', 'embed_seq')",
                       "DROP INDEX windows_embed", "ALTER TABLE windows DROP COLUMN needs_embed",
                       "ALTER TABLE windows DROP COLUMN embed_token", "ALTER TABLE windows DROP COLUMN embed_expires_at",

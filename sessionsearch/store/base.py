@@ -194,6 +194,17 @@ class Newest(NamedTuple):
     dirty: frozenset[int]
 
 
+class ScoreBound(NamedTuple):
+    """What a search of many agents by relevance orders them by and passes them over with
+    (search/best_first.py): the meta version, the windows needing reconciliation, and the highest
+    score (-bm25) a row of the agent can have for the query, read now (inf: not known, -inf: no
+    row matches)."""
+
+    meta_version: int
+    dirty: frozenset[int]
+    bound: float
+
+
 class SessionTop(NamedTuple):
     session_key: str
     matched: int  # rows matched in scope
@@ -427,6 +438,11 @@ class AgentStore(Protocol[R]):
         `incremental`: only what is missing or about to be given up); {"words": {...},
         "dropped": [...], "kept": n}."""
 
+    async def fold_bounds(self) -> dict[str, Any] | None:
+        """Keep the bounds a search of many agents passes this one over by (store/sqlite/bounds.py)
+        as of the index now: {"terms", "seconds"}, {} when the index moved on meanwhile or is
+        too large to fold; None where the store keeps none."""
+
     async def postings_due(self, *, min_docs: int | None, grow_share: float) -> str | None:
         """Why `optimize` would pay off now (no reconciliation backlog, and a first build, the
         index grown by `grow_share`, or words about to go back to the slow path), or None."""
@@ -540,6 +556,11 @@ class Backend(Protocol):
         version, dirty windows and those of its hits that are among the top `k` of all the
         stores', as each store's search_top scores them; None where the backend has no such
         search (then each store is searched by itself)."""
+
+    async def score_bounds(self, stores: Sequence[AgentStore[Any]], match: Match,
+                           deadline: float) -> list[ScoreBound] | None:
+        """Each store's ScoreBound for the query, or None where the backend keeps no bounds (it
+        ranks many agents otherwise: search_top_many)."""
 
     async def newest(self, stores: Sequence[AgentStore[Any]], deadline: float) -> list[Newest]:
         """Each store's Newest, in their order, as committed now (cheap for many stores at once:

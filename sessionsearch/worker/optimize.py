@@ -21,6 +21,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import structlog
 
@@ -44,8 +45,14 @@ def build(settings: Settings, agents: dict[str, str] | None, cpu_priority: str) 
         async with Engine(settings=settings) as engine:
             if agents is None:
                 return (await engine.optimize())["agents"]
-            return {agent: await (await engine.store(agent)).optimize(min_docs=settings.postings_min_docs,
-                                                                     incremental=True) for agent in agents}
+            done: dict[str, Any] = {}
+            for agent, why in agents.items():
+                store = await engine.store(agent)
+                if why == "bounds":  # only the score bounds are stale
+                    done[agent] = {"words": {}, "dropped": [], "bounds": await store.fold_bounds()}
+                else:
+                    done[agent] = await store.optimize(min_docs=settings.postings_min_docs, incremental=True)
+            return done
 
     started = time.monotonic()
     done = asyncio.run(run())
@@ -151,6 +158,7 @@ class PeriodicOptimize:
                      prefixes=(done.get("prefixes") or {}).get("count", 0),
                      prefixes_folded=(done.get("prefixes") or {}).get("folded"),  # rows touched, when a fold
                      prefixes_s=(done.get("prefixes") or {}).get("seconds"),
+                     bound_terms=(done.get("bounds") or {}).get("terms"),
                      pid=result["pid"], cpu_priority=result["cpu_priority"])
         self.builds = [*self.builds[-9:], {**result, "due": due}]
         return result

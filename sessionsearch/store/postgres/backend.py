@@ -25,7 +25,7 @@ import psycopg
 
 from ...errors import NotFound, Unavailable
 from ...settings import Settings
-from ..base import AgentStore, Match, Newest, RowHit, TopHits
+from ..base import AgentStore, Match, Newest, RowHit, ScoreBound, TopHits
 from ..urls import redact
 from .db import CONNECT_TIMEOUT_S, Db, connect_kwargs, unavailable
 from .lexemes import read_text
@@ -178,6 +178,11 @@ class PgBackend:
         self.listing_seen(max(s.dfs.listing for s in pg), at)
         return [TopHits(version, dirty, [RowHit(h[0], h[1], h[2], h[3], read_text(h[4])) for h in hits])
                 for version, dirty, hits in found]
+
+    async def score_bounds(self, stores: Sequence[AgentStore[Any]], match: Match,
+                           deadline: float) -> list[ScoreBound] | None:
+        """None: search_top_many ranks every agent in one statement."""
+        return None
 
     async def newest(self, stores: Sequence[AgentStore[Any]], deadline: float) -> list[Newest]:
         """Every store's Newest in one statement (the listing's version with it, as a search's)."""

@@ -118,6 +118,10 @@ class PgAgentStore:
         self._dfs.postings_terms = None  # this process's searches read the new terms at once
         return {**out, "dropped": []}
 
+    async def fold_bounds(self) -> dict[str, Any] | None:
+        """None: no score bounds here (a search of many agents is one statement)."""
+        return None
+
     async def postings_due(self, *, min_docs: int | None, grow_share: float) -> str | None:
         min_docs = postings_build.MIN_DOCS if min_docs is None else min_docs
         async with self.reader() as r:

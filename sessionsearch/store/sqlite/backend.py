@@ -11,8 +11,9 @@ from typing import Any, cast
 from ...errors import NotFound, Unavailable
 from ...keys import AGENT_ID_RE
 from ...settings import Settings
-from ..base import AgentStore, Match, Newest, TopHits
-from .many import OpenBudget, search_tops
+from ..base import AgentStore, Match, Newest, ScoreBound, TopHits
+from .bounds import bound_query
+from .many import OpenBudget, score_bounds, search_tops
 from .schema import MIGRATIONS
 from .store import SqliteAgentStore
 
@@ -68,6 +69,17 @@ class SqliteBackend:
         within open_agents_max."""
         at_once = max(1, self.budget.most // max(1, self.settings.search_agents_concurrency))
         return await search_tops(stores, match, scopes, deadline=deadline, at_once=at_once, **same)
+
+    async def score_bounds(self, stores: Sequence[AgentStore[Any]], match: Match,
+                           deadline: float) -> list[ScoreBound] | None:
+        """The stores' bounds for the query (bounds.py), a hop as many stores as search_top_each's;
+        None when the query has a phrase without tokens."""
+        query = bound_query(match)
+        if query is None:
+            return None
+        fanout = max(1, self.settings.search_agents_concurrency)
+        return await score_bounds([cast(SqliteAgentStore, s) for s in stores], query, deadline=deadline,
+                                  at_once=max(1, self.budget.most // fanout), threads=min(fanout, os.cpu_count() or 1))
 
     async def search_top_many(self, stores: Sequence[AgentStore[Any]], match: Match, *, k: int, order: str,
                               exclude: list[int], role: str | None, since: int | None, until: int | None,

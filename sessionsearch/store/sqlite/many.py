@@ -1,4 +1,5 @@
-"""Many agents' stores at once: their search statements run on one thread a hop (search_tops), and
+"""Many agents' stores at once: their search statements (search_tops) and score bounds
+(score_bounds) run on one thread a hop, and
 at most open_agents_max stores hold open files and threads (OpenBudget)."""
 
 from __future__ import annotations
@@ -6,16 +7,18 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections import OrderedDict
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from ..base import Match, TopHits
+from ..base import Match, ScoreBound, TopHits
+from .bounds import BoundQuery
 
 if TYPE_CHECKING:
     from .store import SqliteAgentStore, _Reader
 
 T = TypeVar("T")
+A = TypeVar("A")
 
 
 class DirectConnection:
@@ -50,22 +53,43 @@ def drive_direct(coro: Coroutine[Any, Any, T]) -> T:
 async def search_tops(stores: Sequence[SqliteAgentStore], match: Match, scopes: Sequence[tuple[list[int] | None,
                       list[int]]], *, deadline: float, at_once: int, **same: Any) -> list[TopHits]:
     """`search_top` of each store with its (include, exclude) scope and the `same` arguments, on
-    one worker thread, `at_once` stores a hop, each over a reader borrowed from its store for the
-    hop (so at most `at_once` stores are held open by it: OpenBudget)."""
-    found: list[TopHits] = []
+    one worker thread, `at_once` stores a hop (hops)."""
+    def one(store: SqliteAgentStore, reader: _Reader, scope: tuple[list[int] | None, list[int]]) -> TopHits:
+        top = store.search_top_direct(reader, match, include=scope[0], exclude=scope[1], **same)
+        assert top is not None  # None only where `ties` is False
+        return top
+
+    return await hops(stores, list(scopes), one, deadline=deadline, at_once=at_once)
+
+
+async def score_bounds(stores: Sequence[SqliteAgentStore], query: BoundQuery, *, deadline: float,
+                       at_once: int, threads: int) -> list[ScoreBound]:
+    """Each store's ScoreBound for `query` (bounds.py): the stores split over `threads` hops run
+    at once (sqlite3 lets go of the interpreter lock while a statement steps, and the statements
+    are most of a hop), at most `at_once` stores a hop."""
+    size = max(1, min(at_once, -(-len(stores) // max(1, threads))))
+    parts = [stores[i:i + size] for i in range(0, len(stores), size)]
+
+    async def part(chunk: Sequence[SqliteAgentStore]) -> list[ScoreBound]:
+        return await hops(chunk, [query] * len(chunk), lambda store, reader, q: store.score_bound_direct(reader, q),
+                          deadline=deadline, at_once=size)
+
+    return [bound for found in await asyncio.gather(*(part(chunk) for chunk in parts)) for bound in found]
+
+
+async def hops(stores: Sequence[SqliteAgentStore], args: list[A], one: Callable[[SqliteAgentStore, _Reader, A], T],
+               *, deadline: float, at_once: int) -> list[T]:
+    """`one(store, reader, arg)` of each store and its arg, on one worker thread, `at_once` stores
+    a hop, each over a reader borrowed from its store for the hop (so at most `at_once` stores are
+    held open by it: OpenBudget)."""
+    found: list[T] = []
     for start in range(0, len(stores), max(1, at_once)):
-        chunk = list(zip(stores[start:start + at_once], scopes[start:start + at_once], strict=True))
+        chunk = list(zip(stores[start:start + at_once], args[start:start + at_once], strict=True))
         async with AsyncExitStack() as stack:  # an interrupt leaves through every reader: SearchTimeout
             readers = [await stack.enter_async_context(store.reader(deadline)) for store, _ in chunk]
 
-            def run(chunk: list[tuple[SqliteAgentStore, tuple[list[int] | None, list[int]]]] = chunk,
-                    readers: list[_Reader] = readers) -> list[TopHits]:
-                tops = []
-                for (store, (include, exclude)), reader in zip(chunk, readers, strict=True):
-                    top = store.search_top_direct(reader, match, include=include, exclude=exclude, **same)
-                    assert top is not None  # None only where `ties` is False
-                    tops.append(top)
-                return tops
+            def run(chunk: list[tuple[SqliteAgentStore, A]] = chunk, readers: list[_Reader] = readers) -> list[T]:
+                return [one(store, reader, arg) for (store, arg), reader in zip(chunk, readers, strict=True)]
 
             found += await asyncio.to_thread(run)
     return found

@@ -9,7 +9,9 @@ it pays off, not on every write:
 - the index grew by `grow_share` of its rows at the last build ("grown": words became common), or
 - a word's or the prefixes' postings are stale, or half a word's log budget is used ("stale": its
   searches are about to go back to FTS5 alone), or
-- the index changed by FOLD_AFTER rows since the prefixes' build or last fold ("fold").
+- the index changed by FOLD_AFTER rows since the prefixes' build or last fold ("fold");
+- else, "bounds" when the index moved on since its score bounds were folded (bounds.py): a fold
+  of them alone, whatever the agent's size (they serve searches of many agents).
 
 A build redoes only the words that need it (new, stale, or past half their log budget); the
 prefixes are built when there are none or they were given up, and else have the index's changes
@@ -22,6 +24,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+from .bounds import bounds_due
 from .postings import FRESH_LIMIT, varint
 from .prefixes import FOLD_AFTER, LOG_LIMIT, positions
 
@@ -35,24 +38,30 @@ def index_rows(conn: sqlite3.Connection) -> int:
 
 
 def postings_due(path: Path, *, min_docs: int, grow_share: float) -> str | None:
-    """Why a build of the agent's postings is due now ("first", "grown", "stale"), or None."""
+    """Why a build of the agent's postings is due now ("first", "grown", "stale", "fold"), or that
+    only its score bounds are stale ("bounds": bounds.py, a fold of them alone), or None."""
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         conn.execute("BEGIN")  # one snapshot
         if conn.execute("SELECT 1 FROM windows WHERE needs_rebuild = 1 LIMIT 1").fetchone():
             return None
         rows = index_rows(conn)
-        built = conn.execute("SELECT value FROM meta WHERE key = ?", (BUILT_ROWS_KEY,)).fetchone()
-        if built is None:
-            return "first" if rows >= min_docs else None
-        if rows - built[0] >= grow_share * max(built[0], min_docs):
-            return "grown"
-        upkeep = prefix_upkeep(conn)
-        if stale_words(conn) or upkeep == "stale":
-            return "stale"
-        return "fold" if upkeep == "fold" else None
+        why = _postings_why(conn, rows, min_docs=min_docs, grow_share=grow_share)
+        return "bounds" if why is None and bounds_due(conn, rows) else why
     finally:
         conn.close()
+
+
+def _postings_why(conn: sqlite3.Connection, rows: int, *, min_docs: int, grow_share: float) -> str | None:
+    built = conn.execute("SELECT value FROM meta WHERE key = ?", (BUILT_ROWS_KEY,)).fetchone()
+    if built is None:
+        return "first" if rows >= min_docs else None
+    if rows - built[0] >= grow_share * max(built[0], min_docs):
+        return "grown"
+    upkeep = prefix_upkeep(conn)
+    if stale_words(conn) or upkeep == "stale":
+        return "stale"
+    return "fold" if upkeep == "fold" else None
 
 
 def stale_words(conn: sqlite3.Connection) -> set[str]:

@@ -332,4 +332,23 @@ CREATE TRIGGER embeddings_gone AFTER DELETE ON embeddings BEGIN
     INSERT INTO embed_gone (rid) VALUES (OLD.rid);
 END;
 """),
+    (16, "score_bounds", """
+-- Per term of the index: its document count, highest frequency in a row and shortest row holding
+-- it, as of the index state in bounds_state (store/sqlite/bounds.py): bounds on the bm25 of the
+-- agent's rows, by which a search of many agents passes over those that cannot make its top hits.
+-- Kept by the worker's postings check; stale (unused) from the index's next write on.
+CREATE TABLE term_bounds (
+    term TEXT PRIMARY KEY,
+    docs INTEGER NOT NULL,
+    max_tf INTEGER NOT NULL,
+    min_dl INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE bounds_state (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    structure BLOB NOT NULL,       -- FTS5's structure record (msg_fts_data id 10) as of the fold
+    averages BLOB NOT NULL,        -- and its averages record (id 1)
+    folded_at REAL NOT NULL,       -- when (epoch s) and
+    fold_s REAL NOT NULL           -- how long the fold took: the next waits FOLD_AFTER times as long
+);
+"""),
 )

@@ -37,6 +37,7 @@ from ..base import (
     Newest,
     ReconcileTx,
     RowHit,
+    ScoreBound,
     SessionMeta,
     SessionTop,
     SessionTops,
@@ -46,6 +47,7 @@ from ..base import (
 )
 from ..rowids import row_id, seq_sql, window_ranges
 from . import meaning, reconcile
+from .bounds import BoundQuery, Folded, agent_bound, read_bounds, store_bounds
 from .fts import fts5_match
 from .many import DirectConnection, OpenBudget, drive_direct
 from .newest import NEWEST_SQL, NewestKept
@@ -76,6 +78,11 @@ async def _fetch(conn: aiosqlite.Connection, sql: str, params: Any = None) -> li
 
 def _store_hot_word(writer: SqliteWriter, *, word: str, log_seq: int, postings: array) -> None:
     writer.hot.store_hot_word(word, log_seq, postings)
+
+
+def _store_bounds(writer: SqliteWriter, folded: Folded) -> bool:
+    with writer.tx() as c:
+        return store_bounds(c, folded)
 
 
 class _Reader:
@@ -330,7 +337,17 @@ class SqliteAgentStore:
             if await asyncio.to_thread(prefix_upkeep_at, self.path) == "stale":
                 prefix_build = await self._prefix_upkeep("stale") or prefix_build
         await self.execute_write("INSERT OR REPLACE INTO meta VALUES (?, ?)", (BUILT_ROWS_KEY, rows))
-        return {"words": built, "dropped": dropped, "kept": len(words) - len(todo), "prefixes": prefix_build}
+        return {"words": built, "dropped": dropped, "kept": len(words) - len(todo), "prefixes": prefix_build,
+                "bounds": await self.fold_bounds()}
+
+    async def fold_bounds(self) -> dict[str, Any]:
+        """The terms' bounds (bounds.py) read on a connection of their own, then kept in one short
+        write transaction if the index has not moved on meanwhile ({} then, or past MAX_ROWS)."""
+        started = time.monotonic()
+        folded = await asyncio.to_thread(read_bounds, self.path)
+        if folded is None or not await self._run(lambda w: _store_bounds(w, folded)):
+            return {}
+        return {"terms": len(folded.terms), "seconds": round(time.monotonic() - started, 3)}
 
     async def _prefix_upkeep(self, upkeep: str | None) -> dict[str, Any] | None:
         """The prefixes' postings built (`upkeep` "first" or "stale"), or what they need done
@@ -560,6 +577,19 @@ class SqliteAgentStore:
             return drive_direct(self.search_top(direct, match, **args))
         finally:  # what _fit_mapping learnt belongs to the reader
             reader.quiet, reader.data_version, reader.mmap_bytes = direct.quiet, direct.data_version, direct.mmap_bytes
+
+    def score_bound_direct(self, reader: _Reader, query: BoundQuery) -> ScoreBound:
+        """The agent's ScoreBound for `query` (bounds.py), its meta version and dirty windows read
+        in the same statement (_HEAD_SQL), on the calling thread over the reader's own connection."""
+        conn = reader.conn._conn  # borrowed for a hop of many agents (many.py)
+        rows = conn.execute(f"{query.sql} UNION ALL {self._HEAD_SQL}",
+                            {**query.params, "seen": self._dirty_seen[0], "hot_seen": self._hot_seen[0]}).fetchall()
+        head = rows[-1]
+        if head[5] is not None:
+            self._hot_seen = (head[4], frozenset(json.loads(head[5])))
+        if head[3] is not None:
+            self._dirty_seen = (head[2], frozenset(json.loads(head[3])))
+        return ScoreBound(head[1], self._dirty_seen[1], agent_bound(query, rows[:-1]))
 
     async def search_sessions(self, reader: _Reader, match: Match, *, k: int,
                               order: str, include: list[int] | None, exclude: list[int] | None, role: str | None,

@@ -1,0 +1,237 @@
+"""Upper bounds of the bm25 an agent's rows can score for a query, so that a search of many
+agents visits them best first and stops once the hits in hand beat every agent left
+(search/best_first.py).
+
+bm25 of a phrase is IDF(n) x tf(k1+1) / (tf + k1(1 - b + b dl/avgdl)): it falls as the phrase's
+document count n grows (FTS5 floors IDF at 1e-6), rises with the phrase's frequency tf in a row,
+and falls as the row's length dl grows. A fold keeps, per term of the index, its document count,
+its highest frequency in a row and the length of the shortest row holding it (`term_bounds`),
+read from FTS5's own vocabulary, as of one state of the index: its structure and averages
+records, which every write changes (recent.py). While the index is in that state a phrase scores
+at most IDF(n) x F(k1+1) / (F + k1(1 - b + b L/avgdl)), with
+
+- one term: n, F and L as kept;
+- a prefix: n the largest of its terms' (a row holding any of them matches), F the sum of their
+  highest frequencies, L the least of their shortest rows;
+- a phrase of several terms: n = 1 (if it matches at all), F the least of the terms' F (each
+  instance of the phrase is one of each term), L the largest of their L (a row holds them all);
+
+and a query at most the sum over its phrases. A term the agent does not hold: no row of it
+matches, and the search passes over it. Once the index moved on from the folded state the bound
+is unknown (infinite) until the next fold: the worker's postings check folds an agent whose
+bounds are stale (postings_build.py, "bounds"), up to MAX_ROWS rows; a larger agent is searched
+whole every time, as before bounds. A scope, a role or a time range only leaves rows out, so the
+bound holds for every search of the agent (its scores are the whole agent's, SPEC §4).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from itertools import groupby
+from operator import itemgetter
+from pathlib import Path
+from typing import Any
+
+from ..base import Match
+from .fts import word_terms
+from .postings import EPS, K1, B, average_length, varint
+
+MAX_ROWS = 200_000  # agents of more rows are not folded: ~5 s of reading the index a fold
+# a fold waits this many times as long as the last one took after it: an agent written all the time
+# (a live ingest) costs the worker at most a twentieth of a core, and stays searched whole meanwhile
+FOLD_AFTER = 20
+MAX_RANGE = 64  # terms a prefix's bound sums; a prefix of more is unbounded (the agent is searched)
+UNKNOWN = math.inf  # the bound of an agent whose index moved on since its fold
+NO_MATCH = -math.inf  # the bound of an agent holding none of some phrase's terms
+
+
+@dataclass(frozen=True, slots=True)
+class Phrase:
+    """One phrase of a query as FTS5 reads it: its tokens, the last a prefix when `prefix`."""
+
+    tokens: tuple[str, ...]
+    prefix: bool
+
+
+@dataclass(frozen=True, slots=True)
+class BoundQuery:
+    """A query's phrases and the statement that reads what their bounds need of an agent."""
+
+    phrases: tuple[Phrase, ...]
+    sql: str
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Folded:
+    """An agent's term bounds as of one index state (its structure and averages records)."""
+
+    structure: bytes
+    averages: bytes
+    terms: list[tuple[str, int, int, int]]  # (term, docs, highest tf, shortest row)
+    started: float  # when the read began (time.time)
+
+
+# -- the query side ------------------------------------------------------------------------------
+
+class _Tokenizer:
+    """FTS5's own tokens of a query phrase, from a scratch table of the index's tokenizer: the
+    bounds are looked up by the terms FTS5 will look up, whatever the text."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+
+    def tokens(self, text: str) -> tuple[str, ...]:
+        if text.isascii():  # unicode61 on ASCII: runs of letters and digits, lower-cased
+            return tuple("".join(ch.lower() if ch.isalnum() else " " for ch in text).split())
+        with self._lock:
+            if self._conn is None:
+                conn = sqlite3.connect(":memory:", check_same_thread=False)
+                conn.execute("CREATE VIRTUAL TABLE s USING fts5 (text, tokenize = 'unicode61 remove_diacritics 2')")
+                conn.execute("CREATE VIRTUAL TABLE sv USING fts5vocab(s, 'instance')")
+                self._conn = conn
+            self._conn.execute("DELETE FROM s")
+            self._conn.execute("INSERT INTO s (rowid, text) VALUES (1, ?)", (text,))
+            return tuple(t for (t,) in self._conn.execute("SELECT term FROM sv ORDER BY offset"))
+
+
+_TOKENIZER = _Tokenizer()
+
+
+def _unquote(term: str) -> tuple[str, bool]:
+    prefix = term.endswith(" *")
+    body = term[:-2] if prefix else term
+    return body[1:-1].replace('""', '"'), prefix
+
+
+def bound_query(match: Match | None) -> BoundQuery | None:
+    """The phrases of the query FTS5 runs for `match` (fts.fts5_match) and the statement reading
+    their terms' bounds, or None when some phrase has no token (no bound is worth having)."""
+    if match is None or not match.words:
+        return None
+    last = len(match.words) - 1
+    phrases = []
+    for n, word in enumerate(match.words):
+        for term in word_terms(word, match.prefix and n == last):
+            text, prefix = _unquote(term)
+            tokens = _TOKENIZER.tokens(text)
+            if not tokens:
+                return None
+            phrases.append(Phrase(tokens, prefix))
+    exact = sorted({t for p in phrases for t in (p.tokens[:-1] if p.prefix else p.tokens)})
+    prefixes = sorted({p.tokens[-1] for p in phrases if p.prefix})
+    arms = ["SELECT 0, term, docs, max_tf, min_dl, NULL, NULL FROM term_bounds "
+            "WHERE term IN (SELECT value FROM json_each(:exact))"]
+    params: dict[str, Any] = {"exact": json.dumps(exact), "range": MAX_RANGE + 1}
+    for i, lo in enumerate(prefixes):
+        params[f"lo{i}"], params[f"hi{i}"] = lo, lo[:-1] + chr(ord(lo[-1]) + 1)
+        arms.append(f"SELECT * FROM (SELECT {i + 1}, term, docs, max_tf, min_dl, NULL, NULL FROM term_bounds "
+                    f"WHERE term >= :lo{i} AND term < :hi{i} ORDER BY term LIMIT :range)")
+    # the fold's state and whether the index is still in it, one row whether or not a fold ran
+    arms.append("SELECT -1, s.averages, (SELECT block FROM msg_fts_data WHERE id = 10) IS s.structure "
+                "AND (SELECT block FROM msg_fts_data WHERE id = 1) IS s.averages, NULL, NULL, NULL, NULL "
+                "FROM (SELECT 1) LEFT JOIN bounds_state s")
+    return BoundQuery(tuple(phrases), " UNION ALL ".join(arms), params)
+
+
+def agent_bound(query: BoundQuery, rows: list[tuple]) -> float:
+    """The highest score (-bm25) a row of the agent can have, from the rows query.sql read."""
+    state = rows[-1]
+    if not state[2]:  # never folded, or the index moved on since
+        return UNKNOWN
+    averages: bytes = state[1]
+    n_rows = varint(averages, 0)[0] if averages else 0
+    if not n_rows:
+        return NO_MATCH
+    avgdl = average_length(averages)
+    prefixes = sorted({p.tokens[-1] for p in query.phrases if p.prefix})
+    exact: dict[str, tuple[int, int, int]] = {}
+    ranges: dict[str, list[tuple[int, int, int]]] = {lo: [] for lo in prefixes}
+    for kind, term, docs, max_tf, min_dl, _, _ in rows[:-1]:
+        if kind == 0:
+            exact[term] = (docs, max_tf, min_dl)
+        else:
+            ranges[prefixes[kind - 1]].append((docs, max_tf, min_dl))
+    total = 0.0
+    for phrase in query.phrases:
+        kept: list[tuple[int, int, int]] = []
+        for n, token in enumerate(phrase.tokens):
+            if phrase.prefix and n == len(phrase.tokens) - 1:
+                terms = ranges[token]
+                if len(terms) > MAX_RANGE:
+                    return UNKNOWN
+                if not terms:
+                    return NO_MATCH
+                kept.append((max(t[0] for t in terms), sum(t[1] for t in terms), min(t[2] for t in terms)))
+            elif token in exact:
+                kept.append(exact[token])
+            else:
+                return NO_MATCH
+        if len(kept) == 1:
+            docs, tf, dl = kept[0]
+        else:
+            docs, tf, dl = 1, min(t[1] for t in kept), max(t[2] for t in kept)
+        idf = math.log((n_rows - docs + 0.5) / (docs + 0.5))
+        if idf <= 0.0:  # FTS5's floor
+            idf = 1e-6
+        total += idf * tf * (K1 + 1) / (tf + K1 * (1 - B + B * dl / avgdl))
+    return total * (1 + EPS)  # never below FTS5's own rounding of the same sum
+
+
+# -- the fold --------------------------------------------------------------------------------------
+
+def read_bounds(path: Path, max_rows: int = MAX_ROWS) -> Folded | None:
+    """Every term's bounds as of the index's state now, read in one snapshot on a connection of
+    its own; None past `max_rows` rows or with no rows. Each term's rows and their frequencies
+    are counted from FTS5's instances, the row lengths taken from its docsize table."""
+    started = time.time()
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("CREATE VIRTUAL TABLE temp.bounds_vi USING fts5vocab(main, msg_fts, 'instance')")
+        conn.execute("BEGIN")
+        state = conn.execute("SELECT (SELECT block FROM msg_fts_data WHERE id = 10), "
+                             "(SELECT block FROM msg_fts_data WHERE id = 1)").fetchone()
+        if not state[0] or not state[1] or not 0 < varint(state[1], 0)[0] <= max_rows:
+            return None
+        length = {rid: sz[0] if sz[0] < 0x80 else varint(sz, 0)[0]  # the text column's size comes first
+                  for rid, sz in conn.execute("SELECT id, sz FROM msg_fts_docsize")}
+        row_of, length_of = itemgetter(1), length.__getitem__
+        terms = []
+        for term, instances in groupby(conn.execute("SELECT term, doc FROM temp.bounds_vi"), key=itemgetter(0)):
+            tf = Counter(map(row_of, instances))
+            terms.append((term, len(tf), max(tf.values()), min(map(length_of, tf))))
+        return Folded(state[0], state[1], terms, started)
+    finally:
+        conn.close()
+
+
+def store_bounds(c: sqlite3.Connection, folded: Folded) -> bool:
+    """Inside a write transaction: keep `folded` as the agent's bounds, if the index is still in
+    its state (else nothing is stored: a write came between, and the next check folds again)."""
+    now = c.execute("SELECT (SELECT block FROM msg_fts_data WHERE id = 10), "
+                    "(SELECT block FROM msg_fts_data WHERE id = 1)").fetchone()
+    if tuple(now) != (folded.structure, folded.averages):
+        return False
+    c.execute("DELETE FROM term_bounds")
+    c.executemany("INSERT INTO term_bounds VALUES (?, ?, ?, ?)", folded.terms)
+    c.execute("INSERT OR REPLACE INTO bounds_state VALUES (1, ?, ?, ?, ?)",
+              (folded.structure, folded.averages, folded.started, time.time() - folded.started))
+    return True
+
+
+def bounds_due(conn: sqlite3.Connection, rows: int, max_rows: int = MAX_ROWS) -> bool:
+    """Whether a fold would give the agent usable bounds it lacks, and the last one was long enough
+    ago (FOLD_AFTER), inside the check's snapshot."""
+    if not 0 < rows <= max_rows:
+        return False
+    state = conn.execute(
+        "SELECT (SELECT block FROM msg_fts_data WHERE id = 10) IS structure "
+        "AND (SELECT block FROM msg_fts_data WHERE id = 1) IS averages, folded_at, fold_s FROM bounds_state").fetchone()
+    return state is None or not state[0] and time.time() >= state[1] + (1 + FOLD_AFTER) * state[2]
