@@ -38,7 +38,7 @@ from .search.visibility import Viewer
 from .session_meta import check_meta
 from .settings import Settings
 from .store import backend_for
-from .store.base import AgentStore, Match, Newest, TopHits
+from .store.base import AgentStore, Match, Newest, ScoreBound, TopHits
 from .values import check_name, check_stored_name, check_text
 
 log = structlog.get_logger("sessionsearch.engine")
@@ -148,6 +148,10 @@ class Engine:
         stores = [await self.store(a) for a in agent_ids]
         return await self.backend.search_top_many(stores, match, k=k, order=order, exclude=exclude, role=role,
                                                   since=since, until=until, deadline=deadline)
+
+    async def _score_bounds(self, agent_ids: list[str], match: Match, deadline: float) -> list[ScoreBound] | None:
+        """Backend.score_bounds over these agents' stores."""
+        return await self.backend.score_bounds([await self.store(a) for a in agent_ids], match, deadline)
 
     async def _search_each(self, agent_ids: list[str], match: Match, scopes: list[tuple[list[int] | None, list[int]]],
                            *, k: int, order: str, role: str | None, hot: str | None, since: int | None,
@@ -261,6 +265,7 @@ class Engine:
                                 enqueue=self.enqueue_reconcile, observe=self.observe_search,
                                 agent_facing=agent_facing, newest=self._newest, many=self._search_many,
                                 each_top=self._search_each if hasattr(self.backend, "search_top_each") else None,
+                                bounds=self._score_bounds,
                                 meaning=Meaning(self.embedder, self._vectors, self.enqueue_embed,
                                                 self.settings.semantic_min_score))
 

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ..store.base import AgentStore, Match, Newest, SessionMeta, TopHits, WindowMeta
+from ..store.base import AgentStore, Match, Newest, ScoreBound, SessionMeta, TopHits, WindowMeta
 from .visibility import Catalog
 
 # an agent's store, opened on first use; raises NotFound for an agent without one
@@ -31,6 +31,11 @@ class EachTop(Protocol):
                  deadline: float) -> Awaitable[list[TopHits]]:
         """Each agent's search_top with its (include, exclude) scope, the agents batched (SQLite's
         search_tops: their statements on one thread in one hop)."""
+
+
+class BoundsLookup(Protocol):
+    def __call__(self, agent_ids: list[str], match: Match, deadline: float) -> Awaitable[list[ScoreBound] | None]:
+        """Backend.score_bounds over these agents' stores."""
 
 
 class ListingVersion(Protocol):

@@ -31,7 +31,7 @@ from .vectors import AgentVectors
 if TYPE_CHECKING:
     from ..embed import Embedder
     from ..settings import Settings
-    from .catalog import CatalogCache, CatalogView, EachTop, ManyTop, StoreLookup
+    from .catalog import BoundsLookup, CatalogCache, CatalogView, EachTop, ManyTop, StoreLookup
     from .query import ParsedQuery, SearchRequest
     from .runner import Hit, Outcome, Scope
 
@@ -277,7 +277,7 @@ def group_sessions(hits: list[Hit], view: CatalogView) -> list[tuple[str, str, i
 async def run_meaning(open_store: StoreLookup, catalog: CatalogCache, query: ParsedQuery, req: SearchRequest,
                       scopes: dict[str, Scope], view: CatalogView, versions: dict[str, int] | None, deadline: float,
                       fanout: int, meaning: Meaning, settings: Settings, many: ManyTop | None = None,
-                      each_top: EachTop | None = None) -> Outcome:
+                      each_top: EachTop | None = None, bounds: BoundsLookup | None = None) -> Outcome:
     """A `semantic` or `hybrid` query over the scopes, hits or sessions ranked, snippets set;
     raises MetaChanged as run_query does."""
     from .runner import Outcome, SessionGroup, check_empty_scopes, run_query
@@ -299,7 +299,7 @@ async def run_meaning(open_store: StoreLookup, catalog: CatalogCache, query: Par
         words = await run_query(open_store, catalog, query,
                                 replace(req, limit=depth, mode="keyword", result_mode="messages"),
                                 scopes, versions, deadline, fanout, many=many,
-                                each_top=each_top)
+                                each_top=each_top, bounds=bounds)
         for agent_id, wids in words.dirty.items():
             out.dirty.setdefault(agent_id, set()).update(wids)
         ranked, more = fuse(words.hits, found.hits), more or words.more

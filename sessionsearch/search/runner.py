@@ -5,11 +5,10 @@ answer (newest_first)."""
 
 from __future__ import annotations
 
-import asyncio
 import heapq
 import json
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -20,11 +19,12 @@ from ..keys import agent_of
 from ..settings import Settings
 from ..store.base import Match, TopHits
 from ..store.rowids import wid_of
-from .catalog import CatalogCache, CatalogView, EachTop, ManyTop, NewestLookup, StoreLookup
+from .catalog import BoundsLookup, CatalogCache, CatalogView, EachTop, ManyTop, NewestLookup, StoreLookup
 from .meaning import Meaning, run_meaning
 from .query import ParsedQuery, SearchRequest
 from .text import fold, redact, snippet
 from .visibility import Viewer
+from .visits import MetaChanged, best_first, bounded
 
 log = structlog.get_logger("sessionsearch.search")
 
@@ -32,40 +32,6 @@ INDEXING_WARNING = "Transcript indexing is in progress; results may be incomplet
 
 # enqueue(dirty windows by agent) -> whether the queue was reached
 Enqueue = Callable[[dict[str, set[int]]], Awaitable[bool]]
-
-S = TypeVar("S")
-R = TypeVar("R")
-
-
-async def bounded(each: Callable[[S], Awaitable[R]], items: Sequence[S], limit: int) -> list[R]:
-    """`each` of every item, at most `limit` awaited at once, the answers in the items' order.
-
-    A search of every agent holds one statement per agent: sent all at once, a thousand agents are a
-    thousand reader threads (SQLite) or a thousand queries queued on a pool of ten (PostgreSQL). After
-    a failure (MetaChanged: the caller scopes again) no item is started; the ones running finish, as
-    gather's did, and the first failure is raised.
-    """
-    if len(items) == 1:
-        return [await each(items[0])]
-    answers: list[R] = [None] * len(items)  # type: ignore[list-item]
-    turns = iter(enumerate(items))
-    failed: list[BaseException] = []
-
-    async def worker() -> None:
-        for i, item in turns:  # one iterator shared: each item is taken once
-            if failed:
-                return
-            try:
-                answers[i] = await each(item)
-            except Exception as exc:
-                failed.append(exc)
-                return
-
-    await asyncio.gather(*(worker() for _ in range(max(1, min(limit, len(items))))))
-    if failed:
-        raise failed[0]
-    return answers
-
 
 A = TypeVar("A")
 
@@ -131,10 +97,6 @@ async def newest_first(each: Callable[[Scope], Awaitable[A]], scopes: list[Scope
             return answers + [passed(s, s.wids.intersection(known[s.agent_id].dirty))
                               if bounds[s.agent_id] is None else next(found) for s in others]
     return answers + await bounded(visit, others, fanout)
-
-
-class MetaChanged(Exception):
-    """An agent's session metadata changed since the catalog was read; scope again."""
 
 
 @dataclass
@@ -247,14 +209,15 @@ def plan_scopes(req: SearchRequest, viewer: Viewer, view: CatalogView, agents: l
 async def run_query(open_store: StoreLookup, catalog: CatalogCache, query: ParsedQuery, req: SearchRequest,
                     scopes: dict[str, Scope], versions: dict[str, int] | None, deadline: float,
                     fanout: int = 4, newest: NewestLookup | None = None, many: ManyTop | None = None,
-                    each_top: EachTop | None = None) -> Outcome:
+                    each_top: EachTop | None = None, bounds: BoundsLookup | None = None) -> Outcome:
     """Top hits of one query over the scopes, at most `fanout` agents' statements at once (by
     `recent`, newest agents first while they may hold a hit: newest_first; by relevance over
     whole agents, one search of them all where the backend has one: `many`); raises MetaChanged
     when scoping went stale.
 
     `versions` None answers from the given scopes whatever the metadata now says. `each_top`: the
-    agents searched one by one go BATCH at a time to it (at most `fanout` batches at once).
+    agents searched one by one go BATCH at a time to it (at most `fanout` batches at once), by
+    relevance best first by their `bounds` where the backend keeps them (visits.best_first).
     """
     out = Outcome()
     if query.match is None:
@@ -299,8 +262,19 @@ async def run_query(open_store: StoreLookup, catalog: CatalogCache, query: Parse
                                   until=req.until, deadline=deadline)
             return [_hits_of(scope, top, versions, k) for scope, top in zip(scopes, tops, strict=True)]
 
-        batches = await bounded(batch, [todo[i:i + BATCH] for i in range(0, len(todo), BATCH)], fanout)
-        per_agent = [found for answers in batches for found in answers]
+        known = (await bounds([s.agent_id for s in todo], query.match, deadline)
+                 if bounds is not None and req.order != "recent" else None)
+        if known is not None:  # by relevance, best first while an agent left may hold a top hit
+            for scope, bound in zip(todo, known, strict=True):
+                if versions is not None and bound.meta_version != versions.get(scope.agent_id):
+                    raise MetaChanged(scope.agent_id)
+            per_agent = await best_first(batch, todo, known, k=k, batch=BATCH, fanout=fanout,
+                                         ranks=lambda found: (h.rank for h in found[1]),
+                                         passed=lambda scope, bound: (scope.agent_id, [], False,
+                                                                      scope.wids.intersection(bound.dirty)))
+        else:
+            batches = await bounded(batch, [todo[i:i + BATCH] for i in range(0, len(todo), BATCH)], fanout)
+            per_agent = [found for answers in batches for found in answers]
     if per_agent is None:
         per_agent = await bounded(each, todo, fanout)
     for agent_id, hits, more, dirty in per_agent:
@@ -487,12 +461,13 @@ async def search(req: SearchRequest, *, settings: Settings, catalog: CatalogCach
                  enqueue: Enqueue, observe: Callable[[float, bool], None] | None = None,
                  agent_facing: bool = False, newest: NewestLookup | None = None,
                  many: ManyTop | None = None, each_top: EachTop | None = None,
-                 meaning: Meaning | None = None) -> dict[str, Any]:
+                 bounds: BoundsLookup | None = None, meaning: Meaning | None = None) -> dict[str, Any]:
     """Answer a parsed search: `open_store` looks an agent's store up, `enqueue` asks for the dirty
     windows met to be reconciled (False: the queue was not reached), `observe(seconds, indexing)`
     is told each answer's latency, `newest` reads the agents' Newest (None: every agent visited),
     `many` searches many agents at once (Backend.search_top_many; None: each by itself), `each_top`
-    batches the agents searched each by itself (None: a hop per statement)."""
+    batches the agents searched each by itself (None: a hop per statement), `bounds` reads their
+    score bounds (Backend.score_bounds; None: every agent visited by relevance too)."""
     started = time.monotonic()
     deadline = started + settings.search_time_limit_ms / 1000
     sessions = req.result_mode == "sessions"
@@ -501,12 +476,12 @@ async def search(req: SearchRequest, *, settings: Settings, catalog: CatalogCach
     async def run(query: ParsedQuery, versions: dict[str, int] | None) -> Outcome:
         if req.mode != "keyword" and meaning is not None:
             return await run_meaning(open_store, catalog, query, req, scopes, view, versions, deadline, fanout,
-                                     meaning, settings, many, each_top)
+                                     meaning, settings, many, each_top, bounds)
         if sessions:
             return await run_sessions_query(open_store, catalog, query, req, scopes, view, versions, deadline, fanout,
                                             newest)
         return await run_query(open_store, catalog, query, req, scopes, versions, deadline, fanout, newest, many,
-                               each_top)
+                               each_top, bounds)
 
     targets = {agent_of(key) for key in req.session_keys or ()} | ({req.agent_id} if req.agent_id else set())
     for attempt in range(4):

@@ -1,0 +1,171 @@
+"""Score bounds on SQLite (store/sqlite/bounds.py): a search of many agents by relevance visits them
+best first and passes over those that cannot hold a top hit (search/visits.py, best_first), and its
+answer stays exactly the merge of every agent's own full answer (SPEC §4)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+
+import pytest
+
+from sessionsearch.search.query import parse_query
+from sessionsearch.store.sqlite import bounds as bounds_mod
+from sessionsearch.store.sqlite.store import SqliteAgentStore
+from sessionsearch.worker.optimize import build
+
+from ..helpers import BASE_TS, engine_at, msg, timed
+from .test_many_agents import AGENTS, _fill, _message_key
+
+# texts whose words repeat within a row, vary in length, and need unicode61's folding and the CJK scheme
+VOCAB = ["loan", "loans", "loaner", "river", "Café", "CAFE", "naïve", "per-session", "東京", "会議", "東京会議",
+         "x1", "rate", "rates", "the", "a"]
+QUERIES = [("loan", False), ("loa", True), ("cafe", False), ("café", True), ("naive", False), ("per-session", False),
+           ("session per", False), ("東京", False), ("議", False), ("river loan", False), ("river lo", True),
+           ("rat", True), ("the", False), ("x", True), ("absent", False), ("loan absent", False)]
+
+
+def _corpus(rnd: random.Random, n: int) -> list[str]:
+    return [" ".join(rnd.choices(VOCAB, k=rnd.randint(1, 12)) * rnd.randint(1, 3)) for _ in range(n)]
+
+
+async def _fold_all(engine, agents) -> None:
+    for agent in agents:
+        assert (await (await engine.store(agent)).fold_bounds())["terms"] > 0
+
+
+async def test_an_agents_bound_is_never_below_the_score_of_any_of_its_rows(tmp_path):
+    rnd = random.Random(7)
+    async with engine_at(tmp_path) as engine:
+        for a in range(6):
+            texts = _corpus(rnd, rnd.choice([3, 40, 200]))
+            await engine.append(f"agent:b{a}:main", timed(f"b{a}m", [("user", t, BASE_TS + i) for i, t in enumerate(texts)]))
+        agents = [f"b{a}" for a in range(6)]
+        await _fold_all(engine, agents)
+        stores = [await engine.store(a) for a in agents]
+        for word, prefix in QUERIES:
+            match = parse_query(word, prefix=prefix).match
+            found = await engine.backend.score_bounds(stores, match, math.inf)
+            assert found is not None
+            for store, bound in zip(stores, found, strict=True):
+                async with store.reader() as reader:
+                    top = await store.search_top(reader, match, k=10_000, order="relevance", include=None,
+                                                 exclude=[], role=None)
+                scores = [-h.score for h in top.hits if h.row_id]
+                if not scores:
+                    continue  # a bound may or may not see that nothing matches
+                assert bound.bound > -math.inf, (word, store.agent_id)
+                assert bound.bound >= max(scores), (word, store.agent_id, bound.bound, max(scores))
+                if bound.bound < math.inf and len(match.words) == 1 and not prefix and word.isalnum() and word.isascii():
+                    assert bound.bound <= 2.2 * max(scores), (word, bound.bound, max(scores))  # and worth having
+
+
+async def test_a_bound_is_unknown_once_the_index_moved_on_and_known_again_after_a_fold(tmp_path, monkeypatch):
+    monkeypatch.setattr(bounds_mod, "FOLD_AFTER", 0)  # due at once after a fold, however long it took
+    async with engine_at(tmp_path) as engine:
+        await engine.append("agent:c0:main", timed("c0m", [("user", "loan river", BASE_TS)]))
+        store = await engine.store("c0")
+        match = parse_query("loan", prefix=False).match
+        assert (await engine.backend.score_bounds([store], match, math.inf))[0].bound == math.inf  # never folded
+        await store.fold_bounds()
+        assert 0 < (await engine.backend.score_bounds([store], match, math.inf))[0].bound < math.inf
+        absent = parse_query("zephyr", prefix=False).match
+        assert (await engine.backend.score_bounds([store], absent, math.inf))[0].bound == -math.inf
+        await engine.append("agent:c0:main", [msg("c0n1", "user", "zephyr", "c0m1", ts=BASE_TS + 1)])
+        assert (await engine.backend.score_bounds([store], absent, math.inf))[0].bound == math.inf
+        assert await engine.postings_due() == {"c0": "bounds"}
+        monkeypatch.setattr(bounds_mod, "FOLD_AFTER", 10**9)  # a fold waits on the last one's time
+        assert await engine.postings_due() == {}
+
+
+@pytest.mark.parametrize("folded", ["every", "half"])
+async def test_all_agents_answer_with_bounds_is_the_merge_of_every_agents_full_answer(tmp_path, folded,
+                                                                                      monkeypatch):
+    async with engine_at(tmp_path, search_agents_concurrency=3) as engine:
+        await _fill(engine)
+        await _fold_all(engine, AGENTS if folded == "every" else AGENTS[::2])
+        order = "relevance"
+        for query, match in [("loan", "exact"), ("river stone", "exact"), ("cop", "prefix"), ("maple la", "prefix"),
+                             ("filler", "exact"), ("fil", "prefix")]:
+            merged = []
+            for agent in AGENTS:
+                own = await engine.search(query=query, match=match, agentId=agent, order=order, limit=25)
+                merged += own["results"]
+            merged.sort(key=_message_key(order))
+            for limit in (1, 7, 25):
+                every = await engine.search(query=query, match=match, order=order, limit=limit)
+                # a word in every row scores at FTS5's IDF floor: the rounded scores tie where the
+                # exact ones do not, so the merge by rounded score is no oracle for it
+                if query not in ("filler", "fil"):
+                    assert every["results"] == merged[:limit], (query, limit)
+                    assert every.get("truncated", False) == (len(merged) > limit)
+                with monkeypatch.context() as m:  # every agent visited, as without bounds
+                    m.setattr(type(engine.backend), "score_bounds", _no_bounds)
+                    assert (await engine.search(query=query, match=match, order=order, limit=limit)) == every
+
+
+async def _no_bounds(self, stores, match, deadline):
+    return None
+
+
+async def test_a_search_visits_only_the_agents_that_may_hold_a_top_hit(tmp_path, monkeypatch):
+    visited: list[str] = []
+    direct = SqliteAgentStore.search_top_direct
+
+    def counted(self, *args, **kwargs):
+        visited.append(self.agent_id)
+        return direct(self, *args, **kwargs)
+
+    monkeypatch.setattr(SqliteAgentStore, "search_top_direct", counted)
+    async with engine_at(tmp_path) as engine:
+        for a in range(40):  # "common" in every row; the shorter an agent's rows, the better they score
+            rows = [("user", " ".join(["common"] + ["pad"] * (a + i)), BASE_TS + 100 * a + i) for i in range(3)]
+            if a in (5, 30):
+                rows.append(("assistant", "rare words here", BASE_TS + 100 * a + 50))
+            await engine.append(f"agent:d{a:02d}:main", timed(f"d{a}m", rows))
+        agents = [f"d{a:02d}" for a in range(40)]
+        await _fold_all(engine, agents)
+        visited.clear()
+        found = await engine.search(query="rare", limit=5)
+        assert {h["sessionKey"] for h in found["results"]} == {"agent:d05:main", "agent:d30:main"}
+        assert sorted(visited) == ["d05", "d30"]  # the others hold no "rare"
+        visited.clear()
+        found = await engine.search(query="common", limit=2)
+        # d01's row of two words ties d00's and is newer
+        assert [h["messageId"] for h in found["results"]] == ["d0m1", "d1m1"]
+        assert len(visited) < 20, visited  # the best agents first; the rest cannot beat them
+        # an append leaves that agent's bound unknown: it is visited, and its new best row found
+        await engine.append("agent:d39:main", [msg("d39n", "user", "common", "d39m3", ts=BASE_TS + 99_999)])
+        visited.clear()
+        found = await engine.search(query="common", limit=2)
+        assert found["results"][0]["sessionKey"] == "agent:d39:main"
+        assert "d39" in visited and len(visited) < 20
+
+
+async def test_the_worker_check_folds_the_bounds_of_agents_whose_index_moved_on(tmp_path):
+    async with engine_at(tmp_path) as engine:
+        await engine.append("agent:e0:main", timed("e0m", [("user", "loan river", BASE_TS)]))
+        await engine.append("agent:e1:main", timed("e1m", [("user", "loan", BASE_TS)]))
+        due = await engine.postings_due()
+        settings = engine.settings
+    assert due == {"e0": "bounds", "e1": "bounds"}
+    done = await asyncio.to_thread(build, settings, due, "normal")
+    assert {a: d["bounds"]["terms"] for a, d in done["agents"].items()} == {"e0": 2, "e1": 1}
+    async with engine_at(tmp_path) as engine:
+        assert await engine.postings_due() == {}
+
+
+def test_an_agent_past_max_rows_is_not_folded(tmp_path, monkeypatch):
+    import sqlite3
+
+    path = tmp_path / "a.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE VIRTUAL TABLE msg_fts USING fts5 (text, ts UNINDEXED, mid UNINDEXED, "
+                 "tokenize = 'unicode61 remove_diacritics 2')")
+    conn.executemany("INSERT INTO msg_fts (text) VALUES (?)", [("loan",)] * 5)
+    conn.commit()
+    conn.close()
+    assert bounds_mod.read_bounds(path, max_rows=4) is None
+    folded = bounds_mod.read_bounds(path, max_rows=5)
+    assert folded is not None and folded.terms == [("loan", 5, 1, 1)]
