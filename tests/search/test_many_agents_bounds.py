@@ -169,3 +169,34 @@ def test_an_agent_past_max_rows_is_not_folded(tmp_path, monkeypatch):
     assert bounds_mod.read_bounds(path, max_rows=4) is None
     folded = bounds_mod.read_bounds(path, max_rows=5)
     assert folded is not None and folded.terms == [("loan", 5, 1, 1)]
+
+
+async def test_bounds_of_unchanged_agents_are_not_read_again_and_a_write_is_seen(tmp_path, monkeypatch):
+    import sessionsearch.store.sqlite.store as sqlite_store
+
+    monkeypatch.setattr(sqlite_store, "QUIET_S", 0.05)  # files quiet 50 ms after their last write
+    reads: list[str] = []
+    direct = SqliteAgentStore.score_bound_direct
+
+    def counted(self, *args, **kwargs):
+        reads.append(self.agent_id)
+        return direct(self, *args, **kwargs)
+
+    monkeypatch.setattr(SqliteAgentStore, "score_bound_direct", counted)
+    async with engine_at(tmp_path) as engine:
+        for a in range(6):
+            await engine.append(f"agent:f{a}:main", timed(f"f{a}m", [("user", "loan river", BASE_TS + a)]))
+        await _fold_all(engine, [f"f{a}" for a in range(6)])
+        await asyncio.sleep(0.2)
+        first = await engine.search(query="loan", limit=3)
+        assert sorted(reads) == [f"f{a}" for a in range(6)]
+        reads.clear()
+        assert await engine.search(query="loan", limit=3) == first
+        assert reads == []  # every agent's files unchanged: its rows for "loan" kept
+        await engine.search(query="river", limit=3)
+        assert len(reads) == 6  # a term not read yet
+        reads.clear()
+        await engine.append("agent:f2:main", [msg("f2n", "user", "loan loan", "f2m1", ts=BASE_TS + 100)])
+        found = await engine.search(query="loan", limit=3)
+        assert reads == ["f2"]  # only the agent written since
+        assert found["results"][0]["messageId"] == "f2n"

@@ -32,7 +32,7 @@ import sqlite3
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import groupby
 from operator import itemgetter
 from pathlib import Path
@@ -40,6 +40,7 @@ from typing import Any
 
 from ..base import Match
 from .fts import word_terms
+from .newest import Stamp
 from .postings import EPS, K1, B, average_length, varint
 
 MAX_ROWS = 200_000  # agents of more rows are not folded: ~5 s of reading the index a fold
@@ -49,6 +50,7 @@ FOLD_AFTER = 20
 MAX_RANGE = 64  # terms a prefix's bound sums; a prefix of more is unbounded (the agent is searched)
 UNKNOWN = math.inf  # the bound of an agent whose index moved on since its fold
 NO_MATCH = -math.inf  # the bound of an agent holding none of some phrase's terms
+KNOWN_TERMS = 256  # terms and prefixes whose rows a store keeps (Known)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +66,8 @@ class BoundQuery:
     """A query's phrases and the statement that reads what their bounds need of an agent."""
 
     phrases: tuple[Phrase, ...]
+    exact: tuple[str, ...]  # the terms looked up whole
+    prefixes: tuple[str, ...]  # the prefixes looked up as ranges (kind 1, 2, … in the statement's rows)
     sql: str
     params: dict[str, Any]
 
@@ -125,11 +129,11 @@ def bound_query(match: Match | None) -> BoundQuery | None:
             if not tokens:
                 return None
             phrases.append(Phrase(tokens, prefix))
-    exact = sorted({t for p in phrases for t in (p.tokens[:-1] if p.prefix else p.tokens)})
-    prefixes = sorted({p.tokens[-1] for p in phrases if p.prefix})
+    exact = tuple(sorted({t for p in phrases for t in (p.tokens[:-1] if p.prefix else p.tokens)}))
+    prefixes = tuple(sorted({p.tokens[-1] for p in phrases if p.prefix}))
     arms = ["SELECT 0, term, docs, max_tf, min_dl, NULL, NULL FROM term_bounds "
             "WHERE term IN (SELECT value FROM json_each(:exact))"]
-    params: dict[str, Any] = {"exact": json.dumps(exact), "range": MAX_RANGE + 1}
+    params: dict[str, Any] = {"exact": json.dumps(list(exact)), "range": MAX_RANGE + 1}
     for i, lo in enumerate(prefixes):
         params[f"lo{i}"], params[f"hi{i}"] = lo, lo[:-1] + chr(ord(lo[-1]) + 1)
         arms.append(f"SELECT * FROM (SELECT {i + 1}, term, docs, max_tf, min_dl, NULL, NULL FROM term_bounds "
@@ -138,30 +142,67 @@ def bound_query(match: Match | None) -> BoundQuery | None:
     arms.append("SELECT -1, s.averages, (SELECT block FROM msg_fts_data WHERE id = 10) IS s.structure "
                 "AND (SELECT block FROM msg_fts_data WHERE id = 1) IS s.averages, NULL, NULL, NULL, NULL "
                 "FROM (SELECT 1) LEFT JOIN bounds_state s")
-    return BoundQuery(tuple(phrases), " UNION ALL ".join(arms), params)
+    return BoundQuery(tuple(phrases), exact, prefixes, " UNION ALL ".join(arms), params)
 
 
-def agent_bound(query: BoundQuery, rows: list[tuple]) -> float:
-    """The highest score (-bm25) a row of the agent can have, from the rows query.sql read."""
+Row = tuple[int, int, int]  # a term's (docs, highest tf, shortest row)
+
+
+@dataclass
+class Known:
+    """What bound statements read of one agent, kept while its files keep one stamp (newest.py's
+    rule: unchanged files, last written QUIET_S before the stamp), so a search of many agents reads
+    again only the agents written since and the terms not yet asked of them."""
+
+    stamp: Stamp | None  # None: the files' stamp could not be read (not kept)
+    fresh: bool  # folded, and the index still in the folded state
+    averages: bytes | None
+    version: int  # the meta version and the windows needing reconciliation, as _HEAD_SQL reads them
+    dirty: frozenset[int]
+    exact: dict[str, Row | None] = field(default_factory=dict)  # None: the agent holds no such term
+    ranges: dict[str, list[Row]] = field(default_factory=dict)  # a prefix's terms, MAX_RANGE + 1 at most
+
+    def bound(self, query: BoundQuery) -> float | None:
+        """The agent's bound for `query`, None when a term of it was not read yet."""
+        if not self.fresh:
+            return UNKNOWN
+        if any(t not in self.exact for t in query.exact) or any(lo not in self.ranges for lo in query.prefixes):
+            return None
+        return agent_bound(query, self.averages, self.exact, self.ranges)
+
+    def add(self, query: BoundQuery, rows: list[tuple]) -> None:
+        """The rows query.sql read (the state row last) added to what is known."""
+        self.exact.update(dict.fromkeys(query.exact))
+        self.ranges.update((lo, []) for lo in query.prefixes)
+        for kind, term, docs, max_tf, min_dl, _, _ in rows[:-1]:
+            if kind == 0:
+                self.exact[term] = (docs, max_tf, min_dl)
+            else:
+                self.ranges[query.prefixes[kind - 1]].append((docs, max_tf, min_dl))
+        if len(self.exact) + len(self.ranges) > KNOWN_TERMS:  # a store's memory stays bounded
+            self.exact = {t: self.exact[t] for t in query.exact}
+            self.ranges = {lo: self.ranges[lo] for lo in query.prefixes}
+
+
+def known_of(query: BoundQuery, stamp: Stamp | None, rows: list[tuple], version: int, dirty: frozenset[int]) -> Known:
+    """What the rows of query.sql (the state row last) tell of the agent, as of `stamp`."""
     state = rows[-1]
-    if not state[2]:  # never folded, or the index moved on since
-        return UNKNOWN
-    averages: bytes = state[1]
+    known = Known(stamp, bool(state[2]), state[1], version, dirty)
+    known.add(query, rows)
+    return known
+
+
+def agent_bound(query: BoundQuery, averages: bytes | None, exact: dict[str, Row | None],
+                ranges: dict[str, list[Row]]) -> float:
+    """The highest score (-bm25) a row of the agent can have for `query`, from its fold's averages
+    record and its terms' rows (module docstring)."""
     n_rows = varint(averages, 0)[0] if averages else 0
-    if not n_rows:
+    if not averages or not n_rows:
         return NO_MATCH
     avgdl = average_length(averages)
-    prefixes = sorted({p.tokens[-1] for p in query.phrases if p.prefix})
-    exact: dict[str, tuple[int, int, int]] = {}
-    ranges: dict[str, list[tuple[int, int, int]]] = {lo: [] for lo in prefixes}
-    for kind, term, docs, max_tf, min_dl, _, _ in rows[:-1]:
-        if kind == 0:
-            exact[term] = (docs, max_tf, min_dl)
-        else:
-            ranges[prefixes[kind - 1]].append((docs, max_tf, min_dl))
     total = 0.0
     for phrase in query.phrases:
-        kept: list[tuple[int, int, int]] = []
+        kept: list[Row] = []
         for n, token in enumerate(phrase.tokens):
             if phrase.prefix and n == len(phrase.tokens) - 1:
                 terms = ranges[token]
@@ -170,8 +211,8 @@ def agent_bound(query: BoundQuery, rows: list[tuple]) -> float:
                 if not terms:
                     return NO_MATCH
                 kept.append((max(t[0] for t in terms), sum(t[1] for t in terms), min(t[2] for t in terms)))
-            elif token in exact:
-                kept.append(exact[token])
+            elif (row := exact.get(token)) is not None:
+                kept.append(row)
             else:
                 return NO_MATCH
         if len(kept) == 1:

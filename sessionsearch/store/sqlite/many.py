@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AsyncExitStack
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ..base import Match, ScoreBound, TopHits
 from .bounds import BoundQuery
+from .newest import stamp_of
 
 if TYPE_CHECKING:
     from .store import SqliteAgentStore, _Reader
@@ -64,17 +66,26 @@ async def search_tops(stores: Sequence[SqliteAgentStore], match: Match, scopes: 
 
 async def score_bounds(stores: Sequence[SqliteAgentStore], query: BoundQuery, *, deadline: float,
                        at_once: int, threads: int) -> list[ScoreBound]:
-    """Each store's ScoreBound for `query` (bounds.py): the stores split over `threads` hops run
-    at once (sqlite3 lets go of the interpreter lock while a statement steps, and the statements
-    are most of a hop), at most `at_once` stores a hop."""
-    size = max(1, min(at_once, -(-len(stores) // max(1, threads))))
-    parts = [stores[i:i + size] for i in range(0, len(stores), size)]
+    """Each store's ScoreBound for `query` (bounds.py): from what the store keeps while its files
+    are unchanged (bounds.Known), else read, the stores to read split over `threads` hops run at
+    once (sqlite3 lets go of the interpreter lock while a statement steps, and the statements are
+    most of a hop), at most `at_once` stores a hop."""
+    stamped_at = time.time()
+    stamps = [stamp_of(store.path) for store in stores]
+    found: list[ScoreBound | None] = [store.known_bound(query, stamp) for store, stamp in zip(stores, stamps)]
+    todo = [i for i, bound in enumerate(found) if bound is None]
+    size = max(1, min(at_once, -(-len(todo) // max(1, threads))))
+    parts = [todo[i:i + size] for i in range(0, len(todo), size)]
 
-    async def part(chunk: Sequence[SqliteAgentStore]) -> list[ScoreBound]:
-        return await hops(chunk, [query] * len(chunk), lambda store, reader, q: store.score_bound_direct(reader, q),
+    async def part(index: list[int]) -> list[ScoreBound]:
+        return await hops([stores[i] for i in index], [stamps[i] for i in index],
+                          lambda store, reader, stamp: store.score_bound_direct(reader, query, stamp, stamped_at),
                           deadline=deadline, at_once=size)
 
-    return [bound for found in await asyncio.gather(*(part(chunk) for chunk in parts)) for bound in found]
+    for index, bounds in zip(parts, await asyncio.gather(*(part(index) for index in parts)), strict=True):
+        for i, bound in zip(index, bounds, strict=True):
+            found[i] = bound
+    return cast(list[ScoreBound], found)  # every one known or read
 
 
 async def hops(stores: Sequence[SqliteAgentStore], args: list[A], one: Callable[[SqliteAgentStore, _Reader, A], T],

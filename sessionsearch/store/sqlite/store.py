@@ -47,10 +47,10 @@ from ..base import (
 )
 from ..rowids import row_id, seq_sql, window_ranges
 from . import meaning, reconcile
-from .bounds import BoundQuery, Folded, agent_bound, read_bounds, store_bounds
+from .bounds import BoundQuery, Folded, Known, known_of, read_bounds, store_bounds
 from .fts import fts5_match
 from .many import DirectConnection, OpenBudget, drive_direct
-from .newest import NEWEST_SQL, NewestKept
+from .newest import NEWEST_SQL, QUIET_S, NewestKept, Stamp
 from .postings import MAX_WORDS, MIN_DOCS, MIN_SHARE, batches, common_words, hot_top, read_postings
 from .postings_build import BUILT_ROWS_KEY, built_rows, postings_due, prefix_upkeep_at, words_to_build
 from .prefixes import PrefixTop, is_prefix_query, read_fold, read_prefixes
@@ -127,6 +127,7 @@ class SqliteAgentStore:
         self._recent_scores = RecentScores()
         self._prefix_top = PrefixTop()
         self._newest = NewestKept(self.path)
+        self._known: Known | None = None  # what bound statements read while the files kept a stamp
         self._budget = budget
         self._busy = 0  # readers borrowed or being opened, writes running
         self._closed = False
@@ -578,9 +579,20 @@ class SqliteAgentStore:
         finally:  # what _fit_mapping learnt belongs to the reader
             reader.quiet, reader.data_version, reader.mmap_bytes = direct.quiet, direct.data_version, direct.mmap_bytes
 
-    def score_bound_direct(self, reader: _Reader, query: BoundQuery) -> ScoreBound:
+    def known_bound(self, query: BoundQuery, stamp: Stamp | None) -> ScoreBound | None:
+        """The agent's ScoreBound for `query` from what bound statements read while its files kept
+        `stamp` (bounds.Known), or None: to be read (score_bound_direct)."""
+        known = self._known
+        if known is None or stamp is None or known.stamp != stamp or (bound := known.bound(query)) is None:
+            return None
+        return ScoreBound(known.version, known.dirty, bound)
+
+    def score_bound_direct(self, reader: _Reader, query: BoundQuery, stamp: Stamp | None,
+                           stamped_at: float) -> ScoreBound:
         """The agent's ScoreBound for `query` (bounds.py), its meta version and dirty windows read
-        in the same statement (_HEAD_SQL), on the calling thread over the reader's own connection."""
+        in the same statement (_HEAD_SQL), on the calling thread over the reader's own connection;
+        what it read is kept for `stamp`, taken at `stamped_at` (time.time) before the read, when
+        the files were quiet then (newest.py's rule)."""
         conn = reader.conn._conn  # borrowed for a hop of many agents (many.py)
         rows = conn.execute(f"{query.sql} UNION ALL {self._HEAD_SQL}",
                             {**query.params, "seen": self._dirty_seen[0], "hot_seen": self._hot_seen[0]}).fetchall()
@@ -589,7 +601,15 @@ class SqliteAgentStore:
             self._hot_seen = (head[4], frozenset(json.loads(head[5])))
         if head[3] is not None:
             self._dirty_seen = (head[2], frozenset(json.loads(head[3])))
-        return ScoreBound(head[1], self._dirty_seen[1], agent_bound(query, rows[:-1]))
+        read = known_of(query, stamp, rows[:-1], head[1], self._dirty_seen[1])
+        if self._known is not None and stamp is not None and self._known.stamp == stamp:
+            self._known.add(query, rows[:-1])
+        else:
+            quiet = stamp is not None and max(stamp[2], stamp[5]) < (stamped_at - QUIET_S) * 1e9
+            self._known = read if quiet else None
+        bound = read.bound(query)
+        assert bound is not None  # every term of the query was just read
+        return ScoreBound(read.version, read.dirty, bound)
 
     async def search_sessions(self, reader: _Reader, match: Match, *, k: int,
                               order: str, include: list[int] | None, exclude: list[int] | None, role: str | None,
