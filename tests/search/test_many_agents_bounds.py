@@ -15,7 +15,7 @@ from sessionsearch.store.sqlite import bounds as bounds_mod
 from sessionsearch.store.sqlite.store import SqliteAgentStore
 from sessionsearch.worker.optimize import build
 
-from ..helpers import BASE_TS, engine_at, msg, timed
+from ..helpers import BASE_TS, engine_at, msg, timed, wait_until
 from .test_many_agents import AGENTS, _fill, _message_key
 
 # texts whose words repeat within a row, vary in length, and need unicode61's folding and the CJK scheme
@@ -200,3 +200,41 @@ async def test_bounds_of_unchanged_agents_are_not_read_again_and_a_write_is_seen
         found = await engine.search(query="loan", limit=3)
         assert reads == ["f2"]  # only the agent written since
         assert found["results"][0]["messageId"] == "f2n"
+
+
+def test_serve_folds_the_bounds_and_answers_every_agent_as_the_merge_of_each(tmp_path):
+    """As a user runs it: `serve` (embedded) takes appends over HTTP, its postings check folds each
+    agent's bounds in a child process, and a search of every agent answers as the merge of each."""
+    import json
+
+    from ..server import Server
+
+    server = Server(tmp_path / "data", tmp_path / "serve.log", SESSIONSEARCH_POSTINGS_CHECK_EVERY_S="0.2")
+    try:
+        rnd = random.Random(3)
+        agents = [f"g{a}" for a in range(12)]
+        for a, agent in enumerate(agents):
+            # each word in about a fifth of the rows: its IDF well above FTS5's floor, where rounded scores tie
+            texts = [" ".join([w for w in ("loan", "river", "stone") if rnd.random() < 0.2] * rnd.randint(1, 2)
+                              + ["pad"] * rnd.randint(1, 6)) for _ in range(8)]
+            status, body = server.post("transcript.append", {"sessionKey": f"agent:{agent}:main", "events": timed(
+                f"{agent}m", [("user", t, BASE_TS + 10 * a + i) for i, t in enumerate(texts)])})
+            assert status == 200, body
+
+        def folded() -> set[str]:
+            return {agent for line in server.log_path.read_text().splitlines() if "optimize.done" in line
+                    for agent in [json.loads(line)["agent"]] if json.loads(line).get("bound_terms")}
+
+        wait_until(lambda: folded() == set(agents), 60, lambda: f"every agent folded: {folded()}", every=0.1)
+        for query in ["loan", "river stone", "sto"]:
+            merged = []
+            for agent in agents:
+                status, own = server.post("sessions.search", {"query": query, "agentId": agent, "limit": 25,
+                                                              "match": "prefix"})
+                assert status == 200, own
+                merged += own["results"]
+            merged.sort(key=_message_key("relevance"))
+            status, every = server.post("sessions.search", {"query": query, "limit": 5, "match": "prefix"})
+            assert status == 200 and every["results"] == merged[:5], query
+    finally:
+        server.stop()
