@@ -153,6 +153,10 @@ class Engine:
         """Backend.score_bounds over these agents' stores."""
         return await self.backend.score_bounds([await self.store(a) for a in agent_ids], match, deadline)
 
+    async def _kept_bounds(self, agent_ids: list[str], match: Match) -> list[ScoreBound | None]:
+        """Backend.kept_bounds over these agents' stores."""
+        return self.backend.kept_bounds([await self.store(a) for a in agent_ids], match)
+
     async def _search_each(self, agent_ids: list[str], match: Match, scopes: list[tuple[list[int] | None, list[int]]],
                            *, k: int, order: str, role: str | None, hot: str | None, since: int | None,
                            until: int | None, deadline: float) -> list[TopHits]:
@@ -265,7 +269,7 @@ class Engine:
                                 enqueue=self.enqueue_reconcile, observe=self.observe_search,
                                 agent_facing=agent_facing, newest=self._newest, many=self._search_many,
                                 each_top=self._search_each if hasattr(self.backend, "search_top_each") else None,
-                                bounds=self._score_bounds,
+                                bounds=self._score_bounds, kept=self._kept_bounds,
                                 meaning=Meaning(self.embedder, self._vectors, self.enqueue_embed,
                                                 self.settings.semantic_min_score))
 

@@ -38,6 +38,11 @@ class BoundsLookup(Protocol):
         """Backend.score_bounds over these agents' stores."""
 
 
+class KeptBounds(Protocol):
+    def __call__(self, agent_ids: list[str], match: Match) -> Awaitable[list[ScoreBound | None]]:
+        """Backend.kept_bounds over these agents' stores."""
+
+
 class ListingVersion(Protocol):
     def __call__(self, *, fresh: bool = False) -> int:
         """Backend.listing_version."""

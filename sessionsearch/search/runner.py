@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import math
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from ..keys import agent_of
 from ..settings import Settings
 from ..store.base import Match, TopHits
 from ..store.rowids import wid_of
-from .catalog import BoundsLookup, CatalogCache, CatalogView, EachTop, ManyTop, NewestLookup, StoreLookup
+from .catalog import BoundsLookup, CatalogCache, CatalogView, EachTop, KeptBounds, ManyTop, NewestLookup, StoreLookup
 from .meaning import Meaning, run_meaning
 from .query import ParsedQuery, SearchRequest
 from .text import fold, redact, snippet
@@ -209,7 +210,8 @@ def plan_scopes(req: SearchRequest, viewer: Viewer, view: CatalogView, agents: l
 async def run_query(open_store: StoreLookup, catalog: CatalogCache, query: ParsedQuery, req: SearchRequest,
                     scopes: dict[str, Scope], versions: dict[str, int] | None, deadline: float,
                     fanout: int = 4, newest: NewestLookup | None = None, many: ManyTop | None = None,
-                    each_top: EachTop | None = None, bounds: BoundsLookup | None = None) -> Outcome:
+                    each_top: EachTop | None = None, bounds: BoundsLookup | None = None,
+                    kept: KeptBounds | None = None) -> Outcome:
     """Top hits of one query over the scopes, at most `fanout` agents' statements at once (by
     `recent`, newest agents first while they may hold a hit: newest_first; by relevance over
     whole agents, one search of them all where the backend has one: `many`); raises MetaChanged
@@ -217,7 +219,8 @@ async def run_query(open_store: StoreLookup, catalog: CatalogCache, query: Parse
 
     `versions` None answers from the given scopes whatever the metadata now says. `each_top`: the
     agents searched one by one go BATCH at a time to it (at most `fanout` batches at once), by
-    relevance best first by their `bounds` where the backend keeps them (visits.best_first).
+    relevance best first by their `bounds` where the backend keeps them (visits.best_first); by
+    `recent`, the agents whose `kept` bounds (no read) say they match nothing are not visited.
     """
     out = Outcome()
     if query.match is None:
@@ -247,11 +250,21 @@ async def run_query(open_store: StoreLookup, catalog: CatalogCache, query: Parse
             found.append((agent_id, hits, False, dirty))
         return found
 
+    matchless: list[tuple[str, list[Hit], bool, set[int]]] = []
     if req.order == "recent" and newest is not None and len(todo) > 1:
-        per_agent = await newest_first(each, todo, newest=newest, versions=versions, deadline=deadline, k=k,
-                                       fanout=fanout, times=lambda found: (h.ts for h in found[1]),
-                                       passed=lambda scope, dirty: (scope.agent_id, [], False, dirty),
-                                       rest=together if whole else None, since=req.since, until=req.until)
+        if kept is not None:  # the agents known to hold no match, from bounds kept in memory, need no visit
+            passing = await kept([s.agent_id for s in todo], query.match)
+            for scope, bound in zip(todo, passing, strict=True):
+                if bound is not None and bound.bound == -math.inf:
+                    if versions is not None and bound.meta_version != versions.get(scope.agent_id):
+                        raise MetaChanged(scope.agent_id)
+                    matchless.append((scope.agent_id, [], False, scope.wids.intersection(bound.dirty)))
+            todo = [s for s, b in zip(todo, passing, strict=True) if b is None or b.bound != -math.inf]
+        per_agent = matchless + await newest_first(
+            each, todo, newest=newest, versions=versions, deadline=deadline, k=k, fanout=fanout,
+            times=lambda found: (h.ts for h in found[1]),
+            passed=lambda scope, dirty: (scope.agent_id, [], False, dirty), rest=together if whole else None,
+            since=req.since, until=req.until)
     elif whole:
         per_agent = await together(todo)
     if per_agent is None and each_top is not None and len(todo) > 1:
@@ -461,13 +474,15 @@ async def search(req: SearchRequest, *, settings: Settings, catalog: CatalogCach
                  enqueue: Enqueue, observe: Callable[[float, bool], None] | None = None,
                  agent_facing: bool = False, newest: NewestLookup | None = None,
                  many: ManyTop | None = None, each_top: EachTop | None = None,
-                 bounds: BoundsLookup | None = None, meaning: Meaning | None = None) -> dict[str, Any]:
+                 bounds: BoundsLookup | None = None, kept: KeptBounds | None = None,
+                 meaning: Meaning | None = None) -> dict[str, Any]:
     """Answer a parsed search: `open_store` looks an agent's store up, `enqueue` asks for the dirty
     windows met to be reconciled (False: the queue was not reached), `observe(seconds, indexing)`
     is told each answer's latency, `newest` reads the agents' Newest (None: every agent visited),
     `many` searches many agents at once (Backend.search_top_many; None: each by itself), `each_top`
     batches the agents searched each by itself (None: a hop per statement), `bounds` reads their
-    score bounds (Backend.score_bounds; None: every agent visited by relevance too)."""
+    score bounds (Backend.score_bounds; None: every agent visited by relevance too), `kept` those
+    kept in memory (Backend.kept_bounds)."""
     started = time.monotonic()
     deadline = started + settings.search_time_limit_ms / 1000
     sessions = req.result_mode == "sessions"
@@ -481,7 +496,7 @@ async def search(req: SearchRequest, *, settings: Settings, catalog: CatalogCach
             return await run_sessions_query(open_store, catalog, query, req, scopes, view, versions, deadline, fanout,
                                             newest)
         return await run_query(open_store, catalog, query, req, scopes, versions, deadline, fanout, newest, many,
-                               each_top, bounds)
+                               each_top, bounds, kept)
 
     targets = {agent_of(key) for key in req.session_keys or ()} | ({req.agent_id} if req.agent_id else set())
     for attempt in range(4):

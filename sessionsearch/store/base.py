@@ -562,6 +562,10 @@ class Backend(Protocol):
         """Each store's ScoreBound for the query, or None where the backend keeps no bounds (it
         ranks many agents otherwise: search_top_many)."""
 
+    def kept_bounds(self, stores: Sequence[AgentStore[Any]], match: Match) -> list[ScoreBound | None]:
+        """Each store's ScoreBound for the query as far as it is kept in memory, without a read
+        (None: not kept; every one None where the backend keeps no bounds)."""
+
     async def newest(self, stores: Sequence[AgentStore[Any]], deadline: float) -> list[Newest]:
         """Each store's Newest, in their order, as committed now (cheap for many stores at once:
         PostgreSQL reads them in one statement, SQLite answers unchanged files from memory)."""

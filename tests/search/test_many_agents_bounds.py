@@ -238,3 +238,34 @@ def test_serve_folds_the_bounds_and_answers_every_agent_as_the_merge_of_each(tmp
             assert status == 200 and every["results"] == merged[:5], query
     finally:
         server.stop()
+
+
+async def test_recent_passes_over_the_agents_kept_bounds_say_match_nothing(tmp_path, monkeypatch):
+    import sessionsearch.store.sqlite.store as sqlite_store
+
+    monkeypatch.setattr(sqlite_store, "QUIET_S", 0.05)
+    visited: list[str] = []
+    top = SqliteAgentStore.search_top
+
+    async def counted(self, *args, **kwargs):
+        visited.append(self.agent_id)
+        return await top(self, *args, **kwargs)
+
+    monkeypatch.setattr(SqliteAgentStore, "search_top", counted)
+    async with engine_at(tmp_path) as engine:
+        for a in range(20):  # the newest agents hold no "rare": by recent, they would be visited first
+            rows = [("user", "pad words", BASE_TS + 1000 * a)]
+            if a in (2, 4):
+                rows.append(("assistant", "a rare word", BASE_TS + 1000 * a + 1))
+            await engine.append(f"agent:h{a:02d}:main", timed(f"h{a}m", rows))
+        await _fold_all(engine, [f"h{a:02d}" for a in range(20)])
+        await asyncio.sleep(0.2)
+        before = await engine.search(query="rare", order="recent", limit=5)  # nothing kept yet: agents visited
+        await engine.search(query="rare", limit=5)  # by relevance: every agent's bound read, and kept
+        visited.clear()
+        after = await engine.search(query="rare", order="recent", limit=5)
+        assert after == before and [h["messageId"] for h in after["results"]] == ["h4m2", "h2m2"]
+        assert sorted(visited) == ["h02", "h04"]
+        await engine.append("agent:h19:main", [msg("h19n", "user", "rare too", "h19m1", ts=BASE_TS + 99_000)])
+        found = await engine.search(query="rare", order="recent", limit=5)  # h19 written since: visited
+        assert [h["messageId"] for h in found["results"]] == ["h19n", "h4m2", "h2m2"]

@@ -184,6 +184,9 @@ class PgBackend:
         """None: search_top_many ranks every agent in one statement."""
         return None
 
+    def kept_bounds(self, stores: Sequence[AgentStore[Any]], match: Match) -> list[ScoreBound | None]:
+        return [None] * len(stores)
+
     async def newest(self, stores: Sequence[AgentStore[Any]], deadline: float) -> list[Newest]:
         """Every store's Newest in one statement (the listing's version with it, as a search's)."""
         anos = [cast(PgAgentStore, store).ano for store in stores]

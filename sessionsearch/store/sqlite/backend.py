@@ -14,6 +14,7 @@ from ...settings import Settings
 from ..base import AgentStore, Match, Newest, ScoreBound, TopHits
 from .bounds import bound_query
 from .many import OpenBudget, score_bounds, search_tops
+from .newest import stamp_of
 from .schema import MIGRATIONS
 from .store import SqliteAgentStore
 
@@ -80,6 +81,14 @@ class SqliteBackend:
         fanout = max(1, self.settings.search_agents_concurrency)
         return await score_bounds([cast(SqliteAgentStore, s) for s in stores], query, deadline=deadline,
                                   at_once=max(1, self.budget.most // fanout), threads=min(fanout, os.cpu_count() or 1))
+
+    def kept_bounds(self, stores: Sequence[AgentStore[Any]], match: Match) -> list[ScoreBound | None]:
+        """The stores' bounds kept for their files' stamps now (bounds.Known), read from none."""
+        query = bound_query(match)
+        if query is None:
+            return [None] * len(stores)
+        return [cast(SqliteAgentStore, s).known_bound(query, stamp_of(cast(SqliteAgentStore, s).path))
+                for s in stores]
 
     async def search_top_many(self, stores: Sequence[AgentStore[Any]], match: Match, *, k: int, order: str,
                               exclude: list[int], role: str | None, since: int | None, until: int | None,
