@@ -440,8 +440,8 @@ class AgentStore(Protocol[R]):
 
     async def fold_bounds(self) -> dict[str, Any] | None:
         """Keep the bounds a search of many agents passes this one over by (store/sqlite/bounds.py)
-        as of the index now: {"terms", "seconds"}, {} when the index moved on meanwhile or is
-        too large to fold; None where the store keeps none."""
+        as of the index now: {"terms", "seconds"}, {} when the index moved on meanwhile, is too
+        large to fold or the bounds are of it already; None where the store keeps none."""
 
     async def postings_due(self, *, min_docs: int | None, grow_share: float) -> str | None:
         """Why `optimize` would pay off now (no reconciliation backlog, and a first build, the

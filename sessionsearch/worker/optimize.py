@@ -45,13 +45,15 @@ def build(settings: Settings, agents: dict[str, str] | None, cpu_priority: str) 
         async with Engine(settings=settings) as engine:
             if agents is None:
                 return (await engine.optimize())["agents"]
-            done: dict[str, Any] = {}
+            # every agent's score bounds first (milliseconds an agent; a search of many agents needs
+            # them all), then the postings builds, which take a second or more an agent
+            done: dict[str, Any] = {agent: {"words": {}, "dropped": [], "bounds": await (
+                await engine.store(agent)).fold_bounds()} for agent in agents}
             for agent, why in agents.items():
-                store = await engine.store(agent)
-                if why == "bounds":  # only the score bounds are stale
-                    done[agent] = {"words": {}, "dropped": [], "bounds": await store.fold_bounds()}
-                else:
-                    done[agent] = await store.optimize(min_docs=settings.postings_min_docs, incremental=True)
+                if why != "bounds":  # the bounds, fresh now, are kept by its optimize
+                    built = await (await engine.store(agent)).optimize(min_docs=settings.postings_min_docs,
+                                                                       incremental=True)
+                    done[agent] = {**built, "bounds": done[agent]["bounds"]}
             return done
 
     started = time.monotonic()

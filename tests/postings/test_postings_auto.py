@@ -8,6 +8,7 @@ import json
 import os
 import sqlite3
 
+from sessionsearch.store.sqlite import bounds as sqlite_bounds
 from sessionsearch.store.sqlite.postings import FRESH_LIMIT
 from sessionsearch.worker.optimize import PeriodicOptimize
 
@@ -26,7 +27,8 @@ def _hot(db) -> dict[str, int]:
         return dict(conn.execute("SELECT word, docs FROM hot_words"))
 
 
-async def test_a_build_is_due_once_an_import_drains_and_then_when_the_index_grows(backend):
+async def test_a_build_is_due_once_an_import_drains_and_then_when_the_index_grows(backend, monkeypatch):
+    monkeypatch.setattr(sqlite_bounds, "FOLD_AFTER", 0)  # the score bounds due at every change of the index
     async with engine_at(backend, postings_min_docs=40, postings_grow_share=0.5) as engine:
         assert await engine.postings_due() == {}  # no agent yet
         await engine.append("agent:main:a", chain("a", _texts(60)), index=False)  # an import: a backlog
@@ -54,7 +56,8 @@ async def test_a_build_is_due_once_an_import_drains_and_then_when_the_index_grow
             await engine.search(query="apple", limit=25, sessionKeys=["agent:main:a", "agent:main:b", "agent:main:c"]))
 
 
-async def test_words_about_to_lose_their_postings_make_a_build_due(tmp_path):
+async def test_words_about_to_lose_their_postings_make_a_build_due(tmp_path, monkeypatch):
+    monkeypatch.setattr(sqlite_bounds, "FOLD_AFTER", 0)  # the score bounds due at every change of the index
     async with engine_at(tmp_path, postings_min_docs=40, postings_grow_share=100.0) as engine:
         await engine.append("agent:main:a", chain("a", _texts(60)))
         store = await engine.store("main")

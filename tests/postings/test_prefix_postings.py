@@ -11,6 +11,7 @@ import sqlite3
 import aiosqlite
 import pytest
 
+from sessionsearch.store.sqlite import bounds as sqlite_bounds
 from sessionsearch.store.sqlite import postings_build as postings_due_module
 from sessionsearch.store.sqlite import prefixes as sqlite_prefixes
 from sessionsearch.store.sqlite.prefixes import PrefixTop
@@ -326,6 +327,7 @@ async def test_incremental_builds_fold_the_prefixes_and_redo_them_only_when_give
         assert (await store.optimize(min_docs=10_000, incremental=True))["prefixes"] is None  # usable: kept
         assert await store.postings_due(min_docs=10_000, grow_share=0.2) is None
         monkeypatch.setattr(sqlite_prefixes, "FOLD_AFTER", 10)
+        monkeypatch.setattr(sqlite_bounds, "FOLD_AFTER", 0)  # the score bounds due at every change of the index
         monkeypatch.setattr(postings_due_module, "FOLD_AFTER", 10)
         await engine.append("agent:main:late", chain("late", [("user", "alpha beta")] * 6))
         assert await store.postings_due(min_docs=10_000, grow_share=0.2) == "bounds"  # the prefixes: not yet

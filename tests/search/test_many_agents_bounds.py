@@ -163,6 +163,8 @@ def test_an_agent_past_max_rows_is_not_folded(tmp_path, monkeypatch):
     conn = sqlite3.connect(path)
     conn.execute("CREATE VIRTUAL TABLE msg_fts USING fts5 (text, ts UNINDEXED, mid UNINDEXED, "
                  "tokenize = 'unicode61 remove_diacritics 2')")
+    conn.execute("CREATE TABLE bounds_state (id INTEGER PRIMARY KEY, structure BLOB, averages BLOB, "
+                 "folded_at REAL, fold_s REAL)")
     conn.executemany("INSERT INTO msg_fts (text) VALUES (?)", [("loan",)] * 5)
     conn.commit()
     conn.close()

@@ -50,6 +50,9 @@ FOLD_AFTER = 20
 MAX_RANGE = 64  # terms a prefix's bound sums; a prefix of more is unbounded (the agent is searched)
 UNKNOWN = math.inf  # the bound of an agent whose index moved on since its fold
 NO_MATCH = -math.inf  # the bound of an agent holding none of some phrase's terms
+# bounds_state's fold is of the index's state now
+FRESH_SQL = ("(SELECT block FROM msg_fts_data WHERE id = 10) IS structure "
+             "AND (SELECT block FROM msg_fts_data WHERE id = 1) IS averages")
 KNOWN_TERMS = 256  # terms and prefixes whose rows a store keeps (Known)
 
 
@@ -230,8 +233,9 @@ def agent_bound(query: BoundQuery, averages: bytes | None, exact: dict[str, Row 
 
 def read_bounds(path: Path, max_rows: int = MAX_ROWS) -> Folded | None:
     """Every term's bounds as of the index's state now, read in one snapshot on a connection of
-    its own; None past `max_rows` rows or with no rows. Each term's rows and their frequencies
-    are counted from FTS5's instances, the row lengths taken from its docsize table."""
+    its own; None past `max_rows` rows, with no rows, or when the bounds kept are of this state
+    already. Each term's rows and their frequencies are counted from FTS5's instances, the row
+    lengths taken from its docsize table."""
     started = time.time()
     conn = sqlite3.connect(path, isolation_level=None)
     try:
@@ -240,6 +244,8 @@ def read_bounds(path: Path, max_rows: int = MAX_ROWS) -> Folded | None:
         state = conn.execute("SELECT (SELECT block FROM msg_fts_data WHERE id = 10), "
                              "(SELECT block FROM msg_fts_data WHERE id = 1)").fetchone()
         if not state[0] or not state[1] or not 0 < varint(state[1], 0)[0] <= max_rows:
+            return None
+        if conn.execute(f"SELECT 1 FROM bounds_state WHERE {FRESH_SQL}").fetchone():
             return None
         length = {rid: sz[0] if sz[0] < 0x80 else varint(sz, 0)[0]  # the text column's size comes first
                   for rid, sz in conn.execute("SELECT id, sz FROM msg_fts_docsize")}
@@ -272,7 +278,5 @@ def bounds_due(conn: sqlite3.Connection, rows: int, max_rows: int = MAX_ROWS) ->
     ago (FOLD_AFTER), inside the check's snapshot."""
     if not 0 < rows <= max_rows:
         return False
-    state = conn.execute(
-        "SELECT (SELECT block FROM msg_fts_data WHERE id = 10) IS structure "
-        "AND (SELECT block FROM msg_fts_data WHERE id = 1) IS averages, folded_at, fold_s FROM bounds_state").fetchone()
+    state = conn.execute(f"SELECT {FRESH_SQL}, folded_at, fold_s FROM bounds_state").fetchone()
     return state is None or not state[0] and time.time() >= state[1] + (1 + FOLD_AFTER) * state[2]

@@ -343,7 +343,8 @@ class SqliteAgentStore:
 
     async def fold_bounds(self) -> dict[str, Any]:
         """The terms' bounds (bounds.py) read on a connection of their own, then kept in one short
-        write transaction if the index has not moved on meanwhile ({} then, or past MAX_ROWS)."""
+        write transaction if the index has not moved on meanwhile ({} then, past MAX_ROWS, or when
+        the bounds kept are of the index as it is)."""
         started = time.monotonic()
         folded = await asyncio.to_thread(read_bounds, self.path)
         if folded is None or not await self._run(lambda w: _store_bounds(w, folded)):
