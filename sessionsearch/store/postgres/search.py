@@ -41,6 +41,7 @@ from .terms import FRESH_LIMIT, K1, RECENT, B, is_prefix_key
 TERMS_TTL_S = 5.0  # a build by another process (a worker) is used by searches this much later at most
 
 MID = "COLLATE \"C\" NULLS FIRST"  # SQLite's order of message ids: bytes, NULL first
+KNOWN = 4  # lexemes of a prefix looked up in each row before its terms are walked (Query.known)
 KEPT_RECENT = 256  # windows changed since the kept head's snapshot, past which it is not kept (HEAD)
 
 
@@ -135,6 +136,9 @@ class Query:
         self.params: dict[str, Any] = {"q": tsquery_text(self.phrases, self.prefix),
                                        "k1": K1, "k1p1": K1 + 1.0, "omb": 1 - B, "b": B}
         self.tsquery = "%(q)s::tsquery"
+        # per phrase of one prefix, SQL for an array of lexemes it likely begins (`_tf`; none: each row's
+        # terms are walked)
+        self.known: dict[int, str] = {}
 
     def _is_prefix(self, i: int) -> bool:
         return self.prefix and i == len(self.phrases) - 1
@@ -228,8 +232,16 @@ class Query:
         for j, lex in enumerate(phrase):
             self.params[f"x{i}_{j}"] = lex
         if len(phrase) == 1 and prefix:
-            return (f"(SELECT coalesce(sum(value::float8), 0) FROM jsonb_each_text({m}.tf) "
+            walk = (f"(SELECT coalesce(sum(value::float8), 0) FROM jsonb_each_text({m}.tf) "
                     f"WHERE starts_with(key, %(x{i}_0)s))")
+            known = self.known.get(i)
+            if known is None:
+                return walk
+            # a row whose lexemes of the prefix are all known (none left once they are deleted, a
+            # test in C) has its count summed from theirs, looked up; else its terms are walked.
+            # The counts are whole numbers: summed in any order, the same float8
+            looked = " + ".join(f"coalesce(({m}.tf ->> ({known})[{j}])::float8, 0)" for j in range(1, KNOWN + 1))
+            return f"(CASE WHEN ts_delete({m}.tsv, {known}) @@ %(q{i})s::tsquery THEN {walk} ELSE {looked} END)"
         if len(phrase) == 1:
             return f"coalesce(({m}.tf ->> %(x{i}_0)s)::float8, 0)"
         follow = " AND ".join(

@@ -21,13 +21,14 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .db import Reader
-from .search import CACHED, HEAD_COLUMNS, MID, DfCache, Query, scope_sql
+from .search import CACHED, HEAD_COLUMNS, KNOWN, MID, DfCache, Query, scope_sql
 
 # per agent: its number, the head it kept (search.HEAD_ARGS's order), then per phrase the count
 # it kept and that count's index state (search.CACHED)
 AG_COLUMNS = (("ano", "integer"), ("hv", "bigint"), ("he", "bigint"), ("ha", "text"), ("hc", "text"),
               ("hn", "bigint"), ("ht", "bigint"), ("hw", "bigint"), ("hg", "numeric"))
 CACHED_KINDS = ("bigint", "bigint", "bigint", "numeric", "bigint")
+SAMPLE = 64  # rows of a prefix whose lexemes of it are taken as known (known_cte)
 RECENT = "coalesce(array_agg(w.wid || ':' || w.idx_xid ORDER BY w.wid), '{}')"  # ss_search_head's `recent`
 
 
@@ -98,6 +99,16 @@ def stats_ctes(q: Query, kinds: dict[str, str]) -> str:
     return ", ".join([ag, *ctes])
 
 
+def known_cte(i: int) -> str:
+    """A CTE `pl{i}`: the KNOWN lexemes of prefix phrase i most frequent in a sample of its rows
+    (Query.known): a prefix a few words begin has them all, so each row's count is a few lookups,
+    not a walk of its terms. Any sample gives the same counts (a row holding another is walked)."""
+    return (f"pl{i} AS MATERIALIZED (SELECT coalesce((SELECT array_agg(z.k ORDER BY z.c DESC, z.k) FROM "
+            f"(SELECT k, count(*) AS c FROM (SELECT m.tf FROM ss_index m WHERE m.tsv @@ %(q{i})s::tsquery "
+            f"LIMIT {SAMPLE}) s, jsonb_object_keys(s.tf) k WHERE starts_with(k, %(x{i}_0)s) GROUP BY k "
+            f"ORDER BY c DESC, k LIMIT {KNOWN}) z), '{{}}'::text[]) AS l)")
+
+
 def _kept_head(cache: DfCache) -> tuple:
     version, epoch, at, recent, rows, tokens, windows, gen = cache.kept_head or (None,) * 8
     return version, epoch, at, None if recent is None else json.dumps(list(recent)), rows, tokens, windows, gen
@@ -126,6 +137,10 @@ async def search_many(reader: Reader, anos: Sequence[int], caches: Sequence[DfCa
         params[f"ag_{name}"] = array_literal(values, text=kinds[name] == "text")
     params["anos"] = params["ag_ano"]
     stats = stats_ctes(q, kinds)
+    for i, phrase in enumerate(q.phrases):
+        if q.prefix and i == len(q.phrases) - 1 and len(phrase) == 1:
+            stats += ", " + known_cte(i)
+            q.known[i] = f"(SELECT l FROM pl{i})"
     # one walk of the word's rows for every agent (a walk per agent would read every agent's rows
     # of a common word a thousand times), each row scored from its own agent's `st` row, read once
     # (the idfs carried up with the row's terms); rows of a window no longer hot (an orphan
