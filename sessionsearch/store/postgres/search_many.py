@@ -61,7 +61,7 @@ def stats_ctes(q: Query, kinds: dict[str, str]) -> str:
             "AS tokens, count(*) AS windows, coalesce(sum(w.idx_gen), 0) AS gen FROM ss_windows w "
             "WHERE w.ano IN (SELECT hd.ano FROM hd WHERE NOT hd.kept) GROUP BY w.ano)")
     kept = ["c{i}", "c{i}v", "c{i}w", "c{i}g", "c{i}e"]
-    head = ("h AS MATERIALIZED (SELECT hd.ano AS ag_ano, hd.version, "
+    head = ("h AS MATERIALIZED (SELECT hd.ano AS ag_ano, hd.kept, hd.version, "
             "ARRAY(SELECT w.wid FROM ss_windows w WHERE w.ano = hd.ano AND w.needs_rebuild = 1) AS dirty, "
             "CASE WHEN hd.kept THEN hd.hn ELSE coalesce(sm.rows, 0) END AS rows, "
             "CASE WHEN hd.kept THEN hd.ht ELSE coalesce(sm.tokens, 0) END AS tokens, "
@@ -75,8 +75,10 @@ def stats_ctes(q: Query, kinds: dict[str, str]) -> str:
             "(SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS at) x)")
     ctes = [hd, sums, head]
     joins = []
+    settled = ["h.kept"]
     for i in phrases:
         same = f"(h.version, h.windows, h.gen, h.epoch) = (h.c{i}v, h.c{i}w, h.c{i}g, h.c{i}e)"
+        settled.append(f"{same} IS TRUE")
         # the agents whose kept count no longer holds, counted in one walk (none: the walk never starts)
         ctes.append(f"n{i} AS (SELECT m.ano, count(*) AS df FROM ss_index m WHERE EXISTS (SELECT 1 FROM h "
                     f"WHERE {same} IS NOT TRUE) AND m.tsv @@ %(q{i})s::tsquery AND m.ano IN "
@@ -90,7 +92,8 @@ def stats_ctes(q: Query, kinds: dict[str, str]) -> str:
         idfs.append(f"CASE WHEN {x} > 0.0 THEN {x} ELSE 1e-6::float8 END AS idf{i}")
     # counters and index agree but for rows written around them (never by this store's writes)
     n = "greatest(" + ", ".join(["rows"] + [f"df{i}" for i in phrases]) + ") AS n"
-    columns = ", ".join(f"h.{c}" for c in ("ag_ano", *HEAD_COLUMNS))
+    # settled: the head and every count as the agent kept them (the caller has nothing to keep)
+    columns = ", ".join([f"h.{c}" for c in ("ag_ano", *HEAD_COLUMNS)] + [" AND ".join(settled) + " AS settled"])
     ctes.append("st AS MATERIALIZED (SELECT c.*, CASE WHEN n > 0 THEN tokens::float8 / n::float8 ELSE 1.0::float8 "
                 f"END AS avgdl, {', '.join(idfs)} FROM (SELECT d.*, {n} FROM (SELECT {columns}, {dfs} FROM h"
                 + "".join(join for _, join in joins) + ") d) c)")
@@ -111,7 +114,9 @@ def known_cte(i: int) -> str:
 
 def _kept_head(cache: DfCache) -> tuple:
     version, epoch, at, recent, rows, tokens, windows, gen = cache.kept_head or (None,) * 8
-    return version, epoch, at, None if recent is None else json.dumps(list(recent)), rows, tokens, windows, gen
+    if recent is not None:
+        recent = json.dumps(list(recent)) if recent else "[]"
+    return version, epoch, at, recent, rows, tokens, windows, gen
 
 
 async def search_many(reader: Reader, anos: Sequence[int], caches: Sequence[DfCache], q: Query, *, k: int,
@@ -122,18 +127,17 @@ async def search_many(reader: Reader, anos: Sequence[int], caches: Sequence[DfCa
     params: dict[str, Any] = {"k": k}
     kinds = dict(AG_COLUMNS) | {f"c{i}{field}": kind for i in range(len(q.phrases))
                                 for field, kind in zip(CACHED, CACHED_KINDS, strict=True)}
-    lists: dict[str, list] = {name: [] for name in kinds}
     q.cached_dfs(caches[0])  # the phrases' texts (q0, …), the same for every agent
     texts = [q.params[f"q{i}"] for i in range(len(q.phrases))]
     unknown = ((None, None, None, None), None)
+    agents = []  # per agent its row of `ag`
     for ano, cache in zip(anos, caches, strict=True):
-        for (name, _), value in zip(AG_COLUMNS, (ano, *_kept_head(cache)), strict=True):
-            lists[name].append(value)
-        for i, text in enumerate(texts):
+        agent = [ano, *_kept_head(cache)]
+        for text in texts:
             state, df = cache.get(text) or unknown
-            for field, value in zip(CACHED, (df, *state), strict=True):
-                lists[f"c{i}{field}"].append(value)
-    for name, values in lists.items():
+            agent += (df, *state)
+        agents.append(agent)
+    for name, values in zip(kinds, zip(*agents, strict=True), strict=True):
         params[f"ag_{name}"] = array_literal(values, text=kinds[name] == "text")
     params["anos"] = params["ag_ano"]
     stats = stats_ctes(q, kinds)
@@ -162,15 +166,19 @@ async def search_many(reader: Reader, anos: Sequence[int], caches: Sequence[DfCa
                 f"ORDER BY s, m.ts DESC, m.mid {MID} LIMIT %(k)s)")
     params.update(q.params)
     rows = await reader.all(
-        f"WITH {stats}, {hot}, {best} SELECT st.ag_ano, {q.stats_columns()}, r.id, r.s, r.event_id, "
+        f"WITH {stats}, {hot}, {best} SELECT st.ag_ano, st.settled, {q.stats_columns()}, r.id, r.s, r.event_id, "
         "r.ts, r.text FROM st LEFT JOIN LATERAL (SELECT b.id, b.s, b.mid, e.event_id, e.ts, e.text FROM best b "
         "JOIN ss_events e ON e.id = b.id WHERE b.ano = st.ag_ano) r ON true", params, last=True)
     found: dict[int, tuple[int, frozenset[int], list[tuple]]] = {}
     by_ano = dict(zip(anos, caches, strict=True))
+    listing = 2 + HEAD_COLUMNS.index("listing")
     for row in rows:
         ano = row[0]
-        if ano not in found:
-            version, dirty, _ = q.remember(row[1:], by_ano[ano])
+        if ano not in found and row[1]:
+            by_ano[ano].saw_listing(row[listing])
+            found[ano] = (row[2], frozenset(row[3]), [])
+        elif ano not in found:
+            version, dirty, _ = q.remember(row[2:], by_ano[ano])
             found[ano] = (version, dirty, [])
         if row[-5] is not None:
             found[ano][2].append(tuple(row[-5:]))
