@@ -188,16 +188,20 @@ class Query:
                 f"{array('c{}v', 'bigint')}, {array('c{}w', 'bigint')}, {array('c{}g', 'numeric')}, "
                 f"{array('c{}e', 'bigint')}, {array('p{}', 'text', True)}, %(fresh_limit)s::bigint)")
         dfs = ", ".join(f"f.dfs[{i + 1}] AS df{i}" for i in range(len(self.phrases)))
+        head = ", ".join(f"f.{c}" for c in HEAD_COLUMNS)
+        return f"st AS MATERIALIZED ({self.bm25_select(f'SELECT {keep}{head}, {dfs} FROM {source}{call} f')})"
+
+    def bm25_select(self, counts: str) -> str:
+        """SQL: the rows of `counts` (a SELECT of the head's columns and df0, df1, …) with N (n),
+        avgdl and each phrase's idf (idf0, …), computed as FTS5 computes them."""
         idfs = []
         for i in range(len(self.phrases)):
             x = f"ln(((n - df{i})::float8 + 0.5) / (df{i}::float8 + 0.5))"
             idfs.append(f"CASE WHEN {x} > 0.0 THEN {x} ELSE 1e-6::float8 END AS idf{i}")
         # counters and index agree but for rows written around them (never by this store's writes)
         n = "greatest(" + ", ".join(["rows"] + [f"df{i}" for i in range(len(self.phrases))]) + ") AS n"
-        head = ", ".join(f"f.{c}" for c in HEAD_COLUMNS)
-        return ("st AS MATERIALIZED (SELECT c.*, CASE WHEN n > 0 THEN tokens::float8 / n::float8 ELSE 1.0::float8 "
-                f"END AS avgdl, {', '.join(idfs)} "
-                f"FROM (SELECT d.*, {n} FROM (SELECT {keep}{head}, {dfs} FROM {source}{call} f) d) c)")
+        return (f"SELECT c.*, CASE WHEN n > 0 THEN tokens::float8 / n::float8 ELSE 1.0::float8 END AS avgdl, "
+                f"{', '.join(idfs)} FROM (SELECT d.*, {n} FROM ({counts}) d) c")
 
     def stats_columns(self, st: str = "st") -> str:
         """The columns of `st` a statement returns for `remember` (the head's first)."""

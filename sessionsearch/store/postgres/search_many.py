@@ -86,17 +86,10 @@ def stats_ctes(q: Query, kinds: dict[str, str]) -> str:
         joins.append((f"CASE WHEN {same} THEN h.c{i} ELSE coalesce(n{i}.df, 0) END AS df{i}",
                       f" LEFT JOIN n{i} ON n{i}.ano = h.ag_ano"))
     dfs = ", ".join(column for column, _ in joins)
-    idfs = []
-    for i in phrases:
-        x = f"ln(((n - df{i})::float8 + 0.5) / (df{i}::float8 + 0.5))"
-        idfs.append(f"CASE WHEN {x} > 0.0 THEN {x} ELSE 1e-6::float8 END AS idf{i}")
-    # counters and index agree but for rows written around them (never by this store's writes)
-    n = "greatest(" + ", ".join(["rows"] + [f"df{i}" for i in phrases]) + ") AS n"
     # settled: the head and every count as the agent kept them (the caller has nothing to keep)
     columns = ", ".join([f"h.{c}" for c in ("ag_ano", *HEAD_COLUMNS)] + [" AND ".join(settled) + " AS settled"])
-    ctes.append("st AS MATERIALIZED (SELECT c.*, CASE WHEN n > 0 THEN tokens::float8 / n::float8 ELSE 1.0::float8 "
-                f"END AS avgdl, {', '.join(idfs)} FROM (SELECT d.*, {n} FROM (SELECT {columns}, {dfs} FROM h"
-                + "".join(join for _, join in joins) + ") d) c)")
+    counts = f"SELECT {columns}, {dfs} FROM h" + "".join(join for _, join in joins)
+    ctes.append(f"st AS MATERIALIZED ({q.bm25_select(counts)})")
     ag = ("ag AS (SELECT * FROM unnest(" + ", ".join(f"%(ag_{name})s::{kind}[]" for name, kind in kinds.items())
           + ") AS ag(" + ", ".join(kinds) + "))")
     return ", ".join([ag, *ctes])
