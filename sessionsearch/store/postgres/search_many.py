@@ -37,6 +37,9 @@ def array_literal(values: Iterable[Any], text: bool = False) -> str:
     string, it costs a fraction of the driver adapting a list value by value (a thousand agents'
     fourteen lists were a third of a rare word's time in Python)."""
     if not text:
+        values = tuple(values)
+        if None not in values:
+            return "{" + ",".join(map(str, values)) + "}"
         return "{" + ",".join("NULL" if v is None else str(v) for v in values) + "}"
     return "{" + ",".join("NULL" if v is None else '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
                           for v in values) + "}"
