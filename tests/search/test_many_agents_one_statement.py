@@ -8,10 +8,12 @@ from __future__ import annotations
 import math
 import random
 
+import psycopg
 import pytest
 
 from sessionsearch.store.base import Match
 from sessionsearch.store.postgres.search import DfCache
+from sessionsearch.store.rowids import wid_of
 
 from ..helpers import BASE_TS, engine_at, timed
 
@@ -126,3 +128,37 @@ async def test_after_writes_to_some_agents_their_heads_and_counts_are_read_again
                 assert kept[4:] == store.dfs.kept_head[4:], store.agent_id  # rows, tokens, windows, gen
                 for text, (_, df) in store.dfs._counts.items():
                     assert counts[text] == df, (match, store.agent_id, text)
+
+
+@pytest.mark.parametrize("orphans", [3, 30])  # a few among the first 2k rows, or more than all of them
+@pytest.mark.parametrize("order", ["relevance", "recent"])
+async def test_rows_of_a_window_gone_are_left_out_before_the_cut_however_many_rank_first(pg, order, orphans):
+    """search_many tests windows only on its first 2k rows (hot_cut) and walks the word again when
+    fewer than k of them are hot: either way the answer is the top k of the rows whose window is
+    there, as a merge of the agents' own answers less those rows gives it."""
+    async with engine_at(pg) as engine:
+        for i, agent in enumerate(AGENTS[:4]):
+            items = [("user", f"quartz {'filler ' * (2 + j % 5)}", BASE_TS + i * 100_000 + j * 1000) for j in range(8)]
+            await engine.append(f"agent:{agent}:main", timed(f"{agent}m", items))
+        # the best rows by either order, in a window then deleted under them (orphans awaiting the sweep)
+        items = [("user", "quartz quartz", BASE_TS + 900_000 + j * 1000) for j in range(orphans)]
+        await engine.append("agent:b01:gone", timed("gone", items))
+        stores = [await engine.store(a) for a in AGENTS[:4]]
+        with psycopg.connect(pg.database_url, autocommit=True) as conn:
+            (gone,) = conn.execute("SELECT wid FROM ss_windows WHERE session_key = 'agent:b01:gone'").fetchone()
+            conn.execute("DELETE FROM ss_windows WHERE wid = %s", (gone,))
+        merged = []
+        for store in stores:
+            async with store.reader() as reader:
+                own = await store.search_top(reader, Match(("quartz",)), k=200, order=order, include=None,
+                                             exclude=None, role=None)
+            merged += [h for h in own.hits if wid_of(h.row_id) != gone]
+        assert len(merged) == 32
+        merged.sort(key=(lambda h: (-h.ts, h.message_id)) if order == "recent" else (lambda h: (h.score, -h.ts,
+                                                                                                 h.message_id)))
+        for k in (1, 5, 12):
+            many = await engine.backend.search_top_many(stores, Match(("quartz",)), k=k, order=order, exclude=[],
+                                                        role=None, since=None, until=None, deadline=math.inf)
+            assert many is not None
+            found = [(h.row_id, h.score) for top in many for h in top.hits]
+            assert sorted(found) == sorted((h.row_id, h.score) for h in merged[:k]), (k, orphans)

@@ -17,7 +17,7 @@ catalog (an orphan awaiting the sweep) is left out before the cut, as the caller
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from .db import Reader
@@ -98,6 +98,25 @@ def stats_ctes(q: Query, kinds: dict[str, str]) -> str:
     return ", ".join([ag, *ctes])
 
 
+def hot_cut(name: str, rows: Callable[[str], str], order: str) -> str:
+    """CTEs ending in `name`: the first %(k)s of `rows(check)` (a SELECT with a column wid, its
+    WHERE open for `check`) by `order` (of its columns) whose window is hot, not an orphan
+    awaiting the sweep (gone, or cold).
+
+    Orphans are few and short-lived, so the hot test is made on the first %(k2)s (2k) rows only,
+    not on every row of the word (a semi join a row: ~10% of a common word's walk). That cut
+    stands when k of them are hot, or when they are every row: the rows past them rank below
+    them all. Else the rows are walked again, each tested (never while the cut stands: its one-time
+    filter is false)."""
+    hot = "EXISTS (SELECT 1 FROM ss_windows hw WHERE hw.wid = r.wid AND hw.cold = 0)"
+    return (f"{name}_raw AS MATERIALIZED ({rows('')} ORDER BY {order} LIMIT %(k2)s), "
+            f"{name}_ok AS MATERIALIZED (SELECT (SELECT count(*) FROM {name}_raw r WHERE {hot}) >= %(k)s "
+            f"OR (SELECT count(*) FROM {name}_raw) < %(k2)s AS ok), "
+            f"{name} AS ((SELECT * FROM {name}_raw r WHERE (SELECT ok FROM {name}_ok) AND {hot} "
+            f"ORDER BY {order} LIMIT %(k)s) UNION ALL (SELECT * FROM ({rows(' AND m.wid IN (SELECT wid FROM hot)')} "
+            f"ORDER BY {order} LIMIT %(k)s) f WHERE NOT (SELECT ok FROM {name}_ok)))")
+
+
 def known_cte(i: int) -> str:
     """A CTE `pl{i}`: the KNOWN lexemes of prefix phrase i most frequent in a sample of its rows
     (Query.known): a prefix a few words begin has them all, so each row's count is a few lookups,
@@ -143,23 +162,22 @@ async def search_many(reader: Reader, anos: Sequence[int], caches: Sequence[DfCa
             q.known[i] = f"(SELECT l FROM pl{i})"
     # one walk of the word's rows for every agent (a walk per agent would read every agent's rows
     # of a common word a thousand times), each row scored from its own agent's `st` row, read once
-    # (the idfs carried up with the row's terms); rows of a window no longer hot (an orphan
-    # awaiting the sweep) are left out before the cut
+    # (the idfs carried up with the row's terms)
     where = scope_sql(None, exclude, role, since, until, params, ano="st.ag_ano")
+    params["k2"] = 2 * k
     hot = "hot AS MATERIALIZED (SELECT wid FROM ss_windows WHERE ano = ANY(%(anos)s::integer[]) AND cold = 0)"
-    rows_of_word = (f"st, ss_index m WHERE m.tsv @@ {q.tsquery} AND {' AND '.join(where)} "
-                    "AND m.wid IN (SELECT wid FROM hot)")
+    rows_of_word = f"st, ss_index m WHERE m.tsv @@ {q.tsquery} AND {' AND '.join(where)}"
     idfs = "".join(f", st.idf{i}" for i in range(len(q.phrases)))
-    columns = f"m.id, m.ano, m.ts, m.mid{idfs}"
+    columns = f"m.id, m.ano, m.ts, m.mid, m.wid{idfs}"
     if order == "recent":  # the newest k chosen unscored, then scored (search.py's `recent` does so too)
-        hot += (f", cand AS MATERIALIZED (SELECT m.id FROM {rows_of_word} ORDER BY m.ts DESC, m.mid {MID} "
-                "LIMIT %(k)s)")
+        hot += ", " + hot_cut("cand", lambda check: f"SELECT m.id, m.ts, m.mid, m.wid FROM {rows_of_word}{check}",
+                              f"ts DESC, mid {MID}")
         source = q.terms_sql("st, cand c JOIN ss_index m ON m.id = c.id WHERE st.ag_ano = m.ano", columns=columns)
         best = f"best AS (SELECT m.ano, m.id, {q.score_sql(st='m')} AS s, m.ts, m.mid FROM {source})"
     else:
-        source = q.terms_sql(rows_of_word, columns=columns)
-        best = (f"best AS (SELECT m.ano, m.id, {q.score_sql(st='m')} AS s, m.ts, m.mid FROM {source} "
-                f"ORDER BY s, m.ts DESC, m.mid {MID} LIMIT %(k)s)")
+        best = hot_cut("best", lambda check: f"SELECT m.ano, m.id, {q.score_sql(st='m')} AS s, m.ts, m.mid, m.wid "
+                                             f"FROM {q.terms_sql(rows_of_word + check, columns=columns)}",
+                       f"s, ts DESC, mid {MID}")
     params.update(q.params)
     rows = await reader.all(
         f"WITH {stats}, {hot}, {best} SELECT st.ag_ano, st.settled, {q.stats_columns()}, r.id, r.s, r.event_id, "
