@@ -253,15 +253,20 @@ class Query:
                               for j in range(1, len(phrase)))
         return f"(SELECT count(*)::float8 FROM unnest({_positions(m, f'x{i}_0', False)}) p WHERE {follow})"
 
-    def terms_sql(self, source: str, columns: str = "m.id, m.ts, m.mid") -> str:
+    def terms_sql(self, source: str, columns: str = "m.id, m.ts, m.mid", *, counted: bool = False) -> str:
         """A FROM item `m`: the index rows `m` of `source` (a FROM list and its WHERE) with
         `columns` and what score_sql reads of each row, computed once per row: each phrase's tf
-        (t0, t1, …) and BM25's length term (dn). OFFSET 0 keeps the planner from folding the
-        subquery up, which would copy each expression into every place it is read (a word's tf
-        twice, and each jsonb lookup then twice a row: a quarter of a two-word search)."""
-        tfs = "".join(f"{self._tf('m', i)} AS t{i}, " for i in range(len(self.phrases)))
+        (t0, t1, …; `counted`: read from `m`, made by tf_columns) and BM25's length term (dn).
+        OFFSET 0 keeps the planner from folding the subquery up, which would copy each expression
+        into every place it is read (a word's tf twice, and each jsonb lookup then twice a row: a
+        quarter of a two-word search)."""
+        tfs = "".join(f"{f'm.t{i}' if counted else self._tf('m', i)} AS t{i}, " for i in range(len(self.phrases)))
         return (f"(SELECT {columns}, {tfs}%(k1)s::float8 * (%(omb)s::float8 + %(b)s::float8 * m.dl / st.avgdl) AS dn "
                 f"FROM {source} OFFSET 0) m")
+
+    def tf_columns(self) -> str:
+        """SQL: each phrase's tf in the index row `m` (t0, t1, …), for terms_sql's `counted`."""
+        return ", ".join(f"{self._tf('m', i)} AS t{i}" for i in range(len(self.phrases)))
 
     def score_sql(self, m: str = "m", st: str = "st") -> str:
         """The row's bm25 (lower is better), term by term in FTS5's order of evaluation, from the

@@ -175,8 +175,13 @@ async def search_many(reader: Reader, anos: Sequence[int], caches: Sequence[DfCa
         source = q.terms_sql("st, cand c JOIN ss_index m ON m.id = c.id WHERE st.ag_ano = m.ano", columns=columns)
         best = f"best AS (SELECT m.ano, m.id, {q.score_sql(st='m')} AS s, m.ts, m.mid FROM {source})"
     else:
+        # each row's terms read before it meets its agent's `st` row: joined, the rows are then
+        # narrow (a merge join sorted 50,000 rows with their tsvectors and counts on disk)
+        word = (f"(SELECT m.id, m.ano, m.ts, m.mid, m.wid, m.dl, {q.tf_columns()} FROM ss_index m "
+                f"WHERE m.tsv @@ {q.tsquery} OFFSET 0) m")
+        scored = f"st, {word} WHERE {' AND '.join(where)}"
         best = hot_cut("best", lambda check: f"SELECT m.ano, m.id, {q.score_sql(st='m')} AS s, m.ts, m.mid, m.wid "
-                                             f"FROM {q.terms_sql(rows_of_word + check, columns=columns)}",
+                                             f"FROM {q.terms_sql(scored + check, columns=columns, counted=True)}",
                        f"s, ts DESC, mid {MID}")
     params.update(q.params)
     rows = await reader.all(
