@@ -10,6 +10,8 @@ import time
 
 import pytest
 
+from sessionsearch.search import runner
+
 from ..helpers import BASE_TS, engine_at, msg, timed
 
 AGENTS = [f"r{i:02d}" for i in range(24)]
@@ -137,8 +139,8 @@ async def test_a_word_only_old_agents_hold_is_found_past_the_agents_searched_one
             every = await engine.search(query="fossil", order="recent", limit=limit)
             assert every["results"] == merged[:limit], limit
             assert every.get("truncated", False) == (len(merged) > limit)
-        # on PostgreSQL the 8 agents past the first 32 are searched together, in one statement
-        assert len(seen) == 6 * (40 if backend.kind == "sqlite" else 32), len(seen)
+        # on PostgreSQL the agents past the first VISITS_ALONE are searched together, in one statement
+        assert len(seen) == 6 * (40 if backend.kind == "sqlite" else runner.VISITS_ALONE), len(seen)
 
 
 async def test_a_time_range_passes_over_the_agents_without_a_message_in_it(backend):

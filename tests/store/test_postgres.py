@@ -10,6 +10,7 @@ import random
 import sqlite3
 import time
 from collections import Counter
+from decimal import Decimal
 
 import psycopg
 import pytest
@@ -21,6 +22,7 @@ from sessionsearch.store.postgres import search as search_module
 from sessionsearch.store.postgres.lexemes import _index_fields_limited, index_fields, index_tokens
 from sessionsearch.store.postgres.recent import walk_sql, walk_windows
 from sessionsearch.store.postgres.search import DfCache, Query
+from sessionsearch.store.postgres.search_many import array_literal
 from sessionsearch.store.rowids import LOW_SEQS
 from sessionsearch.text.cjk import index_text
 from sessionsearch.text.unicode61 import tokens as text_tokens
@@ -351,6 +353,16 @@ async def test_hostile_words_are_literal_text_never_tsquery_syntax(pg):
             async with store.reader() as reader:
                 await store.search_top(reader, Match((word, "back"), True), k=5, order="relevance", include=None,
                                        exclude=None, role=None)
+
+
+def test_a_list_bound_as_an_array_literal_arrives_as_the_driver_would_send_it(pg):
+    """search_many binds the agents' lists as array literals, one string each: every value comes back."""
+    texts = ['["12:345", "6:7"]', 'a"b', "back\\slash", "{x,y}", "NULL", "", " spaced ", "it's", None]
+    numbers = [1, None, -3, 2**62, Decimal("12345678901234567890")]
+    with psycopg.connect(pg.database_url, autocommit=True) as conn:
+        row = conn.execute("SELECT %s::text[], %s::numeric[], %s::bigint[]",
+                           (array_literal(texts, text=True), array_literal(numbers), array_literal([5, 6]))).fetchone()
+    assert row == (texts, numbers, [5, 6])
 
 
 async def test_underscores_and_percents_in_keys_are_never_wildcards(pg):

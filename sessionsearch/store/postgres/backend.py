@@ -31,7 +31,7 @@ from .db import CONNECT_TIMEOUT_S, Db, connect_kwargs, unavailable
 from .lexemes import read_text
 from .schema import LATEST, migrate, migrate_connection, schema_version
 from .search import Query
-from .search_many import search_many
+from .search_many import array_literal, search_many
 from .store import PgAgentStore
 from .terms import FRESH_LIMIT
 
@@ -194,7 +194,7 @@ class PgBackend:
             return []
         at = time.monotonic()
         async with self.db.reader(deadline) as reader:
-            rows = await reader.all(NEWEST_SQL, (anos,), last=True)
+            rows = await reader.all(NEWEST_SQL, (array_literal(anos),), last=True)
         found = {ano: Newest(version, ts_max, frozenset(dirty)) for ano, version, ts_max, dirty, _ in rows}
         if rows:
             self.listing_seen(rows[0][4], at)

@@ -41,6 +41,7 @@ from .terms import FRESH_LIMIT, K1, RECENT, B, is_prefix_key
 TERMS_TTL_S = 5.0  # a build by another process (a worker) is used by searches this much later at most
 
 MID = "COLLATE \"C\" NULLS FIRST"  # SQLite's order of message ids: bytes, NULL first
+KNOWN = 4  # lexemes of a prefix looked up in each row before its terms are walked (Query.known)
 KEPT_RECENT = 256  # windows changed since the kept head's snapshot, past which it is not kept (HEAD)
 
 
@@ -135,6 +136,9 @@ class Query:
         self.params: dict[str, Any] = {"q": tsquery_text(self.phrases, self.prefix),
                                        "k1": K1, "k1p1": K1 + 1.0, "omb": 1 - B, "b": B}
         self.tsquery = "%(q)s::tsquery"
+        # per phrase of one prefix, SQL for an array of lexemes it likely begins (`_tf`; none: each row's
+        # terms are walked)
+        self.known: dict[int, str] = {}
 
     def _is_prefix(self, i: int) -> bool:
         return self.prefix and i == len(self.phrases) - 1
@@ -184,16 +188,20 @@ class Query:
                 f"{array('c{}v', 'bigint')}, {array('c{}w', 'bigint')}, {array('c{}g', 'numeric')}, "
                 f"{array('c{}e', 'bigint')}, {array('p{}', 'text', True)}, %(fresh_limit)s::bigint)")
         dfs = ", ".join(f"f.dfs[{i + 1}] AS df{i}" for i in range(len(self.phrases)))
+        head = ", ".join(f"f.{c}" for c in HEAD_COLUMNS)
+        return f"st AS MATERIALIZED ({self.bm25_select(f'SELECT {keep}{head}, {dfs} FROM {source}{call} f')})"
+
+    def bm25_select(self, counts: str) -> str:
+        """SQL: the rows of `counts` (a SELECT of the head's columns and df0, df1, …) with N (n),
+        avgdl and each phrase's idf (idf0, …), computed as FTS5 computes them."""
         idfs = []
         for i in range(len(self.phrases)):
             x = f"ln(((n - df{i})::float8 + 0.5) / (df{i}::float8 + 0.5))"
             idfs.append(f"CASE WHEN {x} > 0.0 THEN {x} ELSE 1e-6::float8 END AS idf{i}")
         # counters and index agree but for rows written around them (never by this store's writes)
         n = "greatest(" + ", ".join(["rows"] + [f"df{i}" for i in range(len(self.phrases))]) + ") AS n"
-        head = ", ".join(f"f.{c}" for c in HEAD_COLUMNS)
-        return ("st AS MATERIALIZED (SELECT c.*, CASE WHEN n > 0 THEN tokens::float8 / n::float8 ELSE 1.0::float8 "
-                f"END AS avgdl, {', '.join(idfs)} "
-                f"FROM (SELECT d.*, {n} FROM (SELECT {keep}{head}, {dfs} FROM {source}{call} f) d) c)")
+        return (f"SELECT c.*, CASE WHEN n > 0 THEN tokens::float8 / n::float8 ELSE 1.0::float8 END AS avgdl, "
+                f"{', '.join(idfs)} FROM (SELECT d.*, {n} FROM ({counts}) d) c")
 
     def stats_columns(self, st: str = "st") -> str:
         """The columns of `st` a statement returns for `remember` (the head's first)."""
@@ -228,8 +236,16 @@ class Query:
         for j, lex in enumerate(phrase):
             self.params[f"x{i}_{j}"] = lex
         if len(phrase) == 1 and prefix:
-            return (f"(SELECT coalesce(sum(value::float8), 0) FROM jsonb_each_text({m}.tf) "
+            walk = (f"(SELECT coalesce(sum(value::float8), 0) FROM jsonb_each_text({m}.tf) "
                     f"WHERE starts_with(key, %(x{i}_0)s))")
+            known = self.known.get(i)
+            if known is None:
+                return walk
+            # a row whose lexemes of the prefix are all known (none left once they are deleted, a
+            # test in C) has its count summed from theirs, looked up; else its terms are walked.
+            # The counts are whole numbers: summed in any order, the same float8
+            looked = " + ".join(f"coalesce(({m}.tf ->> ({known})[{j}])::float8, 0)" for j in range(1, KNOWN + 1))
+            return f"(CASE WHEN ts_delete({m}.tsv, {known}) @@ %(q{i})s::tsquery THEN {walk} ELSE {looked} END)"
         if len(phrase) == 1:
             return f"coalesce(({m}.tf ->> %(x{i}_0)s)::float8, 0)"
         follow = " AND ".join(
@@ -237,15 +253,20 @@ class Query:
                               for j in range(1, len(phrase)))
         return f"(SELECT count(*)::float8 FROM unnest({_positions(m, f'x{i}_0', False)}) p WHERE {follow})"
 
-    def terms_sql(self, source: str, columns: str = "m.id, m.ts, m.mid") -> str:
+    def terms_sql(self, source: str, columns: str = "m.id, m.ts, m.mid", *, counted: bool = False) -> str:
         """A FROM item `m`: the index rows `m` of `source` (a FROM list and its WHERE) with
         `columns` and what score_sql reads of each row, computed once per row: each phrase's tf
-        (t0, t1, …) and BM25's length term (dn). OFFSET 0 keeps the planner from folding the
-        subquery up, which would copy each expression into every place it is read (a word's tf
-        twice, and each jsonb lookup then twice a row: a quarter of a two-word search)."""
-        tfs = "".join(f"{self._tf('m', i)} AS t{i}, " for i in range(len(self.phrases)))
+        (t0, t1, …; `counted`: read from `m`, made by tf_columns) and BM25's length term (dn).
+        OFFSET 0 keeps the planner from folding the subquery up, which would copy each expression
+        into every place it is read (a word's tf twice, and each jsonb lookup then twice a row: a
+        quarter of a two-word search)."""
+        tfs = "".join(f"{f'm.t{i}' if counted else self._tf('m', i)} AS t{i}, " for i in range(len(self.phrases)))
         return (f"(SELECT {columns}, {tfs}%(k1)s::float8 * (%(omb)s::float8 + %(b)s::float8 * m.dl / st.avgdl) AS dn "
                 f"FROM {source} OFFSET 0) m")
+
+    def tf_columns(self) -> str:
+        """SQL: each phrase's tf in the index row `m` (t0, t1, …), for terms_sql's `counted`."""
+        return ", ".join(f"{self._tf('m', i)} AS t{i}" for i in range(len(self.phrases)))
 
     def score_sql(self, m: str = "m", st: str = "st") -> str:
         """The row's bm25 (lower is better), term by term in FTS5's order of evaluation, from the

@@ -4,10 +4,11 @@ own statements give (search.py) to the last bit.
 Every agent's rows are in the same tables, so the per-agent statement repeats only to plan itself
 again: a thousand agents were a thousand plans of one large statement (~2 ms each), most of a rare
 word's cost. Here the agents come in as arrays (with each one's kept head and cached counts,
-DfCache), `st` is ss_search_stats for each agent (a LATERAL call, so each agent has its own N,
-avgdl and df: SPEC §4's BM25 per agent corpus), and the rows of the word (one walk of the GIN
-index for every agent) are scored by the same expressions from their own agent's `st` row, then
-cut to the top k of them all. An agent with no row in that cut still reports its head.
+DfCache) and `st` holds each agent's head, N, avgdl, df and idf (SPEC §4's BM25 per agent
+corpus), read for all of them at once: what ss_search_stats (schema migrations 6, 9, 10) reads
+for one agent, as set operations, since a thousand calls of it (a few statements each) cost
+50 ms. The rows of the word (one walk of the GIN index for every agent) are scored by the same
+expressions from their own agent's `st` row, then cut to the top k of them all.
 
 Only a scope of whole agents (`include` None) comes here; a row of a window gone from the
 catalog (an orphan awaiting the sweep) is left out before the cut, as the caller drops one.
@@ -16,40 +17,121 @@ catalog (an orphan awaiting the sweep) is left out before the cut, as the caller
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from .db import Reader
-from .search import CACHED, HEAD_COLUMNS, MID, DfCache, Query, scope_sql
+from .search import CACHED, HEAD_COLUMNS, KNOWN, MID, DfCache, Query, scope_sql
 
-# the head's arguments, per agent from the `ag` list (search.HEAD_ARGS's order and types)
-AG_HEAD_ARGS = ("ag.ano, ag.hv, ag.he, ag.ha, CASE WHEN ag.hc IS NULL THEN NULL ELSE "
-                "ARRAY(SELECT jsonb_array_elements_text(ag.hc::jsonb)) END, ag.hn, ag.ht, ag.hw, ag.hg")
+# per agent: its number, the head it kept (search.HEAD_ARGS's order), then per phrase the count
+# it kept and that count's index state (search.CACHED)
 AG_COLUMNS = (("ano", "integer"), ("hv", "bigint"), ("he", "bigint"), ("ha", "text"), ("hc", "text"),
               ("hn", "bigint"), ("ht", "bigint"), ("hw", "bigint"), ("hg", "numeric"))
 CACHED_KINDS = ("bigint", "bigint", "bigint", "numeric", "bigint")
+SAMPLE = 64  # rows of a prefix whose lexemes of it are taken as known (known_cte)
+RECENT = "coalesce(array_agg(w.wid || ':' || w.idx_xid ORDER BY w.wid), '{}')"  # ss_search_head's `recent`
 
 
-RARE_ROWS = 2000  # rows of a word, over every agent, up to which `st` is read only for its holders
+def array_literal(values: Iterable[Any], text: bool = False) -> str:
+    """A PostgreSQL array literal of numbers (or of strings, `text`), NULL for None: bound as one
+    string, it costs a fraction of the driver adapting a list value by value (a thousand agents'
+    fourteen lists were a third of a rare word's time in Python)."""
+    if not text:
+        values = tuple(values)
+        if None not in values:
+            return "{" + ",".join(map(str, values)) + "}"
+        return "{" + ",".join("NULL" if v is None else str(v) for v in values) + "}"
+    return "{" + ",".join("NULL" if v is None else '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+                          for v in values) + "}"
 
 
-def _rare(q: Query, caches: Sequence[DfCache]) -> bool:
-    """Whether the rows holding every phrase are few over the agents, by the counts the caches
-    last kept (each agent's smallest); False while one agent has none kept."""
-    total = 0
-    for cache in caches:
-        counts = [cached[0] for cached in q.cached_dfs(cache)]
-        if any(c is None for c in counts):
-            return False
-        total += min(c for c in counts if c is not None)
-        if total > RARE_ROWS:
-            return False
-    return True
+def stats_ctes(q: Query, kinds: dict[str, str]) -> str:
+    """CTEs ending in `st`: per agent of `ag`, the columns of search.Query.stats_cte's `st` (the
+    head, df0…, n, avgdl, idf0…) with ag_ano, each as ss_search_stats gives it for that agent.
+
+    The kept head is taken where it holds (the agent's meta version and epoch as kept, and its
+    windows changed since the kept snapshot's xmin the same), else the windows are summed, and
+    the snapshot's xmin kept with the windows changed since; a phrase's kept count is taken where
+    its index state is the head's, else counted, for every such agent in one walk of the GIN
+    index (the count ss_search_stats makes; from the postings it makes the same count)."""
+    phrases = range(len(q.phrases))
+    kept_recent = "CASE WHEN ag.hc IS NULL THEN NULL ELSE ARRAY(SELECT jsonb_array_elements_text(ag.hc::jsonb)) END"
+    hd = ("hd AS MATERIALIZED (SELECT ag.*, a.meta_version AS version, a.idx_epoch AS epoch, "
+          f"coalesce(ag.ha IS NOT NULL AND a.meta_version = ag.hv AND a.idx_epoch = ag.he AND {kept_recent} = "
+          f"(SELECT {RECENT} FROM ss_windows w WHERE w.ano = ag.ano AND w.idx_xid >= ag.ha::xid8), false) AS kept "
+          "FROM ag JOIN ss_agents a ON a.ano = ag.ano)")
+    sums = ("sm AS (SELECT w.ano, coalesce(sum(w.idx_rows), 0)::bigint AS rows, coalesce(sum(w.idx_tokens), 0)::bigint "
+            "AS tokens, count(*) AS windows, coalesce(sum(w.idx_gen), 0) AS gen FROM ss_windows w "
+            "WHERE w.ano IN (SELECT hd.ano FROM hd WHERE NOT hd.kept) GROUP BY w.ano)")
+    kept = ["c{i}", "c{i}v", "c{i}w", "c{i}g", "c{i}e"]
+    head = ("h AS MATERIALIZED (SELECT hd.ano AS ag_ano, hd.kept, hd.version, "
+            "ARRAY(SELECT w.wid FROM ss_windows w WHERE w.ano = hd.ano AND w.needs_rebuild = 1) AS dirty, "
+            "CASE WHEN hd.kept THEN hd.hn ELSE coalesce(sm.rows, 0) END AS rows, "
+            "CASE WHEN hd.kept THEN hd.ht ELSE coalesce(sm.tokens, 0) END AS tokens, "
+            "CASE WHEN hd.kept THEN hd.hw ELSE coalesce(sm.windows, 0) END AS windows, "
+            "CASE WHEN hd.kept THEN hd.hg ELSE coalesce(sm.gen, 0) END AS gen, hd.epoch, "
+            "(SELECT max(a.ano) FROM ss_agents a) AS listing, CASE WHEN hd.kept THEN hd.ha ELSE x.at END AS at, "
+            f"CASE WHEN hd.kept THEN {kept_recent.replace('ag.', 'hd.')} ELSE (SELECT {RECENT} FROM ss_windows w "
+            "WHERE w.ano = hd.ano AND w.idx_xid >= x.at::xid8) END AS recent"
+            + "".join(f", hd.{name.format(i=i)}" for i in phrases for name in kept)
+            + " FROM hd LEFT JOIN sm ON sm.ano = hd.ano, "
+            "(SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS at) x)")
+    ctes = [hd, sums, head]
+    joins = []
+    settled = ["h.kept"]
+    for i in phrases:
+        same = f"(h.version, h.windows, h.gen, h.epoch) = (h.c{i}v, h.c{i}w, h.c{i}g, h.c{i}e)"
+        settled.append(f"{same} IS TRUE")
+        # the agents whose kept count no longer holds, counted in one walk (none: the walk never starts)
+        ctes.append(f"n{i} AS (SELECT m.ano, count(*) AS df FROM ss_index m WHERE EXISTS (SELECT 1 FROM h "
+                    f"WHERE {same} IS NOT TRUE) AND m.tsv @@ %(q{i})s::tsquery AND m.ano IN "
+                    f"(SELECT h.ag_ano FROM h WHERE {same} IS NOT TRUE) GROUP BY m.ano)")
+        joins.append((f"CASE WHEN {same} THEN h.c{i} ELSE coalesce(n{i}.df, 0) END AS df{i}",
+                      f" LEFT JOIN n{i} ON n{i}.ano = h.ag_ano"))
+    dfs = ", ".join(column for column, _ in joins)
+    # settled: the head and every count as the agent kept them (the caller has nothing to keep)
+    columns = ", ".join([f"h.{c}" for c in ("ag_ano", *HEAD_COLUMNS)] + [" AND ".join(settled) + " AS settled"])
+    counts = f"SELECT {columns}, {dfs} FROM h" + "".join(join for _, join in joins)
+    ctes.append(f"st AS MATERIALIZED ({q.bm25_select(counts)})")
+    ag = ("ag AS (SELECT * FROM unnest(" + ", ".join(f"%(ag_{name})s::{kind}[]" for name, kind in kinds.items())
+          + ") AS ag(" + ", ".join(kinds) + "))")
+    return ", ".join([ag, *ctes])
+
+
+def hot_cut(name: str, rows: Callable[[str], str], order: str) -> str:
+    """CTEs ending in `name`: the first %(k)s of `rows(check)` (a SELECT with a column wid, its
+    WHERE open for `check`) by `order` (of its columns) whose window is hot, not an orphan
+    awaiting the sweep (gone, or cold).
+
+    Orphans are few and short-lived, so the hot test is made on the first %(k2)s (2k) rows only,
+    not on every row of the word (a semi join a row: ~10% of a common word's walk). That cut
+    stands when k of them are hot, or when they are every row: the rows past them rank below
+    them all. Else the rows are walked again, each tested (never while the cut stands: its one-time
+    filter is false)."""
+    hot = "EXISTS (SELECT 1 FROM ss_windows hw WHERE hw.wid = r.wid AND hw.cold = 0)"
+    return (f"{name}_raw AS MATERIALIZED ({rows('')} ORDER BY {order} LIMIT %(k2)s), "
+            f"{name}_ok AS MATERIALIZED (SELECT (SELECT count(*) FROM {name}_raw r WHERE {hot}) >= %(k)s "
+            f"OR (SELECT count(*) FROM {name}_raw) < %(k2)s AS ok), "
+            f"{name} AS ((SELECT * FROM {name}_raw r WHERE (SELECT ok FROM {name}_ok) AND {hot} "
+            f"ORDER BY {order} LIMIT %(k)s) UNION ALL (SELECT * FROM ({rows(' AND m.wid IN (SELECT wid FROM hot)')} "
+            f"ORDER BY {order} LIMIT %(k)s) f WHERE NOT (SELECT ok FROM {name}_ok)))")
+
+
+def known_cte(i: int) -> str:
+    """A CTE `pl{i}`: the KNOWN lexemes of prefix phrase i most frequent in a sample of its rows
+    (Query.known): a prefix a few words begin has them all, so each row's count is a few lookups,
+    not a walk of its terms. Any sample gives the same counts (a row holding another is walked)."""
+    return (f"pl{i} AS MATERIALIZED (SELECT coalesce((SELECT array_agg(z.k ORDER BY z.c DESC, z.k) FROM "
+            f"(SELECT k, count(*) AS c FROM (SELECT m.tf FROM ss_index m WHERE m.tsv @@ %(q{i})s::tsquery "
+            f"LIMIT {SAMPLE}) s, jsonb_object_keys(s.tf) k WHERE starts_with(k, %(x{i}_0)s) GROUP BY k "
+            f"ORDER BY c DESC, k LIMIT {KNOWN}) z), '{{}}'::text[]) AS l)")
 
 
 def _kept_head(cache: DfCache) -> tuple:
     version, epoch, at, recent, rows, tokens, windows, gen = cache.kept_head or (None,) * 8
-    return version, epoch, at, None if recent is None else json.dumps(list(recent)), rows, tokens, windows, gen
+    if recent is not None:
+        recent = json.dumps(list(recent)) if recent else "[]"
+    return version, epoch, at, recent, rows, tokens, windows, gen
 
 
 async def search_many(reader: Reader, anos: Sequence[int], caches: Sequence[DfCache], q: Query, *, k: int,
@@ -60,68 +142,63 @@ async def search_many(reader: Reader, anos: Sequence[int], caches: Sequence[DfCa
     params: dict[str, Any] = {"k": k}
     kinds = dict(AG_COLUMNS) | {f"c{i}{field}": kind for i in range(len(q.phrases))
                                 for field, kind in zip(CACHED, CACHED_KINDS, strict=True)}
-    lists: dict[str, list] = {name: [] for name in kinds}
+    q.cached_dfs(caches[0])  # the phrases' texts (q0, …), the same for every agent
+    texts = [q.params[f"q{i}"] for i in range(len(q.phrases))]
+    unknown = ((None, None, None, None), None)
+    agents = []  # per agent its row of `ag`
     for ano, cache in zip(anos, caches, strict=True):
-        for (name, _), value in zip(AG_COLUMNS, (ano, *_kept_head(cache)), strict=True):
-            lists[name].append(value)
-        for i, cached in enumerate(q.cached_dfs(cache)):
-            for field, value in zip(CACHED, cached, strict=True):
-                lists[f"c{i}{field}"].append(value)
-    for name, values in lists.items():
-        params[f"ag_{name}"] = values
-    params["anos"] = list(anos)
-    # a word few rows hold (as the counts last kept say; a guess, which only costs speed): `st`
-    # only for the agents holding it (ss_search_stats is most of a rare word's cost), a light
-    # head for the others
-    holders = _rare(q, caches)
-    ag = ("ag AS (SELECT * FROM unnest(" + ", ".join(f"%(ag_{n})s::{kinds[n]}[]" for n in lists) + ") AS ag("
-          + ", ".join(lists) + ")"
-          + (f" WHERE ag.ano IN (SELECT m.ano FROM ss_index m WHERE m.tsv @@ {q.tsquery} "
-             "AND m.ano = ANY(%(anos)s::integer[]))" if holders else "") + ")")
-    stats = q.stats_cte(AG_HEAD_ARGS, lambda name: f"ag.{name}", "ag CROSS JOIN LATERAL ", "ag.ano AS ag_ano, ")
+        agent = [ano, *_kept_head(cache)]
+        for text in texts:
+            state, df = cache.get(text) or unknown
+            agent += (df, *state)
+        agents.append(agent)
+    for name, values in zip(kinds, zip(*agents, strict=True), strict=True):
+        params[f"ag_{name}"] = array_literal(values, text=kinds[name] == "text")
+    params["anos"] = params["ag_ano"]
+    stats = stats_ctes(q, kinds)
+    for i, phrase in enumerate(q.phrases):
+        if q.prefix and i == len(q.phrases) - 1 and len(phrase) == 1:
+            stats += ", " + known_cte(i)
+            q.known[i] = f"(SELECT l FROM pl{i})"
     # one walk of the word's rows for every agent (a walk per agent would read every agent's rows
-    # of a common word a thousand times), each row scored from its own agent's `st` row; rows of
-    # a window no longer hot (an orphan awaiting the sweep) are left out before the cut
+    # of a common word a thousand times), each row scored from its own agent's `st` row, read once
+    # (the idfs carried up with the row's terms)
     where = scope_sql(None, exclude, role, since, until, params, ano="st.ag_ano")
+    params["k2"] = 2 * k
     hot = "hot AS MATERIALIZED (SELECT wid FROM ss_windows WHERE ano = ANY(%(anos)s::integer[]) AND cold = 0)"
-    rows_of_word = (f"st, ss_index m WHERE m.tsv @@ {q.tsquery} AND {' AND '.join(where)} "
-                    "AND m.wid IN (SELECT wid FROM hot)")
-    columns = "m.id, m.ano, m.ts, m.mid"
+    rows_of_word = f"st, ss_index m WHERE m.tsv @@ {q.tsquery} AND {' AND '.join(where)}"
+    idfs = "".join(f", st.idf{i}" for i in range(len(q.phrases)))
+    columns = f"m.id, m.ano, m.ts, m.mid, m.wid{idfs}"
     if order == "recent":  # the newest k chosen unscored, then scored (search.py's `recent` does so too)
-        hot += (f", cand AS MATERIALIZED (SELECT m.id FROM {rows_of_word} ORDER BY m.ts DESC, m.mid {MID} "
-                "LIMIT %(k)s)")
+        hot += ", " + hot_cut("cand", lambda check: f"SELECT m.id, m.ts, m.mid, m.wid FROM {rows_of_word}{check}",
+                              f"ts DESC, mid {MID}")
         source = q.terms_sql("st, cand c JOIN ss_index m ON m.id = c.id WHERE st.ag_ano = m.ano", columns=columns)
-        best = (f"best AS (SELECT m.ano, m.id, {q.score_sql()} AS s, m.ts, m.mid FROM st, {source} "
-                "WHERE st.ag_ano = m.ano)")
+        best = f"best AS (SELECT m.ano, m.id, {q.score_sql(st='m')} AS s, m.ts, m.mid FROM {source})"
     else:
-        source = q.terms_sql(rows_of_word, columns=columns)
-        best = (f"best AS (SELECT m.ano, m.id, {q.score_sql()} AS s, m.ts, m.mid FROM st, {source} "
-                f"WHERE st.ag_ano = m.ano ORDER BY s, m.ts DESC, m.mid {MID} LIMIT %(k)s)")
+        # each row's terms read before it meets its agent's `st` row: joined, the rows are then
+        # narrow (a merge join sorted 50,000 rows with their tsvectors and counts on disk)
+        word = (f"(SELECT m.id, m.ano, m.ts, m.mid, m.wid, m.dl, {q.tf_columns()} FROM ss_index m "
+                f"WHERE m.tsv @@ {q.tsquery} OFFSET 0) m")
+        scored = f"st, {word} WHERE {' AND '.join(where)}"
+        best = hot_cut("best", lambda check: f"SELECT m.ano, m.id, {q.score_sql(st='m')} AS s, m.ts, m.mid, m.wid "
+                                             f"FROM {q.terms_sql(scored + check, columns=columns, counted=True)}",
+                       f"s, ts DESC, mid {MID}")
     params.update(q.params)
-    light = ""
-    if holders:  # HEAD's version, dirty windows and listing where the `st` rows have them, the rest NULL
-        nulls = ["NULL::bigint"] * 3 + ["NULL::numeric", "NULL::bigint", "l.listing", "NULL::text", "NULL::text[]"]
-        light = (" UNION ALL SELECT a.ano, false, a.meta_version, ARRAY(SELECT w.wid FROM ss_windows w "
-                 f"WHERE w.ano = a.ano AND w.needs_rebuild = 1), {', '.join(nulls + ['NULL::bigint'] * len(q.phrases))}"
-                 ", NULL::bigint, NULL::float8, NULL::text, NULL::bigint, NULL::text FROM ss_agents a, "
-                 "(SELECT max(ano) AS listing FROM ss_agents) l WHERE a.ano = ANY(%(anos)s::integer[]) "
-                 "AND a.ano NOT IN (SELECT ag_ano FROM st)")
     rows = await reader.all(
-        f"WITH {ag}, {stats}, {hot}, {best} SELECT st.ag_ano, true, {q.stats_columns()}, r.id, r.s, r.event_id, "
+        f"WITH {stats}, {hot}, {best} SELECT st.ag_ano, st.settled, {q.stats_columns()}, r.id, r.s, r.event_id, "
         "r.ts, r.text FROM st LEFT JOIN LATERAL (SELECT b.id, b.s, b.mid, e.event_id, e.ts, e.text FROM best b "
-        f"JOIN ss_events e ON e.id = b.id WHERE b.ano = st.ag_ano) r ON true{light}", params, last=True)
+        "JOIN ss_events e ON e.id = b.id WHERE b.ano = st.ag_ano) r ON true", params, last=True)
     found: dict[int, tuple[int, frozenset[int], list[tuple]]] = {}
     by_ano = dict(zip(anos, caches, strict=True))
     listing = 2 + HEAD_COLUMNS.index("listing")
     for row in rows:
         ano = row[0]
         if ano not in found and row[1]:
-            version, dirty, _ = q.remember(row[2:], by_ano[ano])
-            found[ano] = (version, dirty, [])
-        elif ano not in found:  # holds no row of the word: its light head
             by_ano[ano].saw_listing(row[listing])
             found[ano] = (row[2], frozenset(row[3]), [])
+        elif ano not in found:
+            version, dirty, _ = q.remember(row[2:], by_ano[ano])
+            found[ano] = (version, dirty, [])
         if row[-5] is not None:
             found[ano][2].append(tuple(row[-5:]))
     return [found[ano] for ano in anos]
-
