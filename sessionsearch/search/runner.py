@@ -48,12 +48,14 @@ async def newest_first(each: Callable[[Scope], Awaitable[A]], scopes: list[Scope
                        versions: dict[str, int] | None, deadline: float, k: int, fanout: int,
                        times: Callable[[A], Iterable[int]], passed: Callable[[Scope, set[int]], A],
                        rest: Callable[[list[Scope]], Awaitable[list[A] | None]] | None = None,
-                       since: int | None = None, until: int | None = None) -> list[A]:
+                       since: int | None = None, until: int | None = None,
+                       matchless: Callable[[list[Scope]], Awaitable[set[str]]] | None = None) -> list[A]:
     """`each` of the scopes for order "recent", the agents visited newest first (at most `fanout`
     at once), none started once `k` items (`times`: the timestamps of an answer's items) are
     newer than the newest message of every agent not visited yet; `passed(scope, dirty)` answers
     for an agent not visited (nothing, its windows in scope needing reconciliation). Past
-    VISITS_ALONE agents, `rest` answers for all the others at once (None: it cannot). The time
+    VISITS_ALONE agents, the agents `matchless` names (known to hold no match) are passed over, and
+    `rest` answers for all the others at once (None: it cannot). The time
     range [`since`, `until`) bounds the hits too: an agent with no message since `since` is
     passed over at once.
 
@@ -94,6 +96,9 @@ async def newest_first(each: Callable[[Scope], Awaitable[A]], scopes: list[Scope
 
     alone, others = (ordered[:VISITS_ALONE], ordered[VISITS_ALONE:]) if rest is not None else (ordered, [])
     answers = await bounded(visit, alone, fanout)
+    if matchless is not None and others and not settled(others[0]):
+        for agent_id in await matchless(others):
+            bounds[agent_id] = None
     if rest is not None and others and not settled(others[0]):
         together = await rest([s for s in others if bounds[s.agent_id] is not None])
         if together is not None:
@@ -253,21 +258,19 @@ async def run_query(open_store: StoreLookup, catalog: CatalogCache, query: Parse
             found.append((agent_id, hits, False, dirty))
         return found
 
-    matchless: list[tuple[str, list[Hit], bool, set[int]]] = []
+    async def matchless(scopes: list[Scope]) -> set[str]:
+        """The agents whose bounds kept in memory say they hold no match (no read)."""
+        assert kept is not None and query.match is not None
+        found = await kept([s.agent_id for s in scopes], query.match)
+        return {s.agent_id for s, bound in zip(scopes, found, strict=True)
+                if bound is not None and bound.bound == -math.inf}
+
     if req.order == "recent" and newest is not None and len(todo) > 1:
-        if kept is not None:  # the agents known to hold no match, from bounds kept in memory, need no visit
-            passing = await kept([s.agent_id for s in todo], query.match)
-            for scope, bound in zip(todo, passing, strict=True):
-                if bound is not None and bound.bound == -math.inf:
-                    if versions is not None and bound.meta_version != versions.get(scope.agent_id):
-                        raise MetaChanged(scope.agent_id)
-                    matchless.append((scope.agent_id, [], False, scope.wids.intersection(bound.dirty)))
-            todo = [s for s, b in zip(todo, passing, strict=True) if b is None or b.bound != -math.inf]
-        per_agent = matchless + await newest_first(
-            each, todo, newest=newest, versions=versions, deadline=deadline, k=k, fanout=fanout,
-            times=lambda found: (h.ts for h in found[1]),
-            passed=lambda scope, dirty: (scope.agent_id, [], False, dirty), rest=together if whole else None,
-            since=req.since, until=req.until)
+        per_agent = await newest_first(each, todo, newest=newest, versions=versions, deadline=deadline, k=k,
+                                       fanout=fanout, times=lambda found: (h.ts for h in found[1]),
+                                       passed=lambda scope, dirty: (scope.agent_id, [], False, dirty),
+                                       rest=together if whole else None, since=req.since, until=req.until,
+                                       matchless=matchless if kept is not None else None)
     elif whole:
         per_agent = await together(todo)
     if per_agent is None and each_top is not None and len(todo) > 1:

@@ -165,13 +165,20 @@ class Known:
     exact: dict[str, Row | None] = field(default_factory=dict)  # None: the agent holds no such term
     ranges: dict[str, list[Row]] = field(default_factory=dict)  # a prefix's terms, MAX_RANGE + 1 at most
 
+    bounds: dict[tuple[Phrase, ...], float] = field(default_factory=dict)  # by query, as computed
+
     def bound(self, query: BoundQuery) -> float | None:
         """The agent's bound for `query`, None when a term of it was not read yet."""
         if not self.fresh:
             return UNKNOWN
+        if (bound := self.bounds.get(query.phrases)) is not None:
+            return bound
         if any(t not in self.exact for t in query.exact) or any(lo not in self.ranges for lo in query.prefixes):
             return None
-        return agent_bound(query, self.averages, self.exact, self.ranges)
+        if len(self.bounds) >= KNOWN_TERMS:
+            self.bounds.clear()
+        bound = self.bounds[query.phrases] = agent_bound(query, self.averages, self.exact, self.ranges)
+        return bound
 
     def add(self, query: BoundQuery, rows: list[tuple]) -> None:
         """The rows query.sql read (the state row last) added to what is known."""
