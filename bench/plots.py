@@ -226,12 +226,20 @@ def plot_agents_growth(agents: dict | None, out: Path, label: str = "after") -> 
                         alpha=0.6, label=f"{order} p95")
                 if big and big["classes"].get(name, {}).get("p50_ms"):
                     ax.plot([1000], [big["classes"][name]["p50_ms"]], "D", color=color, markersize=7,
-                            label=f"{order} p50, 1,000 x 1,000" if row == 0 else None)
+                            label=f"{order} p50 (hollow: p95), 1,000 x 1,000" if row == 0 else None)
                     ax.plot([1000], [big["classes"][name]["p95_ms"]], "D", color=color, markersize=7,
                             fillstyle="none")
-                for n in sorted(by_count):
-                    if by_count[n]["classes"].get(name, {}).get("errors"):
-                        notes.append(f"{store_name} {n} agents, {name}: errors {by_count[n]['classes'][name]['errors']}")
+                failed = [(f"{n:,} x 50", by_count[n]["classes"].get(name, {})) for n in sorted(by_count)]
+                failed += [("1,000 x 1,000", big["classes"].get(name, {}))] if big else []
+                for shape, figures in failed:
+                    if figures.get("errors"):
+                        kinds = "; ".join(f"{count} x {kind.split(':')[0]}" for kind, count in figures["errors"].items())
+                        notes.append(f"{store_name} {shape}, {name}: {figures['n']} answered, {kinds}")
+                if big and big["classes"].get(name, {}).get("errors") and not big["classes"][name].get("p50_ms"):
+                    ax.text(0.97, 0.95 if order == "relevance" else 0.05,
+                            f"1,000 x 1,000, {order}: every search failed ({big['classes'][name]['n']} answered)",
+                            transform=ax.transAxes, fontsize=6.5, color=color, ha="right",
+                            va="top" if order == "relevance" else "bottom")
             ax.axhline(100, color="#d62728", linewidth=0.8, linestyle="--", label="goal: p95 100 ms")
             _log_axes(ax, AGENT_COUNTS, lambda n: f"{n:,}")
             if col == 0:
@@ -245,14 +253,16 @@ def plot_agents_growth(agents: dict | None, out: Path, label: str = "after") -> 
                               for n in counts)
             codes = sorted({str(by_count[n].get("code", "?")) for n in counts} | ({str(big.get("code", "?"))} if big else set()))
             notes.append(f"{store_name}: {', '.join(f'{n:,}' for n in counts)} agents x 50 messages"
-                         f"{', and 1,000 x 1,000' if big else ''}; code {', '.join(codes)}; load average {loads}")
+                         f"{', and 1,000 x 1,000' if big else ''}; code {', '.join(codes)}")
+            notes.append(f"    load average {loads}"
+                         f"{', 1000x1000: ' + '-'.join(f'{v:g}' for v in big['load_avg_1m']) if big else ''}")
         missing = [f"{n:,} x 50" for n in AGENT_COUNTS if n not in by_count] + ([] if big else ["1,000 x 1,000"])
         if missing:
             notes.append(f"{store_name}: no run yet at {', '.join(missing)} (agents x messages)")
     axes[0][0].legend(fontsize=6, loc="upper left")
     notes.append(f"bench/results/agents.json, label \"{label}\": an operator search over every agent (no agentId), "
                  f"limit 10, {next(iter(run.values())).get('sqlite', {}).get('reps', '?')} searches per class after a warm-up round")
-    fig.subplots_adjust(bottom=0.13, hspace=0.12, wspace=0.08, top=0.93, left=0.14, right=0.98)
+    fig.subplots_adjust(bottom=0.15, hspace=0.12, wspace=0.08, top=0.93, left=0.14, right=0.98)
     fig.suptitle("Search over every agent as agents are added: p50 and p95 per query class", fontsize=10)
     return _save(fig, out, "agents-growth.png", notes)
 
