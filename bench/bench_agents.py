@@ -2,6 +2,7 @@
 on SQLite and on PostgreSQL: rare and common words, exact and prefix, relevance and recent.
 
     .venv/bin/python bench/bench_agents.py --label after [--agents 1000 --messages 50 --reps 10]
+    .venv/bin/python bench/bench_agents.py --label after --shapes 10x50,100x50,1000x50   # the growth curve
     .venv/bin/python bench/bench_agents.py --label before --concurrency 0   # every agent at once
 
 Each message holds "alpha" (the common word: in every message of every agent) among filler words;
@@ -9,10 +10,12 @@ one message in each 20th agent holds "zephyr" (the rare word). Prefix classes se
 Per class: p50/p95 of the searches (the first round not counted), and the errors met (a 503 when
 the PostgreSQL pool is waited out); per store the process's open files (/proc/self/fd) and RSS,
 highest seen while searching. `--concurrency 0` sends every agent's statement at once, what the
-code did before search_agents_concurrency. The built corpus is kept (bench/work/, a database
-named for N x M) so a second label measures the same data. Figures go under the label in
-bench/results/agents.json, with the load average before and after each store's searches (the
-machine is shared: a ratio means something only between runs at a like load).
+code did before search_agents_concurrency. `--shapes` measures several shapes in one command, one
+after another (each shape's stores in turn). The built corpus is kept (bench/work/, a database
+named for N x M) so a second label measures the same data. Figures go under the label and the
+shape "NxM" in bench/results/agents.json, with the commit measured and the load average before and
+after each store's searches (the machine is shared: a ratio means something only between runs at a
+like load).
 
 Before and after a change, side by side: run this script from a checkout of the old code with
 `--label before` (its bench/work linked to this one's), then here with `--label after`, one store
@@ -36,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import psycopg  # noqa: E402
-from stats import pct  # noqa: E402
+from stats import commit, pct  # noqa: E402
 
 from sessionsearch import Engine, Settings  # noqa: E402
 from sessionsearch import logging as sslogging  # noqa: E402
@@ -57,6 +60,14 @@ def rss_mib() -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def parse_shapes(text: str) -> list[tuple[int, int]]:
+    shapes = []
+    for item in text.split(","):
+        agents, _, messages = item.strip().lower().partition("x")
+        shapes.append((int(agents), int(messages)))
+    return shapes
 
 
 def url_of(base: str, name: str) -> str:
@@ -132,39 +143,56 @@ async def main() -> None:
     parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/postgres",
                         help="PostgreSQL server URL; a scratch database on it holds the corpus")
     parser.add_argument("--stores", default="sqlite,postgres")
+    parser.add_argument("--code", default=None,
+                        help="what the figures are of, saved with them (default the checkout's commit)")
+    parser.add_argument("--shapes", default=None,
+                        help="several shapes AGENTSxMESSAGES, comma-separated (e.g. 10x50,100x50,1000x50); "
+                             "default the one of --agents and --messages")
+    parser.add_argument("--db-prefix", default="ss_bench_",
+                        help="PostgreSQL database names start with this (a shared server: keep runs apart)")
     args = parser.parse_args()
     sslogging.configure("WARNING")
     extra = {}
     if args.concurrency is not None:
         extra["search_agents_concurrency"] = args.concurrency or 1_000_000
-    shape = f"{args.agents}x{args.messages}"
+    shapes = parse_shapes(args.shapes) if args.shapes else [(args.agents, args.messages)]
+    code = commit()
+    path = HERE / "results" / "agents.json"
+    for agents, messages in shapes:
+        await run_shape(args, extra, code, path, agents, messages)
+
+
+async def run_shape(args: argparse.Namespace, extra: dict, code: str, path: Path, agents: int, messages: int) -> None:
+    shape = f"{agents}x{messages}"
     work = HERE / "work" / f"agents-{shape}"
     work.mkdir(parents=True, exist_ok=True)
-    path = HERE / "results" / "agents.json"
-    results = json.loads(path.read_text()) if path.exists() else {}
-    run = results.setdefault(args.label, {})
-    run.setdefault(shape, {}).update(  # a run of one store keeps the other's figures
-        machine=f"{platform.machine()}, {os.cpu_count()} cores",
-        search_agents_concurrency=extra.get("search_agents_concurrency", Settings().search_agents_concurrency))
     for store in args.stores.split(","):
         if store == "sqlite":
             settings = Settings(data_dir=str(work / "data"), **extra)
         else:
-            name = f"ss_bench_agents_{args.agents}x{args.messages}"
+            name = f"{args.db_prefix}agents_{shape}"
             with psycopg.connect(args.pg, autocommit=True) as admin:
                 if admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None:
                     admin.execute(f'CREATE DATABASE "{name}"')
             settings = Settings(data_dir=str(work / "pg-data"), database_url=url_of(args.pg, name), **extra)
         started = time.perf_counter()
-        await build(settings, args.agents, args.messages)
+        await build(settings, agents, messages)
         built_s = time.perf_counter() - started
         load_before = os.getloadavg()[0]
         figures = await measure(settings, args.reps)
         figures["load_avg_1m"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
         figures["build_s"] = round(built_s, 1)
         figures["reps"] = args.reps
-        run[shape][store] = figures
-        print(store, json.dumps(figures, indent=1), flush=True)
+        figures["code"] = args.code or code
+        print(shape, store, json.dumps(figures, indent=1), flush=True)
+        # read again before each write: a run of one store or shape keeps the others' figures
+        results = json.loads(path.read_text()) if path.exists() else {}
+        run = results.setdefault(args.label, {}).setdefault(shape, {})
+        run.pop("code", None)  # each store's figures name their own code: the other's may be older
+        run.update(machine=f"{platform.machine()}, {os.cpu_count()} cores",
+                   search_agents_concurrency=extra.get("search_agents_concurrency",
+                                                       Settings().search_agents_concurrency))
+        run[store] = figures
         path.parent.mkdir(exist_ok=True)
         path.write_text(json.dumps(results, indent=2) + "\n")
 

@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from corpus import CorpusSpec, generate  # noqa: E402
-from stats import pct  # noqa: E402
+from stats import commit, pct  # noqa: E402
 
 from sessionsearch import Engine, Settings  # noqa: E402
 from sessionsearch import logging as sslogging  # noqa: E402
@@ -308,6 +308,8 @@ async def main() -> None:
                         help="search while another agent is reconciled, once per workers' CPU priority, in this order")
     parser.add_argument("--keep", action="store_true", help="keep the databases and work dir afterwards")
     parser.add_argument("--out", default="pg", help="figures go to bench/results/<out>.json")
+    parser.add_argument("--db-prefix", default="ss_bench_",
+                        help="the scratch databases' names start with this (a shared server: keep runs apart)")
     args = parser.parse_args()
     sslogging.configure("WARNING")
     spec = CorpusSpec(messages=args.messages, sessions=args.sessions or max(1, args.messages // 100))
@@ -315,7 +317,7 @@ async def main() -> None:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     tag = secrets.token_hex(3)
-    names = {"anchor": f"ss_bench_anchor_{tag}", "ours": f"ss_bench_ours_{tag}"}
+    names = {"anchor": f"{args.db_prefix}anchor_{tag}", "ours": f"{args.db_prefix}ours_{tag}"}
     with psycopg.connect(args.pg, autocommit=True) as admin:
         for name in names.values():
             admin.execute(f'CREATE DATABASE "{name}"')
@@ -329,7 +331,7 @@ async def main() -> None:
         (results / f"{args.out}.json").write_text(json.dumps(out, indent=2) + "\n")
 
     out: dict = {"messages": args.messages, "sessions": spec.sessions, "reps": args.reps,
-                 "machine": {"cpus": os.cpu_count(), "python": platform.python_version()}}
+                 "machine": {"cpus": os.cpu_count(), "python": platform.python_version()}, "code": commit()}
     try:
         print(f"writing the corpus ({args.messages:,} messages) as a state dir ...", file=sys.stderr)
         df, total, copy_path = write_state_dir(spec, work / "state", "main")

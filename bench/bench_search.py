@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from corpus import CorpusSpec, generate  # noqa: E402
-from stats import pct  # noqa: E402
+from stats import commit, pct  # noqa: E402
 
 from sessionsearch import Engine, Settings  # noqa: E402
 from sessionsearch import logging as sslogging  # noqa: E402
@@ -345,11 +345,14 @@ async def main() -> None:
     single = await single_tx_rates(work, args.single_tx)
     print(f"one message per transaction: ours {single['ours_single_tx_msgs_per_s']:,.0f} msg/s, bare "
           f"{single['bare_single_tx_msgs_per_s']:,.0f} msg/s", file=sys.stderr)
+    load_before = os.getloadavg()[0]
     queries = await measure(work, args.reps, built["messages"])
+    load_after = os.getloadavg()[0]
     postings = await postings_phase(work, pick_words(work / "bare.db", built["messages"]), args.reps)
     report = {
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {"python": platform.python_version(), "sqlite": sqlite3.sqlite_version, "cpus": os.cpu_count()},
+        "code": commit(), "queries_load_avg_1m": [round(load_before, 2), round(load_after, 2)],
         "corpus": {"messages": built["messages"], "sessions": args.sessions},
         "build": built, "single_tx": single, "queries": queries, "postings": postings,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,

@@ -8,7 +8,11 @@ benchmark and then this script redraws the PNGs the Performance page shows.
 
 - search-classes.png: p50 per query class at the largest corpus, ours next to bare FTS5
   (bench_search.py: search.json, or search-<messages>.json for other sizes);
-- search-growth.png: the same per corpus size, from every search*.json there is;
+- search-growth.png: p50 and p95 per query class per corpus size in one agent, SQLite (every
+  search*.json) above PostgreSQL (bench_pg.py: pg.json, or pg-<messages>.json for other sizes),
+  each next to its bare baseline;
+- agents-growth.png: an operator search over every agent, p50 and p95 per class per agent count,
+  SQLite and PostgreSQL side by side (bench_agents.py: agents.json, label "after");
 - throughput.png: append + index, import and reconciliation rates next to bare FTS5 inserts
   (search*.json, pipeline.json);
 - http.png: HTTP latency under concurrency, idle and while a worker reconciles (http.json);
@@ -97,41 +101,170 @@ def plot_search_classes(runs: dict[int, dict], out: Path) -> Path | None:
     return _save(fig, out, "search-classes.png", [f"source: bench/results/{runs[size]['_file']}"])
 
 
-def plot_search_growth(runs: dict[int, dict], out: Path) -> Path | None:
-    if not runs:
+def pg_runs(folder: Path) -> dict[int, dict]:
+    """bench_pg.py's runs by corpus size: pg.json and one pg-<messages>.json per other size."""
+    runs: dict[int, dict] = {}
+    for path in sorted(folder.glob("pg*.json")):
+        data = json.loads(path.read_text())
+        if "search" in data and "messages" in data:
+            data["_file"] = path.name
+            runs[data["messages"]] = data
+    return runs
+
+
+# class label -> (bench_search.py's key, bench_pg.py's key): the same words and shapes of query
+GROWTH_CLASSES = [("rare word", "rare", "rare"), ("0.3% word", "mid_0.3pct", "mid_0.3pct"),
+                  ("1% word", "common_1pct", "common_1pct"), ("10% word", "common_10pct", "common_10pct"),
+                  ("two words", "two_words", "two_words"), ("4-letter prefix", "prefix", "prefix_4"),
+                  ("0.3% word, recent", "recent", "recent_mid_0.3pct")]
+GROWTH_SIZES = [100_000, 200_000, 500_000, 1_000_000]
+
+
+def _size_label(s: int) -> str:
+    return f"{s / 1000:g}k" if s < 1_000_000 else f"{s / 1_000_000:g}M"
+
+
+def _log_axes(ax, xs: list[int], label) -> None:
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xticks(xs, [label(x) for x in xs])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "24" else ""))
+    ax.set_xlim(xs[0] / 1.6, xs[-1] * 1.6)
+    ax.tick_params(labelsize=7)
+
+
+def _load(run: dict) -> str:
+    """The load average a run saved around its searches (bench_search.py) or per class (bench_pg.py)."""
+    if "queries_load_avg_1m" in run:
+        return "-".join(f"{v:g}" for v in run["queries_load_avg_1m"])
+    loads = [c["loadavg_1m"] for c in run.get("search", {}).values() if "loadavg_1m" in c]
+    return f"{min(loads):.1f}-{max(loads):.1f}" if loads else ""
+
+
+def plot_search_growth(runs: dict[int, dict], pg: dict[int, dict], out: Path) -> Path | None:
+    if not runs and not pg:
         return None
-    sizes = sorted(runs)
-    keys = [k for k in ("rare", "mid_0.3pct", "common_1pct", "common_10pct", "recent")
-            if any(k in runs[s]["queries"] for s in sizes)]
-    fig, axes = plt.subplots(1, len(keys), figsize=(2.3 * len(keys) + 1, 3.6), sharex=True)
-    for ax, key in zip(axes, keys):
-        have = [s for s in sizes if key in runs[s]["queries"]]
-        ours = [runs[s]["queries"][key]["ours_p50_ms"] for s in have]
-        bare = [runs[s]["queries"][key]["bare_aiosqlite_p50_ms"] for s in have]
-        ax.plot(have, ours, "o-", color=OURS, label="sessionsearch")
-        ax.plot(have, bare, "s--", color=BARE, label="bare FTS5")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xticks(sizes, [f"{s / 1000:g}k" if s < 1_000_000 else f"{s / 1_000_000:g}M" for s in sizes])
-        ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "24" else ""))
-        ax.set_xlim(sizes[0] / 1.6, sizes[-1] * 1.6)
-        ax.set_title(dict(CLASSES)[key], fontsize=9)
-        ax.tick_params(labelsize=7)
-        ax.set_xlabel("messages", fontsize=8)
-    axes[0].set_ylabel("p50, ms (log)")
-    axes[0].legend(fontsize=7)
-    wanted = [100_000, 200_000, 500_000, 1_000_000]
-    missing = [f"{n:,}" for n in wanted if n not in runs]
-    notes = [f"corpus sizes measured: {', '.join(f'{s:,}' for s in sizes)} "
-             f"(bench/results/{', '.join(runs[s]['_file'] for s in sizes)})"]
-    if missing:
-        notes.append(f"no run yet at {', '.join(missing)} messages: "
-                     "bench/bench_search.py --messages N --sessions N/100 --out bench/results/search-N.json")
-    fig.subplots_adjust(bottom=0.3, wspace=0.35, top=0.85)
-    fig.suptitle("Search p50 as the corpus grows", fontsize=10)
+    # per store: its runs, how to read one class of a run, its baseline's name
+    stores = [("SQLite", runs, lambda r, k: r["queries"].get(k), "ours_p50_ms", "ours_p95_ms",
+               "bare_aiosqlite_p50_ms", "bare FTS5", 1),
+              ("PostgreSQL", pg, lambda r, k: r["search"].get(k), "ours_p50_ms", "ours_p95_ms",
+               "anchor_p50_ms", "bare tsvector + GIN", 2)]
+    fig, axes = plt.subplots(2, len(GROWTH_CLASSES), figsize=(2.2 * len(GROWTH_CLASSES) + 1, 6.4), sharex=True)
+    notes = []
+    for row, (store, store_runs, get, p50, p95, bare, bare_name, key_at) in enumerate(stores):
+        sizes = sorted(store_runs)
+        for col, cls in enumerate(GROWTH_CLASSES):
+            ax = axes[row][col]
+            key = cls[key_at]
+            have = [s for s in sizes if get(store_runs[s], key)]
+            if have:
+                ax.plot(have, [get(store_runs[s], key)[p50] for s in have], "o-", color=OURS,
+                        label="sessionsearch p50")
+                ax.plot(have, [get(store_runs[s], key)[p95] for s in have], "o:", color=OURS, alpha=0.6,
+                        label="sessionsearch p95")
+                ax.plot(have, [get(store_runs[s], key)[bare] for s in have], "s--", color=BARE,
+                        label=f"{bare_name} p50")
+            _log_axes(ax, GROWTH_SIZES, _size_label)
+            if row == 0:
+                ax.set_title(cls[0], fontsize=9)
+            else:
+                ax.set_xlabel("messages", fontsize=8)
+        axes[row][0].set_ylabel(f"{store}\nms (log)", fontsize=9)
+        if sizes:
+            runs_said = "; ".join(f"{_size_label(s)}: {store_runs[s]['_file']}, code {store_runs[s].get('code', 'not saved')}"
+                                  f"{', load ' + _load(store_runs[s]) if _load(store_runs[s]) else ''}" for s in sizes)
+            notes.append(f"{store}: {runs_said}")
+        missing = [f"{n:,}" for n in GROWTH_SIZES if n not in store_runs]
+        if missing:
+            how = ("bench/bench_search.py --messages N --sessions N/100 --out bench/results/search-N.json"
+                   if store == "SQLite" else "bench/bench_pg.py --messages N --out pg-N")
+            notes.append(f"{store}: no run yet at {', '.join(missing)} messages ({how})")
+    notes.append("SQLite searched as built (no optimize); PostgreSQL after its postings build, as a worker's check "
+                 "builds them; each size is its own run, which picks its words by frequency (a 4-letter prefix "
+                 "of them expands to more or fewer words, bare alike)")
+    legend: dict = {}
+    for row_axes in axes:
+        for handle, text in zip(*row_axes[0].get_legend_handles_labels()):
+            legend.setdefault(text, handle)
+    fig.legend(list(legend.values()), list(legend.keys()), loc="upper center", bbox_to_anchor=(0.5, 0.955),
+               ncol=4, fontsize=7, frameon=False)
+    fig.subplots_adjust(bottom=0.2, wspace=0.4, hspace=0.15, top=0.85, left=0.06, right=0.99)
+    fig.suptitle("Search in one agent as the corpus grows: p50 and p95 per query class", fontsize=10)
     return _save(fig, out, "search-growth.png", notes)
+
+
+# bench_agents.py's classes: (word, match) rows, relevance and recent in each
+AGENT_ROWS = [("zephyr", "exact", "rare word"), ("alpha", "exact", "a word in every message"),
+              ("zep", "prefix", "rare prefix"), ("alp", "prefix", "common prefix")]
+AGENT_COUNTS = [10, 100, 1000]
+ORDERS = [("relevance", OURS), ("recent", "#ff7f0e")]
+
+
+def plot_agents_growth(agents: dict | None, out: Path, label: str = "after") -> Path | None:
+    if not agents or label not in agents:
+        print("agents-growth.png: no agents.json figures under 'after': run bench/bench_agents.py "
+              "--label after --shapes 10x50,100x50,1000x50", file=sys.stderr)
+        return None
+    run = agents[label]
+    stores = [("sqlite", "SQLite"), ("postgres", "PostgreSQL")]
+    fig, axes = plt.subplots(len(AGENT_ROWS), 2, figsize=(8.5, 10), sharex=True, sharey="row")
+    notes = []
+    for col, (store, store_name) in enumerate(stores):
+        by_count = {int(shape.split("x")[0]): run[shape][store] for shape in run
+                    if shape.endswith("x50") and store in run[shape]}
+        big = run.get("1000x1000", {}).get(store)
+        for row, (word, match, row_name) in enumerate(AGENT_ROWS):
+            ax = axes[row][col]
+            for order, color in ORDERS:
+                name = f"{word} {match} {order}"
+                have = [n for n in sorted(by_count) if by_count[n]["classes"].get(name, {}).get("p50_ms")]
+                ax.plot(have, [by_count[n]["classes"][name]["p50_ms"] for n in have], "o-", color=color,
+                        label=f"{order} p50")
+                ax.plot(have, [by_count[n]["classes"][name]["p95_ms"] for n in have], "o:", color=color,
+                        alpha=0.6, label=f"{order} p95")
+                if big and big["classes"].get(name, {}).get("p50_ms"):
+                    ax.plot([1000], [big["classes"][name]["p50_ms"]], "D", color=color, markersize=7,
+                            label=f"{order} p50 (hollow: p95), 1,000 x 1,000" if row == 0 else None)
+                    ax.plot([1000], [big["classes"][name]["p95_ms"]], "D", color=color, markersize=7,
+                            fillstyle="none")
+                failed = [(f"{n:,} x 50", by_count[n]["classes"].get(name, {})) for n in sorted(by_count)]
+                failed += [("1,000 x 1,000", big["classes"].get(name, {}))] if big else []
+                for shape, figures in failed:
+                    if figures.get("errors"):
+                        kinds = "; ".join(f"{count} x {kind.split(':')[0]}" for kind, count in figures["errors"].items())
+                        notes.append(f"{store_name} {shape}, {name}: {figures['n']} answered, {kinds}")
+                if big and big["classes"].get(name, {}).get("errors") and not big["classes"][name].get("p50_ms"):
+                    ax.text(0.97, 0.95 if order == "relevance" else 0.05,
+                            f"1,000 x 1,000, {order}: every search failed ({big['classes'][name]['n']} answered)",
+                            transform=ax.transAxes, fontsize=6.5, color=color, ha="right",
+                            va="top" if order == "relevance" else "bottom")
+            ax.axhline(100, color="#d62728", linewidth=0.8, linestyle="--", label="goal: p95 100 ms")
+            _log_axes(ax, AGENT_COUNTS, lambda n: f"{n:,}")
+            if col == 0:
+                ax.set_ylabel(f"{row_name}\n\"{word}\" {match}\nms (log)", fontsize=8)
+            if row == 0:
+                ax.set_title(store_name, fontsize=10)
+        axes[-1][col].set_xlabel("agents (50 messages each; diamonds: 1,000 messages each)", fontsize=8)
+        counts = sorted(by_count)
+        if counts:
+            loads = ", ".join(f"{n}: {by_count[n]['load_avg_1m'][0]:g}-{by_count[n]['load_avg_1m'][1]:g}"
+                              for n in counts)
+            codes = sorted({str(by_count[n].get("code", "?")) for n in counts} | ({str(big.get("code", "?"))} if big else set()))
+            notes.append(f"{store_name}: {', '.join(f'{n:,}' for n in counts)} agents x 50 messages"
+                         f"{', and 1,000 x 1,000' if big else ''}; code {', '.join(codes)}")
+            notes.append(f"    load average {loads}"
+                         f"{', 1000x1000: ' + '-'.join(f'{v:g}' for v in big['load_avg_1m']) if big else ''}")
+        missing = [f"{n:,} x 50" for n in AGENT_COUNTS if n not in by_count] + ([] if big else ["1,000 x 1,000"])
+        if missing:
+            notes.append(f"{store_name}: no run yet at {', '.join(missing)} (agents x messages)")
+    axes[0][0].legend(fontsize=6, loc="upper left")
+    notes.append(f"bench/results/agents.json, label \"{label}\": an operator search over every agent (no agentId), "
+                 f"limit 10, {next(iter(run.values())).get('sqlite', {}).get('reps', '?')} searches per class after a warm-up round")
+    fig.subplots_adjust(bottom=0.15, hspace=0.12, wspace=0.08, top=0.93, left=0.14, right=0.98)
+    fig.suptitle("Search over every agent as agents are added: p50 and p95 per query class", fontsize=10)
+    return _save(fig, out, "agents-growth.png", notes)
 
 
 def plot_throughput(runs: dict[int, dict], pipeline: dict | None, out: Path) -> Path | None:
@@ -237,7 +370,8 @@ def main(argv: list[str] | None = None) -> int:
     results, out = Path(args.results), Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     runs = search_runs(results)
-    drawn = [plot_search_classes(runs, out), plot_search_growth(runs, out),
+    drawn = [plot_search_classes(runs, out), plot_search_growth(runs, pg_runs(results), out),
+             plot_agents_growth(load(results, "agents.json"), out),
              plot_throughput(runs, load(results, "pipeline.json"), out),
              plot_http(load(results, "http.json"), out), plot_readers(load(results, "cache.json"), out)]
     for path in drawn:

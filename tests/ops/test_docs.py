@@ -116,17 +116,19 @@ def png_size(path: Path) -> tuple[int, int]:
 def test_the_plots_are_redrawn_from_the_saved_json_and_name_what_is_missing(tmp_path):
     results = tmp_path / "results"
     shutil.copytree(ROOT / "bench" / "results", results)
-    for extra in results.glob("search-*.json"):
-        extra.unlink()  # leave one corpus size: the growth plot must say which are missing
+    for extra in [*results.glob("search-*.json"), *results.glob("pg-*.json")]:
+        extra.unlink()  # leave one corpus size a store: the growth plot must say which are missing
     result = subprocess.run([sys.executable, str(ROOT / "bench" / "plots.py"), "--results", str(results),
                              "--out", str(tmp_path / "img")], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     drawn = sorted(p.name for p in (tmp_path / "img").glob("*.png"))
-    assert drawn == ["http.png", "readers.png", "search-classes.png", "search-growth.png", "throughput.png"]
+    assert drawn == ["agents-growth.png", "http.png", "readers.png", "search-classes.png", "search-growth.png",
+                     "throughput.png"]
     for path in (tmp_path / "img").glob("*.png"):
         width, height = png_size(path)
         assert width > 400 and height > 200
-    assert "no run yet at 100,000, 200,000, 500,000 messages" in result.stderr
+    assert "SQLite: no run yet at 100,000, 200,000, 500,000 messages" in result.stderr
+    assert "PostgreSQL: no run yet at 100,000, 200,000, 500,000 messages" in result.stderr
     # the docs show the PNGs the script writes
     performance = (ROOT / "docs" / "performance" / "index.md").read_text()
     assert all(f"../img/{name}" in performance for name in drawn)
