@@ -10,8 +10,11 @@ one message in each 20th agent holds "zephyr" (the rare word). Prefix classes se
 Per class: p50/p95 of the searches (the first round not counted), and the errors met (a 503 when
 the PostgreSQL pool is waited out); per store the process's open files (/proc/self/fd) and RSS,
 highest seen while searching. `--concurrency 0` sends every agent's statement at once, what the
-code did before search_agents_concurrency. `--shapes` measures several shapes in one command, one
-after another (each shape's stores in turn). The built corpus is kept (bench/work/, a database
+code did before search_agents_concurrency. `--fold` measures each store as built (`built_classes`),
+then again once a worker's check has folded every agent's score bounds (`classes`, `fold_s`); each
+class's `first_ms` is its first search in the process (after one search of a filler word opened
+the stores' connections). `--shapes` measures several shapes in one
+command, one after another (each shape's stores in turn). The built corpus is kept (bench/work/, a database
 named for N x M) so a second label measures the same data. Figures go under the label and the
 shape "NxM" in bench/results/agents.json, with the commit measured and the load average before and
 after each store's searches (the machine is shared: a ratio means something only between runs at a
@@ -43,6 +46,7 @@ from stats import commit, pct  # noqa: E402
 
 from sessionsearch import Engine, Settings  # noqa: E402
 from sessionsearch import logging as sslogging  # noqa: E402
+from sessionsearch.errors import SearchTimeout  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 FILLER = "the of report deploy queue window budget meeting server review draft ticket notes plan".split()
@@ -99,6 +103,15 @@ async def build(settings: Settings, agents: int, messages: int) -> None:
             await engine.append(f"agent:{agent}:main", events, sessionId=f"w{a}")
 
 
+async def fold_due(settings: Settings) -> int:
+    """What a worker's check does first for the agents it finds due: their score bounds folded
+    (SQLite; store/sqlite/bounds.py), before any postings build. The agents folded."""
+    async with Engine(settings=settings) as engine:
+        due = await engine.postings_due()
+        folded = [await (await engine.store(agent)).fold_bounds() for agent in due]
+    return sum(1 for done in folded if done)
+
+
 async def measure(settings: Settings, reps: int) -> dict:
     out: dict = {"classes": {}}
     before_open = open_files()
@@ -108,6 +121,15 @@ async def measure(settings: Settings, reps: int) -> dict:
         peak_fd, peak_rss = open_files(), rss_mib()
         times: dict[str, list[float]] = {f"{w} {m} {o}": [] for w, m, o in CLASSES}
         errors: dict[str, dict[str, int]] = {name: {} for name in times}
+        first: dict[str, float] = {}
+        started = time.perf_counter()
+        for _ in range(3):  # the stores' connections opened (and migrated, after an upgrade): no class's cost
+            try:
+                await engine.search(query="report", limit=10)
+                break
+            except SearchTimeout:
+                continue
+        out["warm_up_s"] = round(time.perf_counter() - started, 1)
         for rep in range(reps + 1):  # interleaved class by class; round 0 warms up
             for word, match, order in CLASSES:
                 name = f"{word} {match} {order}"
@@ -123,9 +145,12 @@ async def measure(settings: Settings, reps: int) -> dict:
                     peak_fd, peak_rss = max(peak_fd, open_files()), max(peak_rss, rss_mib())
                 if rep:
                     times[name].append((time.perf_counter() - started) * 1000)
+                else:  # the first time this process is asked the word (nothing of it kept in memory)
+                    first[name] = round((time.perf_counter() - started) * 1000, 2)
         for name, ms in times.items():
             out["classes"][name] = {"p50_ms": round(pct(ms, 0.5), 2) if ms else None,  # None: every one failed
                                     "p95_ms": round(pct(ms, 0.95), 2) if ms else None,
+                                    "first_ms": first.get(name),
                                     "n": len(ms), **({"errors": errors[name]} if errors[name] else {})}
         out["open_files_peak"] = peak_fd - before_open
         out["rss_peak_mib"] = round(peak_rss, 1)
@@ -143,6 +168,9 @@ async def main() -> None:
     parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/postgres",
                         help="PostgreSQL server URL; a scratch database on it holds the corpus")
     parser.add_argument("--stores", default="sqlite,postgres")
+    parser.add_argument("--fold", action="store_true",
+                        help="measure the store as built (built_classes), then after the worker's check "
+                             "folds the score bounds (classes)")
     parser.add_argument("--code", default=None,
                         help="what the figures are of, saved with them (default the checkout's commit)")
     parser.add_argument("--shapes", default=None,
@@ -180,6 +208,13 @@ async def run_shape(args: argparse.Namespace, extra: dict, code: str, path: Path
         built_s = time.perf_counter() - started
         load_before = os.getloadavg()[0]
         figures = await measure(settings, args.reps)
+        if args.fold:  # then as the worker's check leaves it: every due agent's score bounds folded first
+            built = figures
+            started = time.perf_counter()
+            folded = await fold_due(settings)
+            figures = await measure(settings, args.reps)
+            figures.update(built_classes=built["classes"], folded_agents=folded,
+                           fold_s=round(time.perf_counter() - started, 1))
         figures["load_avg_1m"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
         figures["build_s"] = round(built_s, 1)
         figures["reps"] = args.reps
