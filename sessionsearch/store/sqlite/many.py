@@ -17,7 +17,8 @@ from .bounds import BoundQuery
 from .newest import stamp_of
 
 if TYPE_CHECKING:
-    from .store import SqliteAgentStore, _Reader
+    from .store import SqliteAgentStore
+    from .top import _Reader
 
 T = TypeVar("T")
 A = TypeVar("A")
