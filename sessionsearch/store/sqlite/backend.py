@@ -87,8 +87,8 @@ class SqliteBackend:
         query = bound_query(match)
         if query is None:
             return [None] * len(stores)
-        return [cast(SqliteAgentStore, s).known_bound(query, stamp_of(cast(SqliteAgentStore, s).path))
-                for s in stores]
+        sqlite_stores = [cast(SqliteAgentStore, s) for s in stores]
+        return [s.known_bound(query, stamp_of(s.path)) for s in sqlite_stores]
 
     async def search_top_many(self, stores: Sequence[AgentStore[Any]], match: Match, *, k: int, order: str,
                               exclude: list[int], role: str | None, since: int | None, until: int | None,
