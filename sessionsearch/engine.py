@@ -143,11 +143,11 @@ class Engine:
 
     async def _search_many(self, agent_ids: list[str], match: Match, *, k: int, order: str, exclude: list[int],
                            role: str | None, since: int | None, until: int | None,
-                           deadline: float) -> list[TopHits] | None:
+                           deadline: float, sparse: bool = False) -> list[TopHits | None] | None:
         """Backend.search_top_many over these agents' stores."""
         stores = [await self.store(a) for a in agent_ids]
         return await self.backend.search_top_many(stores, match, k=k, order=order, exclude=exclude, role=role,
-                                                  since=since, until=until, deadline=deadline)
+                                                  since=since, until=until, deadline=deadline, sparse=sparse)
 
     async def _score_bounds(self, agent_ids: list[str], match: Match, deadline: float) -> list[ScoreBound] | None:
         """Backend.score_bounds over these agents' stores."""

@@ -161,8 +161,10 @@ def undo_meaning_index(conn) -> None:
 
 
 def undo_pg_meaning_index(conn) -> None:
-    """Take PostgreSQL migration 12 (the meaning index) out of a database a test rewrites as an older version."""
-    for statement in ("DROP TRIGGER ss_embeddings_gone ON ss_embeddings", "DROP FUNCTION ss_embed_gone()",
+    """Take PostgreSQL migrations 12 (the meaning index) and 13 (score bounds), which come after it,
+    out of a database a test rewrites as an older version."""
+    for statement in ("DROP TABLE ss_term_bounds, ss_bounds_built", "DELETE FROM ss_schema_migrations WHERE version = 13",
+                      "DROP TRIGGER ss_embeddings_gone ON ss_embeddings", "DROP FUNCTION ss_embed_gone()",
                       "DROP TABLE ss_embed_gone, ss_embeddings, ss_embed_models",
                       "ALTER TABLE ss_agents DROP COLUMN embed_model, DROP COLUMN embed_seq",
                       "DROP INDEX ss_windows_embed", "ALTER TABLE ss_windows DROP COLUMN needs_embed, "

@@ -21,7 +21,7 @@ NewestLookup = Callable[[list[str], float], Awaitable[dict[str, Newest]]]
 class ManyTop(Protocol):
     def __call__(self, agent_ids: list[str], match: Match, *, k: int, order: str, exclude: list[int],
                  role: str | None, since: int | None, until: int | None,
-                 deadline: float) -> Awaitable[list[TopHits] | None]:
+                 deadline: float, sparse: bool = False) -> Awaitable[list[TopHits | None] | None]:
         """Backend.search_top_many over these agents' stores."""
 
 

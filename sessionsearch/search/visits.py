@@ -51,14 +51,14 @@ async def bounded(each: Callable[[S], Awaitable[R]], items: Sequence[S], limit: 
 
 
 async def best_first(visit: Callable[[list[S]], Awaitable[list[R]]], items: list[S], bounds: list[ScoreBound], *,
-                     k: int, batch: int, fanout: int, ranks: Callable[[R], Iterable[float]],
+                     k: int, batch: int, fanout: int, first: int = FIRST_VISITS, ranks: Callable[[R], Iterable[float]],
                      passed: Callable[[S, ScoreBound], R]) -> list[R]:
     """`visit` (a hop of items, their answers in order) of the items that may hold one of the `k`
     best hits by relevance, the others answered by `passed(item, its bound)`; `ranks`: the bm25
     (lower is better) of an answer's hits. `bounds[i]` bounds item i's scores (-bm25) from above.
 
     Items whose bound is unknown are visited first, `batch` a hop and `fanout` hops at once; then
-    those with a bound, highest first, FIRST_VISITS in the first hop and twice as many each hop
+    those with a bound, highest first, `first` in the first hop and twice as many each hop
     after, up to `batch`, one hop at a time; none is visited once `k` hits in hand rank better than
     it can (its bound below the k-th best score in hand: a hit as good as the k-th could still win
     its tie, so the bound must be beaten, not met). Items that match nothing are passed at once.
@@ -82,7 +82,7 @@ async def best_first(visit: Callable[[list[S]], Awaitable[list[R]]], items: list
     for index, found in zip(hops, await bounded(lambda index: visit([items[i] for i in index]), hops, fanout),
                             strict=True):
         take(index, found)
-    at, size = 0, min(FIRST_VISITS, batch)
+    at, size = 0, min(first, batch)
     while at < len(known) and not (len(best) >= k and -bounds[known[at]].bound > -best[0]):
         index = known[at:at + size]
         take(index, await visit([items[i] for i in index]))

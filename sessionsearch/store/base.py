@@ -551,11 +551,13 @@ class Backend(Protocol):
 
     async def search_top_many(self, stores: Sequence[AgentStore[Any]], match: Match, *, k: int, order: str,
                               exclude: list[int], role: str | None, since: int | None, until: int | None,
-                              deadline: float) -> list[TopHits] | None:
+                              deadline: float, sparse: bool = False) -> list[TopHits | None] | None:
         """By `order` over whole agents (less the windows in `exclude`): per store, its meta
         version, dirty windows and those of its hits that are among the top `k` of all the
         stores', as each store's search_top scores them; None where the backend has no such
-        search (then each store is searched by itself)."""
+        search (then each store is searched by itself). `sparse` (order "recent", for a caller
+        that read every store's Newest): a store with no hit among them may be left unread,
+        None in its place."""
 
     async def score_bounds(self, stores: Sequence[AgentStore[Any]], match: Match,
                            deadline: float) -> list[ScoreBound] | None:

@@ -1,6 +1,6 @@
-"""Score bounds on SQLite (store/sqlite/bounds.py): a search of many agents by relevance visits them
-best first and passes over those that cannot hold a top hit (search/visits.py, best_first), and its
-answer stays exactly the merge of every agent's own full answer (SPEC §4)."""
+"""Score bounds (store/sqlite/bounds.py, store/postgres/bounds.py): a search of many agents by
+relevance visits them best first and passes over those that cannot hold a top hit (search/visits.py,
+best_first), and its answer stays exactly the merge of every agent's own full answer (SPEC §4)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import pytest
 
 from sessionsearch.search import runner
 from sessionsearch.search.query import parse_query
+from sessionsearch.store.postgres import bounds as pg_bounds
+from sessionsearch.store.postgres.backend import PgBackend
 from sessionsearch.store.sqlite import bounds as bounds_mod
 from sessionsearch.store.sqlite.store import SqliteAgentStore
 from sessionsearch.worker.optimize import build
@@ -36,9 +38,9 @@ async def _fold_all(engine, agents) -> None:
         assert (await (await engine.store(agent)).fold_bounds())["terms"] > 0
 
 
-async def test_an_agents_bound_is_never_below_the_score_of_any_of_its_rows(tmp_path):
+async def test_an_agents_bound_is_never_below_the_score_of_any_of_its_rows(backend):
     rnd = random.Random(7)
-    async with engine_at(tmp_path) as engine:
+    async with engine_at(backend) as engine:
         for a in range(6):
             texts = _corpus(rnd, rnd.choice([3, 40, 200]))
             await engine.append(f"agent:b{a}:main", timed(f"b{a}m", [("user", t, BASE_TS + i) for i, t in enumerate(texts)]))
@@ -62,13 +64,15 @@ async def test_an_agents_bound_is_never_below_the_score_of_any_of_its_rows(tmp_p
                     assert bound.bound <= 2.2 * max(scores), (word, bound.bound, max(scores))  # and worth having
 
 
-async def test_a_bound_is_unknown_once_the_index_moved_on_and_known_again_after_a_fold(tmp_path, monkeypatch):
-    monkeypatch.setattr(bounds_mod, "FOLD_AFTER", 0)  # due at once after a fold, however long it took
-    async with engine_at(tmp_path) as engine:
+async def test_a_bound_is_unknown_once_the_index_moved_on_and_known_again_after_a_fold(backend, monkeypatch):
+    fold_after = bounds_mod if backend.kind == "sqlite" else pg_bounds
+    monkeypatch.setattr(fold_after, "FOLD_AFTER", 0)  # due at once after a fold, however long it took
+    async with engine_at(backend) as engine:
         await engine.append("agent:c0:main", timed("c0m", [("user", "loan river", BASE_TS)]))
         store = await engine.store("c0")
         match = parse_query("loan", prefix=False).match
-        assert (await engine.backend.score_bounds([store], match, math.inf))[0].bound == math.inf  # never folded
+        never = await engine.backend.score_bounds([store], match, math.inf)  # never folded: unknown, or no
+        assert never is None or never[0].bound == math.inf  # bounds at all (PostgreSQL: most agents unfolded)
         await store.fold_bounds()
         assert 0 < (await engine.backend.score_bounds([store], match, math.inf))[0].bound < math.inf
         absent = parse_query("zephyr", prefix=False).match
@@ -76,14 +80,14 @@ async def test_a_bound_is_unknown_once_the_index_moved_on_and_known_again_after_
         await engine.append("agent:c0:main", [msg("c0n1", "user", "zephyr", "c0m1", ts=BASE_TS + 1)])
         assert (await engine.backend.score_bounds([store], absent, math.inf))[0].bound == math.inf
         assert await engine.postings_due() == {"c0": "bounds"}
-        monkeypatch.setattr(bounds_mod, "FOLD_AFTER", 10**9)  # a fold waits on the last one's time
+        monkeypatch.setattr(fold_after, "FOLD_AFTER", 10**9)  # a fold waits on the last one's time
         assert await engine.postings_due() == {}
 
 
 @pytest.mark.parametrize("folded", ["every", "half"])
-async def test_all_agents_answer_with_bounds_is_the_merge_of_every_agents_full_answer(tmp_path, folded,
+async def test_all_agents_answer_with_bounds_is_the_merge_of_every_agents_full_answer(backend, folded,
                                                                                       monkeypatch):
-    async with engine_at(tmp_path, search_agents_concurrency=3) as engine:
+    async with engine_at(backend, search_agents_concurrency=3) as engine:
         await _fill(engine)
         await _fold_all(engine, AGENTS if folded == "every" else AGENTS[::2])
         order = "relevance"
@@ -110,16 +114,32 @@ async def _no_bounds(self, stores, match, deadline):
     return None
 
 
-async def test_a_search_visits_only_the_agents_that_may_hold_a_top_hit(tmp_path, monkeypatch):
+def _count_visits(monkeypatch, kind: str) -> list[str]:
+    """The agents each search statement reads hits of (SQLite: one a statement; PostgreSQL: a
+    statement of many), appended to the list returned."""
     visited: list[str] = []
-    direct = SqliteAgentStore.search_top_direct
+    if kind == "sqlite":
+        direct = SqliteAgentStore.search_top_direct
 
-    def counted(self, *args, **kwargs):
-        visited.append(self.agent_id)
-        return direct(self, *args, **kwargs)
+        def counted(self, *args, **kwargs):
+            visited.append(self.agent_id)
+            return direct(self, *args, **kwargs)
 
-    monkeypatch.setattr(SqliteAgentStore, "search_top_direct", counted)
-    async with engine_at(tmp_path) as engine:
+        monkeypatch.setattr(SqliteAgentStore, "search_top_direct", counted)
+    else:
+        many = PgBackend.search_top_many
+
+        async def counted_many(self, stores, *args, **kwargs):
+            visited.extend(s.agent_id for s in stores)
+            return await many(self, stores, *args, **kwargs)
+
+        monkeypatch.setattr(PgBackend, "search_top_many", counted_many)
+    return visited
+
+
+async def test_a_search_visits_only_the_agents_that_may_hold_a_top_hit(backend, monkeypatch):
+    visited = _count_visits(monkeypatch, backend.kind)
+    async with engine_at(backend) as engine:
         for a in range(40):  # "common" in every row; the shorter an agent's rows, the better they score
             rows = [("user", " ".join(["common"] + ["pad"] * (a + i)), BASE_TS + 100 * a + i) for i in range(3)]
             if a in (5, 30):
@@ -144,8 +164,8 @@ async def test_a_search_visits_only_the_agents_that_may_hold_a_top_hit(tmp_path,
         assert "d39" in visited and len(visited) < 20
 
 
-async def test_the_worker_check_folds_the_bounds_of_agents_whose_index_moved_on(tmp_path):
-    async with engine_at(tmp_path) as engine:
+async def test_the_worker_check_folds_the_bounds_of_agents_whose_index_moved_on(backend):
+    async with engine_at(backend) as engine:
         await engine.append("agent:e0:main", timed("e0m", [("user", "loan river", BASE_TS)]))
         await engine.append("agent:e1:main", timed("e1m", [("user", "loan", BASE_TS)]))
         due = await engine.postings_due()
@@ -153,7 +173,7 @@ async def test_the_worker_check_folds_the_bounds_of_agents_whose_index_moved_on(
     assert due == {"e0": "bounds", "e1": "bounds"}
     done = await asyncio.to_thread(build, settings, due, "normal")
     assert {a: d["bounds"]["terms"] for a, d in done["agents"].items()} == {"e0": 2, "e1": 1}
-    async with engine_at(tmp_path) as engine:
+    async with engine_at(backend) as engine:
         assert await engine.postings_due() == {}
 
 
@@ -172,6 +192,34 @@ def test_an_agent_past_max_rows_is_not_folded(tmp_path, monkeypatch):
     assert bounds_mod.read_bounds(path, max_rows=4) is None
     folded = bounds_mod.read_bounds(path, max_rows=5)
     assert folded is not None and folded.terms == [("loan", 5, 1, 1)]
+
+
+async def test_a_postgres_agent_past_max_rows_is_not_folded_and_a_prefix_is_one_range(pg):
+    async with engine_at(pg) as engine:
+        # lexemes on either side of the prefix's range, by code point
+        texts = ["loan", "cop", "copω", "copper", "coq", "co", "copé", "coп"]
+        await engine.append("agent:g0:main", timed("g0m", [("user", t, BASE_TS + i) for i, t in enumerate(texts)]))
+        store = await engine.store("g0")
+        assert await pg_bounds.fold(store.db, store.ano, max_rows=6) == {}
+        assert await engine.backend.score_bounds([store], parse_query("loan", prefix=False).match, math.inf) is None
+        assert (await pg_bounds.fold(store.db, store.ano, max_rows=8))["terms"] == 8
+        async with store.db.reader() as reader:
+            ranged = await reader.all("SELECT term FROM ss_term_bounds WHERE ano = %s AND term >= 'cop' "
+                                      "AND term < %s ORDER BY term", (store.ano, pg_bounds.prefix_end("cop")))
+            begun = await reader.all("SELECT term FROM ss_term_bounds WHERE ano = %s AND starts_with(term, 'cop') "
+                                     "ORDER BY term", (store.ano,), last=True)
+        assert ranged == begun and len(begun) == 4, begun  # cop, cope, copper, copω
+        for word, prefix in [("cop", True), ("co", True), ("copp", True), ("coq", False), ("cox", True)]:
+            match = parse_query(word, prefix=prefix).match
+            bound = (await engine.backend.score_bounds([store], match, math.inf))[0].bound
+            async with store.reader() as reader:
+                top = await store.search_top(reader, match, k=100, order="relevance", include=None, exclude=[],
+                                             role=None)
+            scores = [-h.score for h in top.hits if h.row_id]
+            assert (bound == -math.inf) == (not scores), word
+            assert not scores or max(scores) <= bound < math.inf, word
+    assert pg_bounds.prefix_end("ab") == "ac" and pg_bounds.prefix_end("a\U0010ffff") == "b"
+    assert pg_bounds.prefix_end("\U0010ffff") is None and pg_bounds.prefix_end("a\ud7ff") == "a\ue000"
 
 
 async def test_bounds_of_unchanged_agents_are_not_read_again_and_a_write_is_seen(tmp_path, monkeypatch):

@@ -55,6 +55,32 @@ async def test_each_hit_scores_as_its_agents_own_search_to_the_last_bit(pg, orde
             assert found >= (1 if " " in match.words[0] else len(AGENTS)), match  # the words are in many agents
 
 
+async def test_a_sparse_recent_search_reads_only_the_agents_of_its_newest_rows(pg):
+    async with engine_at(pg) as engine:
+        for i, agent in enumerate(AGENTS):  # "amber" in every fourth agent, ties on timestamps between them
+            items = [("user", "amber pad" if i % 4 == 0 else "pad", BASE_TS + (i // 8) * 1000 + j) for j in range(3)]
+            await engine.append(f"agent:{agent}:main", timed(f"{agent}m", items))
+        await engine.append("agent:b01:imported", timed("i", [("user", "amber", BASE_TS)]), index=False)
+        stores = [await engine.store(a) for a in AGENTS]
+        for match, k in [(Match(("amber",)), 4), (Match(("amber",)), 7), (Match(("am",), prefix=True), 2),
+                         (Match(("amber",)), 50), (Match(("nowhere",)), 3)]:
+            args = {"k": k, "order": "recent", "exclude": [], "role": None, "since": None, "until": None,
+                    "deadline": math.inf}
+            full = await engine.backend.search_top_many(stores, match, **args)
+            sparse = await engine.backend.search_top_many(stores, match, **args, sparse=True)
+            assert full is not None and sparse is not None
+            for store, every, top in zip(stores, full, sparse, strict=True):
+                assert every is not None
+                if top is None:  # left unread: it holds none of the newest k
+                    assert every.hits == [], (match, k, store.agent_id)
+                else:
+                    assert top == every, (match, k, store.agent_id)
+            read = [top for top in sparse if top is not None]
+            assert sum(len(top.hits) for top in read) == min(k, sum(len(top.hits) for top in full if top))
+            assert len(read) < len(AGENTS)  # b01 among them: it holds no indexed "amber"
+            assert sparse[1] is None and full[1] is not None and full[1].dirty  # its dirty window: in Newest
+
+
 async def test_tied_scores_across_agents_are_cut_by_timestamp_then_message_id(pg):
     async with engine_at(pg) as engine:
         for i, agent in enumerate(AGENTS):  # the same corpus in every agent: the same scores

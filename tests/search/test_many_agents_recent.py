@@ -92,11 +92,15 @@ async def test_recent_over_agents_stops_at_the_agents_that_settle_the_answer(bac
         assert len(relevance["results"]) == 4 and sorted(seen) == (AGENTS if backend.kind == "sqlite" else [])
 
 
-async def test_an_agent_passed_over_still_reports_its_windows_needing_reconciliation(backend):
+@pytest.mark.parametrize("quiet", [0, 8])  # 8 newer agents without the word: past VISITS_ALONE, the rest at once
+async def test_an_agent_passed_over_still_reports_its_windows_needing_reconciliation(backend, quiet):
     async with engine_at(backend) as engine:
         await engine.append("agent:old:imported", timed("o", [("user", "beacon", BASE_TS)]), index=False)
+        await engine.append("agent:old:main", timed("om", [("user", "other words", BASE_TS)]))  # clean, older
         for agent in ("new1", "new2"):
             await engine.append(f"agent:{agent}:main", timed(f"{agent}m", [("user", "beacon", BASE_TS + 50_000)]))
+        for i in range(quiet):
+            await engine.append(f"agent:q{i}:main", timed(f"q{i}m", [("user", "other words", BASE_TS + 90_000)]))
         answer = await engine.search(query="beacon", order="recent", limit=1)
         assert [h["messageId"] for h in answer["results"]] == ["new1m1"]
         assert answer["indexing"] is True  # old's window in scope was never read, yet it is reported

@@ -27,6 +27,7 @@ from ...errors import NotFound, Unavailable
 from ...settings import Settings
 from ..base import AgentStore, Match, Newest, RowHit, ScoreBound, TopHits
 from ..urls import redact
+from .bounds import score_bounds
 from .db import CONNECT_TIMEOUT_S, Db, connect_kwargs, unavailable
 from .lexemes import read_text
 from .schema import LATEST, migrate, migrate_connection, schema_version
@@ -164,7 +165,7 @@ class PgBackend:
 
     async def search_top_many(self, stores: Sequence[AgentStore[Any]], match: Match, *, k: int, order: str,
                               exclude: list[int], role: str | None, since: int | None, until: int | None,
-                              deadline: float) -> list[TopHits] | None:
+                              deadline: float, sparse: bool = False) -> list[TopHits | None] | None:
         """One statement for every store (search_many.py)."""
         pg = [cast(PgAgentStore, store) for store in stores]
         q = Query(match)
@@ -173,16 +174,24 @@ class PgBackend:
         at = time.monotonic()
         async with self.db.reader(deadline) as reader:
             found = await search_many(reader, [s.ano for s in pg], [s.dfs for s in pg], q, k=k, order=order,
-                                      exclude=exclude,
-                                      role=role, since=since, until=until)
+                                      exclude=exclude, role=role, since=since, until=until, sparse=sparse)
         self.listing_seen(max(s.dfs.listing for s in pg), at)
-        return [TopHits(version, dirty, [RowHit(h[0], h[1], h[2], h[3], read_text(h[4])) for h in hits])
-                for version, dirty, hits in found]
+        return [None if agent is None else
+                TopHits(agent[0], agent[1], [RowHit(h[0], h[1], h[2], h[3], read_text(h[4])) for h in agent[2]])
+                for agent in found]
 
     async def score_bounds(self, stores: Sequence[AgentStore[Any]], match: Match,
                            deadline: float) -> list[ScoreBound] | None:
-        """None: search_top_many ranks every agent in one statement."""
-        return None
+        """Every store's bound in one statement (bounds.py); None for a query of no lexemes."""
+        pg = [cast(PgAgentStore, store) for store in stores]
+        q = Query(match)
+        if not q.lexemes or not pg:
+            return None
+        at = time.monotonic()
+        async with self.db.reader(deadline) as reader:
+            found = await score_bounds(reader, [s.ano for s in pg], [s.dfs for s in pg], q)
+        self.listing_seen(max(s.dfs.listing for s in pg), at)
+        return found
 
     def kept_bounds(self, stores: Sequence[AgentStore[Any]], match: Match) -> list[ScoreBound | None]:
         return [None] * len(stores)

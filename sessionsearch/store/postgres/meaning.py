@@ -1,4 +1,4 @@
-"""The meaning index on PostgreSQL: embeddings beside the index rows (schema.py, migration 12).
+"""The meaning index on PostgreSQL: embeddings beside the index rows (migrations.py, 12).
 
 Writes are primitives of a reconciliation transaction (store.base.EmbedTx) for
 indexer/embedding.py; reads answer search/meaning.py through a reader's snapshot.

@@ -1,5 +1,5 @@
 """`recent` (newest first) on PostgreSQL without sorting every match, and without an index on
-(ano, ts) that tempts the planner into walking every timestamp past a rare word (schema.py).
+(ano, ts) that tempts the planner into walking every timestamp past a rare word (migrations.py).
 
 Each window keeps `ts_max`, a bound on the timestamps of its index rows (migration 3, raised by
 a trigger on every insert), as SQLite's windows do (store/sqlite/recent.py). The top k + 1 by

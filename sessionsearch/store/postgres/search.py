@@ -140,8 +140,13 @@ class Query:
         # terms are walked)
         self.known: dict[int, str] = {}
 
-    def _is_prefix(self, i: int) -> bool:
+    def is_prefix(self, i: int) -> bool:
+        """Whether phrase i ends in a prefix (the query's last phrase, by a prefix match)."""
         return self.prefix and i == len(self.phrases) - 1
+
+    def lone_prefix(self, i: int) -> bool:
+        """Whether phrase i is one prefix alone (its lexemes many, found by their start)."""
+        return self.is_prefix(i) and len(self.phrases[i]) == 1
 
     def _postings_key(self, i: int) -> str | None:
         """Phrase i as the agent's postings may hold it ('w:' and a word, 'p:' and a 2-4 letter
@@ -149,7 +154,7 @@ class Query:
         if len(self.phrases[i]) != 1:
             return None
         lex = self.phrases[i][0]
-        if self._is_prefix(i):
+        if self.is_prefix(i):
             return "p:" + lex if is_prefix_key(lex) else None
         return "w:" + lex
 
@@ -170,7 +175,7 @@ class Query:
         out = []
         for i, phrase in enumerate(self.phrases):
             self.params[f"p{i}"] = self._postings_key(i)
-            q = self.params[f"q{i}"] = tsquery_text([phrase], self._is_prefix(i))
+            q = self.params[f"q{i}"] = tsquery_text([phrase], self.is_prefix(i))
             state, df = cache.get(q) or ((None, None, None, None), None)
             out.append((df, *state))
         return out
@@ -232,10 +237,10 @@ class Query:
 
     def _tf(self, m: str, i: int) -> str:
         """SQL: phrase i's occurrences in row `m` (single words from tf, exact; phrases from positions)."""
-        phrase, prefix = self.phrases[i], self._is_prefix(i)
+        phrase, prefix = self.phrases[i], self.is_prefix(i)
         for j, lex in enumerate(phrase):
             self.params[f"x{i}_{j}"] = lex
-        if len(phrase) == 1 and prefix:
+        if self.lone_prefix(i):
             walk = (f"(SELECT coalesce(sum(value::float8), 0) FROM jsonb_each_text({m}.tf) "
                     f"WHERE starts_with(key, %(x{i}_0)s))")
             known = self.known.get(i)

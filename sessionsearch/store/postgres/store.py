@@ -25,7 +25,7 @@ from ..base import (
     TopHits,
     WindowRef,
 )
-from . import meaning, postings, postings_build, reads
+from . import bounds, meaning, postings, postings_build, reads
 from .db import Db, Reader
 from .lexemes import read_text
 from .reconcile import Reconciler
@@ -116,16 +116,21 @@ class PgAgentStore:
         out = await postings_build.build(self.db, self.ano, min_docs=min_docs, min_share=min_share,
                                          max_words=max_words)
         self._dfs.postings_terms = None  # this process's searches read the new terms at once
-        return {**out, "dropped": []}
+        return {**out, "dropped": [], "bounds": await self.fold_bounds()}
 
-    async def fold_bounds(self) -> dict[str, Any] | None:
-        """None: no score bounds here (a search of many agents is one statement)."""
-        return None
+    async def fold_bounds(self) -> dict[str, Any]:
+        """The agent's score bounds (bounds.py) as of its index now ({} past MAX_ROWS rows)."""
+        return await bounds.fold(self.db, self.ano)
 
     async def postings_due(self, *, min_docs: int | None, grow_share: float) -> str | None:
+        """Why a postings build is due (postings_build.py), else "bounds" when only the score
+        bounds would be folded again (bounds.py), or None."""
         min_docs = postings_build.MIN_DOCS if min_docs is None else min_docs
         async with self.reader() as r:
-            return await postings_build.postings_due(r, self.ano, min_docs=min_docs, grow_share=grow_share)
+            why = await postings_build.postings_due(r, self.ano, min_docs=min_docs, grow_share=grow_share)
+            if why is None and await bounds.bounds_due(r, self.ano):
+                return "bounds"
+            return why
 
     # -- reconciliation ----------------------------------------------------------------------
 

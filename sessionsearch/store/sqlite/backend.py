@@ -92,7 +92,7 @@ class SqliteBackend:
 
     async def search_top_many(self, stores: Sequence[AgentStore[Any]], match: Match, *, k: int, order: str,
                               exclude: list[int], role: str | None, since: int | None, until: int | None,
-                              deadline: float) -> list[TopHits] | None:
+                              deadline: float, sparse: bool = False) -> list[TopHits | None] | None:
         """None: a database per agent, so each store is searched by itself."""
         return None
 

@@ -129,8 +129,8 @@ class OpenBudget:
         for key, other in list(self._open.items()):
             if len(self._open) <= self.most:
                 break
-            if other is not store and not other.busy:
-                del self._open[key]
+            # another admit may have released it while this one awaited a release (hops run at once)
+            if other is not store and not other.busy and self._open.pop(key, None) is not None:
                 await other.release()
 
     def forget(self, store: SqliteAgentStore) -> None:
