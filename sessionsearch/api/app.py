@@ -22,7 +22,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from .. import metrics
+from .. import gcpause, metrics
 from ..auth import Credentials, bind_requester
 from ..engine import Engine
 from ..errors import Conflict, Forbidden, InvalidRequest, NotFound, SearchTimeout, SessionSearchError, Unavailable
@@ -91,7 +91,7 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
         pipeline.start_embedded_worker()
         loop = asyncio.get_running_loop()
         # the check is a few reads on this process's stores; each build runs in a child at idle priority
-        optimizer = PeriodicOptimize(settings, in_child=True, due=lambda: asyncio.run_coroutine_threadsafe(
+        optimizer = PeriodicOptimize(settings, due=lambda: asyncio.run_coroutine_threadsafe(
             engine.postings_due(), loop).result(timeout=60))
         optimizer.start()
     registry = CollectorRegistry(auto_describe=False)
@@ -101,6 +101,7 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
         pending = {agent: set(wids) for agent, wids in (await engine.pending()).items() if wids}
         if pending and await engine.enqueue_reconcile(pending):
             log.info("api.sweep", windows=sum(len(w) for w in pending.values()))
+    gcpause.settle()
     log.info("api.started", mode="embedded" if pipeline.embedded else "redis", store=engine.backend.describe())
     mcp: LazyMCP = app.state.mcp
     try:

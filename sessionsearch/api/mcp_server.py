@@ -25,7 +25,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import ConfigDict
 
-from .. import __version__
+from .. import __version__, gcpause
 from ..auth import Caller
 from ..engine import Engine
 from ..settings import Settings
@@ -201,6 +201,7 @@ async def serve_stdio(settings: Settings, caller: Caller) -> int:
     try:
         if pipeline.embedded:
             pipeline.start_embedded_worker()
+        gcpause.settle()
         log.info("mcp.started", transport="stdio", operator=caller.operator, data_dir=settings.data_dir)
         await stdio_lines(build_mcp(lambda: engine, lambda ctx: caller))
     finally:

@@ -78,10 +78,13 @@ def run_worker(settings: Settings, *, processes: int, threads: int, metrics_host
                              "`sessionsearch serve` reconciles in-process", field="SESSIONSEARCH_REDIS_URL")
     stop_requested: list[int] = []
     child: subprocess.Popen | None = None
+    optimizer: PeriodicOptimize | None = None
 
     def on_signal(signum, _frame):
         log.info("worker.signal", signal=signal.Signals(signum).name)
         stop_requested.append(signum)
+        if optimizer is not None:
+            optimizer.request_stop()  # a build under way ends now, not after the job processes
         if child is not None:
             child.send_signal(signum)  # forwarded once: the child runs in its own session
 

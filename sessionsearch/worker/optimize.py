@@ -6,11 +6,13 @@ store whether a build would pay off now (store/sqlite/postings_build.py: a recon
 drained after an import, the index grown by `postings_grow_share`, words about to lose their
 postings) and builds just those words; every `optimize_every_s` it rebuilds everything.
 
-Where the build runs: `sessionsearch worker` runs it on a thread of its own at the workers' CPU
-priority (a worker process serves no searches). The embedded `serve` runs it in a child process
-at idle priority: in the web process, a build's Python work holds the interpreter lock the event
-loop needs (searches slower for the build's whole duration), and a thread
-cannot be given a lower priority without stalling the loop whenever it holds the lock.
+Where the build runs: always in a child process, which a stop ends at once (a build of a large
+agent runs for minutes and cannot be interrupted midway in a thread; each word's postings are one
+transaction, so an ended build leaves them whole). `sessionsearch worker` runs it at the workers'
+CPU priority (a worker serves no searches); the embedded `serve` at idle priority: in the web
+process, a build's Python work would hold the interpreter lock the event loop needs (searches
+slower for the build's whole duration), and a thread cannot be given a lower priority without
+stalling the loop whenever it holds the lock.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ def build(settings: Settings, agents: dict[str, str] | None, cpu_priority: str) 
     per agent, with this process's id and the priority that took effect."""
     from ..engine import Engine
 
-    took = apply_cpu_priority(cpu_priority)  # this thread (a child process: all of it)
+    took = apply_cpu_priority(cpu_priority)  # the threads it starts inherit it
 
     async def run() -> dict:
         async with Engine(settings=settings) as engine:
@@ -61,28 +63,33 @@ def build(settings: Settings, agents: dict[str, str] | None, cpu_priority: str) 
     return {"agents": done, "pid": os.getpid(), "cpu_priority": took, "seconds": time.monotonic() - started}
 
 
-def _child(settings: Settings, agents: dict[str, str] | None, conn) -> None:
+def _child(settings: Settings, agents: dict[str, str] | None, cpu_priority: str, conn) -> None:
     try:
-        conn.send(build(settings, agents, "idle"))
+        conn.send(build(settings, agents, cpu_priority))
     except Exception as exc:  # the parent logs it
         conn.send({"error": f"{type(exc).__name__}: {exc}"})
     finally:
         conn.close()
 
 
-def build_in_child(settings: Settings, agents: dict[str, str] | None, stop: threading.Event | None = None) -> dict:
-    """`build` in a child process at idle priority (spawned: nothing of the parent's state is
+def build_in_child(settings: Settings, agents: dict[str, str] | None, stop: threading.Event | None = None,
+                   cpu_priority: str = "idle") -> dict:
+    """`build` in a child process at `cpu_priority` (spawned: nothing of the parent's state is
     shared); waits for it and returns its outcome. `stop` set: the child is ended (a build
     stopped midway leaves each word's postings whole: each is one transaction)."""
     ctx = multiprocessing.get_context("spawn")
     ours, theirs = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(settings, agents, theirs), name="sessionsearch-postings", daemon=True)
+    proc = ctx.Process(target=_child, args=(settings, agents, cpu_priority, theirs), name="sessionsearch-postings",
+                       daemon=True)
     proc.start()
     theirs.close()
+    log.info("optimize.started", pid=proc.pid, agents=len(agents) if agents is not None else "all",
+             cpu_priority=cpu_priority)
     try:
         while not ours.poll(0.5):
             if stop is not None and stop.is_set():
                 proc.terminate()
+                log.info("optimize.stopped", pid=proc.pid)
                 raise InterruptedError(f"postings build in child {proc.pid} stopped")
             if not proc.is_alive() and not ours.poll(0):
                 raise EOFError
@@ -104,16 +111,15 @@ class PeriodicOptimize:
     """Builds postings when due and on a schedule, on a thread that mostly sleeps.
 
     `due` returns the agents whose postings would pay off now ({agent: why}); by default it asks
-    a fresh Engine. `in_child`: each build runs in a child process at idle priority.
+    a fresh Engine. Each build runs in a child process at `cpu_priority`.
     """
 
-    def __init__(self, settings: Settings, *, cpu_priority: str = "normal", in_child: bool = False,
+    def __init__(self, settings: Settings, *, cpu_priority: str = "idle",
                  due: Callable[[], dict[str, str]] | None = None) -> None:
         self.settings = settings
         self.every_s = settings.optimize_every_s
         self.check_s = settings.postings_check_every_s
         self.cpu_priority = cpu_priority
-        self.in_child = in_child
         self._due = due or self._due_here
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -124,6 +130,10 @@ class PeriodicOptimize:
             self._thread = threading.Thread(target=self._run, name="sessionsearch-optimize", daemon=True)
             self._thread.start()
 
+    def request_stop(self) -> None:
+        """Ends a build under way within half a second (safe from a signal handler)."""
+        self._stop.set()
+
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
@@ -131,8 +141,6 @@ class PeriodicOptimize:
             self._thread = None
 
     def _run(self) -> None:
-        if not self.in_child:
-            apply_cpu_priority(self.cpu_priority)  # this thread only
         next_full = time.monotonic() + min(FIRST_AFTER_S, self.every_s) if self.every_s > 0 else float("inf")
         while not self._stop.wait(min(self.check_s if self.check_s > 0 else self.every_s,
                                       max(0.0, next_full - time.monotonic()))):
@@ -149,10 +157,7 @@ class PeriodicOptimize:
 
     def once(self, due: dict[str, str] | None = None) -> dict:
         """One build: of the `due` agents' missing words, or (None) of everything."""
-        if self.in_child:
-            result = build_in_child(self.settings, due, self._stop)
-        else:
-            result = build(self.settings, due, self.cpu_priority)
+        result = build_in_child(self.settings, due, self._stop, self.cpu_priority)
         for agent, done in result["agents"].items():
             log.info("optimize.done", agent=agent, why=(due or {}).get(agent, "schedule"), words=len(done["words"]),
                      kept=done.get("kept", 0), dropped=len(done["dropped"]),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import time
 
+from sessionsearch import gcpause
 from sessionsearch.api.app import create_app
 from sessionsearch.api.server import is_loopback
 from sessionsearch.search.runner import INDEXING_WARNING
@@ -226,6 +228,19 @@ async def test_two_apps_in_one_process_each_answer_from_their_own_store(tmp_path
                 found[name, word] = len(body["results"])
         assert (await _asgi(first, "GET", "/readyz"))[1]["status"] == "ready"
     assert found == {("a", "loan"): 1, ("a", "notary"): 0, ("b", "loan"): 0, ("b", "notary"): 1}
+
+
+async def test_a_started_app_freezes_what_it_built_and_collects_the_young_rarely(tmp_path):
+    before = gc.get_threshold()
+    app = create_app(Settings(data_dir=str(tmp_path)), sweep=False)
+    try:
+        async with app.router.lifespan_context(app):
+            # the engine and its stores, frozen: a full collection walks none of them (gcpause.py)
+            assert gc.get_freeze_count() > 1_000
+            assert gc.get_threshold() == gcpause.THRESHOLDS
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
 
 
 async def test_readyz_says_starting_until_the_app_has_started(tmp_path):
