@@ -4,6 +4,7 @@ on SQLite and on PostgreSQL: rare and common words, exact and prefix, relevance 
     .venv/bin/python bench/bench_agents.py --label after [--agents 1000 --messages 50 --reps 10]
     .venv/bin/python bench/bench_agents.py --label after --shapes 10x50,100x50,1000x50   # the growth curve
     .venv/bin/python bench/bench_agents.py --label before --concurrency 0   # every agent at once
+    .venv/bin/python bench/bench_agents.py --label writes --shapes 1000x50 --fold --writes 10   # under writes
 
 Each message holds "alpha" (the common word: in every message of every agent) among filler words;
 one message in each 20th agent holds "zephyr" (the rare word). Prefix classes search "alp" and "zep".
@@ -13,7 +14,8 @@ highest seen while searching. `--concurrency 0` sends every agent's statement at
 code did before search_agents_concurrency. `--fold` measures each store as built (`built_classes`),
 then again once a worker's check has folded every agent's score bounds (`classes`, `fold_s`); each
 class's `first_ms` is its first search in the process (after one search of a filler word opened
-the stores' connections). `--shapes` measures several shapes in one
+the stores' connections). The garbage collector is set as `serve` sets it (gcpause.py) unless
+`--gc default`. `--shapes` measures several shapes in one
 command, one after another (each shape's stores in turn). The built corpus is kept (bench/work/, a database
 named for N x M) so a second label measures the same data. Figures go under the label and the
 shape "NxM" in bench/results/agents.json, with the commit measured and the load average before and
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -44,9 +47,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import psycopg  # noqa: E402
 from stats import commit, pct  # noqa: E402
 
-from sessionsearch import Engine, Settings  # noqa: E402
+from sessionsearch import Engine, Settings, gcpause  # noqa: E402
 from sessionsearch import logging as sslogging  # noqa: E402
 from sessionsearch.errors import SearchTimeout  # noqa: E402
+from sessionsearch.worker.optimize import PeriodicOptimize  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 FILLER = "the of report deploy queue window budget meeting server review draft ticket notes plan".split()
@@ -105,17 +109,78 @@ async def build(settings: Settings, agents: int, messages: int) -> None:
 
 async def fold_due(settings: Settings) -> int:
     """What a worker's check does first for the agents it finds due: their score bounds folded
-    (SQLite; store/sqlite/bounds.py), before any postings build. The agents folded."""
+    (store/sqlite/bounds.py, store/postgres/bounds.py), before any postings build. The agents
+    folded."""
     async with Engine(settings=settings) as engine:
         due = await engine.postings_due()
         folded = [await (await engine.store(agent)).fold_bounds() for agent in due]
     return sum(1 for done in folded if done)
 
 
-async def measure(settings: Settings, reps: int) -> dict:
+class Writes:
+    """A gateway streaming into the agents while they are searched, as `serve` runs beside it:
+    `rate` messages a second, each appended to a random agent's session (they stay in the kept
+    corpus, each run's from the session's first tail: a branch of its own), and the worker's check
+    (PeriodicOptimize: every postings_check_every_s the stale agents' bounds folded, in a child
+    at idle priority) asking this process's engine what is due."""
+
+    def __init__(self, engine: Engine, agents: int, messages: int, rate: float) -> None:
+        self.engine, self.agents, self.rate = engine, agents, rate
+        self.parents = {a: f"ag{a:04d}-{messages - 1}" for a in range(agents)}
+        self.appended = 0
+        self.rng = random.Random(2025)
+        self.run = f"w{int(time.time())}"  # ids of this run's messages: a later run's are new ones
+        self.optimizer: PeriodicOptimize | None = None
+        self.task: asyncio.Task | None = None
+
+    async def __aenter__(self) -> Writes:
+        loop = asyncio.get_running_loop()
+        self.optimizer = PeriodicOptimize(self.engine.settings, due=lambda: asyncio.run_coroutine_threadsafe(
+            self.engine.postings_due(), loop).result(timeout=120))
+        self.optimizer.start()
+        self.task = asyncio.create_task(self._append())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.task is not None and self.optimizer is not None
+        self.task.cancel()
+        try:
+            await self.task
+        except asyncio.CancelledError:
+            pass
+        await asyncio.to_thread(self.optimizer.stop)
+
+    async def _append(self) -> None:
+        started = time.perf_counter()
+        while True:
+            a = self.rng.randrange(self.agents)
+            agent, mid = f"ag{a:04d}", f"ag{a:04d}-{self.run}-{self.appended}"
+            words = self.rng.choices(FILLER, k=self.rng.randint(3, 20)) + ["alpha"]
+            await self.engine.append(f"agent:{agent}:main", [{
+                "type": "message", "id": mid, "parentId": self.parents[a], "message": {
+                    "role": "user", "content": " ".join(words), "timestamp": int(time.time() * 1000)}}],
+                sessionId=f"w{a}")
+            self.parents[a] = mid
+            self.appended += 1
+            await asyncio.sleep(max(0.0, started + self.appended / self.rate - time.perf_counter()))
+
+    def figures(self) -> dict:
+        assert self.optimizer is not None
+        return {"rate_per_s": self.rate, "appended": self.appended,
+                "checks_folded": [len(b["agents"]) for b in self.optimizer.builds]}
+
+
+async def measure(settings: Settings, reps: int, gc_mode: str = "serve",
+                  writes: tuple[int, int, float, float] | None = None) -> dict:
+    """The classes' figures; `writes` (agents, messages, rate, warm-up s): searched while the
+    agents are written (Writes), from `warm-up` seconds after the writes began."""
     out: dict = {"classes": {}}
     before_open = open_files()
-    async with Engine(settings=settings) as engine:
+    async with Engine(settings=settings) as engine, contextlib.AsyncExitStack() as during:
+        if writes is not None:
+            agents, messages, rate, warm_s = writes
+            streaming = await during.enter_async_context(Writes(engine, agents, messages, rate))
+            await asyncio.sleep(warm_s)
         out["agents"] = len(engine.agent_ids_on_disk())
         out["open_files_idle"] = open_files() - before_open
         peak_fd, peak_rss = open_files(), rss_mib()
@@ -130,6 +195,9 @@ async def measure(settings: Settings, reps: int) -> dict:
             except SearchTimeout:
                 continue
         out["warm_up_s"] = round(time.perf_counter() - started, 1)
+        if gc_mode == "serve":  # the collector as `serve` and `mcp` set it once started (gcpause.py)
+            gcpause.settle()
+        out["gc"] = gc_mode
         for rep in range(reps + 1):  # interleaved class by class; round 0 warms up
             for word, match, order in CLASSES:
                 name = f"{word} {match} {order}"
@@ -154,6 +222,8 @@ async def measure(settings: Settings, reps: int) -> dict:
                                     "n": len(ms), **({"errors": errors[name]} if errors[name] else {})}
         out["open_files_peak"] = peak_fd - before_open
         out["rss_peak_mib"] = round(peak_rss, 1)
+        if writes is not None:
+            out["writes"] = streaming.figures()
     return out
 
 
@@ -176,6 +246,13 @@ async def main() -> None:
     parser.add_argument("--shapes", default=None,
                         help="several shapes AGENTSxMESSAGES, comma-separated (e.g. 10x50,100x50,1000x50); "
                              "default the one of --agents and --messages")
+    parser.add_argument("--gc", choices=("serve", "default"), default="serve",
+                        help="the garbage collector as the server sets it (gcpause.py), or CPython's default")
+    parser.add_argument("--writes", type=float, default=0,
+                        help="then measure again while this many messages a second are appended to random "
+                             "agents, the worker's check folding beside them (writes_classes)")
+    parser.add_argument("--writes-warm-s", type=float, default=40,
+                        help="seconds of writes before the searches under writes start")
     parser.add_argument("--db-prefix", default="ss_bench_",
                         help="PostgreSQL database names start with this (a shared server: keep runs apart)")
     args = parser.parse_args()
@@ -206,15 +283,22 @@ async def run_shape(args: argparse.Namespace, extra: dict, code: str, path: Path
         started = time.perf_counter()
         await build(settings, agents, messages)
         built_s = time.perf_counter() - started
+        if store != "sqlite":  # as autovacuum's analyze leaves the tables within a minute of an import
+            # (a server may run with it off, as CI's does: the planner then guesses every estimate)
+            with psycopg.connect(settings.database_url, autocommit=True) as conn:
+                conn.execute("ANALYZE")
         load_before = os.getloadavg()[0]
-        figures = await measure(settings, args.reps)
+        figures = await measure(settings, args.reps, args.gc)
         if args.fold:  # then as the worker's check leaves it: every due agent's score bounds folded first
             built = figures
             started = time.perf_counter()
             folded = await fold_due(settings)
-            figures = await measure(settings, args.reps)
+            figures = await measure(settings, args.reps, args.gc)
             figures.update(built_classes=built["classes"], folded_agents=folded,
                            fold_s=round(time.perf_counter() - started, 1))
+        if args.writes:  # the steady state of a gateway streaming into the agents
+            under = await measure(settings, args.reps, args.gc, (agents, messages, args.writes, args.writes_warm_s))
+            figures.update(writes_classes=under["classes"], writes=under["writes"])
         figures["load_avg_1m"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
         figures["build_s"] = round(built_s, 1)
         figures["reps"] = args.reps

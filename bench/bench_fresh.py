@@ -8,7 +8,8 @@ built as the embedded `serve` builds them (worker/optimize.py: its checks every
 
 Per store and variant, on a fresh data dir (SQLite) or a scratch database (PostgreSQL, dropped
 after): bench/corpus.py's messages appended to agent `main` in batches of 100 as fast as the
-store takes them (a light search every 2 s meanwhile); from the moment the last append returns,
+store takes them (a 3-letter prefix searched every 2 s meanwhile, by a client of its own); from
+the moment the last append returns,
 for `--after-s` seconds, rounds of: one prefix each of 2, 3, 4 and 5 letters (the one nearest
 30% of messages per length), a word in about 10% of messages, and a rare word. Each build's
 start, end and what it did are recorded. Per 10-second window: p50/p95 per class, and per class
@@ -18,13 +19,14 @@ word 50 ms). At the end the answers are compared with those after a full `optimi
 The variants: `before` runs the code of `--base` (a commit; its `sessionsearch/` tree is
 exported to a scratch dir and imported from there), `after` this tree's; each store and variant
 in a child process of its own, one after the other in one run. Figures go to
-bench/results/fresh.json.
+bench/results/fresh.json, or fresh-<messages>.json for another `--messages` (`--out` names another).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import json
 import os
 import secrets
@@ -102,7 +104,9 @@ class Builds:
         loop = asyncio.get_running_loop()
         self.events: list[dict] = []
         self.t0 = t0
-        self.opt = PeriodicOptimize(settings, in_child=True, due=lambda: asyncio.run_coroutine_threadsafe(
+        # a child at idle priority, as serve builds; code before 5f392e8 built in a thread unless told
+        child = {"in_child": True} if "in_child" in inspect.signature(PeriodicOptimize).parameters else {}
+        self.opt = PeriodicOptimize(settings, **child, due=lambda: asyncio.run_coroutine_threadsafe(
             engine.postings_due(), loop).result(timeout=60))
         once = self.opt.once
 
@@ -172,18 +176,30 @@ async def run_store(store: str, variant: str, args, sessions, classes: dict[str,
             counted = [0]
 
             async def lane(part: list) -> None:  # appenders of their own sessions, side by side
-                last_probe = 0.0
                 for number, messages in part:
                     events = events_for(number, messages)
                     for start in range(0, len(events), 100):
                         await engine.append(f"agent:main:bench:{number}", events[start:start + 100])
                     counted[0] += len(messages)
-                    if part is lanes[0] and time.perf_counter() - last_probe > 2.0:
-                        last_probe = time.perf_counter()
-                        d, _ = await timed_search(engine, classes["prefix_3"]["body"])
-                        during.append((last_probe - t0, "prefix_3", d))
+
+            async def probe(done: asyncio.Event) -> None:
+                # a search every 2 s from a client of its own: in an appender's lane, a search of
+                # seconds held that lane back until it was the last one left, appending alone
+                while not done.is_set():
+                    started = time.perf_counter()
+                    d, _ = await timed_search(engine, classes["prefix_3"]["body"])
+                    during.append((started - t0, "prefix_3", d))
+                    try:
+                        await asyncio.wait_for(done.wait(), max(0.0, 2.0 - (time.perf_counter() - started)))
+                    except TimeoutError:
+                        pass
+
             lanes = [sessions[i::args.appenders] for i in range(args.appenders)]
+            done = asyncio.Event()
+            probing = asyncio.create_task(probe(done))
             await asyncio.gather(*(lane(part) for part in lanes))
+            done.set()
+            await probing
             n = counted[0]
             ingest_s = time.perf_counter() - t0
             print(f"{store}/{variant}: {n} messages appended in {ingest_s:.1f} s", file=sys.stderr)
@@ -251,17 +267,20 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=["before", "after"])
     parser.add_argument("--base", default="6a587c3", help="the commit the `before` variant runs")
     parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/postgres")
-    parser.add_argument("--out", default=str(HERE / "results" / "fresh.json"))
+    parser.add_argument("--out", help="default bench/results/fresh.json, fresh-<messages>.json for other --messages")
     parser.add_argument("--one", nargs=2, help=argparse.SUPPRESS)  # a child: store variant
     parser.add_argument("--code", help=argparse.SUPPRESS)
     parser.add_argument("--child-out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     sslogging.configure("WARNING")
+    if args.out is None:
+        suffix = "" if args.messages == parser.get_default("messages") else f"-{args.messages}"
+        args.out = str(HERE / "results" / f"fresh{suffix}.json")
     if args.one:
         asyncio.run(child(args))
         return
     base = subprocess.run(["git", "-C", str(HERE.parent), "rev-parse", args.base], check=True, capture_output=True,
-                          text=True).stdout.strip()
+                          text=True).stdout.strip() if "before" in args.variants else None  # only `before` needs it
     head = subprocess.run(["git", "-C", str(HERE.parent), "rev-parse", "HEAD"], check=True, capture_output=True,
                           text=True).stdout.strip()
     base_tree = export_base(base) if "before" in args.variants else None

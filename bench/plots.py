@@ -16,7 +16,10 @@ benchmark and then this script redraws the PNGs the Performance page shows.
 - throughput.png: append + index, import and reconciliation rates next to bare FTS5 inserts
   (search*.json, pipeline.json);
 - http.png: HTTP latency under concurrency, idle and while a worker reconciles (http.json);
-- readers.png: how readers read while another process writes (cache.json).
+- readers.png: how readers read while another process writes (cache.json);
+- fresh-ingest.png: p95 per 10-second window after a live ingest, per query class, against its
+  goal: 200,000 messages on both stores (bench_fresh.py: fresh.json, variant "after") and
+  1,000,000 (fresh-1000000.json).
 """
 
 from __future__ import annotations
@@ -362,6 +365,56 @@ def plot_readers(cache: dict | None, out: Path) -> Path | None:
     return _save(fig, out, "readers.png", ["source: bench/results/cache.json"])
 
 
+FRESH_CLASSES = [("prefix_2", "2-letter prefix", "#1f77b4"), ("prefix_3", "3-letter prefix", "#ff7f0e"),
+                 ("prefix_4", "4-letter prefix", "#2ca02c"), ("prefix_5", "5-letter prefix (no postings)", "#bbbbbb"),
+                 ("word_10pct", "10% word", "#d62728"), ("word_rare", "rare word", "#9467bd")]
+
+
+def fresh_runs(folder: Path) -> list[tuple[str, str, dict]]:
+    """bench_fresh.py's "after" runs (title, commit, run), titled by store and size: fresh.json's
+    per store, and each fresh-<messages>.json's."""
+    found: list[tuple[str, str, dict]] = []
+    small = load(folder, "fresh.json")
+    for store, by_store in (small or {}).get("runs_by_store", {}).items():
+        for run in by_store["runs"]:
+            if run["variant"] == "after":
+                found.append((f"{store}, {run['messages']:,} messages", by_store.get("after_commit") or "?", run))
+    for path in sorted(folder.glob("fresh-*.json")):
+        data = json.loads(path.read_text())
+        for run in data.get("runs", []):
+            if run["variant"] == "after":
+                code = run.get("after_commit") or data.get("after_commit") or "?"
+                found.append((f"{run['store']}, {run['messages']:,} messages", code, run))
+    return found
+
+
+def plot_fresh(runs: list[tuple[str, str, dict]], out: Path) -> Path | None:
+    if not runs:
+        print("fresh-ingest.png: no fresh*.json: run bench/bench_fresh.py", file=sys.stderr)
+        return None
+    fig, axes = plt.subplots(len(runs), 1, figsize=(8, 2.9 * len(runs)), sharex=True, squeeze=False)
+    notes = []
+    for ax, (title, code, run) in zip(axes[:, 0], runs, strict=True):
+        for name, label, color in FRESH_CLASSES:
+            windows = run["after"].get(name, {}).get("windows", [])
+            ax.plot([w["from_s"] + 5 for w in windows], [w["p95_ms"] for w in windows], marker=".", color=color,
+                    label=label)
+        for goal, style in ((100, "--"), (50, ":")):
+            ax.axhline(goal, color="#d62728", linestyle=style, linewidth=0.8)
+        for build in run.get("builds", []):
+            if build["end_s"] > 0:  # a build that ended during the ingest is not drawn
+                ax.axvspan(max(0.0, build["start_s"]), build["end_s"], color="#eeeeee", zorder=0)
+        ax.set_yscale("log")
+        ax.set_ylabel("p95, ms (log)")
+        ax.set_title(f"{title}: ingest {run['ingest_s']:.0f} s, then searches from its end", fontsize=9)
+        notes.append(f"{title}: code {code[:7]}")
+    axes[0, 0].legend(fontsize=7, ncol=3)
+    axes[-1, 0].set_xlabel("seconds after the last append returned (grey: a postings build running; "
+                           "red: goals, prefixes 100 ms dashed, the word 50 ms dotted)", fontsize=8)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    return _save(fig, out, "fresh-ingest.png", [*notes, "source: bench/results/fresh.json, fresh-<messages>.json"])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", default=str(HERE / "results"), help="folder of the benchmarks' JSON")
@@ -373,7 +426,8 @@ def main(argv: list[str] | None = None) -> int:
     drawn = [plot_search_classes(runs, out), plot_search_growth(runs, pg_runs(results), out),
              plot_agents_growth(load(results, "agents.json"), out),
              plot_throughput(runs, load(results, "pipeline.json"), out),
-             plot_http(load(results, "http.json"), out), plot_readers(load(results, "cache.json"), out)]
+             plot_http(load(results, "http.json"), out), plot_readers(load(results, "cache.json"), out),
+             plot_fresh(fresh_runs(results), out)]
     for path in drawn:
         if path:
             print(path)

@@ -122,8 +122,8 @@ def test_the_plots_are_redrawn_from_the_saved_json_and_name_what_is_missing(tmp_
                              "--out", str(tmp_path / "img")], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     drawn = sorted(p.name for p in (tmp_path / "img").glob("*.png"))
-    assert drawn == ["agents-growth.png", "http.png", "readers.png", "search-classes.png", "search-growth.png",
-                     "throughput.png"]
+    assert drawn == ["agents-growth.png", "fresh-ingest.png", "http.png", "readers.png", "search-classes.png",
+                     "search-growth.png", "throughput.png"]
     for path in (tmp_path / "img").glob("*.png"):
         width, height = png_size(path)
         assert width > 400 and height > 200
