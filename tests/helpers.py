@@ -148,9 +148,10 @@ async def until(predicate: Callable[[], Any], timeout: float = 60, what: str | C
 
 
 def undo_meaning_index(conn) -> None:
-    """Take SQLite migration 15 (the meaning index), and 16 after it (the score bounds), out of a
-    store a test rewrites as an older version."""
-    for statement in ("DROP TABLE term_bounds", "DROP TABLE bounds_state",
+    """Take SQLite migration 15 (the meaning index), and 16 and 17 after it (the score bounds and
+    their log), out of a store a test rewrites as an older version."""
+    for statement in ("DROP TABLE bounds_log", "DELETE FROM schema_migrations WHERE version = 17",
+                      "DROP TABLE term_bounds", "DROP TABLE bounds_state",
                       "DELETE FROM schema_migrations WHERE version = 16",
                       "DROP TRIGGER embeddings_gone", "DROP TABLE embed_gone", "DROP TABLE embeddings",
                       "DROP TABLE embed_models", "DELETE FROM meta WHERE key IN ('embed_model', 'embed_seq')",

@@ -280,7 +280,7 @@ async def test_an_upgraded_store_hands_its_cjk_windows_to_reconciliation(tmp_pat
     await _old_store(tmp_path)
     async with engine_at(tmp_path) as engine:
         store = await engine.store("main")
-        assert [v for v, _ in await store.applied_migrations()][-8:] == [9, 10, 11, 12, 13, 14, 15, 16]
+        assert [v for v, _ in await store.applied_migrations()][-9:] == [9, 10, 11, 12, 13, 14, 15, 16, 17]
         first = await engine.search(query="deploy")
         assert first["indexing"] is True and ids(first) == ["l1"]  # the Latin-only window stays searchable
         assert (await engine.search(query="开会"))["results"] == []

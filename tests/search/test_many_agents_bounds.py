@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+import sqlite3
 
 import pytest
 
@@ -15,11 +16,12 @@ from sessionsearch.search.query import parse_query
 from sessionsearch.store.postgres import bounds as pg_bounds
 from sessionsearch.store.postgres.backend import PgBackend
 from sessionsearch.store.sqlite import bounds as bounds_mod
+from sessionsearch.store.sqlite.postings import BOUNDS_LOG_MAX
 from sessionsearch.store.sqlite.store import SqliteAgentStore
 from sessionsearch.worker.optimize import build
 
 from ..helpers import BASE_TS, engine_at, msg, timed, wait_until
-from .test_many_agents import AGENTS, _fill, _message_key
+from .test_many_agents import AGENTS, WORDS, _fill, _message_key
 
 # texts whose words repeat within a row, vary in length, and need unicode61's folding and the CJK scheme
 VOCAB = ["loan", "loans", "loaner", "river", "Café", "CAFE", "naïve", "per-session", "東京", "会議", "東京会議",
@@ -38,7 +40,10 @@ async def _fold_all(engine, agents) -> None:
         assert (await (await engine.store(agent)).fold_bounds())["terms"] > 0
 
 
-async def test_an_agents_bound_is_never_below_the_score_of_any_of_its_rows(backend):
+@pytest.mark.parametrize("added", [0, 1, 12, BOUNDS_LOG_MAX + 1])
+async def test_an_agents_bound_is_never_below_the_score_of_any_of_its_rows(backend, added):
+    """`added`: rows appended to every agent after the fold (SQLite: its bounds_log, up to
+    BOUNDS_LOG_MAX rows; past it, and on PostgreSQL, the bound is unknown)."""
     rnd = random.Random(7)
     async with engine_at(backend) as engine:
         for a in range(6):
@@ -46,7 +51,12 @@ async def test_an_agents_bound_is_never_below_the_score_of_any_of_its_rows(backe
             await engine.append(f"agent:b{a}:main", timed(f"b{a}m", [("user", t, BASE_TS + i) for i, t in enumerate(texts)]))
         agents = [f"b{a}" for a in range(6)]
         await _fold_all(engine, agents)
+        for a in range(6):
+            for i, t in enumerate(_corpus(rnd, added)):  # one append each, as a gateway streams them
+                await engine.append(f"agent:b{a}:late", [msg(f"b{a}n{i}", "user", t, f"b{a}n{i - 1}" if i else None,
+                                                             ts=BASE_TS + 999 + i)])
         stores = [await engine.store(a) for a in agents]
+        logged = backend.kind == "sqlite" and added <= BOUNDS_LOG_MAX
         for word, prefix in QUERIES:
             match = parse_query(word, prefix=prefix).match
             found = await engine.backend.score_bounds(stores, match, math.inf)
@@ -56,12 +66,18 @@ async def test_an_agents_bound_is_never_below_the_score_of_any_of_its_rows(backe
                     top = await store.search_top(reader, match, k=10_000, order="relevance", include=None,
                                                  exclude=[], role=None)
                 scores = [-h.score for h in top.hits if h.row_id]
+                if logged and word != "absent":
+                    assert bound.bound < math.inf, (word, store.agent_id)  # known through the log
+                elif backend.kind == "sqlite" and added > BOUNDS_LOG_MAX:  # past what the log keeps: unknown
+                    assert bound.bound == math.inf, (word, store.agent_id)
                 if not scores:
                     continue  # a bound may or may not see that nothing matches
                 assert bound.bound > -math.inf, (word, store.agent_id)
                 assert bound.bound >= max(scores), (word, store.agent_id, bound.bound, max(scores))
-                if bound.bound < math.inf and len(match.words) == 1 and not prefix and word.isalnum() and word.isascii():
-                    assert bound.bound <= 2.2 * max(scores), (word, bound.bound, max(scores))  # and worth having
+                # and worth having (as folded: rows added since loosen a small agent's document counts)
+                if (bound.bound < math.inf and not added and len(match.words) == 1 and not prefix and word.isalnum()
+                        and word.isascii()):
+                    assert bound.bound <= 2.2 * max(scores), (word, bound.bound, max(scores))
 
 
 async def test_a_bound_is_unknown_once_the_index_moved_on_and_known_again_after_a_fold(backend, monkeypatch):
@@ -78,18 +94,28 @@ async def test_a_bound_is_unknown_once_the_index_moved_on_and_known_again_after_
         absent = parse_query("zephyr", prefix=False).match
         assert (await engine.backend.score_bounds([store], absent, math.inf))[0].bound == -math.inf
         await engine.append("agent:c0:main", [msg("c0n1", "user", "zephyr", "c0m1", ts=BASE_TS + 1)])
-        assert (await engine.backend.score_bounds([store], absent, math.inf))[0].bound == math.inf
+        after = (await engine.backend.score_bounds([store], absent, math.inf))[0].bound
+        if backend.kind == "sqlite":  # the row added since, in the bounds' log, holds the word
+            assert -math.inf < after < math.inf
+        else:
+            assert after == math.inf
         assert await engine.postings_due() == {"c0": "bounds"}
         monkeypatch.setattr(fold_after, "FOLD_AFTER", 10**9)  # a fold waits on the last one's time
         assert await engine.postings_due() == {}
 
 
-@pytest.mark.parametrize("folded", ["every", "half"])
+@pytest.mark.parametrize("folded", ["every", "half", "every, then written"])
 async def test_all_agents_answer_with_bounds_is_the_merge_of_every_agents_full_answer(backend, folded,
                                                                                       monkeypatch):
     async with engine_at(backend, search_agents_concurrency=3) as engine:
         await _fill(engine)
-        await _fold_all(engine, AGENTS if folded == "every" else AGENTS[::2])
+        await _fold_all(engine, AGENTS if folded != "half" else AGENTS[::2])
+        if folded == "every, then written":  # rows added since the folds (SQLite: in the bounds' logs)
+            rnd = random.Random(26)
+            for n, agent in enumerate(AGENTS[::3]):
+                words = [w for w in WORDS if rnd.random() < 0.4] * rnd.randint(1, 3) + ["filler"] * rnd.randint(0, 2)
+                await engine.append(f"agent:{agent}:late", [msg(f"{agent}late", "user", " ".join(words), None,
+                                                                ts=BASE_TS + 10**7 + n)])
         order = "relevance"
         for query, match in [("loan", "exact"), ("river stone", "exact"), ("cop", "prefix"), ("maple la", "prefix"),
                              ("filler", "exact"), ("fil", "prefix")]:
@@ -321,3 +347,33 @@ async def test_recent_passes_over_the_agents_kept_bounds_say_match_nothing(tmp_p
         await engine.append("agent:h19:main", [msg("h19n", "user", "rare too", "h19m1", ts=BASE_TS + 99_000)])
         found = await engine.search(query="rare", order="recent", limit=5)  # h19 written since: visited
         assert [h["messageId"] for h in found["results"]] == ["h19n", "h4m2", "h2m2"]
+
+
+async def test_the_bounds_log_ends_at_a_deletion_and_starts_again_with_the_next_fold(tmp_path):
+    loan = parse_query("loan", prefix=False).match
+    async with engine_at(tmp_path) as engine:
+        await engine.append("agent:c0:main", timed("c0m", [("user", "loan river", BASE_TS)]))
+        await engine.append("agent:c0:other", timed("c0o", [("user", "loan stone", BASE_TS + 5)]))
+        store = await engine.store("c0")
+
+        async def bound() -> float:
+            return (await engine.backend.score_bounds([store], loan, math.inf))[0].bound
+
+        def log() -> tuple[int, list[int]]:
+            with sqlite3.connect(store.path) as db:
+                return (db.execute("SELECT logged FROM bounds_state").fetchone()[0],
+                        [r for (r,) in db.execute("SELECT rid FROM bounds_log")])
+
+        await store.fold_bounds()
+        folded = await bound()
+        assert log() == (1, [])
+        await engine.append("agent:c0:main", [msg("c0m2", "user", "loan loan loan", "c0m1", ts=BASE_TS + 9)])
+        assert folded < await bound() < math.inf  # the row added holds the word more often than any before
+        assert log()[0] == 1 and len(log()[1]) == 1
+        await engine.delete("agent:c0:other")  # its index rows deleted: a document count may have fallen
+        assert await bound() == math.inf
+        assert log() == (0, [])
+        await engine.append("agent:c0:main", [msg("c0m3", "user", "loan", "c0m2", ts=BASE_TS + 10)])
+        assert log() == (0, [])  # nothing is listed until a fold
+        await store.fold_bounds()
+        assert log() == (1, []) and await bound() < math.inf

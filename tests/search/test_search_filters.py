@@ -256,8 +256,9 @@ async def test_an_upgraded_store_answers_ranges_the_same_from_a_covering_index(t
     _to_schema_12(db)
     async with engine_at(tmp_path) as engine:
         store = await engine.store("main")
-        assert (await store.applied_migrations())[-4:] == [(13, "time_ranges_covering"), (14, "window_ts_min"),
-                                                            (15, "meaning_index"), (16, "score_bounds")]
+        assert (await store.applied_migrations())[-5:] == [(13, "time_ranges_covering"), (14, "window_ts_min"),
+                                                            (15, "meaning_index"), (16, "score_bounds"),
+                                                            (17, "bounds_log")]
         assert await answers(engine) == before
         async with store.reader() as reader:
             narrowed = [await id_bounds(reader.conn, since, until) for _, since, until, _, _ in queries]

@@ -17,10 +17,18 @@ at most IDF(n) x F(k1+1) / (F + k1(1 - b + b L/avgdl)), with
   instance of the phrase is one of each term), L the largest of their L (a row holds them all);
 
 and a query at most the sum over its phrases. A term the agent does not hold: no row of it
-matches, and the search passes over it. Once the index moved on from the folded state the bound
-is unknown (infinite) until the next fold: the worker's postings check folds an agent whose
-bounds are stale (postings_build.py, "bounds"), up to MAX_ROWS rows; a larger agent is searched
-whole every time, as before bounds. A scope, a role or a time range only leaves rows out, so the
+matches, and the search passes over it.
+
+Once the index moved on from the folded state, the bounds still hold while only rows were added
+(`bounds_log`, kept by the writer: postings.py, HotWrites): the rows of the fold are all there,
+unchanged, so each phrase's document count is at least the fold's, and IDF falls as it grows: n
+the fold's, with the index's averages now, bounds those rows. Each row added since is bounded by
+its own terms, FTS5's tokens of its indexed text (checked against its length in the docsize
+table), with n the fold's plus the row itself; the agent's bound is the higher of the two. A
+deletion, or more than BOUNDS_LOG_MAX rows added (postings.py), ends the log: the bound is then
+unknown (infinite) until the next fold. The worker's postings check folds an agent whose bounds
+are stale (postings_build.py, "bounds"), up to MAX_ROWS rows; a larger agent is searched whole
+every time, as before bounds. A scope, a role or a time range only leaves rows out, so the
 bound holds for every search of the agent (its scores are the whole agent's, SPEC §4).
 """
 
@@ -84,6 +92,18 @@ class Folded:
     terms: list[tuple[str, int, int, int]]  # (term, docs, highest tf, shortest row)
     started: float  # when the read began (time.time)
 
+    @property
+    def n_rows(self) -> int:
+        return varint(self.averages, 0)[0]
+
+
+@dataclass(frozen=True, slots=True)
+class Added:
+    """A row indexed since the fold (bounds_log): its tokens counted, and its length."""
+
+    tf: Counter[str]
+    dl: int
+
 
 # -- the query side ------------------------------------------------------------------------------
 
@@ -141,9 +161,15 @@ def bound_query(match: Match | None) -> BoundQuery | None:
         params[f"lo{i}"], params[f"hi{i}"] = lo, lo[:-1] + chr(ord(lo[-1]) + 1)
         arms.append(f"SELECT * FROM (SELECT {i + 1}, term, docs, max_tf, min_dl, NULL, NULL FROM term_bounds "
                     f"WHERE term >= :lo{i} AND term < :hi{i} ORDER BY term LIMIT :range)")
-    # the fold's state and whether the index is still in it, one row whether or not a fold ran
-    arms.append("SELECT -1, s.averages, (SELECT block FROM msg_fts_data WHERE id = 10) IS s.structure "
-                "AND (SELECT block FROM msg_fts_data WHERE id = 1) IS s.averages, NULL, NULL, NULL, NULL "
+    # the rows indexed since the fold (none while the index is in its state, or the log ended):
+    # id, indexed text and docsize record
+    arms.append("SELECT -2, l.rid, NULL, NULL, NULL, f.text, d.sz FROM bounds_log l "
+                "CROSS JOIN msg_fts f ON f.rowid = l.rid CROSS JOIN msg_fts_docsize d ON d.id = l.rid")
+    # the index's averages now; whether it is still in the fold's state; whether the log holds every
+    # row since (logged), and the rows as of the fold: one row whether or not a fold ran
+    arms.append("SELECT -1, (SELECT block FROM msg_fts_data WHERE id = 1), "
+                "(SELECT block FROM msg_fts_data WHERE id = 10) IS s.structure "
+                "AND (SELECT block FROM msg_fts_data WHERE id = 1) IS s.averages, s.logged, s.n_rows, NULL, NULL "
                 "FROM (SELECT 1) LEFT JOIN bounds_state s")
     return BoundQuery(tuple(phrases), exact, prefixes, " UNION ALL ".join(arms), params)
 
@@ -159,9 +185,10 @@ class Known:
 
     stamp: Stamp | None  # None: the files' stamp could not be read (not kept)
     fresh: bool  # folded, and the index still in the folded state
-    averages: bytes | None
+    averages: bytes | None  # the index's averages record now
     version: int  # the meta version and the windows needing reconciliation, as _HEAD_SQL reads them
     dirty: frozenset[int]
+    added: list[Added] | None = None  # not fresh: the rows indexed since the fold, None when unknown
     exact: dict[str, Row | None] = field(default_factory=dict)  # None: the agent holds no such term
     ranges: dict[str, list[Row]] = field(default_factory=dict)  # a prefix's terms, MAX_RANGE + 1 at most
 
@@ -169,7 +196,7 @@ class Known:
 
     def bound(self, query: BoundQuery) -> float | None:
         """The agent's bound for `query`, None when a term of it was not read yet."""
-        if not self.fresh:
+        if not self.fresh and self.added is None:
             return UNKNOWN
         if (bound := self.bounds.get(query.phrases)) is not None:
             return bound
@@ -177,7 +204,10 @@ class Known:
             return None
         if len(self.bounds) >= KNOWN_TERMS:
             self.bounds.clear()
-        bound = self.bounds[query.phrases] = agent_bound(query, self.averages, self.exact, self.ranges)
+        bound = agent_bound(query, self.averages, self.exact, self.ranges)
+        if self.added:
+            bound = max(bound, added_bound(query, self.averages, self.exact, self.ranges, self.added))
+        self.bounds[query.phrases] = bound
         return bound
 
     def add(self, query: BoundQuery, rows: list[tuple]) -> None:
@@ -187,7 +217,7 @@ class Known:
         for kind, term, docs, max_tf, min_dl, _, _ in rows[:-1]:
             if kind == 0:
                 self.exact[term] = (docs, max_tf, min_dl)
-            else:
+            elif kind > 0:
                 self.ranges[query.prefixes[kind - 1]].append((docs, max_tf, min_dl))
         if len(self.exact) + len(self.ranges) > KNOWN_TERMS:  # a store's memory stays bounded
             self.exact = {t: self.exact[t] for t in query.exact}
@@ -198,14 +228,39 @@ def known_of(query: BoundQuery, stamp: Stamp | None, rows: list[tuple], version:
     """What the rows of query.sql (the state row last) tell of the agent, as of `stamp`."""
     state = rows[-1]
     known = Known(stamp, bool(state[2]), state[1], version, dirty)
+    if not known.fresh and state[3] == 1:
+        known.added = rows_added([r for r in rows if r[0] == -2], state[1], state[4])
     known.add(query, rows)
     return known
 
 
+def rows_added(rows: list[tuple], averages: bytes | None, folded_rows: int) -> list[Added] | None:
+    """The rows the log lists, tokenized as FTS5 does, or None when they cannot be trusted to be
+    all the rows indexed since the fold: the index's row count is not the fold's plus theirs, or
+    a row's tokens are not as many as FTS5 counted when it indexed the row."""
+    if not averages or varint(averages, 0)[0] != folded_rows + len(rows):
+        return None
+    added = []
+    for _, _, _, _, _, text, sz in rows:
+        tokens = _TOKENIZER.tokens(text or "")
+        if len(tokens) != (varint(sz, 0)[0] if sz else 0):  # the text column's size comes first
+            return None
+        added.append(Added(Counter(tokens), len(tokens)))
+    return added
+
+
+def _score(n_rows: int, avgdl: float, docs: int, tf: int, dl: int) -> float:
+    """bm25's part of one phrase (as FTS5 computes it), as a score: higher is better."""
+    idf = math.log((n_rows - docs + 0.5) / (docs + 0.5))
+    if idf <= 0.0:  # FTS5's floor
+        idf = 1e-6
+    return idf * tf * (K1 + 1) / (tf + K1 * (1 - B + B * dl / avgdl))
+
+
 def agent_bound(query: BoundQuery, averages: bytes | None, exact: dict[str, Row | None],
                 ranges: dict[str, list[Row]]) -> float:
-    """The highest score (-bm25) a row of the agent can have for `query`, from its fold's averages
-    record and its terms' rows (module docstring)."""
+    """The highest score (-bm25) a row of the fold can have for `query`, from the index's averages
+    record now and the fold's terms' rows (module docstring)."""
     n_rows = varint(averages, 0)[0] if averages else 0
     if not averages or not n_rows:
         return NO_MATCH
@@ -229,11 +284,39 @@ def agent_bound(query: BoundQuery, averages: bytes | None, exact: dict[str, Row 
             docs, tf, dl = kept[0]
         else:
             docs, tf, dl = 1, min(t[1] for t in kept), max(t[2] for t in kept)
-        idf = math.log((n_rows - docs + 0.5) / (docs + 0.5))
-        if idf <= 0.0:  # FTS5's floor
-            idf = 1e-6
-        total += idf * tf * (K1 + 1) / (tf + K1 * (1 - B + B * dl / avgdl))
+        total += _score(n_rows, avgdl, docs, tf, dl)
     return total * (1 + EPS)  # never below FTS5's own rounding of the same sum
+
+
+def added_bound(query: BoundQuery, averages: bytes | None, exact: dict[str, Row | None],
+                ranges: dict[str, list[Row]], added: list[Added]) -> float:
+    """The highest score a row indexed since the fold can have for `query`: each phrase's
+    frequency in the row at most its least token's count (a prefix: its terms' counts summed), its
+    document count at least the fold's plus this row (a phrase of several tokens: this row)."""
+    n_rows = varint(averages, 0)[0] if averages else 0
+    if not averages or not n_rows:
+        return NO_MATCH
+    avgdl = average_length(averages)
+    best = NO_MATCH
+    for row in added:
+        total = 0.0
+        for phrase in query.phrases:
+            counts, docs = [], 1  # a phrase of several tokens: the row itself holds it
+            for n, token in enumerate(phrase.tokens):
+                if phrase.prefix and n == len(phrase.tokens) - 1:
+                    counts.append(sum(c for t, c in row.tf.items() if t.startswith(token)))
+                    folded = max((t[0] for t in ranges[token]), default=0)
+                else:
+                    counts.append(row.tf.get(token, 0))
+                    folded = held[0] if (held := exact.get(token)) is not None else 0
+                if len(phrase.tokens) == 1:  # the fold's rows holding its term, and this one
+                    docs = folded + 1
+            if not min(counts):  # the row does not hold the phrase: it does not match the query
+                break
+            total += _score(n_rows, avgdl, docs, min(counts), row.dl)
+        else:
+            best = max(best, total * (1 + EPS))
+    return best
 
 
 # -- the fold --------------------------------------------------------------------------------------
@@ -275,8 +358,11 @@ def store_bounds(c: sqlite3.Connection, folded: Folded) -> bool:
         return False
     c.execute("DELETE FROM term_bounds")
     c.executemany("INSERT INTO term_bounds VALUES (?, ?, ?, ?)", folded.terms)
-    c.execute("INSERT OR REPLACE INTO bounds_state VALUES (1, ?, ?, ?, ?)",
-              (folded.structure, folded.averages, folded.started, time.time() - folded.started))
+    # the index is in the fold's state: from this transaction on, every row indexed is logged
+    c.execute("DELETE FROM bounds_log")
+    c.execute("INSERT OR REPLACE INTO bounds_state (id, structure, averages, folded_at, fold_s, logged, n_rows) "
+              "VALUES (1, ?, ?, ?, ?, 1, ?)",
+              (folded.structure, folded.averages, folded.started, time.time() - folded.started, folded.n_rows))
     return True
 
 

@@ -38,6 +38,9 @@ from ...text.cjk import runs
 K1, B = 1.2, 0.75  # FTS5's bm25() defaults
 EPS = 1e-9  # relative; far above the rounding difference between this score and FTS5's own
 FRESH_LIMIT = 20_000  # rows indexed since a word's build beyond which its searches use FTS5 alone
+# rows indexed since the score bounds' fold that their log keeps (bounds.py); past it a written agent
+# is read whole until the next fold, as without the log: a search reads at most this many rows' text
+BOUNDS_LOG_MAX = 64
 PAGE = 64  # postings fetched per tf run and round trip
 MAX_ROUNDS = 4  # rescoring rounds before a narrow scope gives up on the postings
 # `optimize` builds postings for the words FTS5 is slow to rank (docs/cjk.md;
@@ -153,8 +156,9 @@ def read_postings(path: Path, words: list[str]) -> tuple[int, list[array]]:
 
 
 class HotWrites:
-    """The writer's part: the index log and the postings, on the writer's connection `c`, each
-    public method but the log's one transaction of `tx()` (SqliteWriter.tx).
+    """The writer's part: the index log, the score bounds' log (bounds.py) and the postings, on the
+    writer's connection `c`, each public method but the logs' one transaction of `tx()`
+    (SqliteWriter.tx).
 
     meta `index_log` is 0 while no word has postings (nothing is listed), else the log position
     past which the oldest build is given up: its searches would go to FTS5 alone anyway, so the
@@ -172,16 +176,41 @@ class HotWrites:
         return limit
 
     def log_indexed(self, rids: list[int]) -> None:
-        """Inside an indexing transaction: list the rows just indexed, while any word has postings."""
-        if rids and (limit := self.log_limit()):
+        """Inside an indexing transaction: list the rows just indexed, while any word has postings
+        and while the score bounds keep their log."""
+        if not rids:
+            return
+        if limit := self.log_limit():
             self.c.executemany("INSERT INTO index_log (rid) VALUES (?)", ((r,) for r in rids))
             self._expire_past(limit)
+        self._log_for_bounds("SELECT value AS id FROM json_each(:rids)", {"rids": json.dumps(rids)})
 
     def log_indexed_sql(self, select: str, params: dict[str, Any]) -> None:
         """As `log_indexed`, for the rows (id first) a statement selects."""
         if limit := self.log_limit():
             self.c.execute(f"INSERT INTO index_log (rid) SELECT id FROM ({select})", params)
             self._expire_past(limit)
+        self._log_for_bounds(select, params)
+
+    def _log_for_bounds(self, select: str, params: dict[str, Any]) -> None:
+        # at most one row past the cap is listed: an import's window does not fill the log to end it
+        if self.c.execute(f"INSERT OR IGNORE INTO bounds_log (rid) SELECT id FROM ({select}) "
+                          "WHERE (SELECT logged FROM bounds_state) = 1 LIMIT :bounds_cap",
+                          {**params, "bounds_cap": BOUNDS_LOG_MAX + 1}).rowcount and self.c.execute(
+                "SELECT count(*) > ? FROM bounds_log", (BOUNDS_LOG_MAX,)).fetchone()[0]:
+            self.end_bounds_log()
+
+    def bounds_gone(self, where: str, params: tuple | dict) -> None:
+        """Inside a transaction, before the index rows `where` selects are deleted: the score bounds'
+        log ends (a deleted row may have held a term, whose document count then falls below the
+        fold's, and the bound with it: only a fold makes them usable again)."""
+        if self.c.execute("SELECT 1 FROM bounds_state WHERE logged = 1 AND EXISTS "
+                          f"(SELECT 1 FROM msg_fts WHERE {where})", params).fetchone():
+            self.end_bounds_log()
+
+    def end_bounds_log(self) -> None:
+        self.c.execute("UPDATE bounds_state SET logged = 0 WHERE logged = 1")
+        self.c.execute("DELETE FROM bounds_log")
 
     def _expire_past(self, limit: int) -> None:
         (last,) = self.c.execute("SELECT seq FROM sqlite_sequence WHERE name = 'index_log'").fetchone()

@@ -398,7 +398,9 @@ class PrefixWrites:
     def log_gone(self, where: str, params: tuple | dict) -> None:
         """Inside a transaction, before the index rows `where` selects are deleted: list them with
         their text while the index log runs (searches and folds count them out; a first build
-        reading meanwhile needs them too, so not only once prefixes have postings)."""
+        reading meanwhile needs them too, so not only once prefixes have postings); the score
+        bounds' log ends."""
+        self.hot.bounds_gone(where, params)
         if self.hot.log_limit():
             self.c.execute("INSERT INTO index_gone (rid, after, text) SELECT rowid, coalesce((SELECT seq FROM "
                            "sqlite_sequence WHERE name = 'index_log'), 0), coalesce(text, '') FROM msg_fts "

@@ -351,4 +351,15 @@ CREATE TABLE bounds_state (
     fold_s REAL NOT NULL           -- how long the fold took: the next waits FOLD_AFTER times as long
 );
 """),
+    (17, "bounds_log", """
+-- The rows indexed since the fold (store/sqlite/bounds.py): while `logged` is 1, every row indexed
+-- since is in bounds_log and none was deleted, so the bounds still hold with those rows' own
+-- terms added, and a search of many agents need not read a written agent whole until the next
+-- fold. A deletion, or more than BOUNDS_LOG_MAX rows (postings.py), sets `logged` to 0 and empties
+-- the log.
+-- n_rows: the index's rows as of the fold
+ALTER TABLE bounds_state ADD COLUMN logged INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE bounds_state ADD COLUMN n_rows INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE bounds_log (rid INTEGER PRIMARY KEY);
+"""),
 )
