@@ -119,17 +119,18 @@ async def fold_due(settings: Settings) -> int:
 
 class Writes:
     """A gateway streaming into the agents while they are searched, as `serve` runs beside it:
-    `rate` messages a second, each appended to a random agent's session (they stay in the kept
-    corpus, each run's from the session's first tail: a branch of its own), and the worker's check
+    `rate` messages a second, each appended to a random agent (they stay in the kept corpus, each
+    run's in a session of its own per agent, one chain: linear appends, as a gateway's, with no
+    window left for reconciliation, which would hold the agent's fold back), and the worker's check
     (PeriodicOptimize: every postings_check_every_s the stale agents' bounds folded, in a child
     at idle priority) asking this process's engine what is due."""
 
-    def __init__(self, engine: Engine, agents: int, messages: int, rate: float) -> None:
+    def __init__(self, engine: Engine, agents: int, rate: float) -> None:
         self.engine, self.agents, self.rate = engine, agents, rate
-        self.parents = {a: f"ag{a:04d}-{messages - 1}" for a in range(agents)}
+        self.parents: dict[int, str | None] = dict.fromkeys(range(agents))
         self.appended = 0
         self.rng = random.Random(2025)
-        self.run = f"w{int(time.time())}"  # ids of this run's messages: a later run's are new ones
+        self.run = f"w{int(time.time())}"  # this run's sessions and message ids: a later run's are new ones
         self.optimizer: PeriodicOptimize | None = None
         self.task: asyncio.Task | None = None
 
@@ -156,10 +157,10 @@ class Writes:
             a = self.rng.randrange(self.agents)
             agent, mid = f"ag{a:04d}", f"ag{a:04d}-{self.run}-{self.appended}"
             words = self.rng.choices(FILLER, k=self.rng.randint(3, 20)) + ["alpha"]
-            await self.engine.append(f"agent:{agent}:main", [{
+            await self.engine.append(f"agent:{agent}:{self.run}", [{
                 "type": "message", "id": mid, "parentId": self.parents[a], "message": {
                     "role": "user", "content": " ".join(words), "timestamp": int(time.time() * 1000)}}],
-                sessionId=f"w{a}")
+                sessionId=f"{self.run}-{a}")
             self.parents[a] = mid
             self.appended += 1
             await asyncio.sleep(max(0.0, started + self.appended / self.rate - time.perf_counter()))
@@ -178,8 +179,8 @@ async def measure(settings: Settings, reps: int, gc_mode: str = "serve",
     before_open = open_files()
     async with Engine(settings=settings) as engine, contextlib.AsyncExitStack() as during:
         if writes is not None:
-            agents, messages, rate, warm_s = writes
-            streaming = await during.enter_async_context(Writes(engine, agents, messages, rate))
+            agents, _, rate, warm_s = writes
+            streaming = await during.enter_async_context(Writes(engine, agents, rate))
             await asyncio.sleep(warm_s)
         out["agents"] = len(engine.agent_ids_on_disk())
         out["open_files_idle"] = open_files() - before_open
