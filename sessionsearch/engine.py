@@ -116,7 +116,7 @@ class Engine:
                 return self._stores[agent_id]
             store = await self.backend.open_store(agent_id, create=create)
             self._stores[agent_id] = store
-            self._catalog.invalidate()
+            self._catalog.opened()
             return store
 
     # -- the catalog search scopes with ----------------------------------------------------
@@ -166,8 +166,8 @@ class Engine:
                                                              order=order, role=role, hot=hot, since=since,
                                                              until=until)
 
-    def _meta_changed(self) -> None:
-        self._catalog.invalidate()
+    def _meta_changed(self, agent_id: str) -> None:
+        self._catalog.invalidate(agent_id)
 
     # -- writes ------------------------------------------------------------------------------
 
@@ -180,7 +180,7 @@ class Engine:
             raise problems[0]
         store = await self.store(agent_of(key), create=True)
         created = await store.upsert_session(key, fields)
-        self._meta_changed()
+        self._meta_changed(store.agent_id)
         log.info("session.upserted", agent=store.agent_id, created=created)
         return {"sessionKey": key, "created": created}
 
@@ -216,7 +216,7 @@ class Engine:
             check_text(reason, "reason")
         store = await self._existing_store(key)
         new_id, previous = await store.rotate(key, sessionId)
-        self._meta_changed()
+        self._meta_changed(store.agent_id)
         log.info("session.rotated", agent=store.agent_id, session_id=new_id, previous_session_id=previous)
         return {"sessionKey": key, "sessionId": new_id, "previousSessionId": previous}
 
@@ -224,7 +224,7 @@ class Engine:
         key = check_session_key(sessionKey)
         store = await self._existing_store(key)
         deleted = await store.delete_session(key)
-        self._meta_changed()
+        self._meta_changed(store.agent_id)
         if not deleted:
             raise NotFound(f"session {key!r} not found")
         log.info("session.deleted", agent=store.agent_id)
@@ -234,14 +234,14 @@ class Engine:
         key = check_session_key(sessionKey)
         store = await self._existing_store(key)
         moved = await store.archive(key)
-        self._meta_changed()
+        self._meta_changed(store.agent_id)
         return {"sessionKey": key, "archivedWindows": moved}
 
     async def restore(self, sessionKey: str) -> dict[str, Any]:  # noqa: N803
         key = check_session_key(sessionKey)
         store = await self._existing_store(key)
         wids = await store.restore(key)
-        self._meta_changed()
+        self._meta_changed(store.agent_id)
         if wids:
             await self.enqueue_reconcile({store.agent_id: set(wids)})
         return {"sessionKey": key, "restoredWindows": len(wids)}
@@ -313,10 +313,12 @@ class Engine:
             store = await self.store(agent)
             async with store.reader() as reader:
                 version, times = await store.activity(reader)
-            stale |= version != view.versions.get(agent)
+            if version != view.versions.get(agent):  # another process changed its metadata since
+                self._catalog.invalidate(agent)
+                stale = True
             active.update(times)
-        if stale:  # another process changed metadata since this view was read
-            view = await self.catalog_view(refresh=True)
+        if stale:
+            view = await self.catalog_view()
         viewer = Viewer(self.settings, parse_requester(body.get("requester")), view.catalog)
         out: list[dict[str, Any]] = []
         more = False
@@ -432,7 +434,8 @@ class Engine:
             if head.model_no is not None and head.current_no == head.model_no:
                 out[agent] = set(head.pending)
             else:
-                view = await self.catalog_view(refresh=True)
+                self._catalog.invalidate(agent)
+                view = await self.catalog_view()
                 out[agent] = set(view.agents[agent].hot_wids) if agent in view.agents else set()
         return out
 

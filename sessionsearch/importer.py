@@ -254,7 +254,8 @@ async def run_import(engine, path: Path, *, agent_id: str | None = None,
         if progress:
             progress(done_bytes, total_bytes)
     await group.flush()
-    engine._meta_changed()
+    for agent in consumed_by_agent:
+        engine._meta_changed(agent)
     report.seconds = time.monotonic() - started
     log.info("import.done", sessions=report.sessions, events=report.events, problems=len(report.problems),
              seconds=round(report.seconds, 3))

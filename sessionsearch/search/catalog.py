@@ -135,16 +135,30 @@ class CatalogCache:
         self._view: CatalogView | None = None
         self._lock = asyncio.Lock()
         self._raw: dict[str, AgentRows] = {}  # per agent: the catalog rows as last read
+        self._derived: dict[str, AgentView] = {}  # per agent: its rows' AgentView
+        # the agents whose rows the next view reads again (None: every agent's): reading a thousand
+        # agents' changes is a thousand round trips, seconds, for the one a new session went to
+        self._stale: set[str] | None = set()
         self._listing_seen = 0
 
-    def invalidate(self) -> None:
-        """Metadata changed here: the next view reads the changes."""
+    def invalidate(self, agent_id: str | None = None) -> None:
+        """Metadata changed here, of `agent_id` (None: of any agent): the next view reads the changes."""
+        self._view = None
+        if agent_id is None:
+            self._stale = None
+        elif self._stale is not None:
+            self._stale.add(agent_id)
+
+    def opened(self) -> None:
+        """A store was opened: the next view lists it (its rows read if they never were)."""
         self._view = None
 
     def clear(self) -> None:
         """Forget everything read (the stores are closing)."""
         self._view = None
         self._raw = {}
+        self._derived = {}
+        self._stale = set()
 
     def note_window(self, agent_id: str, key: str, session_id: str) -> None:
         """An append went to this window: invalidate unless the view holds it already."""
@@ -153,7 +167,7 @@ class CatalogCache:
             return
         agent = view.agents.get(agent_id)
         if agent is None or not any(w.session_id == session_id for w in agent.windows_by_key.get(key, ())):
-            self.invalidate()
+            self.invalidate(agent_id)
 
     def listing_moved(self, *, fresh: bool = False) -> bool:
         """Whether the agent listing moved since the view was read (an agent created elsewhere);
@@ -173,9 +187,11 @@ class CatalogCache:
                    fresh_listing: bool = False) -> CatalogView:
         """The session catalog as of the agents' current meta versions.
 
-        Each agent's sessions and windows are read whole once; after that a refresh reads only the
-        rows stamped after the version this process last read (and the deletions), then derives
-        the scoping structures again in memory.
+        Each agent's sessions and windows are read whole once; after that the view reads again only
+        the agents invalidated since (every agent with `refresh`) and of them only the rows stamped
+        after the version this process last read (and the deletions), and derives their scoping
+        structures again in memory. An agent changed by another process is found stale by its meta
+        version (MetaChanged) and invalidated by the caller.
         """
         async with self._lock:
             # another process may have created an agent's store
@@ -183,23 +199,35 @@ class CatalogCache:
             if self._view is not None and not refresh and listing == self._listing_seen:
                 return self._view
             self._listing_seen = listing
+            stale, self._stale = None if refresh else self._stale, set()
             view = CatalogView()
             sessions: dict[str, SessionMeta] = {}
-            for agent_id, store in sorted((await self._stores()).items()):
-                raw = self._raw.get(agent_id)
-                async with store.reader(deadline) as reader:
-                    version, whole, metas, windows, gone_keys, gone_wids = await store.meta_snapshot(
-                        reader, None if raw is None else raw.version)
-                if raw is None or whole:
-                    raw = self._raw[agent_id] = AgentRows(version, {m.session_key: m for m in metas},
-                                                          {w.wid: w for w in windows})
-                else:
-                    raw.apply(version, metas, windows, gone_keys, gone_wids)
-                sessions.update(raw.sessions)
-                view.agents[agent_id] = raw.view()
+            try:
+                for agent_id, store in sorted((await self._stores()).items()):
+                    raw = self._raw.get(agent_id)
+                    if raw is None or stale is None or agent_id in stale:
+                        raw = await self._read(agent_id, store, raw, deadline)
+                        self._derived[agent_id] = raw.view()
+                    sessions.update(raw.sessions)
+                    view.agents[agent_id] = self._derived[agent_id]
+            except BaseException:  # e.g. past the deadline: what was to be read still is
+                self._stale = None if stale is None or self._stale is None else self._stale | stale
+                raise
             view.catalog = Catalog(sessions)
-            self._view = view
+            # kept unless an agent was invalidated while the others were read
+            self._view = view if self._stale == set() else None
             return view
+
+    async def _read(self, agent_id: str, store: AgentStore, raw: AgentRows | None, deadline: float) -> AgentRows:
+        async with store.reader(deadline) as reader:
+            version, whole, metas, windows, gone_keys, gone_wids = await store.meta_snapshot(
+                reader, None if raw is None else raw.version)
+        if raw is None or whole:
+            raw = self._raw[agent_id] = AgentRows(version, {m.session_key: m for m in metas},
+                                                  {w.wid: w for w in windows})
+        else:
+            raw.apply(version, metas, windows, gone_keys, gone_wids)
+        return raw
 
     async def meta_version(self, agent_id: str, deadline: float = math.inf) -> int:
         """The agent's meta version as committed now (a view holding another one is stale)."""

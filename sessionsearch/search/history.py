@@ -142,7 +142,8 @@ async def history(req: HistoryRequest, *, settings: Settings, catalog: CatalogCa
     view = await catalog.view_with([agent_id], math.inf)
     # visibility is decided on metadata as of now, not as of the last search
     if agent_id in view.agents and await catalog.meta_version(agent_id) != view.versions.get(agent_id):
-        view = await catalog.view(math.inf, refresh=True)
+        catalog.invalidate(agent_id)
+        view = await catalog.view(math.inf)
     viewer = Viewer(settings, req.requester, view.catalog)
     if view.catalog.incognito(req.session_key) or not viewer.can_see(req.session_key):
         raise Forbidden(f"session {req.session_key!r} is not visible to this requester")

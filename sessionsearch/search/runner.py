@@ -547,12 +547,13 @@ async def search(req: SearchRequest, *, settings: Settings, catalog: CatalogCach
 
     targets = {agent_of(key) for key in req.session_keys or ()} | ({req.agent_id} if req.agent_id else set())
     for attempt in range(4):
-        view = await catalog.view_with(targets, deadline, refresh=attempt > 0)
+        view = await catalog.view_with(targets, deadline)
         viewer = Viewer(settings, req.requester, view.catalog)
         scopes = plan_scopes(req, viewer, view, view.agent_ids)
         try:
             outcomes = [await run(q, view.versions) for q in req.queries]
-        except MetaChanged:
+        except MetaChanged as changed:  # by another process: its rows are read again
+            catalog.invalidate(changed.agent_id)
             continue
         # an agent created elsewhere since the view was read: scope again, so that a search of every
         # agent covers it. Each search statement reads the listing (Backend.listing_version); a search

@@ -19,6 +19,10 @@ FIRST_VISITS = 8  # agents best_first visits in its first hop; each hop after vi
 class MetaChanged(Exception):
     """An agent's session metadata changed since the catalog was read; scope again."""
 
+    def __init__(self, agent_id: str) -> None:
+        super().__init__(agent_id)
+        self.agent_id = agent_id
+
 
 async def bounded(each: Callable[[S], Awaitable[R]], items: Sequence[S], limit: int) -> list[R]:
     """`each` of every item, at most `limit` awaited at once, the answers in the items' order.

@@ -385,6 +385,34 @@ async def test_catalog_refresh_reads_only_changes_and_matches_a_full_read(backen
         assert sorted(ids(await reader_engine.search(query="note"))) == ["a1", "c1"]
 
 
+async def test_a_view_reads_again_only_the_agents_whose_metadata_changed(backend):
+    async with engine_at(backend) as reader_engine, engine_at(backend) as writer:
+        for agent in ("a", "b", "c"):
+            await writer.append(f"agent:{agent}:main", chain(agent, [("user", f"{agent} note")]))
+        assert sorted(ids(await reader_engine.search(query="note"))) == ["a1", "b1", "c1"]
+        reads: list[str] = []
+        for agent in ("a", "b", "c"):
+            store = await reader_engine.store(agent)
+            snapshot = store.meta_snapshot
+
+            async def counted(reader, since=None, _agent=agent, _snapshot=snapshot):
+                reads.append(_agent)
+                return await _snapshot(reader, since)
+            store.meta_snapshot = counted  # type: ignore[method-assign]
+        # a new session in another process: found stale by its meta version, only b read again
+        await writer.append("agent:b:second", chain("b2-", [("user", "b second note")]))
+        assert sorted(ids(await reader_engine.search(query="note"))) == ["a1", "b1", "b2-1", "c1"]
+        assert reads == ["b"]
+        # and in this one: only c
+        reads.clear()
+        await reader_engine.append("agent:c:second", chain("c2-", [("user", "c second note")]))
+        await reader_engine.upsert_session("agent:c:main", label="renamed")
+        assert len(ids(await reader_engine.search(query="note"))) == 5
+        assert reads == ["c"]
+        async with engine_at(backend) as fresh:  # what was read by changes is what a full read holds
+            assert _catalog(await reader_engine.catalog_view()) == _catalog(await fresh.catalog_view())
+
+
 async def test_deletion_tombstones_are_pruned_and_an_older_view_reads_whole(backend, tmp_path, monkeypatch):
     monkeypatch.setattr(sqlite_writer, "TOMBSTONES_KEPT", 8)
     monkeypatch.setattr(pg_writer, "TOMBSTONES_KEPT", 8)
