@@ -172,9 +172,10 @@ class Writes:
 
 
 async def measure(settings: Settings, reps: int, gc_mode: str = "serve",
-                  writes: tuple[int, int, float, float] | None = None) -> dict:
+                  writes: tuple[int, int, float, float] | None = None, settle_s: float = 0.0) -> dict:
     """The classes' figures; `writes` (agents, messages, rate, warm-up s): searched while the
-    agents are written (Writes), from `warm-up` seconds after the writes began."""
+    agents are written (Writes), from `warm-up` seconds after the writes began; `settle_s`: the
+    classes searched that long, untimed, before the timed rounds (a server searched all along)."""
     out: dict = {"classes": {}}
     before_open = open_files()
     async with Engine(settings=settings) as engine, contextlib.AsyncExitStack() as during:
@@ -199,6 +200,10 @@ async def measure(settings: Settings, reps: int, gc_mode: str = "serve",
         if gc_mode == "serve":  # the collector as `serve` and `mcp` set it once started (gcpause.py)
             gcpause.settle()
         out["gc"] = gc_mode
+        settled = time.perf_counter() + settle_s
+        while time.perf_counter() < settled:
+            for word, match, order in CLASSES:
+                await engine.search(query=word, match=match, order=order, limit=10)
         for rep in range(reps + 1):  # interleaved class by class; round 0 warms up
             for word, match, order in CLASSES:
                 name = f"{word} {match} {order}"
@@ -254,6 +259,9 @@ async def main() -> None:
                              "agents, the worker's check folding beside them (writes_classes)")
     parser.add_argument("--writes-warm-s", type=float, default=40,
                         help="seconds of writes before the searches under writes start")
+    parser.add_argument("--writes-settle-s", type=float, default=0,
+                        help="then seconds of untimed searches before the timed ones: a process's first "
+                             "searches under writes run 3-4x slower for some 30-40 s, and this measures after")
     parser.add_argument("--db-prefix", default="ss_bench_",
                         help="PostgreSQL database names start with this (a shared server: keep runs apart)")
     args = parser.parse_args()
@@ -298,8 +306,10 @@ async def run_shape(args: argparse.Namespace, extra: dict, code: str, path: Path
             figures.update(built_classes=built["classes"], folded_agents=folded,
                            fold_s=round(time.perf_counter() - started, 1))
         if args.writes:  # the steady state of a gateway streaming into the agents
-            under = await measure(settings, args.reps, args.gc, (agents, messages, args.writes, args.writes_warm_s))
-            figures.update(writes_classes=under["classes"], writes=under["writes"])
+            under = await measure(settings, args.reps, args.gc, (agents, messages, args.writes, args.writes_warm_s),
+                                  args.writes_settle_s)
+            figures.update(writes_classes=under["classes"], writes=under["writes"],
+                           writes_settle_s=args.writes_settle_s)
         figures["load_avg_1m"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
         figures["build_s"] = round(built_s, 1)
         figures["reps"] = args.reps
