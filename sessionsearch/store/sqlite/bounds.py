@@ -92,10 +92,6 @@ class Folded:
     terms: list[tuple[str, int, int, int]]  # (term, docs, highest tf, shortest row)
     started: float  # when the read began (time.time)
 
-    @property
-    def n_rows(self) -> int:
-        return varint(self.averages, 0)[0]
-
 
 @dataclass(frozen=True, slots=True)
 class Added:
@@ -166,10 +162,10 @@ def bound_query(match: Match | None) -> BoundQuery | None:
     arms.append("SELECT -2, l.rid, NULL, NULL, NULL, f.text, d.sz FROM bounds_log l "
                 "CROSS JOIN msg_fts f ON f.rowid = l.rid CROSS JOIN msg_fts_docsize d ON d.id = l.rid")
     # the index's averages now; whether it is still in the fold's state; whether the log holds every
-    # row since (logged), and the rows as of the fold: one row whether or not a fold ran
+    # row since (logged), and the fold's averages (its rows): one row whether or not a fold ran
     arms.append("SELECT -1, (SELECT block FROM msg_fts_data WHERE id = 1), "
                 "(SELECT block FROM msg_fts_data WHERE id = 10) IS s.structure "
-                "AND (SELECT block FROM msg_fts_data WHERE id = 1) IS s.averages, s.logged, s.n_rows, NULL, NULL "
+                "AND (SELECT block FROM msg_fts_data WHERE id = 1) IS s.averages, s.logged, s.averages, NULL, NULL "
                 "FROM (SELECT 1) LEFT JOIN bounds_state s")
     return BoundQuery(tuple(phrases), exact, prefixes, " UNION ALL ".join(arms), params)
 
@@ -234,11 +230,12 @@ def known_of(query: BoundQuery, stamp: Stamp | None, rows: list[tuple], version:
     return known
 
 
-def rows_added(rows: list[tuple], averages: bytes | None, folded_rows: int) -> list[Added] | None:
+def rows_added(rows: list[tuple], averages: bytes | None, folded: bytes | None) -> list[Added] | None:
     """The rows the log lists, tokenized as FTS5 does, or None when they cannot be trusted to be
-    all the rows indexed since the fold: the index's row count is not the fold's plus theirs, or
-    a row's tokens are not as many as FTS5 counted when it indexed the row."""
-    if not averages or varint(averages, 0)[0] != folded_rows + len(rows):
+    all the rows indexed since the fold: the index's row count (its averages record, now and as
+    folded) is not the fold's plus theirs, or a row's tokens are not as many as FTS5 counted when
+    it indexed the row."""
+    if not averages or not folded or varint(averages, 0)[0] != varint(folded, 0)[0] + len(rows):
         return None
     added = []
     for _, _, _, _, _, text, sz in rows:
@@ -360,9 +357,9 @@ def store_bounds(c: sqlite3.Connection, folded: Folded) -> bool:
     c.executemany("INSERT INTO term_bounds VALUES (?, ?, ?, ?)", folded.terms)
     # the index is in the fold's state: from this transaction on, every row indexed is logged
     c.execute("DELETE FROM bounds_log")
-    c.execute("INSERT OR REPLACE INTO bounds_state (id, structure, averages, folded_at, fold_s, logged, n_rows) "
-              "VALUES (1, ?, ?, ?, ?, 1, ?)",
-              (folded.structure, folded.averages, folded.started, time.time() - folded.started, folded.n_rows))
+    c.execute("INSERT OR REPLACE INTO bounds_state (id, structure, averages, folded_at, fold_s, logged) "
+              "VALUES (1, ?, ?, ?, ?, 1)",
+              (folded.structure, folded.averages, folded.started, time.time() - folded.started))
     return True
 
 

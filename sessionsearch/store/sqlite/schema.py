@@ -357,9 +357,7 @@ CREATE TABLE bounds_state (
 -- terms added, and a search of many agents need not read a written agent whole until the next
 -- fold. A deletion, or more than BOUNDS_LOG_MAX rows (postings.py), sets `logged` to 0 and empties
 -- the log.
--- n_rows: the index's rows as of the fold
 ALTER TABLE bounds_state ADD COLUMN logged INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE bounds_state ADD COLUMN n_rows INTEGER NOT NULL DEFAULT 0;
 CREATE TABLE bounds_log (rid INTEGER PRIMARY KEY);
 """),
 )
