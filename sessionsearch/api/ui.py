@@ -1,5 +1,8 @@
 """The Control UI: `GET /ui` and its static files, and the pipeline figures its status view draws.
 
+`GET /` redirects to `/ui`: a browser pointed at the bare address lands on the page rather than on
+a 404, and it is open like the page it leads to.
+
 The page and its assets load without a token (they hold nothing stored; the page asks for the
 token when an API call answers 401) and carry a strict Content-Security-Policy: scripts, styles
 and images from this server only, requests back to it only, no framing. Everything the page
@@ -14,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from .. import metrics
@@ -29,7 +32,7 @@ STATIC = Path(__file__).resolve().parent / "static"
 ASSETS = {**{f"{name}.js": "text/javascript; charset=utf-8" for name in ("ui", "api", "dom", "status")},
           "ui.css": "text/css; charset=utf-8",
           "icon.svg": "image/svg+xml"}
-PAGE_PATHS = frozenset({"/ui", "/ui/", *(f"/ui/{name}" for name in ASSETS)})
+PAGE_PATHS = frozenset({"/", "/ui", "/ui/", *(f"/ui/{name}" for name in ASSETS)})
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff",
@@ -50,6 +53,11 @@ def reconciled_windows() -> float:
 
 async def page(request: Request) -> Response:
     return _file("index.html", "text/html; charset=utf-8")
+
+
+async def root(request: Request) -> Response:
+    # 307, not 308: a temporary redirect is not cached, so `/` stays free to answer otherwise later
+    return RedirectResponse("/ui", status_code=307)
 
 
 async def asset(request: Request) -> Response:
@@ -77,6 +85,7 @@ async def status(request: Request) -> Response:
                        headers={"Cache-Control": "no-store"})
 
 
-UI_ROUTES = [Route("/ui", page, methods=["GET"]), Route("/ui/", page, methods=["GET"]),
+UI_ROUTES = [Route("/", root, methods=["GET"]),
+             Route("/ui", page, methods=["GET"]), Route("/ui/", page, methods=["GET"]),
              Route("/ui/status.json", status, methods=["GET"]),
              Route("/ui/{name}", asset, methods=["GET"])]

@@ -63,7 +63,8 @@ def test_the_token_guards_every_route_but_the_health_probes(tmp_path):
               ("POST", "/healthz", 405, True),
               ("GET", "/v1/sessions.search", 405, False), ("DELETE", "/metrics", 405, False),
               ("POST", "/v1/nope", 404, False), ("POST", "/v1/tools/nope", 404, False), ("POST", "/v1/", 404, False),
-              ("GET", "/nope", 404, False), ("GET", "/", 404, False), ("OPTIONS", "/v1/sessions.search", 405, False)]
+              ("GET", "/nope", 404, False), ("OPTIONS", "/v1/sessions.search", 405, False),
+              ("GET", "/", 307, True), ("HEAD", "/", 307, True), ("POST", "/", 405, True)]  # / leads to the open /ui
     assert {path for _, path, _, _ in table} >= set(openapi_document()["paths"])  # no documented route left out
     wrong = [{}, {"Authorization": "Bearer wrong"}, {"Authorization": "Bearer s3cret2"},
              {"Authorization": "Basic czNjcmV0"}, {"Authorization": "s3cret"}, {"Authorization": "Bearer"}]

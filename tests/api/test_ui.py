@@ -7,6 +7,7 @@ docs/ui.md shows, under docs/screenshots/.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import subprocess
@@ -386,5 +387,21 @@ def test_with_the_embedder_off_a_search_by_meaning_says_so(tmp_path, page):
         page.select_option("#mode", "keyword")  # words still work
         expect(page.locator("#results .hit")).to_have_count(1)
         page.console.check(400)
+    finally:
+        assert srv.stop() == 0
+
+
+def test_the_bare_address_leads_a_browser_to_the_page_with_a_token_configured_too(tmp_path, page):
+    srv = Server(tmp_path / "data", tmp_path / "server.log", SESSIONSEARCH_API_TOKEN=TOKEN)
+    try:
+        connection = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
+        connection.request("GET", "/")
+        answer = connection.getresponse()
+        assert (answer.status, answer.headers["Location"]) == (307, "/ui")  # open, like the page it leads to
+        connection.close()
+        page.goto(f"{srv.url}/")
+        assert page.url == f"{srv.url}/ui"
+        expect(page.locator("#token-dialog")).to_be_visible()  # the page, asking for the token as it does
+        page.console.check(401)
     finally:
         assert srv.stop() == 0
