@@ -2,7 +2,7 @@
 real `sessionsearch serve` on loopback.
 
 With SESSIONSEARCH_SAVE_SCREENSHOTS=1 (`make screenshots`) the tests also save the screenshots
-docs/ui.md shows, under docs/screenshots/.
+docs/ui.md shows, and the README's (demo.png, from the demo's own sample), under docs/screenshots/.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page, expect, sync_playwright
+
+from sessionsearch.api.server import DEMO_DATA
 
 from ..helpers import chain, header, msg, reset
 from ..server import Server
@@ -405,3 +407,47 @@ def test_the_bare_address_leads_a_browser_to_the_page_with_a_token_configured_to
         page.console.check(401)
     finally:
         assert srv.stop() == 0
+
+
+def test_the_demo_sample_searched_by_words_and_meaning_finds_the_monthly_payment(server, page):
+    """The README's picture: what `make demo` imports, searched as its last step does."""
+    import_without_index(server, DEMO_DATA)
+    page.set_viewport_size({"width": 1280, "height": 800})
+    page.goto(f"{server.url}/ui")
+    page.select_option("#mode", "hybrid")
+    page.locator("#q").fill("how much will I pay each month for the house")
+    page.locator("#q").press("Enter")
+    # the page searches again by itself while the sample is reconciled and embedded
+    expect(page.locator("#search-state")).to_have_attribute("data-state", "results", timeout=60_000)
+    top = page.locator("#results .hit").first
+    expect(top).to_contain_text("monthly payment is about 1,151 EUR")
+    expect(top.locator(".badge.matched")).to_have_text("by meaning")
+    shot(page, "demo")
+    page.console.check()
+
+
+# the width the box's text takes beside what the box shows of it (its content box less the room
+# Chromium keeps for the clear button of a search field)
+FITS = """text => {
+  const box = document.querySelector('#q'), style = getComputedStyle(box);
+  const context = document.createElement('canvas').getContext('2d');
+  context.font = style.font;
+  const room = box.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight) - 24;
+  return [context.measureText(text).width, room];
+}"""
+
+
+@pytest.mark.parametrize("width,height", [(1280, 800), (390, 844)])
+def test_the_search_box_shows_its_whole_placeholder_and_a_question_on_a_desktop_and_a_phone(server, page,
+                                                                                             width, height):
+    page.set_viewport_size({"width": width, "height": height})
+    page.goto(f"{server.url}/ui")
+    placeholder = page.locator("#q").get_attribute("placeholder")
+    assert placeholder
+    needed, room = page.evaluate(FITS, placeholder)
+    assert needed <= room, (placeholder, needed, room)
+    if width >= 1024:  # a question by meaning, as the demo asks it, fits on a desktop too
+        needed, room = page.evaluate(FITS, "how much will I pay each month for the house")
+        assert needed <= room, (needed, room)
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    page.console.check()

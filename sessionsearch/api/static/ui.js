@@ -40,7 +40,7 @@ function scheduleSearch() {
   if (!query) {
     cancelSearch();
     $("results").replaceChildren();
-    setState($("search-state"), "idle", "Type a few words; the last one matches as a prefix while you type.");
+    setState($("search-state"), "idle", "Type a few words; the last one matches as a prefix while you type. Enter searches whole words.");
     return;
   }
   search.timer = setTimeout(() => runSearch("prefix"), DEBOUNCE_MS);
