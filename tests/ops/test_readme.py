@@ -10,6 +10,8 @@ their `.env`), and the embedded shape gets its port from `SESSIONSEARCH_PORT`.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
@@ -18,13 +20,16 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from ..helpers import wait_until
-from ..services import free_port
+from ..services import PG_ADMIN_URL, drop_pg_database, free_port, pg_url, require_postgres
 
 ROOT = Path(__file__).resolve().parents[2]
 # what a fresh login shell has: nothing of this checkout's virtualenv
@@ -143,6 +148,15 @@ def wait_complete(shell: Shell, port: int) -> list[dict]:
     return agents
 
 
+@contextlib.contextmanager
+def worker_port_held() -> Iterator[None]:
+    """The Procfile's worker binds a fixed port: one block at a time runs it, in every test process
+    (and every checkout) on this machine."""
+    with open(Path(tempfile.gettempdir()) / f"sessionsearch-test-port-{WORKER_METRICS_PORT}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def port_free(port: int) -> bool:
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind: TIME_WAIT is no owner
@@ -188,8 +202,11 @@ def test_the_embedded_shape_runs_from_the_readme_in_a_fresh_clone(tmp_path):
     assert (clone / "data" / "agents").is_dir()
 
 
-def test_the_service_shape_runs_web_and_worker_from_the_readme_in_a_fresh_clone(tmp_path, redis_url):
-    block = readme_shape("Service with Redis")  # the Redis page's block is the same (the test above)
+def run_honcho_block(block: str, tmp_path: Path, redis_url: str, store: dict[str, str] | None = None,
+                     **env: str) -> Path:
+    """Run a block ending in `honcho start` in a fresh copy; the demo sample, imported beside the
+    running pair (into `store`, the settings naming the block's store), must be reconciled by the
+    worker through Redis; Ctrl-C must stop both cleanly."""
     assert "honcho start" in block and "cp deploy/env.example .env" in block
     clone = fresh_copy(tmp_path / "clone")
     port = free_port()
@@ -199,8 +216,14 @@ def test_the_service_shape_runs_web_and_worker_from_the_readme_in_a_fresh_clone(
         settings, n = re.subn(rf"^{name}=.*$", f"{name}={value}", settings, flags=re.M)
         assert n == 1, name
     example.write_text(settings)
+    with worker_port_held():
+        return _run_honcho(block, clone, port, tmp_path, store, env)
+
+
+def _run_honcho(block: str, clone: Path, port: int, tmp_path: Path, store: dict[str, str] | None,
+                env: dict[str, str]) -> Path:
     assert port_free(WORKER_METRICS_PORT), f"port {WORKER_METRICS_PORT} is taken: the Procfile's worker binds it"
-    shell = Shell(block, clone, bare_env(), tmp_path / "shell.log")
+    shell = Shell(block, clone, bare_env(**env), tmp_path / "shell.log")
     try:
         wait_ready(shell, port, "redis")  # web, which found sessionsearch on the PATH the block set
 
@@ -212,9 +235,10 @@ def test_the_service_shape_runs_web_and_worker_from_the_readme_in_a_fresh_clone(
                 return False
 
         wait_until(worker_up, 90, lambda: f"the worker's /metrics: {shell.output()}", every=0.2)
-        # imported beside the running pair: the first search enqueues, the worker reconciles
+        # imported as the pair runs, into the store the block chose: the first search enqueues
         imported = subprocess.run([sys.executable, "-m", "sessionsearch.cli", "import", "sessionsearch/demo_data"],
-                                  cwd=clone, env={**bare_env(), "SESSIONSEARCH_DATA_DIR": str(clone / "data")},
+                                  cwd=clone, env={**bare_env(**env), "SESSIONSEARCH_DATA_DIR": str(clone / "data"),
+                                                  **(store or {})},
                                   capture_output=True, text=True, timeout=120)
         assert imported.returncode == 0, imported.stderr
         assert post(f"http://127.0.0.1:{port}/v1/sessions.search", {"query": "loan"})["indexing"] is True
@@ -237,4 +261,35 @@ def test_the_service_shape_runs_web_and_worker_from_the_readme_in_a_fresh_clone(
             events[(name.split()[-1], entry["event"])] = entry
     assert ("web.1", "api.stopped") in events, log[-4000:]
     assert events[("worker.1", "worker.exited")]["code"] == 0, log[-4000:]
-    assert (clone / "data" / "agents").is_dir()  # the data dir the copied .env names, inside the clone
+    return clone
+
+
+def test_the_service_shape_runs_web_and_worker_from_the_readme_in_a_fresh_clone(tmp_path, redis_url):
+    # the Redis page's block is the same (the test above)
+    clone = run_honcho_block(readme_shape("Service with Redis"), tmp_path, redis_url)
+    assert list((clone / "data" / "agents").rglob("*.db"))  # the data dir the copied .env names, in the clone
+
+
+def test_the_postgresql_shape_runs_from_the_readme_in_a_fresh_clone(tmp_path, redis_url):
+    """The block names its database, `sessionsearch`; the test's libpq environment (PGHOST, PGPORT,
+    PGUSER) points `createdb` and the URL at the suite's server, as a user's own defaults would."""
+    import psycopg
+
+    block = readme_shape("Scale-out with PostgreSQL")
+    match = re.search(r"createdb (\w+)", block)
+    assert match and f"postgresql:///{match.group(1)}" in block
+    name = match.group(1)
+    admin = urllib.parse.urlsplit(PG_ADMIN_URL)
+    with require_postgres() as conn:
+        taken = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+    assert not taken, (f"a database named {name} is on {admin.hostname}:{admin.port}: the README's block creates "
+                       "it (drop it, or set SESSIONSEARCH_TEST_PG_URL to another server)")
+    try:
+        clone = run_honcho_block(block, tmp_path, redis_url, {"SESSIONSEARCH_DATABASE_URL": f"postgresql:///{name}"},
+                                 PGHOST=admin.hostname or "127.0.0.1",
+                                 PGPORT=str(admin.port or 5432), PGUSER=admin.username or "postgres")
+        with psycopg.connect(pg_url(name)) as conn:  # the transcripts are in PostgreSQL, none under ./data
+            assert conn.execute("SELECT count(*) FROM ss_events").fetchone()[0] > 0
+        assert not list((clone / "data").rglob("*.db"))
+    finally:
+        drop_pg_database(pg_url(name))
