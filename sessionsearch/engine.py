@@ -422,7 +422,8 @@ class Engine:
 
     async def embed_backlog(self, agent_id: str | None = None) -> dict[str, set[int]]:
         """Windows with rows waiting for an embedding of the current model, by agent (every warm
-        window while the store has not taken this model yet)."""
+        window while the store has not taken this model yet); never an incognito session's, whose
+        text no embedder is given (store/*/meaning.py `embeddable`)."""
         embedder = await self.embedder()
         if embedder is None:
             return {}
@@ -436,7 +437,7 @@ class Engine:
             else:
                 self._catalog.invalidate(agent)
                 view = await self.catalog_view()
-                out[agent] = set(view.agents[agent].hot_wids) if agent in view.agents else set()
+                out[agent] = set(view.agents[agent].visible_hot) if agent in view.agents else set()
         return out
 
     async def embed_pending(self, agent_id: str | None = None) -> dict[str, int]:

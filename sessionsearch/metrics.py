@@ -104,10 +104,12 @@ class PipelineCollector:
     """Gauges computed at scrape time: backlog, completeness, postings, queue depth."""
 
     def __init__(self, agent_status: Callable[[], Iterable[tuple[str, dict[str, int]]]],
-                 queue_depth: Callable[[], dict[str, int]] | None = None) -> None:
-        """`agent_status`: the backend's per-agent counts (Backend.agent_status, store/base.py)."""
+                 queue_depth: Callable[[], dict[str, int]] | None = None, *, embedding: bool = True) -> None:
+        """`agent_status`: the backend's per-agent counts (Backend.agent_status, store/base.py);
+        `embedding`: whether an embedder is configured (without one nothing waits to be embedded)."""
         self.agent_status = agent_status
         self.queue_depth = queue_depth
+        self.embedding = embedding
 
     def describe(self) -> list[Any]:
         return []
@@ -131,12 +133,15 @@ class PipelineCollector:
                                      "Rows indexed since the oldest usable postings were built.", labels=["agent"])
         embedded = GaugeMetricFamily("sessionsearch_embedded_messages",
                                      "Word-index rows with an embedding (any model).", labels=["agent"])
+        # what an embed job will take: an incognito session's windows (never embedded) and archived
+        # ones are not waiting, so the gauge reaches 0 once the workers are done (store/*/meaning.py)
         embed_backlog = GaugeMetricFamily("sessionsearch_embedding_backlog",
-                                          "Session windows with rows waiting for an embedding.", labels=["agent"])
+                                          "Session windows with rows waiting for an embedding (never an incognito "
+                                          "session's).", labels=["agent"])
         for agent, s in self.agent_status():
             if "embedded" in s:
                 embedded.add_metric([agent], s["embedded"])
-                embed_backlog.add_metric([agent], s["embed_pending"])
+                embed_backlog.add_metric([agent], s["embed_pending"] if self.embedding else 0)
             postings.add_metric([agent, "usable"], s["postings_usable"])
             postings.add_metric([agent, "stale"], s["postings_stale"])
             log_rows.add_metric([agent], s["index_log_rows"])

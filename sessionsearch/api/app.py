@@ -95,7 +95,8 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
             engine.postings_due(), loop).result(timeout=60))
         optimizer.start()
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(metrics.PipelineCollector(engine.backend.agent_status, pipeline.queue_depth))
+    registry.register(metrics.PipelineCollector(engine.backend.agent_status, pipeline.queue_depth,
+                                                embedding=settings.embedder != "none"))
     app.state.engine, app.state.pipeline, app.state.registry = engine, pipeline, registry
     if app.state.sweep:
         pending = {agent: set(wids) for agent, wids in (await engine.pending()).items() if wids}

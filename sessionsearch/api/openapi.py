@@ -214,9 +214,11 @@ RESPONSES: dict[str, dict[str, Any]] = {
                        "messages": {"type": "integer"}, "indexedMessages": {"type": "integer"},
                        "completeness": {"type": "number", "minimum": 0, "maximum": 1},
                        "embeddedMessages": {"type": "integer", "minimum": 0,
-                                            "description": "messages with an embedding of the current model"},
+                                            "description": "messages with an embedding of the current model "
+                                                           "(never an incognito session's)"},
                        "embeddingBacklog": {"type": "integer", "minimum": 0,
-                                            "description": "messages waiting for one"}}}}}},
+                                            "description": "messages waiting for one; an incognito session's "
+                                                           "never wait (they are never embedded)"}}}}}},
 }
 
 METHODS = tuple(REQUESTS)

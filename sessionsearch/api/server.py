@@ -120,6 +120,20 @@ def _error_of(exc: urllib.error.HTTPError) -> str:
         return f"HTTP {exc.code}"
 
 
+def embedding_progress(status: dict[str, Any]) -> tuple[int, int]:
+    """Messages embedded, of those there are to embed (embedded or waiting), from `index.status`:
+    an incognito session's messages are neither (never embedded), so the two meet once the
+    workers are done."""
+    done = sum(a["embeddedMessages"] for a in status["agents"])
+    return done, done + sum(a["embeddingBacklog"] for a in status["agents"])
+
+
+async def _embedding_line(url: str, token: str | None) -> None:
+    done, total = embedding_progress(await asyncio.to_thread(_post, url, "index.status", {}, token))
+    sys.stdout.write(f"\r   waiting for the in-process worker: {done}/{total} messages embedded ")
+    sys.stdout.flush()
+
+
 async def _by_meaning(url: str, question: str, token: str | None) -> None:
     """Step 3: a question that shares no word with the message that answers it, by keyword and by
     hybrid search (waiting while the in-process worker embeds the sample)."""
@@ -130,14 +144,13 @@ async def _by_meaning(url: str, question: str, token: str | None) -> None:
     try:
         result = await asyncio.to_thread(_post, url, "sessions.search", body, token)
         started = time.monotonic()
+        waited = bool(result.get("indexing"))
         while result.get("indexing") and time.monotonic() - started < 120:
-            status = await asyncio.to_thread(_post, url, "index.status", {}, token)
-            done = sum(a["embeddedMessages"] for a in status["agents"])
-            total = done + sum(a["embeddingBacklog"] for a in status["agents"])
-            sys.stdout.write(f"\r   waiting for the in-process worker: {done}/{total} messages embedded ")
-            sys.stdout.flush()
+            await _embedding_line(url, token)
             await asyncio.sleep(0.2)
             result = await asyncio.to_thread(_post, url, "sessions.search", body, token)
+        if waited:  # the line's last word: where the progress stopped, all of it once done
+            await _embedding_line(url, token)
     except urllib.error.HTTPError as exc:
         message = _error_of(exc)
         hint = " (SESSIONSEARCH_EMBEDDER is none)" if message == "semantic search is disabled" else ""

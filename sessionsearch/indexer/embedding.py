@@ -58,7 +58,10 @@ def checked(vectors: Any, rows: int, dimensions: int) -> npt.NDArray[np.float32]
 
 @dataclass(slots=True)
 class EmbedResult:
-    outcome: str  # "embedded", "clean", "busy", "missing", "cold", "incognito", "lost", "stopped"
+    # "embedded", "clean", "busy", "missing", "lost", "stopped"; or "cold", "incognito": a window no
+    # embedder is given, refused by the claim and never counted as waiting (store/*/meaning.py
+    # `embeddable`), so a job sent for one anyway changes nothing
+    outcome: str
     rows: int = 0
     batches: int = 0
     seconds: float = 0.0

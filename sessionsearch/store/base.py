@@ -525,7 +525,7 @@ class AgentStore(Protocol[R]):
 
     async def embed_status(self, reader: R, model: str) -> dict[str, int]:
         """embeddedMessages (word-index rows with an embedding of `model`) and embeddingBacklog
-        (those without)."""
+        (those without), of embeddable windows only: an incognito session's rows are neither."""
 
 
 @runtime_checkable

@@ -49,7 +49,8 @@ def serve_metrics(host: str, port: int, folder: Path, settings: Settings, depth)
 
     registry = CollectorRegistry()
     multiprocess.MultiProcessCollector(registry, path=str(folder))
-    registry.register(PipelineCollector(backend_for(settings).agent_status, depth))
+    registry.register(PipelineCollector(backend_for(settings).agent_status, depth,
+                                        embedding=settings.embedder != "none"))
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802

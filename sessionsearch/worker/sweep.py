@@ -115,7 +115,8 @@ class Sweeper:
     async def _embed_backlog(self, engine: Engine) -> int:
         """Queue the embed job of every window waiting for embeddings (deduplicated by the embed
         markers), so the meaning index catches up after a restart or a model change without waiting
-        for a semantic search to meet it; returns the windows waiting."""
+        for a semantic search to meet it; returns the windows waiting. An incognito session's
+        windows never wait (no embedder is given their text): no period sends them."""
         backlog = {agent: wids for agent, wids in (await engine.embed_backlog()).items() if wids}
         if backlog:
             await self.reconciler.enqueue_embed(backlog)

@@ -30,6 +30,7 @@ from ..urls import redact
 from .bounds import score_bounds
 from .db import CONNECT_TIMEOUT_S, Db, connect_kwargs, unavailable
 from .lexemes import read_text
+from .meaning import embeddable
 from .schema import LATEST, migrate, migrate_connection, schema_version
 from .search import Query
 from .search_many import array_literal, search_many
@@ -227,7 +228,8 @@ class PgBackend:
             "coalesce(sum(w.messages) FILTER (WHERE w.needs_rebuild = 0), 0), coalesce(sum(w.idx_rows), 0), "
             "b.old_rows, (SELECT count(*) FROM ss_postings p WHERE p.ano = a.ano AND p.kind = 0), "
             "(SELECT count(*) FROM ss_index f WHERE f.ano = a.ano AND f.iseq > b.mark), "
-            "coalesce(sum(w.needs_embed), 0), (SELECT count(*) FROM ss_embeddings m WHERE m.ano = a.ano) "
+            "(SELECT count(*) FROM ss_windows x WHERE x.ano = a.ano AND x.needs_embed = 1 "
+            f"AND {embeddable('x')}), (SELECT count(*) FROM ss_embeddings m WHERE m.ano = a.ano) "
             "FROM ss_agents a "
             "LEFT JOIN ss_windows w ON w.ano = a.ano LEFT JOIN ss_postings_built b ON b.ano = a.ano "
             "GROUP BY a.agent_id, a.ano, b.old_rows, b.mark ORDER BY a.agent_id")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..base import EmbedClaim, Embedded, EmbeddingChanges, MeaningHead, PendingRow, RowHit
-from ..rowids import window_ranges
+from ..rowids import LOW_SEQS, MAX_SEQ, id_sql, window_ranges
 from .db import Reader, all_rows, one
 
 if TYPE_CHECKING:
@@ -20,6 +20,15 @@ if TYPE_CHECKING:
 # index rows of one id range lacking an embedding of a model
 _PENDING = ("SELECT i.id FROM ss_index i WHERE i.id BETWEEN %(lo)s AND %(hi)s AND NOT EXISTS "
             "(SELECT 1 FROM ss_embeddings m WHERE m.id = i.id AND m.mno = %(mno)s)")
+
+
+def embeddable(w: str) -> str:
+    """SQL: whether window `w` (a table name or alias of `ss_windows`) is one an embed job may
+    take: warm (a cold window's rows left the index) and not of an incognito session (whose text
+    goes to no embedder). `needs_embed` is kept on the others, so that a session made ordinary
+    again waits at once; only these count as waiting (index.status, metrics, the sweep)."""
+    return (f"{w}.cold = 0 AND NOT EXISTS (SELECT 1 FROM ss_sessions s WHERE s.ano = {w}.ano "
+            f"AND s.session_key = {w}.session_key AND s.incognito = 1)")
 
 
 class PgEmbedTx:
@@ -53,10 +62,8 @@ class PgEmbedTx:
     async def embed_claim(self, wid: int, token: str, lease_s: float) -> EmbedClaim:
         now = await self.now()
         row = await one(self.conn, "UPDATE ss_windows SET embed_token = %s, embed_expires_at = %s "
-                                   "WHERE wid = %s AND ano = %s AND cold = 0 "
-                                   "AND (embed_token IS NULL OR embed_expires_at < %s) AND NOT EXISTS (SELECT 1 "
-                                   "FROM ss_sessions s WHERE s.ano = ss_windows.ano "
-                                   "AND s.session_key = ss_windows.session_key AND s.incognito = 1) RETURNING 1",
+                                   "WHERE wid = %s AND ano = %s AND (embed_token IS NULL OR embed_expires_at < %s) "
+                                   f"AND {embeddable('ss_windows')} RETURNING 1",
                         (token, now + lease_s, wid, self.ano, now))
         if row is not None:
             return EmbedClaim.CLAIMED
@@ -70,9 +77,9 @@ class PgEmbedTx:
         out: list[int] = []
         for cmp, order in ((">", "ASC"), ("<", "DESC")):
             out += [r[0] for r in await all_rows(
-                self.conn, f"SELECT wid FROM ss_windows WHERE ano = %s AND needs_embed = 1 AND wid {cmp} %s "
-                           "AND cold = 0 AND (embed_token IS NULL OR embed_expires_at < %s) "
-                           f"ORDER BY wid {order} LIMIT %s FOR UPDATE SKIP LOCKED",
+                self.conn, f"SELECT wid FROM ss_windows w WHERE ano = %s AND needs_embed = 1 AND wid {cmp} %s "
+                           f"AND {embeddable('w')} AND (embed_token IS NULL OR embed_expires_at < %s) "
+                           f"ORDER BY wid {order} LIMIT %s FOR UPDATE OF w SKIP LOCKED",
                 (self.ano, wid, now, limit - len(out)))]
         return out
 
@@ -128,7 +135,8 @@ async def meaning_head(reader: Reader, ano: int, model: str) -> MeaningHead:
         "SELECT a.meta_version, (SELECT mno FROM ss_embed_models WHERE model = %(model)s), a.embed_model, "
         "a.embed_seq, "
         "(SELECT coalesce(array_agg(wid), '{}') FROM ss_windows WHERE ano = %(ano)s AND needs_rebuild = 1), "
-        "(SELECT coalesce(array_agg(wid), '{}') FROM ss_windows WHERE ano = %(ano)s AND needs_embed = 1) "
+        "(SELECT coalesce(array_agg(wid), '{}') FROM ss_windows w WHERE ano = %(ano)s AND needs_embed = 1 "
+        f"AND {embeddable('w')}) "
         "FROM ss_agents a WHERE a.ano = %(ano)s", {"model": model, "ano": ano})
     # one counter numbers both stores and deletions
     return MeaningHead(r[0], r[1], r[2], r[3], r[3], frozenset(r[4]), frozenset(r[5]))
@@ -153,8 +161,19 @@ async def indexed_rows(reader: Reader, rids: list[int]) -> list[RowHit]:
 
 
 async def embed_status(reader: Reader, ano: int, model: str) -> dict[str, int]:
-    total, embedded = await reader.row(
+    """The index rows of embeddable windows with an embedding of `model`, and without: an
+    incognito session's rows are neither (they are never embedded, so never waiting). Those are
+    counted by their windows' id ranges (rowids.window_ranges), primary-key range scans."""
+    total, embedded, secret, secret_embedded = await reader.row(
+        "WITH secret_w AS (SELECT w.wid FROM ss_sessions s JOIN ss_windows w ON w.ano = s.ano "
+        "AND w.session_key = s.session_key WHERE s.ano = %(ano)s AND s.incognito = 1 AND w.cold = 0), "
+        f"secret AS (SELECT {id_sql('wid', '0')} AS lo, {id_sql('wid', str(LOW_SEQS - 1))} | 1 AS hi FROM secret_w "
+        f"UNION ALL SELECT {id_sql('wid', str(LOW_SEQS))}, {id_sql('wid', str(MAX_SEQ))} | 1 FROM secret_w), "
+        "model AS (SELECT mno FROM ss_embed_models WHERE model = %(model)s) "
         "SELECT (SELECT count(*) FROM ss_index WHERE ano = %(ano)s), (SELECT count(*) FROM ss_embeddings m "
-        "JOIN ss_index i ON i.id = m.id WHERE m.ano = %(ano)s AND m.mno = "
-        "(SELECT mno FROM ss_embed_models WHERE model = %(model)s))", {"ano": ano, "model": model})
-    return {"embeddedMessages": embedded, "embeddingBacklog": total - embedded}
+        "JOIN ss_index i ON i.id = m.id WHERE m.ano = %(ano)s AND m.mno = (SELECT mno FROM model)), "
+        "(SELECT count(*) FROM secret JOIN ss_index i ON i.id BETWEEN secret.lo AND secret.hi), "
+        "(SELECT count(*) FROM secret JOIN ss_embeddings m ON m.id BETWEEN secret.lo AND secret.hi "
+        "JOIN ss_index i ON i.id = m.id WHERE m.mno = (SELECT mno FROM model))", {"ano": ano, "model": model})
+    embedded -= secret_embedded  # a session made incognito after it was embedded
+    return {"embeddedMessages": embedded, "embeddingBacklog": total - secret - embedded}

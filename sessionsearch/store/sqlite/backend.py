@@ -14,6 +14,7 @@ from ...settings import Settings
 from ..base import AgentStore, Match, Newest, ScoreBound, TopHits
 from .bounds import bound_query
 from .many import OpenBudget, score_bounds, search_tops
+from .meaning import embeddable
 from .newest import stamp_of
 from .schema import MIGRATIONS
 from .store import SqliteAgentStore
@@ -146,8 +147,9 @@ class SqliteBackend:
                     except sqlite3.Error:
                         hot = (0, 0, 0)
                     try:  # likewise the meaning index (migration 15)
-                        meaning = conn.execute("SELECT (SELECT count(*) FROM embeddings), "
-                                               "(SELECT count(*) FROM windows WHERE needs_embed = 1)").fetchone()
+                        meaning = conn.execute("SELECT (SELECT count(*) FROM embeddings), (SELECT count(*) "
+                                               f"FROM windows w WHERE needs_embed = 1 AND {embeddable('w')})"
+                                               ).fetchone()
                     except sqlite3.Error:
                         meaning = (0, 0)
                 finally:

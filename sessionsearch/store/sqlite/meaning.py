@@ -11,7 +11,7 @@ import sqlite3
 from typing import TYPE_CHECKING, Any, cast
 
 from ..base import EmbedClaim, Embedded, EmbeddingChanges, MeaningHead, PendingRow, RowHit
-from ..rowids import window_ranges
+from ..rowids import LOW_SEQS, MAX_SEQ, id_sql, window_ranges
 
 if TYPE_CHECKING:
     import aiosqlite
@@ -19,6 +19,23 @@ if TYPE_CHECKING:
 # the word-index rows of one id range lacking an embedding of a model
 _PENDING = ("SELECT f.rowid FROM msg_fts f WHERE f.rowid BETWEEN :lo AND :hi AND NOT EXISTS "
             "(SELECT 1 FROM embeddings m WHERE m.rid = f.rowid AND m.mno = :mno)")
+
+
+def embeddable(w: str) -> str:
+    """SQL: whether window `w` (a table name or alias of `windows`) is one an embed job may take:
+    warm (a cold window's rows left the word index) and not of an incognito session (whose text
+    goes to no embedder). `needs_embed` is kept on the others, so that a session made ordinary
+    again waits at once; only these count as waiting (index.status, metrics, the sweep)."""
+    return (f"{w}.cold = 0 AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.session_key = {w}.session_key "
+            "AND s.incognito = 1)")
+
+
+# the id ranges of the warm windows of incognito sessions (rowids.window_ranges, in SQL); CROSS
+# JOIN keeps these few ranges the outer loop, each a rowid range FTS5 seeks to, not a scan of it
+_SECRET = (f"secret_w(wid) AS (SELECT w.wid FROM sessions s CROSS JOIN windows w ON w.session_key = s.session_key "
+           f"WHERE s.incognito = 1 AND w.cold = 0), "
+           f"secret(lo, hi) AS (SELECT {id_sql('wid', '0')}, {id_sql('wid', str(LOW_SEQS - 1))} | 1 FROM secret_w "
+           f"UNION ALL SELECT {id_sql('wid', str(LOW_SEQS))}, {id_sql('wid', str(MAX_SEQ))} | 1 FROM secret_w)")
 
 
 class SqliteEmbedTx:
@@ -39,9 +56,8 @@ class SqliteEmbedTx:
 
     async def embed_claim(self, wid: int, token: str, lease_s: float) -> EmbedClaim:
         row = self.c.execute(
-            "UPDATE windows SET embed_token = ?, embed_expires_at = ? WHERE wid = ? AND cold = 0 "
-            "AND (embed_token IS NULL OR embed_expires_at < ?) AND NOT EXISTS (SELECT 1 FROM sessions s "
-            "WHERE s.session_key = windows.session_key AND s.incognito = 1) RETURNING 1",
+            "UPDATE windows SET embed_token = ?, embed_expires_at = ? WHERE wid = ? "
+            f"AND (embed_token IS NULL OR embed_expires_at < ?) AND {embeddable('windows')} RETURNING 1",
             (token, self.now + lease_s, wid, self.now)).fetchone()
         if row is not None:
             return EmbedClaim.CLAIMED
@@ -53,7 +69,7 @@ class SqliteEmbedTx:
         out: list[int] = []
         for cmp, order in ((">", ""), ("<", " DESC")):
             out += [r[0] for r in self.c.execute(
-                f"SELECT wid FROM windows WHERE needs_embed = 1 AND wid {cmp} ? AND cold = 0 "
+                f"SELECT wid FROM windows w WHERE needs_embed = 1 AND wid {cmp} ? AND {embeddable('w')} "
                 f"AND (embed_token IS NULL OR embed_expires_at < ?) ORDER BY wid{order} LIMIT ?",
                 (wid, self.now, limit - len(out)))]
         return out
@@ -114,7 +130,8 @@ async def meaning_head(conn: aiosqlite.Connection, model: str) -> MeaningHead:
         "(SELECT value FROM meta WHERE key = 'embed_model'), (SELECT value FROM meta WHERE key = 'embed_seq'), "
         "(SELECT coalesce(max(gseq), 0) FROM embed_gone), "
         "(SELECT json_group_array(wid) FROM windows WHERE needs_rebuild = 1), "
-        "(SELECT json_group_array(wid) FROM windows WHERE needs_embed = 1)", {"model": model})
+        f"(SELECT json_group_array(wid) FROM windows w WHERE needs_embed = 1 AND {embeddable('w')})",
+        {"model": model})
     r = rows[0]
     return MeaningHead(r[0], r[1], r[2], r[3], r[4], frozenset(json.loads(r[5])), frozenset(json.loads(r[6])))
 
@@ -143,8 +160,17 @@ async def indexed_rows(conn: aiosqlite.Connection, rids: list[int]) -> list[RowH
 
 
 async def embed_status(conn: aiosqlite.Connection, model: str) -> dict[str, int]:
+    """The word-index rows of embeddable windows with an embedding of `model`, and without: an
+    incognito session's rows are neither (they are never embedded, so never waiting). One
+    statement, one snapshot: what is taken off never counts rows the totals did not."""
     rows = await _fetch(conn,
-        "SELECT (SELECT count(*) FROM msg_fts), (SELECT count(*) FROM embeddings m JOIN msg_fts f "
-        "ON f.rowid = m.rid WHERE m.mno = (SELECT mno FROM embed_models WHERE model = ?))", (model,))
-    total, embedded = rows[0]
-    return {"embeddedMessages": embedded, "embeddingBacklog": total - embedded}
+        f"WITH {_SECRET}, model(mno) AS (SELECT mno FROM embed_models WHERE model = :model) "
+        "SELECT (SELECT count(*) FROM msg_fts), "
+        "(SELECT count(*) FROM embeddings m JOIN msg_fts f ON f.rowid = m.rid WHERE m.mno = (SELECT mno FROM model)), "
+        "(SELECT count(*) FROM secret CROSS JOIN msg_fts f ON f.rowid BETWEEN secret.lo AND secret.hi), "
+        "(SELECT count(*) FROM secret CROSS JOIN embeddings m ON m.rid BETWEEN secret.lo AND secret.hi "
+        # `+`: the rid ranges lead, not an index built on mno for this one statement
+        "CROSS JOIN msg_fts f ON f.rowid = m.rid WHERE +m.mno = (SELECT mno FROM model))", {"model": model})
+    total, embedded, secret, secret_embedded = rows[0]
+    embedded -= secret_embedded  # a session made incognito after it was embedded
+    return {"embeddedMessages": embedded, "embeddingBacklog": total - secret - embedded}
