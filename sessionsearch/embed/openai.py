@@ -1,14 +1,17 @@
 """An embedder for any OpenAI-compatible `POST /v1/embeddings` endpoint (Ollama, vLLM,
-text-embeddings-inference, OpenAI), over asyncio streams and the standard library.
+text-embeddings-inference, OpenAI), over httpx.
 
 Every answer is checked before a vector of it is believed: the status, the JSON, one vector an
-input in `index` order, the dimensions, finite values and a cap on the body's size. What the
-endpoint did wrong is the `EmbedderFailed` message (status, a short cut of its body); nothing of a
-failed batch is returned. The key goes only into the `Authorization` header, never into a message,
-a log or a repr.
+input in `index` order, the dimensions, finite values and a cap on the body's size. Whatever the
+endpoint does wrong, however malformed (a header block without end, a bad `Content-Length`, JSON
+nested past the parser's depth, an integer no float holds), is an `EmbedderFailed` whose message
+says what it did (status, a short cut of its body); nothing of a failed batch is returned, so a
+search meeting it degrades to its keyword hits. The key goes only into the `Authorization` header,
+never into a message, a log or a repr: a shown body has it masked wherever the endpoint echoes it.
 
-One connection a request (`Connection: close`): a batch of texts is far more work for the endpoint
-than a connection is, and nothing is left half-read between requests.
+A client a request, no connection kept: a batch of texts is far more work for the endpoint than a
+connection is, and the embedder is called from several event loops (the web process's, each
+worker thread's), which one pooled client could not serve. The TLS context is made once.
 """
 
 from __future__ import annotations
@@ -18,9 +21,10 @@ import json
 import random
 import ssl
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+import httpx2
 import numpy as np
 import numpy.typing as npt
 import structlog
@@ -28,12 +32,14 @@ import structlog
 from . import EmbedderFailed, bounded, unit_rows
 
 MAX_BODY_BYTES = 64 * 1024 * 1024  # ~10,000 vectors of 1,536 floats as JSON text; more is not an answer
-MAX_HEAD_BYTES = 64 * 1024
 BODY_SHOWN_CHARS = 200  # of an error body, in a message
 CONNECT_TIMEOUT_S = 10.0
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+# httpcore bounds the status line and header block together (100 KiB) and refuses a Content-Length
+# that is not a non-negative integer; these are the answers' other bounds
 
 log = structlog.get_logger("sessionsearch.embed")
+_E = TypeVar("_E", bound=BaseException)
 
 
 class _Retryable(EmbedderFailed):
@@ -67,12 +73,9 @@ class OpenAIEmbedder:
         path = parts.path.rstrip("/")
         if not path.endswith("/embeddings"):
             path += "/embeddings" if path.endswith("/v1") else "/v1/embeddings"
-        self._host_header = parts.netloc.rpartition("@")[2]  # user:password@ never goes into messages
-        self.url = f"{parts.scheme}://{self._host_header}{path}"
-        self._host = parts.hostname
-        self._port = parts.port or (443 if parts.scheme == "https" else 80)
-        self._tls = parts.scheme == "https"
-        self._path = path + (f"?{parts.query}" if parts.query else "")
+        host = parts.netloc.rpartition("@")[2]  # user:password@ never goes into messages
+        self.url = f"{parts.scheme}://{host}{path}"
+        self._target = self.url + (f"?{parts.query}" if parts.query else "")
         if api_key is not None and not (api_key.isascii() and api_key.isprintable() and " " not in api_key):
             raise ValueError("the embedder API key must be printable ASCII without spaces")  # it is a header
         self._api_key = api_key
@@ -129,115 +132,76 @@ class OpenAIEmbedder:
                 await asyncio.sleep(delay_s)
 
     async def _post(self, body: bytes) -> tuple[int, bytes]:
-        """(status, body) of one POST, within `timeout_s`; _Retryable when unreachable or slow."""
+        """(status, body) of one POST, within `timeout_s` in all; _Retryable when unreachable or slow."""
+        headers = {"Content-Type": "application/json", "Accept": "application/json",
+                   "Accept-Encoding": "identity", "User-Agent": "sessionsearch"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        if self._ssl is None:  # made once: httpx would build one a client (~50 ms), even for http://
+            self._ssl = ssl.create_default_context()
+        timeout = httpx2.Timeout(self.timeout_s, connect=min(CONNECT_TIMEOUT_S, self.timeout_s))
         try:
+            # the overall bound: httpx's timeouts are per operation, and an endpoint trickling a
+            # byte a second never trips them
             async with asyncio.timeout(self.timeout_s):
-                return await self._exchange(body)
+                async with httpx2.AsyncClient(verify=self._ssl, timeout=timeout, trust_env=False,
+                                              follow_redirects=False) as client:
+                    async with client.stream("POST", self._target, content=body, headers=headers) as answer:
+                        return answer.status_code, await self._read(answer)
         except TimeoutError:
             raise _Retryable(f"embedder {self.url} timed out after {self.timeout_s:g} s") from None
-        except asyncio.IncompleteReadError:
-            raise _Retryable(f"embedder {self.url} closed the connection mid-answer") from None
-        except ssl.SSLCertVerificationError as exc:  # asking again meets the same certificate
-            raise EmbedderFailed(f"embedder {self.url} has a certificate this host does not trust: "
-                                 f"{exc.verify_message}") from None
-        except (OSError, ssl.SSLError) as exc:
-            raise _Retryable(f"embedder {self.url} unreachable: {type(exc).__name__}: {exc}") from None
+        except httpx2.TimeoutException as exc:
+            raise _Retryable(f"embedder {self.url} timed out ({type(exc).__name__})") from None
+        except httpx2.ConnectError as exc:
+            if (verify := _cause(exc, ssl.SSLCertVerificationError)) is not None:
+                # asking again meets the same certificate
+                raise EmbedderFailed(f"embedder {self.url} has a certificate this host does not trust: "
+                                     f"{verify.verify_message}") from None
+            raise _Retryable(f"embedder {self.url} unreachable: {self._masked(_root(exc))}") from None
+        except httpx2.RemoteProtocolError as exc:
+            # a dropped connection, or an answer that is not HTTP (no status line, a header block
+            # over httpcore's bound, a bad Content-Length): retried, a next answer may be whole
+            raise _Retryable(f"embedder {self.url} answered no valid HTTP: {self._masked(str(exc))[:200]}") from None
+        except httpx2.TransportError as exc:
+            raise _Retryable(f"embedder {self.url} unreachable: {self._masked(_root(exc))[:200]}") from None
 
-    async def _exchange(self, body: bytes) -> tuple[int, bytes]:
-        if self._tls and self._ssl is None:
-            self._ssl = ssl.create_default_context()
-        connect_s = min(CONNECT_TIMEOUT_S, self.timeout_s)
-        try:
-            async with asyncio.timeout(connect_s):
-                reader, writer = await asyncio.open_connection(
-                    self._host, self._port, ssl=self._ssl if self._tls else None, limit=MAX_HEAD_BYTES)
-        except TimeoutError:
-            raise _Retryable(f"connecting to embedder {self.url} timed out after {connect_s:g} s") from None
-        try:
-            head = [f"POST {self._path} HTTP/1.1", f"Host: {self._host_header}",
-                    "Content-Type: application/json", "Accept: application/json",
-                    f"Content-Length: {len(body)}", "Connection: close", "User-Agent: sessionsearch"]
-            if self._api_key:
-                head.append(f"Authorization: Bearer {self._api_key}")
-            writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
-            await writer.drain()
-            answer = await self._response(reader)
-        except BaseException:
-            writer.transport.abort()  # timed out or failed: no polite TLS shutdown to wait for
-            raise
-        writer.close()
-        return answer
-
-    async def _response(self, reader: asyncio.StreamReader) -> tuple[int, bytes]:
-        status_line = await self._line(reader)
-        fields = status_line.split(" ", 2)
-        if len(fields) < 2 or not fields[0].startswith("HTTP/") or not fields[1].isdigit():
-            raise EmbedderFailed(f"embedder {self.url} answered no HTTP status line: {status_line[:80]!r}")
-        status = int(fields[1])
-        headers: dict[str, str] = {}
-        while line := await self._line(reader):
-            name, _, value = line.partition(":")
-            headers[name.strip().lower()] = value.strip()
-        if "chunked" in headers.get("transfer-encoding", "").lower():
-            return status, await self._chunked(reader)
-        if "content-length" in headers:
-            try:
-                length = int(headers["content-length"])
-            except ValueError:
-                raise EmbedderFailed(f"embedder {self.url} answered a bad Content-Length "
-                                     f"{headers['content-length'][:40]!r}") from None
-            self._check_size(length)
-            return status, await reader.readexactly(length)
-        data = await reader.read(self.max_body_bytes + 1)  # no length: the body runs to the close
-        while len(data) <= self.max_body_bytes and (more := await reader.read(self.max_body_bytes + 1 - len(data))):
-            data += more
-        self._check_size(len(data))
-        return status, data
-
-    async def _line(self, reader: asyncio.StreamReader) -> str:
-        try:
-            raw = await reader.readuntil(b"\n")
-        except asyncio.LimitOverrunError:
-            raise EmbedderFailed(f"embedder {self.url} answered a header line over {MAX_HEAD_BYTES} bytes") from None
-        return raw.decode("latin-1").rstrip("\r\n")
-
-    async def _chunked(self, reader: asyncio.StreamReader) -> bytes:
-        data = bytearray()
-        while True:
-            size_line = await self._line(reader)
-            try:
-                size = int(size_line.split(";", 1)[0].strip(), 16)
-            except ValueError:
-                raise EmbedderFailed(f"embedder {self.url} answered a bad chunk size {size_line[:40]!r}") from None
-            if size == 0:
-                while await self._line(reader):  # trailers
-                    pass
-                return bytes(data)
-            self._check_size(len(data) + size)
-            data += await reader.readexactly(size)
-            await reader.readexactly(2)  # the CRLF after the chunk
-
-    def _check_size(self, size: int) -> None:
-        if size > self.max_body_bytes:
+    async def _read(self, answer: httpx2.Response) -> bytes:
+        """The body, refused unread when its declared length is over the cap, cut off when it grows past."""
+        declared = answer.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
             raise EmbedderFailed(f"embedder {self.url} answered a body over {self.max_body_bytes:,} bytes "
                                  f"(refused unread)")
+        data = bytearray()
+        async for piece in answer.aiter_raw():
+            data += piece
+            if len(data) > self.max_body_bytes:
+                raise EmbedderFailed(f"embedder {self.url} answered a body over {self.max_body_bytes:,} bytes "
+                                     f"(cut off)")
+        return bytes(data)
+
+    def _masked(self, text: str) -> str:
+        """`text` with the key masked: an endpoint may echo what it was sent, headers included."""
+        return text.replace(self._api_key, "***") if self._api_key else text
+
+    def _shown(self, body: bytes) -> str:
+        return self._masked(body[:BODY_SHOWN_CHARS * 4].decode("utf-8", "replace"))[:BODY_SHOWN_CHARS]
 
     def _vectors(self, status: int, body: bytes, count: int) -> npt.NDArray[np.float32]:
         """The answer's vectors as unit rows, or EmbedderFailed saying what is wrong with it."""
         where = f"embedder {self.url}"
         if status != 200:
-            shown = body[:BODY_SHOWN_CHARS * 4].decode("utf-8", "replace")
-            if self._api_key:  # an endpoint may echo what it was sent; the key stays out of messages
-                shown = shown.replace(self._api_key, "***")
-            shown = shown[:BODY_SHOWN_CHARS]
+            shown = self._shown(body)
             message = f"{where} answered HTTP {status}: {shown!r}"
             if status in RETRY_STATUSES:
                 raise _Retryable(message)
             raise _Refused(message, shown)
         try:
             answer = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            raise EmbedderFailed(f"{where} answered no JSON: {body[:80]!r}") from None
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            # RecursionError: nesting past the parser's depth; ValueError includes an integer over
+            # the interpreter's digit limit
+            start = body.replace(self._api_key.encode(), b"***") if self._api_key else body
+            raise EmbedderFailed(f"{where} answered no JSON: {start[:80]!r}") from None
         items = answer.get("data") if isinstance(answer, dict) else None
         if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
             raise EmbedderFailed(f"{where} answered no `data` list of objects")
@@ -257,7 +221,27 @@ class OpenAIEmbedder:
             shown = ", ".join(str(s) for s in sorted(sizes))
             raise EmbedderFailed(f"{where} answered vectors of {shown} dimensions, not {self.dimensions} "
                                  f"(search.embedderDimensions)")
-        vectors = np.array(rows, dtype=np.float64)
+        try:
+            vectors = np.array(rows, dtype=np.float64)
+        except OverflowError:  # an integer past a float's range: 1e309 written out in digits
+            raise EmbedderFailed(f"{where} answered a number too large for a float") from None
         if not np.isfinite(vectors).all():
             raise EmbedderFailed(f"{where} answered values that are not finite numbers (NaN or infinity)")
         return unit_rows(vectors)  # scaled in float64: a row of huge values stays finite
+
+
+def _cause(exc: BaseException, kind: type[_E]) -> _E | None:
+    """The first exception of `kind` in `exc`'s chain of causes, or None."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, kind):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _root(exc: BaseException) -> str:
+    """`Kind: message` of the deepest cause in `exc`'s chain (the OS's refusal behind a ConnectError)."""
+    while (below := exc.__cause__ or exc.__context__) is not None:
+        exc = below
+    return f"{type(exc).__name__}: {exc}"

@@ -62,7 +62,10 @@ def self_signed(folder: Path) -> tuple[Path, ssl.SSLContext]:
 class Fault:
     """What the endpoint does to one request instead of answering it well."""
 
-    kind: str  # status | sleep | dims | nan | huge_declared | huge_chunked | shuffle | fewer | garbage | drop | replace
+    # status | sleep | dims | nan | huge_declared | huge_chunked | shuffle | fewer | garbage | drop | replace
+    # | raw (`body` written as the whole answer, status line and headers included) | endless_headers
+    # | echo (a 200 of the request's own header lines, as a misconfigured proxy's error page shows them)
+    kind: str
     status: int = 500
     body: str = ""
     seconds: float = 0.0
@@ -141,6 +144,24 @@ class EmbeddingsEndpoint:
             return None
         if fault and kind == "replace":
             return self._send(handler, 200, fault.body.encode())
+        if fault and kind == "raw":
+            handler.close_connection = True
+            handler.wfile.write(fault.body.encode())
+            return None
+        if kind == "endless_headers":
+            handler.close_connection = True
+            handler.wfile.write(b"HTTP/1.1 200 OK\r\n")
+            line = b"X-Padding: " + b"a" * 1000 + b"\r\n"
+            try:
+                for _ in range(256 * 1024):  # 256 MB at most: the client must hang up long before
+                    handler.wfile.write(line)
+            except OSError:
+                pass
+            return None
+        if kind == "echo":
+            shown = sorted(handler.headers.items(), key=lambda kv: kv[0].lower() != "authorization")
+            echoed = "".join(f"{k}: {v}\n" for k, v in shown)
+            return self._send(handler, 200, f"<html><pre>{echoed}</pre></html>".encode())
         if kind == "garbage":
             return self._send(handler, 200, b"<html>gateway hiccup</html>")
         if fault and kind == "huge_declared":

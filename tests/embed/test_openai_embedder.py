@@ -180,6 +180,57 @@ async def test_a_chunked_answer_is_read_whole():
     assert np.allclose(vectors, builtin().embed_now(texts), atol=1e-6)
 
 
+async def test_an_integer_too_large_for_a_float_fails_and_returns_nothing(endpoint):
+    huge = "1" + "0" * 400  # valid JSON, under the interpreter's digit limit, past a float's range
+    rest = ", 0.5" * 255
+    endpoint.faults.append(Fault("replace", body=f'{{"data": [{{"index": 0, "embedding": [{huge}{rest}]}}]}}'))
+    with pytest.raises(EmbedderFailed, match="answered a number too large for a float"):
+        await embedder(endpoint.url).embed(["one"])
+
+
+async def test_json_nested_past_the_parsers_depth_fails_saying_it_is_no_json(endpoint):
+    endpoint.faults.append(Fault("replace", body="[" * 200_000 + "]" * 200_000))
+    with pytest.raises(EmbedderFailed, match=r"answered no JSON: b'\[\[\["):
+        await embedder(endpoint.url).embed(["one"])
+
+
+async def test_a_negative_content_length_is_no_valid_http_and_is_retried(endpoint):
+    endpoint.faults.append(Fault("raw", body="HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                             "Content-Length: -1\r\n\r\n{}"))
+    vectors = await embedder(endpoint.url).embed(TEXTS)  # the second try is answered well
+    assert vectors.shape == (3, 256) and len(endpoint.seen) == 2
+    endpoint.faults.extend([Fault("raw", body="HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n{}")] * 2)
+    with pytest.raises(EmbedderFailed, match=r"answered no valid HTTP: .*\(after 2 attempts\)"):
+        await embedder(endpoint.url, attempts=2).embed(TEXTS)
+
+
+async def test_header_lines_without_end_are_cut_off_within_a_bounded_memory(endpoint):
+    import tracemalloc
+
+    endpoint.faults.append(Fault("endless_headers"))
+    tracemalloc.start()
+    try:
+        with pytest.raises(EmbedderFailed, match="answered no valid HTTP"):
+            await embedder(endpoint.url, attempts=1).embed(["one"])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 1024 * 1024  # the header block's bound, not the 256 MB the endpoint would send
+
+
+async def test_an_answer_echoing_the_request_headers_never_shows_the_key(endpoint, capsys):
+    echoed = Fault("status", status=503, body="Authorization: Bearer sk-secret-1")
+    endpoint.faults.extend([Fault("echo"), echoed, echoed])
+    with pytest.raises(EmbedderFailed) as failed:
+        await embedder(endpoint.url, api_key="sk-secret-1").embed(["one"])
+    assert "answered no JSON" in str(failed.value) and "***" in str(failed.value)
+    assert endpoint.seen[0].headers["authorization"] == "Bearer sk-secret-1"  # it was sent, and echoed
+    with pytest.raises(EmbedderFailed) as failed:
+        await embedder(endpoint.url, api_key="sk-secret-1", attempts=2).embed(["two"])
+    logged = capsys.readouterr()
+    assert "sk-secret-1" not in str(failed.value) + logged.out + logged.err
+
+
 async def test_vectors_are_put_back_in_index_order(endpoint):
     endpoint.faults.append(Fault("shuffle"))
     vectors = await embedder(endpoint.url).embed(TEXTS)

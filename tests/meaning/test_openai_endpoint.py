@@ -55,3 +55,22 @@ async def test_an_endpoint_that_is_down_leaves_semantic_search_empty_and_indexin
         assert await engine.search(query="home loan", mode="semantic") == {"results": [], "indexing": True}
         keyword = await engine.search(query="dentist")
         assert ids(keyword) == ["m2"] and "indexing" not in keyword
+
+
+MALFORMED = {
+    "an integer past a float's range": Fault("replace", body='{"data": [{"index": 0, "embedding": [1' + "0" * 400 + "]}]}"),
+    "JSON nested past the parser's depth": Fault("replace", body="[" * 200_000 + "]" * 200_000),
+    "a negative Content-Length": Fault("raw", body="HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n{}"),
+    "header lines without end": Fault("endless_headers"),
+}
+
+
+@pytest.mark.parametrize("answer", list(MALFORMED))
+async def test_a_malformed_answer_leaves_hybrid_search_its_keyword_hits(backend, endpoint, answer):
+    async with engine_at(backend, **_openai(endpoint, embedder_attempts=2)) as engine:
+        await engine.append(KEY, chain("m", TALK))
+        assert (await engine.embed("main", 1)).outcome == "embedded"
+        endpoint.faults.extend([MALFORMED[answer]] * 2)  # both tries of the query's embedding
+        found = await engine.search(query="mortgage", mode="hybrid")
+        assert ids(found) == ["m1"] and found["indexing"] is True
+        assert found["results"][0]["matchedBy"] == ["keyword"]
