@@ -1,7 +1,7 @@
 """The agent gateway as the oracle (`make conformance`, not `make test`: ~850 MB of packages in
 tests/node-gateway): one state dir imported both ways, by the gateway's own
 `doctor --session-sqlite import` and by ours, must answer every word query with the same hits in
-the same order.
+the same order, with the same timestamps.
 
 The state dir holds sessions written by the agent runtime's own SessionManager (tests/node-pi:
 branches, compactions, every role) and Version 1 files. The gateway gives Version 1 entries random
@@ -75,8 +75,11 @@ def _v1_session(rng: random.Random, path: Path, sid: str, n: int) -> None:
         role = "user" if i % 2 == 0 else "assistant"
         content: Any = _text(rng) if role == "user" else [{"type": "text", "text": _text(rng)}]
         at = ts + i * 1000
+        # as the runtime writes them: the message stamped when it began, the event when it was
+        # written, up to seconds later; a hit's time is the event's (SPEC §2)
+        began = at - rng.randint(0, 5000)
         rows.append({"type": "message", "timestamp": _iso(at), "message": {"role": role, "content": content,
-                                                                           "timestamp": at}})
+                                                                           "timestamp": began}})
         if i == 5:
             rows.append({"type": "compaction", "timestamp": _iso(at), "summary": _text(rng),
                          "firstKeptEntryIndex": 3, "tokensBefore": 10})
@@ -148,9 +151,10 @@ async def test_the_gateway_and_this_service_answer_every_word_query_alike(tmp_pa
         for query, answer in zip(queries, theirs, strict=True):
             assert answer["indexing"] is False
             expected = [(h["sessionKey"], h["sessionId"], f"{h['sessionId']}:{_position(h['messageId'])}"
-                         if h["sessionId"].startswith("v1-") else h["messageId"]) for h in answer["hits"]]
+                         if h["sessionId"].startswith("v1-") else h["messageId"], h["timestamp"])
+                        for h in answer["hits"]]
             ours = await engine.search({"query": query, "agentId": AGENT, "limit": 25})
-            got = [(h["sessionKey"], h["sessionId"], h["messageId"]) for h in ours["results"]]
+            got = [(h["sessionKey"], h["sessionId"], h["messageId"], h["timestamp"]) for h in ours["results"]]
             if got != expected:
                 differ.append(query)
                 if len(differ) < 3:
@@ -173,4 +177,4 @@ async def test_the_gateway_and_this_service_answer_every_word_query_alike(tmp_pa
     print(f"gateway conformance, CJK: {len(CJK_WORDS)} queries, the gateway's {cjk_hits} hits all among our {cjk_ours}")
     assert compared == len(queries) and hits > 5 * len(queries) and v1_hits > len(queries)
     print(f"gateway conformance: {SESSIONS + V1_SESSIONS} files ({V1_SESSIONS} of Version 1), {compared} queries, "
-          f"{hits} hits ({v1_hits} in Version 1 files) equal in order")
+          f"{hits} hits ({v1_hits} in Version 1 files) equal in order and timestamp")

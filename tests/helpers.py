@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +19,22 @@ AUTO = object()
 
 
 def msg(mid: str, role: str, text: Any, parent: Any = AUTO, ts: int | None = None, **extra: Any) -> dict:
-    """A message event; parent AUTO leaves parentId out (an older writer's parentless row)."""
-    event = {"type": "message", "id": mid, "timestamp": "2026-01-02T03:04:05Z",
-             "message": {"role": role, "content": text, "timestamp": ts if ts is not None else BASE_TS}}
+    """A message event at `ts` (epoch ms, BASE_TS by default: the event's time, which a hit takes, and
+    the message's inner one, as the runtime writes both); parent AUTO leaves parentId out (an older
+    writer's parentless row)."""
+    ts = BASE_TS if ts is None else ts
+    event = {"type": "message", "id": mid, "timestamp": iso_ms(ts),
+             "message": {"role": role, "content": text, "timestamp": ts}}
     if parent is not AUTO:
         event["parentId"] = parent
     event.update(extra)
     return event
+
+
+def iso_ms(ts: int) -> str:
+    """Epoch milliseconds as the runtime writes an event's time: `2026-01-02T03:04:05.000Z`."""
+    moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ts)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def chain(prefix: str, texts: list[tuple[str, str]], parent: str | None = None, ts: int = BASE_TS) -> list[dict]:

@@ -40,7 +40,7 @@ def _v1_rows() -> list[dict[str, Any]]:
         msg("hookMessage", "from a hook", customType="note", display=True),  # 4
         {"type": "compaction", "timestamp": "2026-01-02T03:05:00Z", "summary": "so far", "firstKeptEntryIndex": 2,
          "tokensBefore": 100},  # 5
-        msg("user", "narwhal after the compaction"),  # 6
+        {**msg("user", "narwhal after the compaction"), "timestamp": "2026-01-02T03:05:02Z"},  # 6
     ]
 
 
@@ -70,6 +70,8 @@ async def test_a_version_1_file_gets_stable_ids_parents_and_its_kept_entry_as_th
             (f"{V1_ID}:{i}", f"{V1_ID}:{i - 1}" if i > 1 else None) for i in range(1, 7)]
         compaction = bodies[5]
         assert compaction["firstKeptEntryId"] == f"{V1_ID}:2" and "firstKeptEntryIndex" not in compaction
+        # the event's time, not the message's: the runtime's files differ by seconds
+        assert [h["timestamp"] for h in (await engine.search(query="narwhal"))["results"]] == [1767323102000]
     async with engine_at(tmp_path / "elsewhere") as again:  # another machine: the same ids
         await run_import(again, tmp_path / "state")
         await again.reconcile_pending()

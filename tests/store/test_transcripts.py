@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 from contextlib import closing
 from pathlib import Path
 
@@ -87,12 +88,31 @@ async def test_an_invalid_event_rejects_the_whole_batch_naming_it(backend):
             assert err.value.field == field
 
 
-async def test_timestamps_come_from_the_message_then_the_event(backend):
+async def test_a_hits_timestamp_is_the_events_never_the_messages_inner_one(backend):
+    """The runtime stamps the message when it began and the event when it was written, seconds
+    apart; the gateway's index takes the event's (SPEC §2), in either of its forms."""
     async with engine_at(backend) as engine:
-        event = {"type": "message", "id": "e1", "parentId": None, "timestamp": "2026-01-02T03:04:05Z",
-                 "message": {"role": "user", "content": "stamp"}}
-        await engine.append(KEY, [event])
-        assert (await engine.search(query="stamp"))["results"][0]["timestamp"] == 1767323045000
+        await engine.append(KEY, [
+            {"type": "message", "id": "e1", "parentId": None, "timestamp": "2026-01-02T03:04:05.250Z",
+             "message": {"role": "user", "content": "stamp iso", "timestamp": 1767323041000}},
+            {"type": "message", "id": "e2", "parentId": "e1", "timestamp": 1767323050000,
+             "message": {"role": "assistant", "content": "stamp number", "timestamp": 1767323046999}}])
+        found = await engine.search(query="stamp", order="recent")
+        assert [(h["messageId"], h["timestamp"]) for h in found["results"]] == [
+            ("e2", 1767323050000), ("e1", 1767323045250)]
+        # since/until and history read the same time
+        assert ids(await engine.search(query="stamp", since=1767323045250, until=1767323050000)) == ["e1"]
+        history = await engine.history(sessionKey=KEY)
+        assert [m["timestamp"] for m in history["messages"]] == [1767323045250, 1767323050000]
+
+
+async def test_an_event_without_a_timestamp_takes_the_time_it_was_stored_not_the_messages(backend):
+    async with engine_at(backend) as engine:
+        before = int(time.time() * 1000)
+        await engine.append(KEY, [{"type": "message", "id": "e1", "parentId": None,
+                                   "message": {"role": "user", "content": "stamp", "timestamp": 1767323041000}}])
+        stamp = (await engine.search(query="stamp"))["results"][0]["timestamp"]
+        assert before <= stamp <= int(time.time() * 1000)
 
 
 async def test_re_sent_events_are_not_stored_twice(backend):
