@@ -35,11 +35,11 @@ SESSION_KEY = {"type": "string", "maxLength": 512,
                "pattern": "^(?![\\s\\S]*\\x00)(?:agent:[A-Za-z0-9_-]{1,64}:[\\s\\S]|(?!agent:)[\\s\\S]*\\S)",
                "description": "agent:<agentId>:<rest>; a key without the prefix belongs to agent main"}
 REQUESTER = {"type": "object", "additionalProperties": False, "required": ["sessionKey"],
-             "properties": {"sessionKey": SESSION_KEY, "sandboxed": {"type": "boolean"}}}
+             "properties": {"sessionKey": SESSION_KEY, "sandboxed": {"type": ["boolean", "null"]}}}
 QUERY = {"type": "string", "maxLength": MAX_QUERY_UNITS, "pattern": "[^\\s\\x00-\\x1f\\x7f-\\x9f]",
          "description": "literal words, all of which must match (control characters separate words); "
                         f"at most {MAX_QUERY_UNITS} UTF-16 units"}
-BOOLEAN = {"type": "boolean"}
+BOOLEAN = {"type": ["boolean", "null"]}  # every boolean of a request is optional
 NULLABLE_STRING = {"type": ["string", "null"]}
 
 
@@ -113,21 +113,24 @@ def _obj(properties: dict[str, Any], required: Sequence[str] = ()) -> dict[str, 
 
 
 SEARCH_REQUEST = {
-    **_obj({"query": QUERY, "queries": {"type": "array", "minItems": 1, "maxItems": MAX_QUERIES, "items": QUERY},
+    **_obj({"query": _nullable(QUERY),
+            "queries": _nullable({"type": "array", "minItems": 1, "maxItems": MAX_QUERIES, "items": QUERY}),
             "agentId": _nullable(AGENT_ID),
             "sessionKeys": _nullable({"type": "array", "minItems": 1, "maxItems": MAX_SESSION_KEYS,
                                       "items": SESSION_KEY}),
             "sessionId": _nullable(ID), "role": {"enum": ["user", "assistant", None]}, "limit": _limit(MAX_LIMIT),
-            "match": {"enum": ["exact", "prefix"]}, "order": {"enum": ["relevance", "recent"]},
+            "match": {"enum": ["exact", "prefix", None]}, "order": {"enum": ["relevance", "recent", None]},
             "palette": BOOLEAN, "requester": _nullable(REQUESTER),
             "since": _nullable({**INSTANT, "description": "hits at or after this time; " + INSTANT["description"]}),
             "until": _nullable({**INSTANT, "description": "hits before this time, which must be later than since; "
                                                           + INSTANT["description"]}),
-            "resultMode": {"enum": ["messages", "sessions"]},
-            "mode": {"enum": list(MODES), "description": (
+            "resultMode": {"enum": ["messages", "sessions", None]},
+            "mode": {"enum": [*MODES, None], "description": (
                 "keyword (default): the words; semantic: the meaning of the query, no word needing to match; "
                 "hybrid: both, fused by reciprocal rank")}}),
-    "oneOf": [{"required": ["query"]}, {"required": ["queries"]}],
+    # exactly one of them given, a null one being absent
+    "oneOf": [{"required": ["query"], "properties": {"query": STRING}},
+              {"required": ["queries"], "properties": {"queries": {"type": "array"}}}],
     # order "recent" is for keyword search only
     "not": {"required": ["order", "mode"],
             "properties": {"order": {"const": "recent"}, "mode": {"enum": list(MEANING_MODES)}}},
