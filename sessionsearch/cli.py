@@ -335,7 +335,7 @@ def _print_search(result: dict[str, Any]) -> None:
         print("no matches")
     for n, hit in enumerate(hits, 1):
         print(f"{n:>2}. {_when(hit['timestamp'])}  {hit['role']:<9} {hit['sessionKey']}  "
-              f"[{hit['sessionId']} / {hit['messageId']}]  score {hit['score']:.3f}{_matched_by(hit)}")
+              f"[{hit['sessionId']} / {hit['messageId']}]  score {hit['score']:.3g}{_matched_by(hit)}")
         print(f"    {hit['snippet']}")
     _print_notes(result)
 
