@@ -43,3 +43,19 @@ def test_a_hit_whose_score_is_near_zero_prints_its_significant_digits_not_zero(t
     score = json.loads(_cli("search", "タワー", "--json", data_dir=tmp_path).stdout)["results"][0]["score"]
     assert re.findall(r"score (\S+)", rare.stdout) == [f"{score:.3g}"] and 0.1 < score < 10
 
+
+def test_history_around_a_message_that_is_not_there_says_so_and_fails(tmp_path):
+    _seed(tmp_path)
+    human = _cli("history", KEY, "--message-id", "m9", data_dir=tmp_path)
+    assert human.returncode == 2 and human.stdout == ""
+    assert "'m9'" in human.stderr and repr(KEY) in human.stderr and "leave out --message-id" in human.stderr
+    in_window = _cli("history", KEY, "--message-id", "m9", "--session-id", "s1", data_dir=tmp_path)
+    assert in_window.returncode == 2 and "window 's1'" in in_window.stderr
+    # the machine output is the API's answer: an empty window around the anchor asked for (SPEC §5)
+    machine = _cli("history", KEY, "--message-id", "m9", "--json", data_dir=tmp_path)
+    assert machine.returncode == 0
+    assert json.loads(machine.stdout) == {"sessionKey": KEY, "sessionId": "s1", "messages": [], "truncated": False,
+                                          "totalMessages": 0, "anchorMessageId": "m9", "hasOlder": False,
+                                          "hasNewer": False}
+    found = _cli("history", KEY, "--message-id", "m2", "--limit", "1", data_dir=tmp_path)
+    assert found.returncode == 0 and "東京タワーの近くです。" in found.stdout
