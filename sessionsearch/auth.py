@@ -133,7 +133,7 @@ def bind_requester(body: dict[str, Any], caller: Caller) -> dict[str, Any]:
     own = caller.requester
     named = parse_requester(body.get("requester"))
     if named is not None and (named.session_key != own.session_key or
-                              ("sandboxed" in body["requester"] and named.sandboxed != own.sandboxed)):
+                              (body["requester"].get("sandboxed") is not None and named.sandboxed != own.sandboxed)):
         raise Forbidden(f"this credential acts as requester {_shown(own)}; the request names {_shown(named)}, "
                         "which it may not act as (leave requester out)")
     return {**body, "requester": {"sessionKey": own.session_key, "sandboxed": own.sandboxed}}

@@ -20,7 +20,7 @@ from typing import IO, Any
 from . import logging as sslogging
 from .auth import new_token
 from .engine import Engine
-from .errors import InvalidRequest, SessionSearchError
+from .errors import InvalidRequest, NotFound, SessionSearchError
 from .settings import BY_NAME, Settings
 
 Run = Callable[[argparse.Namespace], int]
@@ -86,7 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("history", "read a session's messages", STORE, OUTPUT)
     p.add_argument("session_key")
-    p.add_argument("--message-id", dest="messageId", help="read the window around this message")
+    p.add_argument("--message-id", dest="messageId", help=(
+        "read the window around this message (one that is not there is an error, exit 2; with --json, the "
+        "API's empty window)"))
     p.add_argument("--session-id", dest="sessionId", help="the window the message is in")
     p.add_argument("--limit", type=int)
     p.add_argument("--offset", type=int)
@@ -195,7 +197,14 @@ async def _history(args: argparse.Namespace, engine: Engine) -> None:
             body[name] = getattr(args, name)
     if args.includeTools:
         body["includeTools"] = True
-    _emit(args, await engine.history({**body, **_requester(args)}), _print_history)
+    result = await engine.history({**body, **_requester(args)})
+    if args.messageId is not None and not result["messages"] and not args.json:
+        # the API answers an empty window for a message that is not there (SPEC §5); a person needs the why
+        window = f" window {args.sessionId!r} of" if args.sessionId else ""
+        raise NotFound(f"message {args.messageId!r} is not in{window} session {args.session_key!r} (or not on its "
+                       "current branch): check the id (`sessionsearch search` prints each hit's), or leave out "
+                       "--message-id to read the newest messages")
+    _emit(args, result, _print_history)
 
 
 async def _status(args: argparse.Namespace, engine: Engine) -> None:
@@ -335,7 +344,7 @@ def _print_search(result: dict[str, Any]) -> None:
         print("no matches")
     for n, hit in enumerate(hits, 1):
         print(f"{n:>2}. {_when(hit['timestamp'])}  {hit['role']:<9} {hit['sessionKey']}  "
-              f"[{hit['sessionId']} / {hit['messageId']}]  score {hit['score']:.3f}{_matched_by(hit)}")
+              f"[{hit['sessionId']} / {hit['messageId']}]  score {hit['score']:.3g}{_matched_by(hit)}")
         print(f"    {hit['snippet']}")
     _print_notes(result)
 

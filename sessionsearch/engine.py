@@ -39,7 +39,7 @@ from .session_meta import check_meta
 from .settings import Settings
 from .store import backend_for
 from .store.base import AgentStore, Match, Newest, ScoreBound, TopHits
-from .values import check_name, check_stored_name, check_text
+from .values import check_name, check_stored_name, check_text, without_nulls
 
 log = structlog.get_logger("sessionsearch.engine")
 
@@ -175,6 +175,8 @@ class Engine:
         body = {"sessionKey": sessionKey, **fields}
         check_unknown(body, UPSERT_FIELDS)
         key = check_session_key(sessionKey)
+        # a null text, key or kind clears that field; a null incognito, which has nothing to clear, is absent
+        fields = without_nulls(fields, ["incognito"])
         _, problems = check_meta(fields)
         if problems:
             raise problems[0]
@@ -286,6 +288,7 @@ class Engine:
         """`sessions.list`: sessions the caller may see, optionally filtered by a title search."""
         body = {**(body or {}), **fields}
         check_unknown(body, {"agentId", "search", "limit", "requester", "palette", "includeArchived"})
+        body = without_nulls(body)
         agent_id = body.get("agentId")
         if agent_id is not None:
             check_agent_id(agent_id)

@@ -7,6 +7,7 @@ Labels stay bounded: agent ids, outcomes and fixed states, never a session id or
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -186,7 +187,23 @@ def process_registry() -> CollectorRegistry:
     return registry
 
 
+@functools.cache
+def _without_created_samples() -> None:
+    """Drop the `*_created` sample of every counter and histogram, for this process, once.
+
+    They carry the process's start-up time as a value, one series per labelled child: the text
+    format's consumers (Prometheus, the alert rules, the dashboard) read none of them, and the
+    worker's multiprocess export has none to begin with. prometheus_client reads the switch at
+    each collection, so setting it before the first export is enough.
+    """
+    from prometheus_client import disable_created_metrics
+
+    disable_created_metrics()
+
+
 def exposition(registry: CollectorRegistry) -> tuple[bytes, str]:
+    """The text format of `registry`: every /metrics export, the web process's and the worker's."""
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+    _without_created_samples()
     return generate_latest(registry), CONTENT_TYPE_LATEST

@@ -60,6 +60,14 @@ def check_name(value: object, field: str) -> str | None:
     return check_stored_name(value, field)
 
 
+def without_nulls(body: dict[str, Any], fields: Iterable[str] | None = None) -> dict[str, Any]:
+    """`body` without its null `fields` (every field when None): a null optional field reads as
+    absent, so each check after this sees one case, not two. Unknown fields are checked before,
+    so that a misspelt field is refused even when null."""
+    names = body.keys() if fields is None else set(fields)
+    return {k: v for k, v in body.items() if v is not None or k not in names}
+
+
 def check_json(value: Any, where: str, *, max_depth: int = MAX_JSON_DEPTH) -> None:
     """Raise InvalidRequest unless `value` is JSON data that can be stored and answered back:
     text without unpaired surrogates, finite numbers, at most `max_depth` levels of containers.

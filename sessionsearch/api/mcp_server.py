@@ -127,6 +127,8 @@ def _without_null(schema: dict[str, Any]) -> dict[str, Any]:
         schema = {**schema, "type": types[0] if len(types) == 1 else types}
     if "enum" in schema:
         schema = {**schema, "enum": [v for v in schema["enum"] if v is not None]}
+    if "properties" in schema:  # the requester's own fields
+        schema = {**schema, "properties": {k: _without_null(v) for k, v in schema["properties"].items()}}
     return schema
 
 

@@ -35,11 +35,11 @@ SESSION_KEY = {"type": "string", "maxLength": 512,
                "pattern": "^(?![\\s\\S]*\\x00)(?:agent:[A-Za-z0-9_-]{1,64}:[\\s\\S]|(?!agent:)[\\s\\S]*\\S)",
                "description": "agent:<agentId>:<rest>; a key without the prefix belongs to agent main"}
 REQUESTER = {"type": "object", "additionalProperties": False, "required": ["sessionKey"],
-             "properties": {"sessionKey": SESSION_KEY, "sandboxed": {"type": "boolean"}}}
+             "properties": {"sessionKey": SESSION_KEY, "sandboxed": {"type": ["boolean", "null"]}}}
 QUERY = {"type": "string", "maxLength": MAX_QUERY_UNITS, "pattern": "[^\\s\\x00-\\x1f\\x7f-\\x9f]",
          "description": "literal words, all of which must match (control characters separate words); "
                         f"at most {MAX_QUERY_UNITS} UTF-16 units"}
-BOOLEAN = {"type": "boolean"}
+BOOLEAN = {"type": ["boolean", "null"]}  # every boolean of a request is optional
 NULLABLE_STRING = {"type": ["string", "null"]}
 
 
@@ -100,12 +100,16 @@ MESSAGE = {"type": "object", "required": ["messageId", "sessionId", "role", "con
            "properties": {"messageId": {"type": "string"}, "sessionId": {"type": "string"},
                           "role": {"type": "string"}, "content": {"type": ["string", "array", "null"]},
                           "timestamp": {"type": "integer"}}}
-ERROR = {"type": "object", "required": ["error"],
-         "properties": {"error": {"type": "object", "required": ["code", "message"],
-                                  "properties": {"code": {"enum": ["INVALID_REQUEST", "FORBIDDEN", "NOT_FOUND",
-                                                                   "TIMEOUT", "UNAVAILABLE", "UNAUTHORIZED",
-                                                                   "INTERNAL"]},
-                                                 "message": {"type": "string"}}}}}
+
+
+def _error(code: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "required": ["error"],
+            "properties": {"error": {"type": "object", "required": ["code", "message"],
+                                     "properties": {"code": code, "message": {"type": "string"}}}}}
+
+
+ERROR = _error({"enum": ["INVALID_REQUEST", "FORBIDDEN", "NOT_FOUND", "TIMEOUT", "UNAVAILABLE", "UNAUTHORIZED",
+                         "INTERNAL"]})
 
 
 def _obj(properties: dict[str, Any], required: Sequence[str] = ()) -> dict[str, Any]:
@@ -113,21 +117,24 @@ def _obj(properties: dict[str, Any], required: Sequence[str] = ()) -> dict[str, 
 
 
 SEARCH_REQUEST = {
-    **_obj({"query": QUERY, "queries": {"type": "array", "minItems": 1, "maxItems": MAX_QUERIES, "items": QUERY},
+    **_obj({"query": _nullable(QUERY),
+            "queries": _nullable({"type": "array", "minItems": 1, "maxItems": MAX_QUERIES, "items": QUERY}),
             "agentId": _nullable(AGENT_ID),
             "sessionKeys": _nullable({"type": "array", "minItems": 1, "maxItems": MAX_SESSION_KEYS,
                                       "items": SESSION_KEY}),
             "sessionId": _nullable(ID), "role": {"enum": ["user", "assistant", None]}, "limit": _limit(MAX_LIMIT),
-            "match": {"enum": ["exact", "prefix"]}, "order": {"enum": ["relevance", "recent"]},
+            "match": {"enum": ["exact", "prefix", None]}, "order": {"enum": ["relevance", "recent", None]},
             "palette": BOOLEAN, "requester": _nullable(REQUESTER),
             "since": _nullable({**INSTANT, "description": "hits at or after this time; " + INSTANT["description"]}),
             "until": _nullable({**INSTANT, "description": "hits before this time, which must be later than since; "
                                                           + INSTANT["description"]}),
-            "resultMode": {"enum": ["messages", "sessions"]},
-            "mode": {"enum": list(MODES), "description": (
+            "resultMode": {"enum": ["messages", "sessions", None]},
+            "mode": {"enum": [*MODES, None], "description": (
                 "keyword (default): the words; semantic: the meaning of the query, no word needing to match; "
                 "hybrid: both, fused by reciprocal rank")}}),
-    "oneOf": [{"required": ["query"]}, {"required": ["queries"]}],
+    # exactly one of them given, a null one being absent
+    "oneOf": [{"required": ["query"], "properties": {"query": STRING}},
+              {"required": ["queries"], "properties": {"queries": {"type": "array"}}}],
     # order "recent" is for keyword search only
     "not": {"required": ["order", "mode"],
             "properties": {"order": {"const": "recent"}, "mode": {"enum": list(MEANING_MODES)}}},
@@ -231,16 +238,27 @@ def _json(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 READS = ("sessions.search", "sessions.history", "sessions.list")
-ERROR_TEXT = {400: "invalid request", 401: "missing or wrong bearer token",
+ERROR_TEXT = {400: "invalid request",
+              401: "missing or wrong bearer token (only from a server with a token configured)",
               403: "forbidden: by visibility, a cross-origin request, or a scoped token outside the agent tools",
               404: "no such session, agent or method", 409: "conflicts with what is stored",
               413: "request body too large",
               503: "a backing service is unavailable", 504: "timed out"}
 HEALTH = {"type": "object", "required": ["status"], "properties": {"status": STRING, "mode": STRING, "reason": STRING}}
+# what the token check (api/edge.py Guard) answers, before any route is looked up
+UNAUTHORIZED = {"description": ERROR_TEXT[401],
+                "headers": {"WWW-Authenticate": {"schema": {"const": "Bearer"}}},
+                **_json(_error({"const": "UNAUTHORIZED"}))}
+BEARER = {"type": "http", "scheme": "bearer", "description": (
+    "SESSIONSEARCH_API_TOKEN, the operator's token, for every operation; or a scoped token ([[auth.tokens]] "
+    "in the TOML config), bound to one requester, for the agent tools (/v1/tools/*) and /mcp only (403 "
+    "elsewhere). A server with no token configured listens on loopback only and takes none.")}
+INFO = ("The HTTP API of sessionsearch. Not described here: the Control UI (/ui, a page served without the "
+        "token, which asks for it) and MCP's streamable HTTP (/mcp, the same bearer token).")
 
 
 def _errors(*codes: int) -> dict[str, Any]:
-    return {str(c): {"description": ERROR_TEXT[c], **_json(ERROR)} for c in codes}
+    return {str(c): UNAUTHORIZED if c == 401 else {"description": ERROR_TEXT[c], **_json(ERROR)} for c in codes}
 
 
 def _body(schema: dict[str, Any], required: bool) -> dict[str, Any]:
@@ -249,11 +267,11 @@ def _body(schema: dict[str, Any], required: bool) -> dict[str, Any]:
 
 @lru_cache(maxsize=2)
 def openapi_document(*, token: bool = False) -> dict[str, Any]:
-    """The document; with `token` every operation but the health probes asks for the bearer token."""
-    auth = [401] if token else []
+    """The document. Every operation but the health probes names the bearer scheme and its 401: with
+    `token` (a token configured) it is required, without one it is optional (the server takes none)."""
     paths: dict[str, Any] = {}
     for name in METHODS:
-        codes = [400, *auth, 403, 404, 413, 503, 504] + ([] if name in READS else [409])
+        codes = [400, 401, 403, 404, 413, 503, 504] + ([] if name in READS else [409])
         paths[f"/v1/{name}"] = {"post": {
             "operationId": name.replace(".", "_"), "summary": name,
             "requestBody": _body(REQUESTS[name], BODY_REQUIRED[name]),
@@ -267,7 +285,7 @@ def openapi_document(*, token: bool = False) -> dict[str, Any]:
             "requestBody": _body({"type": "object", "description": f"the fields of {method}"}, False),
             "responses": {"200": {"description": "the tool's answer",
                                   **_json({"anyOf": [RESPONSES[method], TOOL_STATUS]})},
-                          **_errors(400, *auth, 403, 413)},
+                          **_errors(400, 401, 403, 413)},
         }}
     paths["/healthz"] = {"get": {"operationId": "healthz", "security": [],
                                  "responses": {"200": {"description": "alive", **_json(HEALTH)}}}}
@@ -276,12 +294,10 @@ def openapi_document(*, token: bool = False) -> dict[str, Any]:
                                               "503": {"description": "not ready", **_json(HEALTH)}}}}
     paths["/metrics"] = {"get": {"operationId": "metrics", "responses": {
         "200": {"description": "Prometheus text format", "content": {"text/plain": {"schema": STRING}}},
-        **_errors(*auth)}}}
+        **_errors(401, 403)}}}
     paths["/openapi.json"] = {"get": {"operationId": "openapi", "responses": {
-        "200": {"description": "this document", **_json({"type": "object"})}, **_errors(*auth)}}}
-    document: dict[str, Any] = {"openapi": "3.1.0", "info": {"title": "sessionsearch", "version": __version__},
-                                "paths": paths}
-    if token:
-        document["components"] = {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}}
-        document["security"] = [{"bearer": []}]
-    return document
+        "200": {"description": "this document", **_json({"type": "object"})}, **_errors(401, 403)}}}
+    return {"openapi": "3.1.0", "info": {"title": "sessionsearch", "version": __version__, "description": INFO},
+            "paths": paths, "components": {"securitySchemes": {"bearer": BEARER}},
+            # an empty requirement makes the token optional
+            "security": [{"bearer": []}] if token else [{"bearer": []}, {}]}

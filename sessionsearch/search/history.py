@@ -12,7 +12,7 @@ from ..errors import Conflict, Forbidden, InvalidRequest, NotFound
 from ..keys import agent_of, check_session_key
 from ..settings import Settings
 from ..store.base import BranchRow
-from ..values import check_name
+from ..values import check_name, without_nulls
 from .catalog import CatalogCache, StoreLookup
 from .query import Requester, check_unknown, int_field, parse_requester
 from .visibility import Viewer
@@ -39,6 +39,7 @@ def parse_history(body: object, default_limit: int) -> HistoryRequest:
     if not isinstance(body, dict):
         raise InvalidRequest("request body must be a JSON object")
     check_unknown(body, HISTORY_FIELDS)
+    body = without_nulls(body)
     key = check_session_key(body.get("sessionKey"))
     limit = int_field(body, "limit", min(default_limit, MAX_LIMIT), 1, MAX_LIMIT)
     assert limit is not None  # int_field answers its default when the field is absent

@@ -12,7 +12,7 @@ from ..store.base import Match
 from ..text.cjk import query_parts
 from ..text.unicode61 import tokens
 from ..text.utf16 import utf16_len
-from ..values import check_name, check_text
+from ..values import check_name, check_text, without_nulls
 from .cost import merged_words
 from .text import term_pieces
 from .timerange import parse_range
@@ -107,6 +107,7 @@ def parse_requester(raw: object) -> Requester | None:
     unknown = set(raw) - {"sessionKey", "sandboxed"}
     if unknown:
         raise InvalidRequest(f"requester has unknown field {sorted(unknown)[0]!r}", field="requester")
+    raw = without_nulls(raw, ["sandboxed"])
     key = check_session_key(raw.get("sessionKey"), field="requester.sessionKey")
     sandboxed = raw.get("sandboxed", False)
     if not isinstance(sandboxed, bool):
@@ -141,6 +142,7 @@ def parse_search(body: object) -> SearchRequest:
     if not isinstance(body, dict):
         raise InvalidRequest("request body must be a JSON object")
     check_unknown(body, SEARCH_FIELDS)
+    body = without_nulls(body)
     match = body.get("match", "exact")
     if match not in ("exact", "prefix"):
         raise InvalidRequest('match must be "exact" or "prefix"', field="match")

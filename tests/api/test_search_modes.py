@@ -137,7 +137,7 @@ def test_index_status_counts_embedded_messages_and_the_backlog_until_it_drains(s
 def test_the_openapi_document_describes_mode_matched_by_and_the_embedding_counts():
     document = openapi_document()
     body = document["paths"]["/v1/sessions.search"]["post"]["requestBody"]["content"]["application/json"]["schema"]
-    assert body["properties"]["mode"]["enum"] == ["keyword", "semantic", "hybrid"]
+    assert body["properties"]["mode"]["enum"] == ["keyword", "semantic", "hybrid", None]  # null: absent, keyword
     assert body["not"]["properties"] == {"order": {"const": "recent"}, "mode": {"enum": ["semantic", "hybrid"]}}
     answer = document["paths"]["/v1/sessions.search"]["post"]["responses"]["200"]["content"]["application/json"]
     hit = answer["schema"]["oneOf"][0]["properties"]["results"]["items"]["anyOf"][0]
