@@ -349,15 +349,27 @@ class Reconciler:
         except TimeoutError:
             return False
 
+    def enqueue_embed_sync(self, pending: dict[str, set[int]], *, force: bool = False,
+                           set_before: float = 0.0) -> int:
+        """Queue, on this thread, one embed job per window not already queued (`force` and
+        `set_before` as in Markers.acquire: a sweep's takeover of the markers of lost jobs); returns
+        how many were sent; raises redis errors when the broker cannot be reached."""
+        items = [(agent_id, wid) for agent_id, wids in sorted(pending.items()) for wid in sorted(wids)]
+        fresh = self.embed_markers.acquire(items, force=force, set_before=set_before)
+        for n, (agent_id, wid) in enumerate(fresh):
+            try:
+                self.embed_actor.send(agent_id, wid)
+            except Exception:
+                self.embed_markers.release(fresh[n:])
+                raise
+        return len(fresh)
+
     def _send_embeds(self, items: list[tuple[str, int]]) -> bool:
+        pending: dict[str, set[int]] = {}
+        for agent_id, wid in items:
+            pending.setdefault(agent_id, set()).add(wid)
         try:
-            fresh = self.embed_markers.acquire(items)
-            for n, (agent_id, wid) in enumerate(fresh):
-                try:
-                    self.embed_actor.send(agent_id, wid)
-                except Exception:
-                    self.embed_markers.release(fresh[n:])
-                    raise
+            self.enqueue_embed_sync(pending)
         except (redis.RedisError, OSError) as exc:
             metrics.get().enqueue_failures.inc()
             log.warning("search.embed_enqueue_failed", windows=len(items), error=f"{type(exc).__name__}: {exc}")

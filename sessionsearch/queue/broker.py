@@ -71,8 +71,9 @@ def queue_depth(broker: dramatiq.Broker, client: redis.Redis | None = None) -> d
     return {}
 
 
-def pending_jobs(broker: dramatiq.Broker) -> set[tuple[str, int]]:
-    """(agent, window) of every reconcile job waiting in the queue or its delay queue.
+def pending_jobs(broker: dramatiq.Broker, queue_name: str = QUEUE) -> set[tuple[str, int]]:
+    """(agent, window) of every job of `queue_name` (reconcile, or embed) waiting in the queue or its
+    delay queue.
 
     Jobs a worker has taken are not counted: that worker may be dead (its messages come back only
     after Dramatiq's heartbeat timeout), so the caller sends those windows again.
@@ -81,7 +82,7 @@ def pending_jobs(broker: dramatiq.Broker) -> set[tuple[str, int]]:
         return set()
     out: set[tuple[str, int]] = set()
     client = broker.client
-    for queue in (f"{NAMESPACE}:{QUEUE}", f"{NAMESPACE}:{QUEUE}.DQ"):
+    for queue in (f"{NAMESPACE}:{queue_name}", f"{NAMESPACE}:{queue_name}.DQ"):
         ids = client.lrange(queue, 0, -1)
         for start in range(0, len(ids), 1000):
             for data in client.hmget(f"{queue}.msgs", ids[start:start + 1000]):
@@ -91,13 +92,13 @@ def pending_jobs(broker: dramatiq.Broker) -> set[tuple[str, int]]:
     return out
 
 
-def unfinished_jobs(broker: dramatiq.Broker) -> set[tuple[str, int]]:
-    """(agent, window) of every reconcile job sent and not yet finished: waiting, delayed, or taken
-    by a worker (Dramatiq keeps a message's body until its worker acknowledges it)."""
+def unfinished_jobs(broker: dramatiq.Broker, queue_name: str = QUEUE) -> set[tuple[str, int]]:
+    """(agent, window) of every job of `queue_name` sent and not yet finished: waiting, delayed, or
+    taken by a worker (Dramatiq keeps a message's body until its worker acknowledges it)."""
     if not isinstance(broker, RedisBroker):
         return set()
     out: set[tuple[str, int]] = set()
-    for queue in (f"{NAMESPACE}:{QUEUE}", f"{NAMESPACE}:{QUEUE}.DQ"):
+    for queue in (f"{NAMESPACE}:{queue_name}", f"{NAMESPACE}:{queue_name}.DQ"):
         for _id, data in broker.client.hscan_iter(f"{queue}.msgs", count=1000):
             window = _window_of(data)
             if window is not None:

@@ -20,7 +20,7 @@ import structlog
 
 from ..engine import Engine
 from ..indexer.reconcile import window_gen
-from ..queue.broker import failing_windows, forget_failing, pending_jobs, unfinished_jobs
+from ..queue.broker import EMBED_QUEUE, failing_windows, forget_failing, pending_jobs, unfinished_jobs
 from ..settings import Settings
 
 log = structlog.get_logger("sessionsearch.worker")
@@ -110,17 +110,37 @@ class Sweeper:
         sent, _ = self.reconciler.enqueue_sync(dirty, set_before=began) if dirty else (0, 0)
         return {"pending": sum(len(w) for w in pending.values()), "enqueued": sent,
                 "alreadyQueued": sum(len(w) for w in pending.values()) - sent, "swept": swept,
-                "embedWindows": await self._embed_backlog(engine)}
+                **await self._embed_backlog(engine, began=began)}
 
-    async def _embed_backlog(self, engine: Engine) -> int:
-        """Queue the embed job of every window waiting for embeddings (deduplicated by the embed
-        markers), so the meaning index catches up after a restart or a model change without waiting
-        for a semantic search to meet it; returns the windows waiting. An incognito session's
-        windows never wait (no embedder is given their text): no period sends them."""
-        backlog = {agent: wids for agent, wids in (await engine.embed_backlog()).items() if wids}
-        if backlog:
-            await self.reconciler.enqueue_embed(backlog)
-        return sum(len(w) for w in backlog.values())
+    async def _embed_backlog(self, engine: Engine, *, began: float | None = None) -> dict[str, int]:
+        """Queue the embed job of every window waiting for embeddings that no job will reach, so
+        the meaning index catches up after a restart, a model change or live appends without
+        waiting for a semantic search to meet it. An incognito session's windows never wait (no
+        embedder is given their text): no sweep sends them.
+
+        As for reconciliation, a marker does not prove a job: a worker killed mid-job leaves its
+        window's marker for MARKER_TTL_S and its claim until the lease runs out. The startup sweep
+        (`began`) sends every waiting window with no job in the queue, taking over the markers set
+        before it began; a periodic one every waiting window with no job sent and unfinished
+        (`force`: waiting, delayed or taken by a live worker is left alone). The job then takes
+        the expired claim over (indexer/embedding.py). Without Redis the markers are the process's
+        own and are trusted."""
+        backlog = {agent: set(wids) for agent, wids in (await engine.embed_backlog()).items() if wids}
+        waiting = sum(len(w) for w in backlog.values())
+        if not backlog:
+            return {"embedWindows": 0}
+        broker = self.reconciler.broker
+        if self.reconciler.embed_markers.client is None:
+            sent = self.reconciler.enqueue_embed_sync(backlog)
+        elif began is not None:
+            queued = pending_jobs(broker, EMBED_QUEUE)
+            lost = {a: {w for w in wids if (a, w) not in queued} for a, wids in backlog.items()}
+            sent = self.reconciler.enqueue_embed_sync({a: w for a, w in lost.items() if w}, set_before=began)
+        else:
+            unfinished = unfinished_jobs(broker, EMBED_QUEUE)
+            lost = {a: {w for w in wids if (a, w) not in unfinished} for a, wids in backlog.items()}
+            sent = self.reconciler.enqueue_embed_sync({a: w for a, w in lost.items() if w}, force=True)
+        return {"embedWindows": waiting, "embedEnqueued": sent}
 
     async def periodic(self) -> dict[str, Any]:
         """Enqueue the windows needing reconciliation with no job waiting, delayed or taken by a worker,
@@ -132,7 +152,7 @@ class Sweeper:
         embed = await self._embed_backlog(engine)
         pending = {agent: wids for agent, wids in (await engine.pending()).items() if wids}
         if not pending:
-            return {"pending": 0, "enqueued": 0, "embedWindows": embed}
+            return {"pending": 0, "enqueued": 0, **embed}
         unfinished = unfinished_jobs(self.reconciler.broker)
         missing = {agent: {w for w in wids if (agent, w) not in unfinished} for agent, wids in pending.items()}
         failing = await self._hold_failing(engine, pending, missing)
@@ -140,7 +160,7 @@ class Sweeper:
         # force: the markers of lost jobs may still be there (Redis kept them, or the answer was lost)
         sent, _ = self.reconciler.enqueue_sync(missing, force=True) if missing else (0, 0)
         return {"pending": sum(len(w) for w in pending.values()), "enqueued": sent, "failing": len(failing),
-                "embedWindows": embed,
+                **embed,
                 **({"failingWindows": failing[:20]} if failing else {}),
                 "ms": round((time.monotonic() - started) * 1000, 2)}
 
