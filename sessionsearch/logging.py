@@ -1,4 +1,9 @@
-"""structlog set-up, done once per process entry point: JSON lines on stderr, or nothing."""
+"""structlog set-up, done once per process entry point: JSON lines on stderr, or nothing.
+
+Every process configures it at its own entry (the CLI, each `serve --workers` child in
+api/server.py, the Dramatiq master and each of its worker processes), so that all of them log
+the one shape: a JSON object per line with `event`, `level` and `timestamp`.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,13 @@ import sys
 from typing import IO
 
 import structlog
-from structlog.typing import Processor
+from structlog.typing import EventDict, Processor
+
+
+def drop_color_message(_logger: object, _name: str, event: EventDict) -> EventDict:
+    """Drop uvicorn's `color_message` extra: the same text with ANSI colour escapes, for terminals."""
+    event.pop("color_message", None)
+    return event
 
 
 def configure(level: str | int = "INFO", *, json: bool = True, stream: IO[str] | None = None) -> None:
@@ -30,7 +41,7 @@ def configure(level: str | int = "INFO", *, json: bool = True, stream: IO[str] |
     )
     handler = logging.StreamHandler(stream)
     handler.setFormatter(structlog.stdlib.ProcessorFormatter(
-        foreign_pre_chain=[*shared, structlog.stdlib.ExtraAdder()],
+        foreign_pre_chain=[*shared, structlog.stdlib.ExtraAdder(), drop_color_message],
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, structlog.processors.format_exc_info,
                     renderer]))
     root = logging.getLogger()
