@@ -363,6 +363,8 @@ class Engine:
     async def check_ready(self) -> None:
         """Raise Unavailable unless writes can be stored and every agent's store answers."""
         await self.backend.check_ready()
+        if self.backend.shared_database:
+            return  # one database, which the backend's check has just read
         for agent_id in self.agent_ids_on_disk():
             store = await self.store(agent_id)
             try:
