@@ -40,7 +40,7 @@ async def test_readyz_answers_the_last_outcome_while_a_check_is_stuck_and_not_re
         readiness = app.state.readiness
         release = asyncio.Event()
 
-        async def stuck() -> None:  # a store that does not answer
+        async def stuck(**_: bool) -> None:  # a store that does not answer
             await release.wait()
 
         app.state.engine.check_ready = stuck
@@ -62,10 +62,40 @@ async def test_readyz_tells_a_failed_check_with_its_reason(tmp_path):
     async with app.router.lifespan_context(app):
         from sessionsearch.errors import Unavailable
 
-        async def full() -> None:
+        async def full(**_: bool) -> None:
             raise Unavailable("database or disk is full: the data dir has 0 bytes free")
 
         app.state.engine.check_ready = full
         await app.state.readiness.refresh()
         assert await _asgi(app, "GET", "/readyz") == (503, {
             "status": "unavailable", "reason": "database or disk is full: the data dir has 0 bytes free"})
+
+
+async def test_every_agents_store_is_read_every_few_seconds_and_after_a_failure_at_each_check(tmp_path):
+    app = create_app(Settings(data_dir=str(tmp_path)), sweep=False)
+    async with app.router.lifespan_context(app):
+        readiness = app.state.readiness
+        asked: list[bool] = []
+        broken = False
+
+        async def recorded(*, every_store: bool = True) -> None:
+            asked.append(every_store)
+            if broken and every_store:
+                from sessionsearch.errors import Unavailable
+                raise Unavailable("agent main database is not answering: disk I/O error")
+
+        await readiness.stop()  # no background check between the steps below
+        app.state.engine.check_ready = recorded
+        await readiness.refresh()
+        await readiness.refresh()
+        assert asked == [False, False]  # the start-up check read them all just now
+        readiness._stores_at -= readiness_module.STORES_EVERY_S  # as if that long had passed
+        broken = True
+        await readiness.refresh()
+        assert (await _asgi(app, "GET", "/readyz"))[0] == 503
+        await readiness.refresh()  # read again at once, not in STORES_EVERY_S
+        broken = False
+        await readiness.refresh()
+        await readiness.refresh()
+        assert asked == [False, False, True, True, True, False]
+        assert (await _asgi(app, "GET", "/readyz"))[0] == 200
