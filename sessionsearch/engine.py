@@ -364,7 +364,7 @@ class Engine:
         """Raise Unavailable unless writes can be stored and (`every_store`) every agent's store answers."""
         await self.backend.check_ready()
         if self.backend.shared_database or not every_store:
-            return  # one database, which the backend's check has just read
+            return  # in one database the backend's check has just read every agent's
         for agent_id in self.agent_ids_on_disk():
             store = await self.store(agent_id)
             try:
