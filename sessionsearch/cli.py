@@ -493,7 +493,7 @@ def _print_token(result: dict[str, Any]) -> None:
 # the commands that read a store which must already exist (a mistyped --data-dir would otherwise
 # be created empty, and a search in it answer "no matches"), and those that create one
 READS_A_DATA_DIR = frozenset({"search", "history", "status", "reconcile", "optimize"})
-MAKES_A_DATA_DIR = frozenset({"import", "serve", "demo", "worker"})
+MAKES_A_DATA_DIR = frozenset({"import", "serve", "demo", "worker", "mcp"})
 DATA_DIR_FROM = "--data-dir or SESSIONSEARCH_DATA_DIR"
 
 

@@ -52,8 +52,8 @@ def test_a_data_dir_that_exists_though_empty_is_searched(tmp_path):
     assert run.returncode == 0 and "no matches" in run.stdout, (run.stdout, run.stderr)
 
 
-@pytest.mark.parametrize("command", [("serve",), ("import", "."), ("worker", "--redis-url", "redis://127.0.0.1:9/0")],
-                         ids=["serve", "import", "worker"])
+@pytest.mark.parametrize("command", [("serve",), ("import", "."), ("worker", "--redis-url", "redis://127.0.0.1:9/0"),
+                                     ("mcp",)], ids=["serve", "import", "worker", "mcp"])
 def test_a_data_dir_that_cannot_be_created_is_a_one_line_error_with_the_os_reason(tmp_path, command):
     a_file = tmp_path / "a-file"
     a_file.write_text("")
