@@ -21,6 +21,16 @@ def drop_color_message(_logger: object, _name: str, event: EventDict) -> EventDi
     return event
 
 
+def access_fields(_logger: object, _name: str, event: EventDict) -> EventDict:
+    """uvicorn's access line as fields too (method, path, status, client), for a collector to filter
+    on; the other records' format arguments are in their `event` already, and dropped."""
+    args, record = event.pop("positional_args", None), event.get("_record")
+    if record is not None and record.name == "uvicorn.access" and isinstance(args, tuple) and len(args) == 5:
+        client, method, path, _version, status = args
+        event.update(method=method, path=path, status=status, client=client)
+    return event
+
+
 def configure(level: str | int = "INFO", *, json: bool = True, stream: IO[str] | None = None) -> None:
     """Send structlog events (and stdlib records, Dramatiq's included) as JSON lines to `stream`."""
     numeric = logging.getLevelName(level.upper()) if isinstance(level, str) else level
@@ -41,7 +51,8 @@ def configure(level: str | int = "INFO", *, json: bool = True, stream: IO[str] |
     )
     handler = logging.StreamHandler(stream)
     handler.setFormatter(structlog.stdlib.ProcessorFormatter(
-        foreign_pre_chain=[*shared, structlog.stdlib.ExtraAdder(), drop_color_message],
+        foreign_pre_chain=[*shared, structlog.stdlib.ExtraAdder(), drop_color_message, access_fields],
+        pass_foreign_args=True,
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, structlog.processors.format_exc_info,
                     renderer]))
     root = logging.getLogger()

@@ -60,8 +60,11 @@ def test_serve_with_two_workers_and_a_worker_with_two_processes_log_only_json_li
         assert web.stop() == 0
         assert worker.stop() == 0
     web_events = log_lines(web.log_path)
-    access = [ACCESS.match(e["event"]) for e in web_events]
-    paths = [m.group(2) for m in access if m]
+    access = [e for e in web_events if ACCESS.match(e["event"])]
+    for event in access:  # the line's parts as fields too
+        method, path, status = ACCESS.match(event["event"]).groups()  # type: ignore[union-attr]
+        assert (event["method"], event["path"], event["status"]) == (method, path, int(status)), event
+    paths = [e["path"] for e in access]
     assert paths.count("/v1/sessions.search") >= requests + 2 and "/readyz" in paths, paths
     assert paths.count("/v1/transcript.append") == 2
     assert sum(e["event"] == "api.started" for e in web_events) == 2  # each child's own lifespan
