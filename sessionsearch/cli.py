@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
 import sys
 from collections.abc import Awaitable, Callable
@@ -496,9 +497,42 @@ def _print_token(result: dict[str, Any]) -> None:
 
 
 
+# --- the data dir a command names ------------------------------------------------------------------
+
+# the commands that read a store which must already exist (a mistyped --data-dir would otherwise
+# be created empty, and a search in it answer "no matches"), and those that create one
+READS_A_DATA_DIR = frozenset({"search", "history", "status", "reconcile", "optimize"})
+MAKES_A_DATA_DIR = frozenset({"import", "serve", "demo", "worker", "mcp"})
+DATA_DIR_FROM = "--data-dir or SESSIONSEARCH_DATA_DIR"
+
+
+def check_data_dir(args: argparse.Namespace) -> None:
+    """Refuse a data dir that is not there for a command that reads one, and create it for a command
+    that writes one (an error naming the OS reason, rather than a traceback from deep inside)."""
+    if args.command not in READS_A_DATA_DIR | MAKES_A_DATA_DIR:
+        return
+    settings = _settings(args)
+    if settings.database_url:  # the PostgreSQL shape keeps nothing in the data dir
+        return
+    path = Path(settings.data_dir).absolute()
+    if args.command in READS_A_DATA_DIR:
+        if not path.is_dir():
+            raise InvalidRequest(f"no data dir at {path} ({DATA_DIR_FROM}): check the path, or create one with "
+                                 "`sessionsearch import` or `sessionsearch serve`", field="data_dir")
+        return
+    try:
+        (path / "agents").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InvalidRequest(f"cannot create the data dir {path} ({DATA_DIR_FROM}): "
+                             f"{exc.strerror or exc}", field="data_dir") from None
+    if not os.access(path / "agents", os.W_OK):
+        raise InvalidRequest(f"the data dir {path} ({DATA_DIR_FROM}) is not writable", field="data_dir")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        check_data_dir(args)
         return COMMANDS[args.command](args)
     except SessionSearchError as exc:
         if getattr(args, "json", False):

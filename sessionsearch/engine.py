@@ -363,9 +363,11 @@ class Engine:
             out.append(entry)
         return {"agents": out}
 
-    async def check_ready(self) -> None:
-        """Raise Unavailable unless writes can be stored and every agent's store answers."""
+    async def check_ready(self, *, every_store: bool = True) -> None:
+        """Raise Unavailable unless writes can be stored and (`every_store`) every agent's store answers."""
         await self.backend.check_ready()
+        if self.backend.shared_database or not every_store:
+            return  # in one database the backend's check has just read every agent's
         for agent_id in self.agent_ids_on_disk():
             store = await self.store(agent_id)
             try:

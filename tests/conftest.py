@@ -43,7 +43,7 @@ def server(tmp_path):
 
 @pytest.fixture
 def redis_url():
-    """This test process's Redis database (services.worker_redis_db), emptied before and after."""
+    """This test process's Redis database (claimed by services.worker_redis_db), emptied before and after."""
     url = require_redis()
     redis.Redis.from_url(url).flushdb()
     yield url

@@ -58,5 +58,14 @@ class Server:
     def get(self, path: str, **kw: Any) -> tuple[int, Any]:
         return self.request("GET", path, **kw)
 
+    def ready_when(self, status: int, within: float = 60) -> dict:
+        """/readyz's body once it answers `status`: it answers the latest background check
+        (api/readiness.py), so it tells a change a second or so after it happened."""
+        def answered() -> dict | None:
+            got, body = self.get("/readyz")
+            return body if got == status else None
+
+        return wait_until(answered, within, f"/readyz to answer {status}", every=0.05)
+
     def stop(self) -> int:
         return terminate(self.proc, self.log)

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
 
 import pytest
 import redis
@@ -23,16 +28,63 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# The Redis databases a test process may claim: not 0 (a developer's own), nor the benches' 9, 10 and 14
+TEST_REDIS_DBS = (1, 2, 3, 4, 5, 6, 7, 8, 11, 12, 13, 15)
+# One lock file per server and database, shared by every checkout on this machine
+REDIS_LOCK_DIR = Path(tempfile.gettempdir()) / "sessionsearch-test-redis"
+
+
+@dataclass
+class RedisClaim:
+    """A Redis database this process holds for its life: the flock on `lock` is the claim."""
+
+    db: int
+    lock: IO[str]
+
+    def release(self) -> None:
+        self.lock.close()  # closing the file drops the flock
+
+
+def claim_redis_db(host: str = REDIS_HOST, port: int = REDIS_PORT, *, dbs: tuple[int, ...] = TEST_REDIS_DBS,
+                   folder: Path = REDIS_LOCK_DIR) -> RedisClaim:
+    """The first of `dbs` on that server no other live process holds, claimed by an exclusive flock.
+
+    A flock rather than a key in Redis: the kernel drops it the moment its holder exits, however
+    it exits (a killed suite leaves no claim to expire), no thread must keep refreshing it, and a
+    paused process (a debugger, SIGSTOP) keeps it, where a key's TTL would lapse and hand its
+    database to another suite. It binds the processes of one machine, which is where two
+    checkouts share a Redis. Raises RuntimeError when every database is held.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    for db in dbs:
+        lock = open(folder / f"{host}-{port}-{db}.lock", "a+")  # noqa: SIM115 - held open for the claim's life
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            continue
+        lock.truncate(0)
+        lock.write(f"{os.getpid()} {socket.gethostname()}\n")  # who holds it, for a reader wondering
+        lock.flush()
+        return RedisClaim(db, lock)
+    raise RuntimeError(f"every test Redis database on {host}:{port} ({', '.join(map(str, dbs))}) is held by "
+                       f"another live test process (lock files in {folder}): run fewer test workers or "
+                       "suites at once, or give this run its own redis-server (SESSIONSEARCH_TEST_REDIS_PORT)")
+
+
+_claim: RedisClaim | None = None
+
+
 def worker_redis_db() -> int:
-    """This test process's own Redis database: a `pytest -n` worker (Makefile) runs one test at a
-    time, so its tests may empty it; 1-12 for workers gw0-gw11, 13 without workers (benches use 14)."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    if worker is None:
-        return 13
-    n = int(worker.removeprefix("gw"))
-    if n >= 12:
-        pytest.fail("at most 12 test workers: each needs a Redis database of its own (make test TEST_WORKERS=…)")
-    return 1 + n
+    """This test process's own Redis database, claimed on first use and held until it exits
+    (claim_redis_db): a `pytest -n` worker runs one test at a time, so its tests may empty it."""
+    global _claim
+    if _claim is None:
+        try:
+            _claim = claim_redis_db()
+        except RuntimeError as exc:
+            pytest.fail(str(exc))
+    return _claim.db
 
 
 def require_redis() -> str:

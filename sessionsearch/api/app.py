@@ -31,6 +31,7 @@ from ..worker.optimize import PeriodicOptimize
 from .edge import BadBody, CompactJSON, Guard, caller_of, decode_object, error
 from .mcp_mount import LazyMCP
 from .openapi import METHODS, openapi_document
+from .readiness import Readiness
 from .tools import AGENT_TOOLS, run_tool
 from .ui import PAGE_PATHS, UI_ROUTES
 
@@ -105,10 +106,15 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
     gcpause.settle()
     log.info("api.started", mode="embedded" if pipeline.embedded else "redis", store=engine.backend.describe())
     mcp: LazyMCP = app.state.mcp
+    readiness = Readiness(engine, pipeline)
+    await readiness.start()
+    app.state.readiness = readiness
     try:
         async with mcp.lifespan():
             yield
     finally:
+        app.state.readiness = None
+        await readiness.stop()
         if optimizer is not None:
             await asyncio.to_thread(optimizer.stop)
         pipeline.close()
@@ -177,20 +183,12 @@ async def healthz(request: Request) -> Response:
 
 
 async def readyz(request: Request) -> Response:
-    engine: Engine | None = request.app.state.engine
-    if engine is None:
+    """The background check's latest outcome (readiness.py): answered at once, whatever the load."""
+    readiness: Readiness | None = request.app.state.readiness
+    if readiness is None:
         return CompactJSON({"status": "unavailable", "reason": "starting"}, status_code=503)
-    try:
-        await engine.check_ready()
-    except SessionSearchError as exc:
-        return CompactJSON({"status": "unavailable", "reason": exc.message}, status_code=503)
-    pipeline = _pipeline(request)
-    if not pipeline.embedded:
-        try:  # off the event loop: the ping waits up to the request timeout on a hung Redis
-            await asyncio.to_thread(pipeline.ping)
-        except Exception as exc:  # any connection failure or timeout means not ready
-            return CompactJSON({"status": "unavailable", "reason": f"redis unreachable: {exc}"}, status_code=503)
-    return CompactJSON({"status": "ready", "mode": "embedded" if pipeline.embedded else "redis"})
+    status, body = readiness.answer()
+    return CompactJSON(body, status_code=status)
 
 
 async def metrics_endpoint(request: Request) -> Response:
@@ -260,6 +258,6 @@ def create_app(settings: Settings | None = None, *, sweep: bool = True) -> Starl
                     middleware=[Middleware(Guard, credentials=credentials, public=PAGE_PATHS)],
                     exception_handlers=EXCEPTION_HANDLERS)
     app.state.settings, app.state.credentials, app.state.sweep = settings, credentials, sweep
-    app.state.engine = app.state.pipeline = app.state.registry = None
+    app.state.engine = app.state.pipeline = app.state.registry = app.state.readiness = None
     app.state.mcp = LazyMCP(lambda: app.state.engine, max_body_bytes=settings.max_body_bytes)
     return app

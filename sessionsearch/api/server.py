@@ -18,8 +18,10 @@ from typing import Any
 
 import h11
 import uvicorn
+from starlette.applications import Starlette
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from .. import logging as sslogging
 from ..errors import InvalidRequest
 from ..settings import BY_NAME, Settings
 from .app import create_app
@@ -91,8 +93,16 @@ def run_server(settings: Settings, *, workers: int = 1) -> int:
         env = BY_NAME[name].env
         if value and env:
             os.environ[env] = value
-    uvicorn.run("sessionsearch.api.app:create_app", factory=True, workers=workers, **common)
+    uvicorn.run("sessionsearch.api.server:child_app", factory=True, workers=workers, **common)
     return 0
+
+
+def child_app() -> Starlette:
+    """The app of one `serve --workers N` child: uvicorn spawns each afresh (no logging set up, the
+    parent's settings in the environment), and calls this before it logs anything of its own."""
+    settings = Settings.load()
+    sslogging.configure(settings.log_level)
+    return create_app(settings)
 
 
 def _post(url: str, method: str, body: dict[str, Any], token: str | None) -> dict[str, Any]:

@@ -533,6 +533,9 @@ class Backend(Protocol):
     """Where a process's agent stores live: it lists the agents and opens their stores. Chosen once,
     from the settings, by `backend_for` (store/__init__.py)."""
 
+    # every agent's rows in one database, so that `check_ready` answering covers every agent's store
+    shared_database: bool
+
     async def open(self) -> None:
         """Make ready what every store needs (SQLite: the agents folder)."""
 

@@ -10,6 +10,7 @@ import multiprocessing
 import os
 import sys
 
+from .. import logging as sslogging
 from .lifeline import die_with_parent
 
 PARENT_ENV = "SESSIONSEARCH_WORKER_WRAPPER_PID"
@@ -17,6 +18,9 @@ PARENT_ENV = "SESSIONSEARCH_WORKER_WRAPPER_PID"
 
 def main() -> int:
     die_with_parent(int(os.environ[PARENT_ENV]))
+    # Dramatiq runs with --skip-logging: its master's own lines (a worker process that died, a
+    # reload) take the JSON shape here, and the worker processes set it up again (entry.py)
+    sslogging.configure(os.environ.get("SESSIONSEARCH_LOG_LEVEL", "INFO"))
     # worker processes are this process's children (entry.py binds them to it by pid): Python 3.14
     # would start them from a forkserver instead, whose pid they would then see as their parent's
     if "--use-spawn" not in sys.argv:

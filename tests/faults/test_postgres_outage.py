@@ -38,8 +38,8 @@ def test_a_postgresql_restart_answers_503_meanwhile_and_every_process_recovers_b
         assert web.get("/readyz")[0] == 200
 
         private_pg.stop()
-        status, ready = web.get("/readyz")
-        assert status == 503 and ready["status"] == "unavailable"
+        ready = web.ready_when(503)
+        assert ready["status"] == "unavailable"
         assert "PostgreSQL is unavailable" in ready["reason"], ready
         for method, request in (("sessions.search", {"query": "harbour"}),
                                 ("transcript.append", {"sessionKey": KEY, "events": [
@@ -52,7 +52,7 @@ def test_a_postgresql_restart_answers_503_meanwhile_and_every_process_recovers_b
         assert web.get("/healthz")[0] == 200 and web.proc.poll() is None and worker.proc.poll() is None
 
         private_pg.start()
-        wait_until(lambda: web.get("/readyz")[0] == 200, what="/readyz to answer 200 again", every=0.1)
+        web.ready_when(200)
         status, found = web.post("sessions.search", {"query": "harbour"})
         assert status == 200 and sorted(h["messageId"] for h in found["results"]) == ["m1", "m2"]
         # the 503'd append stored nothing; it goes through now, then a rewind the worker must reconcile

@@ -28,7 +28,7 @@ from sessionsearch.text.cjk import index_text
 from sessionsearch.text.unicode61 import tokens as text_tokens
 
 from ..fts5 import fts5_tokens
-from ..helpers import BASE_TS, chain, engine_at, ids, leaf, msg, timed, until, wait_until
+from ..helpers import BASE_TS, chain, engine_at, ids, leaf, msg, timed, until
 from ..pg_proxy import PgProxy
 from ..server import Server
 from ..services import pg_url
@@ -430,10 +430,10 @@ def test_over_http_an_outage_is_503_unavailable_and_readyz_says_so_until_it_is_b
         proxy.stop()
         status, answer = server.post("transcript.append", {"sessionKey": KEY, "events": [msg("a2", "user", "lost")]})
         assert status == 503 and answer["error"]["code"] == "UNAVAILABLE", answer
-        status, ready = server.get("/readyz")
-        assert status == 503 and "PostgreSQL" in ready["reason"], ready
+        ready = server.ready_when(503)
+        assert "PostgreSQL" in ready["reason"], ready
         proxy.start()
-        wait_until(lambda: server.get("/readyz")[0] == 200, 30, "/readyz to answer 200 again", every=0.1)
+        server.ready_when(200, 30)
         assert server.post("transcript.append", {"sessionKey": KEY, "events": [msg("a3", "user", "after")]})[0] == 200
         status, found = server.post("sessions.search", {"query": "outage after", "match": "prefix"})
         assert status == 200 and [h["messageId"] for h in found["results"]] == []

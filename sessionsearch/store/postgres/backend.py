@@ -15,6 +15,7 @@ A search whose statement saw an agent its scope did not know is scoped again (se
 
 from __future__ import annotations
 
+import asyncio
 import math
 import threading
 import time
@@ -23,7 +24,7 @@ from typing import Any, cast
 
 import psycopg
 
-from ...errors import NotFound, Unavailable
+from ...errors import NotFound
 from ...settings import Settings
 from ..base import AgentStore, Match, Newest, RowHit, ScoreBound, TopHits
 from ..urls import redact
@@ -85,11 +86,15 @@ class _Probe:
 class PgBackend:
     """The agents of one PostgreSQL database (a Backend, store/base.py)."""
 
+    shared_database = True
+
     def __init__(self, url: str, settings: Settings, *, pool_size: int = POOL_SIZE) -> None:
         self.url = url
         self.settings = settings
         self.db = Db(url, max_size=pool_size)
         self._probe = _Probe(url)
+        self._ready_conn: psycopg.AsyncConnection | None = None  # check_ready's own
+        self._ready_lock = asyncio.Lock()
         self._agents: dict[str, int] = {}  # as last read
         self._listing = 0  # the highest agent number as last read (by a probe or a search's statement)
         self._listing_at = -math.inf  # when (time.monotonic)
@@ -105,6 +110,9 @@ class PgBackend:
     async def close(self) -> None:
         await self.db.close()
         self._probe.close()
+        if self._ready_conn is not None:
+            await self._ready_conn.close()
+            self._ready_conn = None
 
     def describe(self) -> str:
         return f"PostgreSQL {redact(self.url)}"
@@ -211,14 +219,20 @@ class PgBackend:
         return [found[ano] for ano in anos]
 
     async def check_ready(self) -> None:
-        async def ping(conn) -> None:
-            await conn.execute("SELECT 1 FROM ss_agents LIMIT 1")
-        try:
-            await self.db.tx(ping)
-        except Unavailable:
-            raise
-        except Exception as exc:  # e.g. the schema is missing
-            raise unavailable(exc) from exc
+        """One statement on a connection of its own: the pool's may all be lent to searches, and a
+        readiness check waiting behind them would call a busy but healthy database unavailable."""
+        async with self._ready_lock:
+            try:
+                if self._ready_conn is None or self._ready_conn.closed:
+                    self._ready_conn = await psycopg.AsyncConnection.connect(self.url, **connect_kwargs())
+                await self._ready_conn.execute("SELECT 1 FROM ss_agents LIMIT 1")
+            except BaseException as exc:  # cancelled mid-statement too: the connection's state is unknown
+                if self._ready_conn is not None:
+                    await self._ready_conn.close()
+                    self._ready_conn = None
+                if isinstance(exc, psycopg.Error):
+                    raise unavailable(exc) from exc  # down, or the schema is missing
+                raise
 
     def agent_status(self) -> Iterable[tuple[str, dict[str, int]]]:
         """Per agent: window and message counts, and its postings (postings.py: the common words'

@@ -25,6 +25,8 @@ MIN_FREE_BYTES = 1 << 20  # less free on the data dir's disk and /readyz says th
 class SqliteBackend:
     """The agents of one data dir: lists them and opens their stores (a Backend, store/base.py)."""
 
+    shared_database = False
+
     def __init__(self, data_dir: Path, settings: Settings, *, rows_in_sql: bool = False) -> None:
         """`rows_in_sql`: reconciliation inserts index rows with one INSERT … SELECT (what a worker
         process uses; see SqliteWriter._diff)."""
