@@ -23,7 +23,11 @@ def msg(mid: str, role: str, text: Any, parent: Any = AUTO, ts: int | None = Non
     the message's inner one, as the runtime writes both); parent AUTO leaves parentId out (an older
     writer's parentless row)."""
     ts = BASE_TS if ts is None else ts
-    event = {"type": "message", "id": mid, "timestamp": iso_ms(ts),
+    try:
+        stamp = iso_ms(ts)
+    except (OverflowError, ValueError):  # no time at all (NaN, 1e30): a test of the inner stamp's check
+        stamp = iso_ms(BASE_TS)
+    event = {"type": "message", "id": mid, "timestamp": stamp,
              "message": {"role": role, "content": text, "timestamp": ts}}
     if parent is not AUTO:
         event["parentId"] = parent

@@ -11,6 +11,7 @@ import os
 import sys
 
 from .. import logging as sslogging
+from ..settings import Settings
 from .lifeline import die_with_parent
 
 PARENT_ENV = "SESSIONSEARCH_WORKER_WRAPPER_PID"
@@ -20,7 +21,7 @@ def main() -> int:
     die_with_parent(int(os.environ[PARENT_ENV]))
     # Dramatiq runs with --skip-logging: its master's own lines (a worker process that died, a
     # reload) take the JSON shape here, and the worker processes set it up again (entry.py)
-    sslogging.configure(os.environ.get("SESSIONSEARCH_LOG_LEVEL", "INFO"))
+    sslogging.configure(Settings.load().log_level)
     # worker processes are this process's children (entry.py binds them to it by pid): Python 3.14
     # would start them from a forkserver instead, whose pid they would then see as their parent's
     if "--use-spawn" not in sys.argv:

@@ -19,6 +19,7 @@ import subprocess
 import threading
 import time
 from contextlib import closing, contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -84,8 +85,15 @@ def expected_rows(events: list[dict]) -> set[tuple]:
     for e in Window("oracle", events).active():
         m = e.get("message")
         if e["type"] == "message" and m["role"] in ("user", "assistant") and _text(m["content"]):
-            out.add((e["id"], m["role"], _text(m["content"]), m["timestamp"]))
+            out.add((e["id"], m["role"], _text(m["content"]), _event_ms(e["timestamp"])))
     return out
+
+
+def _event_ms(stamp: int | str) -> int:
+    """An event's `timestamp` (epoch ms, or ISO as tests/helpers.py writes it) as epoch ms."""
+    if isinstance(stamp, int):
+        return stamp
+    return (datetime.fromisoformat(stamp) - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1)
 
 
 def found_rows(db: Path) -> dict[str, set[tuple]]:
@@ -130,8 +138,9 @@ def write_backlog(root: Path, sizes: list[int], *, words: int = 4, first: int = 
             content = f"w{n} row {i} topic{i % 97} {filler}"
             if role == "assistant" and i % 11 == 5:
                 content = [{"type": "text", "text": content}, {"type": "thinking", "thinking": "never indexed"}]
-            events.append({"type": "message", "id": f"w{n}m{i}", "parentId": parent,
-                           "message": {"role": role, "content": content, "timestamp": BASE_TS + i}})
+            # the event's time (a hit's, SPEC §2) after the message's own, as the runtime writes them
+            events.append({"type": "message", "id": f"w{n}m{i}", "parentId": parent, "timestamp": BASE_TS + i,
+                           "message": {"role": role, "content": content, "timestamp": BASE_TS + i - 1}})
             parent = f"w{n}m{i}"
             if n % 2 == 0 and size >= 10 and i == size * 3 // 5:
                 events.append({"type": "leaf", "id": f"w{n}l", "parentId": parent, "targetId": f"w{n}m{size * 2 // 5}"})
