@@ -68,6 +68,7 @@ class Engine:
         self._open_lock = asyncio.Lock()
         self._catalog = CatalogCache(self._open_stores, self.store, self.backend.listing_version)
         self.search_observer: Callable[[float, bool], None] | None = None
+        self._written: set[str] = set()  # agents appended to since take_written (embedded embed sweeps)
         self.gate = CredentialGate.from_settings(self.settings)  # what a scoped token may hold at once
         # the meaning index: the embedder, loaded on first use, and the vectors searches hold
         self._embedder: Embedder | None = embedder
@@ -205,6 +206,7 @@ class Engine:
         store = await self.store(agent_of(key), create=True)
         result = await store.append(key, parsed, session_id=sessionId, index=index)
         self._catalog.note_window(store.agent_id, key, result.session_id)
+        self._written.add(store.agent_id)
         return {"appended": result.appended, "indexed": result.indexed, "needsReconcile": result.needs_reconcile,
                 "sessionId": result.session_id, "duplicates": result.duplicates}
 
@@ -444,6 +446,11 @@ class Engine:
                 view = await self.catalog_view()
                 out[agent] = set(view.agents[agent].visible_hot) if agent in view.agents else set()
         return out
+
+    def take_written(self) -> set[str]:
+        """The agents appended to through this engine since the last call."""
+        written, self._written = self._written, set()
+        return written
 
     async def embed_pending(self, agent_id: str | None = None) -> dict[str, int]:
         """Embed every window with rows waiting, now, in this process. Returns windows by outcome."""

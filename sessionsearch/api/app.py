@@ -27,6 +27,7 @@ from ..auth import Credentials, bind_requester
 from ..engine import Engine
 from ..errors import Conflict, Forbidden, InvalidRequest, NotFound, SearchTimeout, SessionSearchError, Unavailable
 from ..settings import Settings
+from ..worker.embed_sweep import EmbedSweeps
 from ..worker.optimize import PeriodicOptimize
 from .edge import BadBody, CompactJSON, Guard, caller_of, decode_object, error
 from .mcp_mount import LazyMCP
@@ -88,8 +89,12 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
     await engine.open()
     engine.search_observer = metrics.get().observe_search
     optimizer = None
+    embed_sweeps = None
     if pipeline.embedded:
         pipeline.start_embedded_worker()
+        if settings.embedder != "none":
+            embed_sweeps = EmbedSweeps(engine, every_s=settings.reconcile_sweep_every_s, first_now=app.state.sweep)
+            embed_sweeps.start()
         loop = asyncio.get_running_loop()
         # the check is a few reads on this process's stores; each build runs in a child at idle priority
         optimizer = PeriodicOptimize(settings, due=lambda: asyncio.run_coroutine_threadsafe(
@@ -115,6 +120,8 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
     finally:
         app.state.readiness = None
         await readiness.stop()
+        if embed_sweeps is not None:
+            await embed_sweeps.stop()
         if optimizer is not None:
             await asyncio.to_thread(optimizer.stop)
         pipeline.close()
