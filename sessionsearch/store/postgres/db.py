@@ -229,8 +229,9 @@ class Db:
         except pgerrors.QueryCanceled:
             raise SearchTimeout() from None
         except STATEMENT_LIMITS as exc:  # the request's own size, not the server's state: no retry helps
+            # no legal query should reach one (store/postgres/wide.py searches many words)
             raise InvalidRequest("the request is more than PostgreSQL can run as one statement "
-                                 f"({str(exc).strip()}); send fewer words") from None
+                                 f"({str(exc).strip()})") from None
         except PoolTimeout as exc:
             if time.monotonic() >= deadline:
                 raise SearchTimeout() from None

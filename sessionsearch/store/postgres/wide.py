@@ -11,7 +11,8 @@ intersects the words' entries, its rarest first: the others only filter what the
 matching row comes back with its term counts (tf) and, for a phrase of several lexemes, their
 positions. BM25 is then summed here, term by term in FTS5's order, with the idf computed as the
 statement computes it (Query.set_stats): the same operations on the same float8 values, so the same
-bits. The cost is the matches', and a paragraph's rare words leave few.
+bits. A second statement of the same snapshot reads the shown hits' texts. The cost is the
+matches', and a paragraph's rare words leave few.
 """
 
 from __future__ import annotations
@@ -72,8 +73,9 @@ class _Scorer:
 
 async def _matches(reader: Reader, ano: int, q: Query, cache: DfCache, *, include, exclude, role, since, until,
                    sessions: bool) -> tuple[int, frozenset[int], list[tuple]]:
-    """(meta version, dirty windows, every matching row in scope as (id, score, ts, mid, event id,
-    event ts, text[, session key])), in one statement, its df counts kept in `cache`."""
+    """(meta version, dirty windows, every matching row in scope as (id, score, ts, mid[, session
+    key])), in one statement (not the snapshot's last: `_shown` reads the hits' events), its df counts
+    kept in `cache`."""
     params: dict[str, Any] = {}
     where = scope_sql(include, exclude, role, since, until, params)
     cached = q.cached_dfs(cache)
@@ -96,9 +98,8 @@ async def _matches(reader: Reader, ano: int, q: Query, cache: DfCache, *, includ
              "%(fresh_limit)s::bigint) f)")
     rows = await reader.all(
         f"WITH {stats} SELECT {', '.join(f'st.{c}' for c in HEAD_COLUMNS)}, st.dfs, r.* FROM st LEFT JOIN LATERAL ("
-        f"SELECT m.id, m.ts, m.mid, m.dl, m.tf, {positions} AS pos, e.event_id, e.ts AS ets, e.text{key} "
-        f"FROM ss_index m JOIN ss_events e ON e.id = m.id{join} "
-        f"WHERE m.tsv @@ %(q)s::tsquery AND {' AND '.join(where)}) r ON true", params, last=True)
+        f"SELECT m.id, m.ts, m.mid, m.dl, m.tf, {positions} AS pos{key} FROM ss_index m{join} "
+        f"WHERE m.tsv @@ %(q)s::tsquery AND {' AND '.join(where)}) r ON true", params)
     head = rows[0]
     dfs = head[len(HEAD_COLUMNS)]
     version, dirty, _ = q.remember((*head[:len(HEAD_COLUMNS)], *dfs), cache)
@@ -106,11 +107,19 @@ async def _matches(reader: Reader, ano: int, q: Query, cache: DfCache, *, includ
     scorer = _Scorer(q)
     out = []
     for r in rows:
-        rid, ts, mid, dl, tf, pos, event_id, ets, text, *rest = r[len(HEAD_COLUMNS) + 1:]
+        rid, ts, mid, dl, tf, pos, *rest = r[len(HEAD_COLUMNS) + 1:]
         if rid is None:
             continue
-        out.append((rid, scorer.score(dl, tf, pos), ts, mid, event_id, ets, text, *rest))
+        out.append((rid, scorer.score(dl, tf, pos), ts, mid, *rest))
     return version, dirty, out
+
+
+async def _shown(reader: Reader, rows: list[tuple]) -> dict[int, tuple]:
+    """The events of the hits shown (event id, ts, text by row id), the snapshot's last statement:
+    texts are read for these rows only, not for every match."""
+    found = await reader.all("SELECT e.id, e.event_id, e.ts, e.text FROM ss_events e WHERE e.id = ANY(%s)",
+                             ([r[0] for r in rows],), last=True)
+    return {r[0]: r[1:] for r in found}
 
 
 async def wide_top(reader: Reader, ano: int, q: Query, cache: DfCache, *, k: int, order: str, include, exclude,
@@ -123,8 +132,12 @@ async def wide_top(reader: Reader, ano: int, q: Query, cache: DfCache, *, k: int
         rows.sort(key=lambda r: (-r[2], _mid_key(r[3])))
     else:
         rows.sort(key=lambda r: (r[1], -r[2], _mid_key(r[3])))
-    hits: list[tuple[Any, ...]] = [(r[0], r[1], r[4], r[5], r[6]) for r in rows[:k]]
-    if len(rows) > k:
+    shown = await _shown(reader, rows[:k + 1])
+    # an index row whose transcript row is gone (an orphan awaiting the sweep) is no hit, as in search.py
+    hits: list[tuple[Any, ...]] = [(r[0], r[1], *shown[r[0]]) for r in rows[:k + 1] if r[0] in shown]
+    more = len(hits) > k
+    hits = hits[:k]
+    if more:
         hits.append((0, math.inf, "", 0, ""))
     return version, dirty, hits
 
@@ -141,9 +154,10 @@ async def wide_sessions(reader: Reader, ano: int, q: Query, cache: DfCache, *, k
     best: dict[str, tuple] = {}
     count: dict[str, int] = {}
     for r in rows:
-        key = r[7]
+        key = r[4]
         count[key] = count.get(key, 0) + 1
         if key not in best or rank(r) < rank(best[key]):
             best[key] = r
     top = sorted(best.items(), key=lambda kv: (rank(kv[1]), kv[0].encode("utf-8")))[:k]
-    return version, dirty, [(key, count[key], (r[0], r[1], r[4], r[5], r[6])) for key, r in top]
+    shown = await _shown(reader, [r for _, r in top])
+    return version, dirty, [(key, count[key], (r[0], r[1], *shown[r[0]])) for key, r in top if r[0] in shown]
