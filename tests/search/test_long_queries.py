@@ -4,10 +4,13 @@ all-words query. On both stores, through the engine, the agent tool and HTTP."""
 
 from __future__ import annotations
 
+import math
 import random
 import sqlite3
 
-from sessionsearch import Settings
+import pytest
+
+from sessionsearch import SearchTimeout, Settings
 from sessionsearch.api.tools import run_tool
 from sessionsearch.auth import OPERATOR
 from sessionsearch.search.query import parse_query
@@ -192,3 +195,15 @@ async def test_a_long_query_over_several_agents_ranks_them_together(backend):
         assert {h["sessionKey"] for h in every["results"]} == {"agent:main:main", "agent:ops:main", "agent:dev:main"}
         assert [h["score"] for h in every["results"]] == [h["score"] for h in merged[:25]]
         assert ids(await engine.search(query=pasted[1], order="recent"))[:3] == ["m202"] * 3
+
+
+async def test_postgres_scoring_of_many_matches_stops_at_the_time_budget(pg, monkeypatch):
+    """The wide path's scoring in Python is held to the search's deadline, as its statements are."""
+    async with engine_at(pg) as engine:
+        await engine.append(KEY, chain("m", [("user", " ".join(COMMON))] * 300), sessionId="s1")
+        query = " ".join(COMMON[:36])
+        assert len((await engine.search(query=query))["results"]) == 10
+        monkeypatch.setattr(wide, "monotonic", lambda: math.inf)  # past any deadline once rows are scored
+        with pytest.raises(SearchTimeout):
+            await engine.search(query=query)
+        assert (await engine.search(query=" ".join(COMMON[:32])))["results"]  # 32 words: one statement

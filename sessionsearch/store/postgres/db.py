@@ -75,6 +75,12 @@ class Reader:
         self._deadline = deadline
         self._state = "new"  # then "open" (in its transaction) or "done" (committed)
 
+    @property
+    def deadline(self) -> float:
+        """When (time.monotonic) the search's budget ends: its statements' timeout, and the time
+        its work between them checks (wide.py's scoring)."""
+        return self._deadline
+
     async def all(self, sql: str, params: Any = None, *, last: bool = False) -> list[tuple]:
         cur = await self._execute(sql, params, last)
         return await cur.fetchall()

@@ -18,8 +18,10 @@ matches', and a paragraph's rare words leave few.
 from __future__ import annotations
 
 import math
+from time import monotonic
 from typing import Any
 
+from ...errors import SearchTimeout
 from .db import Reader
 from .search import HEAD_ARGS, HEAD_COLUMNS, DfCache, Query, head_params, scope_sql
 from .terms import K1, B
@@ -106,7 +108,11 @@ async def _matches(reader: Reader, ano: int, q: Query, cache: DfCache, *, includ
     q.set_stats(head[HEAD_COLUMNS.index("rows")] or 0, head[HEAD_COLUMNS.index("tokens")] or 0, dfs)
     scorer = _Scorer(q)
     out = []
-    for r in rows:
+    for n, r in enumerate(rows):
+        # the one CPU-bound part: a paragraph matching many long rows (a pasted system prompt) is
+        # scored within the search's time budget, as its statements are
+        if n % 256 == 255 and monotonic() > reader.deadline:
+            raise SearchTimeout()
         rid, ts, mid, dl, tf, pos, *rest = r[len(HEAD_COLUMNS) + 1:]
         if rid is None:
             continue
