@@ -207,3 +207,22 @@ async def test_postgres_scoring_of_many_matches_stops_at_the_time_budget(pg, mon
         with pytest.raises(SearchTimeout):
             await engine.search(query=query)
         assert (await engine.search(query=" ".join(COMMON[:32])))["results"]  # 32 words: one statement
+
+
+async def test_a_long_query_over_more_agents_than_twice_the_limit_finds_the_best_of_them(backend):
+    """Past 2 x limit agents a search by relevance visits them best first by score bounds (SQLite)
+    or searches each (PostgreSQL, a query of many words): the same top hits either way."""
+    rng = random.Random(8)
+    query = " ".join(COMMON[:36])
+    agents = [f"a{i}" for i in range(24)]
+    async with engine_at(backend) as engine:
+        for n, agent in enumerate(agents):
+            texts = [("user", _text(rng, 30) + (" " + " ".join(COMMON) + " pad" * n if i == 0 else ""))
+                     for i in range(4)]
+            await engine.append(f"agent:{agent}:main", chain("m", texts), sessionId=f"s-{agent}")
+        every = await engine.search(query=query, limit=5)
+        alone = [h for agent in agents for h in (await engine.search(query=query, agentId=agent))["results"]]
+        best = sorted(alone, key=lambda h: (-h["score"], -h["timestamp"], h["sessionKey"]))[:5]
+        assert len(best) == 5
+        assert [(h["sessionKey"], h["score"]) for h in every["results"]] == [(h["sessionKey"], h["score"])
+                                                                            for h in best]
