@@ -25,7 +25,7 @@ from .indexer.events import parse_event
 from .indexer.reconcile import ReconcileResult, reconcile_window
 from .keys import agent_of, check_agent_id, check_session_key
 from .search.catalog import CatalogCache, CatalogView
-from .search.cost import CredentialGate, check_search_cost
+from .search.cost import CredentialGate
 from .search.history import history as run_history
 from .search.history import parse_history
 from .search.listing import entry as listing_entry
@@ -265,7 +265,6 @@ class Engine:
         req = parse_search({**(body or {}), **fields})
         if req.mode != "keyword" and self.settings.embedder == "none":
             raise InvalidRequest("semantic search is disabled", field="mode")
-        check_search_cost(req, self.settings)
         settings = self.settings
         if time_limit_ms is not None and time_limit_ms < settings.search_time_limit_ms:
             settings = settings.replace(search_time_limit_ms=time_limit_ms)

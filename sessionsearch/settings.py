@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import structlog
+
 from .errors import InvalidRequest
 
 if TYPE_CHECKING:
@@ -169,15 +171,7 @@ class Settings:
         parse=_whole("agents", 1, "1 agent"))
     search_response_max_bytes: int = setting(32 * 1024, "JSON size budget of one search response.",
                                              toml="search.responseMaxBytes", parse=int)
-    # the cost of one request (search/cost.py): refused or held back before any work starts
-    search_max_query_terms: int = setting(
-        32, "Search terms one query may hold (a token of each distinct word, each part of a hyphenated word, "
-        "each character pair of a CJK run); more is refused (400).",
-        env="SESSIONSEARCH_SEARCH_MAX_QUERY_TERMS", toml="search.maxQueryTerms", parse=_whole("terms", 1, "1 term"))
-    search_max_request_terms: int = setting(
-        64, "Search terms one request may hold, summed over its `queries` batch; more is refused (400).",
-        env="SESSIONSEARCH_SEARCH_MAX_REQUEST_TERMS", toml="search.maxRequestTerms",
-        parse=_whole("terms", 1, "1 term"))
+    # the cost of one request (search/cost.py): a scoped token's requests held back to their turns
     credential_max_concurrent: int = setting(
         2, "Agent-tool and MCP requests one scoped token may have running at once. All scoped tokens together "
         "have one fewer than the connections a search reads on (database_pool_max_connections; SQLite: "
@@ -308,12 +302,19 @@ class Settings:
         config = config or _read_env(BY_NAME["config_path"], env)
         if config:
             values.update(_from_toml(Path(config)))
+        for name, (env_name, toml_path) in DEPRECATED.items():
+            if env_name in env:
+                _deprecated(name, env_name)
+            if config and _toml_has(Path(config), toml_path):
+                _deprecated(name, f"{config}: {toml_path}")
         for s in SETTINGS:
             raw = _read_env(s, env)
             if raw is not None and s.name != "config_path":
                 values[s.name] = _parse(s, raw, s.env or s.name)
         for name, value in overrides.items():
-            if value is not None:
+            if value is not None and name in DEPRECATED:
+                _deprecated(name, name)
+            elif value is not None:
                 if name not in BY_NAME:
                     raise InvalidRequest(f"unknown setting {name!r}", field=name)
                 values[name] = value
@@ -325,6 +326,33 @@ class Settings:
 
 SETTINGS: tuple[Setting, ...] = tuple(Setting(f.name, f.default, **f.metadata) for f in dataclasses.fields(Settings))
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
+
+
+# Settings that no longer do anything, by name: (environment variable, config file path). A value
+# given for one still loads, with a warning that it is ignored (docs/operations/upgrading.md).
+DEPRECATED: dict[str, tuple[str, str]] = {
+    # every legal query is answered, whatever its number of words (search/cost.py)
+    "search_max_query_terms": ("SESSIONSEARCH_SEARCH_MAX_QUERY_TERMS", "search.maxQueryTerms"),
+    "search_max_request_terms": ("SESSIONSEARCH_SEARCH_MAX_REQUEST_TERMS", "search.maxRequestTerms"),
+}
+
+
+def _deprecated(name: str, where: str) -> None:
+    structlog.get_logger("sessionsearch.settings").warning(
+        "settings.deprecated", setting=name, source=where,
+        reason="ignored: every query is answered, whatever its number of words")
+
+
+def _toml_has(path: Path, dotted: str) -> bool:
+    try:
+        node: Any = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError):  # _from_toml has said why
+        return False
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
 
 
 def _read_env(s: Setting, env: Mapping[str, str]) -> str | None:

@@ -1,12 +1,12 @@
 """What one request may cost, settled before any work starts and the same on every store.
 
-A search's cost grows with its terms: each word is a phrase of lexemes (a hyphenated word's parts,
-a CJK run's character pairs) that the store counts (document frequency) and scores on every
-matching row, and on PostgreSQL each adds columns to one statement (which refuses more than 1664
-of them). So a query's words are merged (a repeated word is one condition of the AND, counted
-once), and its terms capped per query and, summed over a `queries` batch (each query its own
-statement), per request; a request past either cap is refused naming the setting, before it
-reads a row.
+Every query within its 4,096 units is answered, whatever its number of words: a search's cost is
+bounded by the work it does, never by refusing words. A query's words are merged (a repeated word
+is one condition of the AND, counted once); the stores then let the rarest words find the rows and
+the others only filter them (FTS5's AND steps each phrase's doclist to the next row the others
+hold; PostgreSQL's GIN index intersects the words' entries, and a query of many words is scored
+from a statement of fixed size: store/postgres/wide.py), so a pasted paragraph costs about what its
+matches cost (bench/results/long-query.json).
 
 Who asks bounds what they may hold at once: a scoped token (one agent's credential) has at most
 `credential_max_concurrent` agent-tool and MCP requests running; one more waits up to
@@ -23,13 +23,12 @@ from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
-from ..errors import Busy, InvalidRequest
+from ..errors import Busy
 from ..settings import Settings
-from ..text.cjk import query_parts
 from ..text.unicode61 import tokens
 
-if TYPE_CHECKING:  # query.py merges its words here
-    from .query import Requester, SearchRequest
+if TYPE_CHECKING:
+    from .query import Requester
 
 
 def merged_words(words: Iterable[str], *, prefix: bool) -> list[str]:
@@ -50,38 +49,6 @@ def merged_words(words: Iterable[str], *, prefix: bool) -> list[str]:
 def word_key(word: str) -> tuple[str, ...]:
     """What makes two query words the same condition: their folded tokens."""
     return tuple(tokens(word))
-
-
-def word_terms(word: str) -> int:
-    """What one query word costs a store: a term per token of its text (each part of a hyphenated
-    word) and per character pair of each CJK run in it (one for a single character): the lexemes of
-    the phrase it becomes (store/postgres/lexemes.query_phrases; FTS5's phrase on SQLite)."""
-    return sum(max(1, len(text) - 1) if kind == "cjk" else len(tokens(text)) for kind, text in query_parts(word))
-
-
-def query_terms(words: Iterable[str]) -> int:
-    """What one query costs: the terms of its distinct words."""
-    return sum(word_terms(word) for word in {word_key(w): w for w in words}.values())
-
-
-def check_search_cost(req: SearchRequest, settings: Settings) -> None:
-    """Refuse (InvalidRequest, naming the setting and its limit) a search whose queries hold more terms
-    than one query or, all together, one request may. Each query of a batch is its own statement, so
-    the request's cost is the sum of its queries'."""
-    per_query = settings.search_max_query_terms
-    per_request = settings.search_max_request_terms
-    total = 0
-    for i, query in enumerate(req.queries):
-        where = f"queries[{i}]" if req.batch else "query"
-        cost = query_terms(query.words)
-        if cost > per_query:
-            raise InvalidRequest(f"{where} holds {cost} search terms; at most {per_query} are allowed "
-                                 "(setting search_max_query_terms; a repeated word counts once, each part of a "
-                                 "hyphenated word and each character pair of a CJK run once)", field=where)
-        total += cost
-    if total > per_request:
-        raise InvalidRequest(f"queries hold {total} search terms in all; at most {per_request} are allowed in one "
-                             "request (setting search_max_request_terms)", field="queries")
 
 
 class CredentialGate:

@@ -37,6 +37,7 @@ from .search import Query
 from .search_many import array_literal, search_many
 from .store import PgAgentStore
 from .terms import FRESH_LIMIT
+from .wide import is_wide
 
 # each agent's meta version, the bound on its clean hot windows' index rows' timestamps (ts_max,
 # migration 3; NULL when none holds a row: the column's floor), its windows needing
@@ -178,7 +179,7 @@ class PgBackend:
         """One statement for every store (search_many.py)."""
         pg = [cast(PgAgentStore, store) for store in stores]
         q = Query(match)
-        if not q.lexemes:  # nothing to match: the stores' own search reads their heads
+        if not q.lexemes or is_wide(q):  # nothing to match, or many words (wide.py): each store's own search
             return None
         at = time.monotonic()
         async with self.db.reader(deadline) as reader:
@@ -194,7 +195,7 @@ class PgBackend:
         """Every store's bound in one statement (bounds.py); None for a query of no lexemes."""
         pg = [cast(PgAgentStore, store) for store in stores]
         q = Query(match)
-        if not q.lexemes or not pg:
+        if not q.lexemes or not pg or is_wide(q):  # many words: no bound (each agent searched, wide.py)
             return None
         at = time.monotonic()
         async with self.db.reader(deadline) as reader:

@@ -75,6 +75,12 @@ class Reader:
         self._deadline = deadline
         self._state = "new"  # then "open" (in its transaction) or "done" (committed)
 
+    @property
+    def deadline(self) -> float:
+        """When (time.monotonic) the search's budget ends: its statements' timeout, and the time
+        its work between them checks (wide.py's scoring)."""
+        return self._deadline
+
     async def all(self, sql: str, params: Any = None, *, last: bool = False) -> list[tuple]:
         cur = await self._execute(sql, params, last)
         return await cur.fetchall()
@@ -229,8 +235,9 @@ class Db:
         except pgerrors.QueryCanceled:
             raise SearchTimeout() from None
         except STATEMENT_LIMITS as exc:  # the request's own size, not the server's state: no retry helps
+            # no legal query should reach one (store/postgres/wide.py searches many words)
             raise InvalidRequest("the request is more than PostgreSQL can run as one statement "
-                                 f"({str(exc).strip()}); send fewer words") from None
+                                 f"({str(exc).strip()})") from None
         except PoolTimeout as exc:
             if time.monotonic() >= deadline:
                 raise SearchTimeout() from None

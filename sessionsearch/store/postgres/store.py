@@ -31,6 +31,7 @@ from .lexemes import read_text
 from .reconcile import Reconciler
 from .search import DfCache, Query, search_top
 from .sessions import search_sessions
+from .wide import is_wide, wide_sessions, wide_top
 from .writer import Writes
 
 T = TypeVar("T")
@@ -171,6 +172,8 @@ class PgAgentStore:
         scope: dict[str, Any] = dict(include=include, exclude=exclude, role=role, since=since, until=until)
         # one word or one short prefix by relevance, from its postings when they answer
         found = await postings.postings_top(reader, self.ano, q, self._dfs, k=k, **scope) if order != "recent" else None
+        if found is None and is_wide(q):  # many words: a statement of fixed size (wide.py)
+            found = await wide_top(reader, self.ano, q, self._dfs, k=k, order=order, **scope)
         out = found if found is not None else await search_top(reader, self.ano, q, self._dfs, k=k, order=order,
                                                                **scope)
         self._seen(at)
@@ -183,9 +186,13 @@ class PgAgentStore:
                               since: int | None = None, until: int | None = None, hot: str | None = None
                               ) -> SessionTops:
         at = time.monotonic()
-        version, dirty, found = await search_sessions(reader, self.ano, match, self._dfs, k=k, order=order,
-                                                      include=include, exclude=exclude, role=role, since=since,
-                                                      until=until)
+        scope: dict[str, Any] = dict(include=include, exclude=exclude, role=role, since=since, until=until)
+        q = Query(match) if match is not None and match.words else None
+        if q is not None and is_wide(q):  # many words: a statement of fixed size (wide.py)
+            version, dirty, found = await wide_sessions(reader, self.ano, q, self._dfs, k=k, order=order, **scope)
+        else:
+            version, dirty, found = await search_sessions(reader, self.ano, match, self._dfs, k=k, order=order,
+                                                          **scope)
         self._seen(at)
         tops = [SessionTop(key, n, RowHit(best[0], best[1], best[2], best[3], read_text(best[4])))
                 for key, n, best in found]
