@@ -108,11 +108,13 @@ async def hops(stores: Sequence[SqliteAgentStore], args: list[A], one: Callable[
 
 
 class OpenBudget:
-    """At most `most` agent stores of a process hold open files and threads at once
-    (open_agents_max): a store about to use its connections is admitted, and the least recently
-    admitted idle ones past the bound release theirs (SqliteAgentStore.release). A store in use (a
-    reader borrowed, a write running) is never released; past the bound while all are in use, the
-    next admission releases the surplus."""
+    """At most `most` agent stores of a process hold open files and threads at once (the smaller
+    of open_agents_max and what the open-file limit leaves room for: limits.py): a store about to
+    use its connections is admitted, and the least recently admitted idle ones past the bound
+    release theirs (SqliteAgentStore.release). A store in use (a reader borrowed, a write running)
+    is never released; past the bound while all are in use, the next admission releases the
+    surplus. An open that fails for want of files sheds every idle store (`shed`) and tries once
+    more."""
 
     def __init__(self, most: int) -> None:
         self.most = max(1, most)
@@ -135,3 +137,13 @@ class OpenBudget:
 
     def forget(self, store: SqliteAgentStore) -> None:
         self._open.pop(id(store), None)
+
+    async def shed(self, keep: SqliteAgentStore | None = None) -> int:
+        """Release every idle store but `keep` (an open just failed for want of files); returns
+        how many were released."""
+        released = 0
+        for key, other in list(self._open.items()):
+            if other is not keep and not other.busy and self._open.pop(key, None) is not None:
+                await other.release()
+                released += 1
+        return released
