@@ -40,9 +40,10 @@ class SqliteBackend:
 
     async def open(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
+        self.budget.enlist()
 
     async def close(self) -> None:
-        pass
+        self.budget.retire()
 
     def agent_ids(self) -> list[str]:
         if not self.folder.is_dir():

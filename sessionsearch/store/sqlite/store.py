@@ -248,15 +248,14 @@ class SqliteAgentStore(TopReads):
         # not bound to its thread: search_tops runs it on another while it is borrowed
         conn = await aiosqlite.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
-            await conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
-            await conn.execute("PRAGMA query_only = 1")
-            # Off by default: mapped all the time, searches got slower while appends or
+            # mmap off by default: mapped all the time, searches got slower while appends or
             # reconciliation ran, the mapping following the growing file. A quiet reader maps it
-            # (_fit_mapping).
-            await conn.execute(f"PRAGMA mmap_size = {self._mmap_bytes}")
-            # a first read opens the WAL and its shared memory: here, where a want of files is
-            # retried (_opening), rather than in a search's first statement
-            await conn.execute("SELECT 1 FROM sqlite_master LIMIT 1")
+            # (_fit_mapping). The first read opens the WAL and its shared memory: here, where a
+            # want of files is retried (_opening), rather than in a search's first statement. One
+            # script, one hop to the connection's thread: a store past the budget reopens often
+            await conn.executescript(f"PRAGMA busy_timeout = {self._busy_timeout_ms}; PRAGMA query_only = 1; "
+                                     f"PRAGMA mmap_size = {self._mmap_bytes}; "
+                                     "SELECT count(*) FROM (SELECT 1 FROM sqlite_master LIMIT 1);")
             reader = _Reader(conn, self._mmap_bytes)
             await conn.set_progress_handler(reader.expired, PROGRESS_OPS)
         except BaseException:
