@@ -55,6 +55,7 @@ T = TypeVar("T")
 # The deadline is checked every this many VM steps: often enough to stop within a millisecond or
 # so, rarely enough that the Python callback costs nothing measurable.
 PROGRESS_OPS = 200_000
+READER_WAIT_S = 1.0  # a borrower waiting for a reader looks again this often whether it may open one
 def _store_hot_word(writer: SqliteWriter, *, word: str, log_seq: int, postings: array) -> None:
     writer.hot.store_hot_word(word, log_seq, postings)
 
@@ -209,25 +210,28 @@ class SqliteAgentStore(TopReads):
 
     @asynccontextmanager
     async def _borrow(self, deadline: float) -> AsyncIterator[_Reader]:
-        if self._readers.empty() and len(self._all_readers) + self._readers_opening < self._max_readers:
-            # counted while it opens: borrowers meanwhile wait for it rather than open one each
-            self._readers_opening += 1
-            try:
-                opened = await self._opening(self._open_reader)
-            finally:
-                self._readers_opening -= 1
-            self._all_readers.append(opened)
-            self._readers.put_nowait(opened)
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise SearchTimeout()
-        if not self._readers.empty():
-            reader = self._readers.get_nowait()
-        else:
-            try:
-                reader = await asyncio.wait_for(self._readers.get(), None if math.isinf(remaining) else remaining)
+        while True:
+            if self._readers.empty() and len(self._all_readers) + self._readers_opening < self._max_readers:
+                # counted while it opens: borrowers meanwhile wait for it rather than open one each
+                self._readers_opening += 1
+                try:
+                    opened = await self._opening(self._open_reader)
+                finally:
+                    self._readers_opening -= 1
+                self._all_readers.append(opened)
+                self._readers.put_nowait(opened)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise SearchTimeout()
+            if not self._readers.empty():
+                reader = self._readers.get_nowait()
+                break
+            try:  # a while at most: the open waited for may fail, and then this borrower opens one
+                reader = await asyncio.wait_for(self._readers.get(), min(remaining, READER_WAIT_S))
+                break
             except TimeoutError:
-                raise SearchTimeout() from None
+                if time.monotonic() >= deadline:
+                    raise SearchTimeout() from None
         reader.deadline = deadline
         try:
             yield reader
