@@ -49,6 +49,11 @@ class FileBudget:
     explicit: bool = False  # open_agents_max was set (not its default): lowering it is a warning
 
     @property
+    def room(self) -> int:
+        """Stores the files leave room for, open_agents_max aside (shared by a process's backends)."""
+        return max(1, (self.limit - self.reserve) // self.per_agent)
+
+    @property
     def clamped(self) -> bool:
         return self.agents < self.configured
 

@@ -36,7 +36,7 @@ class SqliteBackend:
         self.files = derive(settings.open_agents_max, settings.readers_per_agent,
                             explicit=settings.open_agents_max != BY_NAME["open_agents_max"].default)
         announce(self.files)
-        self.budget = OpenBudget(self.files.agents)  # the stores holding open files at once
+        self.budget = OpenBudget(self.files.room, cap=settings.open_agents_max)  # the stores open at once
 
     async def open(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)

@@ -123,14 +123,15 @@ class OpenBudget:
     released; past the bound while all are in use, the next admission releases the surplus. An
     open that fails for want of files sheds every idle store (`shed`) and tries once more.
 
-    `total` is the process's (the smaller of open_agents_max and what its open-file limit leaves
-    room for: limits.py), and the process's budgets share it equally: one process may hold several
-    SQLite backends (`serve`'s engine, its embedded worker's and its sweep's), each with a budget
-    of its own event loop, and the file limit is the process's. A budget shares from `enlist`
-    (the backend opened) to `retire` (closed)."""
+    `room` is what the process's open-file limit leaves room for (limits.py), shared equally by
+    the process's budgets: one process may hold several SQLite backends (`serve`'s engine, its
+    embedded worker's and its sweep's), each with a budget of its own event loop, and the file
+    limit is the process's; `cap` (open_agents_max) bounds each. A budget shares from `enlist` (the
+    backend opened) to `retire` (closed)."""
 
-    def __init__(self, total: int) -> None:
-        self.total = max(1, total)
+    def __init__(self, room: int, *, cap: int | None = None) -> None:
+        self.room = max(1, room)
+        self.cap = max(1, cap if cap is not None else room)
         self._open: OrderedDict[int, SqliteAgentStore] = OrderedDict()
 
     def enlist(self) -> None:
@@ -140,7 +141,7 @@ class OpenBudget:
     @property
     def most(self) -> int:
         """This budget's share of the process's stores."""
-        return max(1, self.total // max(1, len(_LIVE)))
+        return max(1, min(self.cap, self.room // max(1, len(_LIVE))))
 
     def retire(self) -> None:
         """The backend closed: its share goes to the process's other budgets."""
