@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
 
+from . import limits
 from . import logging as sslogging
 from .auth import new_token
 from .engine import Engine
@@ -211,6 +212,9 @@ async def _history(args: argparse.Namespace, engine: Engine) -> None:
 async def _status(args: argparse.Namespace, engine: Engine) -> None:
     status = await engine.index_status(args.agentId)
     status["schema"] = await engine.backend.schema_version()
+    if not engine.settings.database_url:  # SQLite, a database per agent: what the open files allow
+        s = engine.settings
+        status["openFiles"] = limits.derive(s.open_agents_max, s.readers_per_agent).to_dict()
     if engine.settings.redis_url:
         status["queue"] = _queue_depth(engine.settings)
     _emit(args, status, _print_status)
@@ -421,6 +425,8 @@ def _print_status(result: dict[str, Any]) -> None:
               f"{a['embeddedMessages']:>10} {a['embeddingBacklog']:>9}")
     if result.get("schema"):
         _print_schema(result["schema"])
+    if result.get("openFiles"):
+        print(limits.describe(result["openFiles"]))
     queue = result.get("queue")
     if queue:
         print("queue: " + (queue["error"] if "error" in queue else

@@ -65,6 +65,12 @@ class Busy(Unavailable):
     credential already has as many requests running as it may; one retried later is answered."""
 
 
+class OutOfFiles(Unavailable):
+    """Raised when the process could not open a file a request needed (its open-file limit, or the
+    system's, reached) even after closing its idle agent stores; nothing was done, and the request
+    succeeds again once files are free (no restart needed)."""
+
+
 class StorageFull(Unavailable):
     """Raised when a write could not be stored because the data dir's disk is full; nothing of it
     was stored, and writes succeed again once space is freed (no restart needed)."""

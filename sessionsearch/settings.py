@@ -223,11 +223,14 @@ class Settings:
     snippet_max_units: int = setting(300, "Snippet length in UTF-16 code units (before the ellipsis).",
                                      toml="search.snippetMaxUnits", parse=int)
     open_agents_max: int = setting(
-        1024, "SQLite: agent databases kept open at once, least recently used closed first (never one in use). "
-        "Open files are about 8 per open agent (its writer's database, WAL, shared memory and turnstile, one "
-        "reader's database and WAL) plus 2 per further reader, and a thread per connection: about 8,200 at the "
-        "default, whatever the agent count (raise the process's open-file limit to match); a search of more "
-        "agents than this reopens the surplus's connections, a few ms each.",
+        1024, "SQLite: agent databases a process keeps open at once, least recently used closed first (never one "
+        "in use). An open agent holds up to 5 files (its writer's database and WAL, the shared memory, its "
+        "checkpointer's database and WAL) and 2 per reader connection (readersPerAgent): 13 at the defaults, "
+        "about 13,300 at this default, with a thread per connection. At start-up the process raises its soft "
+        "open-file limit to the hard one and lowers this to what the limit leaves after a reserve "
+        "(max(64, limit/8)): 68 under a limit of 1,024, 14 under 256 (the log's store.file_budget and "
+        "`sessionsearch status` say which). A search of more agents than are kept open reopens the surplus's "
+        "connections, a few ms each.",
         env="SESSIONSEARCH_OPEN_AGENTS_MAX", toml="search.openAgentsMax", parse=_whole("agents", 1, "1 agent"))
     readers_per_agent: int = setting(4, "Reader connections per agent database.",
                                      env="SESSIONSEARCH_READERS_PER_AGENT", toml="search.readersPerAgent",

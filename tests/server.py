@@ -9,6 +9,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,9 @@ from .services import free_port, terminate
 
 
 class Server:
-    def __init__(self, data_dir: Path, log_path: Path, *args: str, **env: str) -> None:
+    def __init__(self, data_dir: Path, log_path: Path, *args: str, preexec_fn: Callable[[], None] | None = None,
+                 **env: str) -> None:
+        """`preexec_fn`: run in the child before `serve` starts (a resource limit, say)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
@@ -25,7 +28,7 @@ class Server:
         environment = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONSEARCH_")}
         environment.update(SESSIONSEARCH_DATA_DIR=str(data_dir), SESSIONSEARCH_PORT=str(self.port), **env)
         self.proc = subprocess.Popen([sys.executable, "-m", "sessionsearch.cli", "serve", *args], env=environment,
-                                     stdout=self.log, stderr=subprocess.STDOUT)
+                                     stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=preexec_fn)
 
         def healthy() -> bool:
             try:

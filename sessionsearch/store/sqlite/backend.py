@@ -10,7 +10,8 @@ from typing import Any, cast
 
 from ...errors import NotFound, Unavailable
 from ...keys import AGENT_ID_RE
-from ...settings import Settings
+from ...limits import announce, derive
+from ...settings import BY_NAME, Settings
 from ..base import AgentStore, Match, Newest, ScoreBound, TopHits
 from .bounds import bound_query
 from .many import OpenBudget, score_bounds, search_tops
@@ -34,13 +35,18 @@ class SqliteBackend:
         self.settings = settings
         self.rows_in_sql = rows_in_sql
         self.folder = self.data_dir / "agents"
-        self.budget = OpenBudget(settings.open_agents_max)  # the stores holding open files at once
+        # the open-file limit raised to the hard one, and the stores it leaves room for (limits.py)
+        self.files = derive(settings.open_agents_max, settings.readers_per_agent,
+                            explicit=settings.open_agents_max != BY_NAME["open_agents_max"].default)
+        announce(self.files)
+        self.budget = OpenBudget(self.files.room, cap=settings.open_agents_max)  # the stores open at once
 
     async def open(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
+        self.budget.enlist()
 
     async def close(self) -> None:
-        pass
+        self.budget.retire()
 
     def agent_ids(self) -> list[str]:
         if not self.folder.is_dir():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AsyncExitStack
@@ -68,15 +69,20 @@ async def search_tops(stores: Sequence[SqliteAgentStore], match: Match, scopes: 
 async def score_bounds(stores: Sequence[SqliteAgentStore], query: BoundQuery, *, deadline: float,
                        at_once: int, threads: int) -> list[ScoreBound]:
     """Each store's ScoreBound for `query` (bounds.py): from what the store keeps while its files
-    are unchanged (bounds.Known), else read, the stores to read split over `threads` hops run at
-    once (sqlite3 lets go of the interpreter lock while a statement steps, and the statements are
-    most of a hop), at most `at_once` stores a hop."""
+    are unchanged (bounds.Known), else read, the stores to read split in `threads` parts whose hops
+    run at once (sqlite3 lets go of the interpreter lock while a statement steps, and the
+    statements are most of a hop), at most `at_once` stores in all at a time (OpenBudget: a part
+    per hop of its own would hold every store at once)."""
     stamped_at = time.time()
     stamps = [stamp_of(store.path) for store in stores]
     found: list[ScoreBound | None] = [store.known_bound(query, stamp) for store, stamp in zip(stores, stamps)]
     todo = [i for i, bound in enumerate(found) if bound is None]
-    size = max(1, min(at_once, -(-len(todo) // max(1, threads))))
-    parts = [todo[i:i + size] for i in range(0, len(todo), size)]
+    if not todo:
+        return cast(list[ScoreBound], found)
+    threads = max(1, min(threads, at_once, len(todo)))
+    size = max(1, at_once // threads)  # stores a hop of each part
+    per_part = -(-len(todo) // threads)
+    parts = [todo[i:i + per_part] for i in range(0, len(todo), per_part)]
 
     async def part(index: list[int]) -> list[ScoreBound]:
         return await hops([stores[i] for i in index], [stamps[i] for i in index],
@@ -107,16 +113,39 @@ async def hops(stores: Sequence[SqliteAgentStore], args: list[A], one: Callable[
     return found
 
 
-class OpenBudget:
-    """At most `most` agent stores of a process hold open files and threads at once
-    (open_agents_max): a store about to use its connections is admitted, and the least recently
-    admitted idle ones past the bound release theirs (SqliteAgentStore.release). A store in use (a
-    reader borrowed, a write running) is never released; past the bound while all are in use, the
-    next admission releases the surplus."""
+_LIVE: weakref.WeakSet[OpenBudget] = weakref.WeakSet()  # this process's budgets, one a SQLite backend
 
-    def __init__(self, most: int) -> None:
-        self.most = max(1, most)
+
+class OpenBudget:
+    """At most `most` agent stores hold open files and threads at once: a store about to use its
+    connections is admitted, and the least recently admitted idle ones past the bound release
+    theirs (SqliteAgentStore.release). A store in use (a reader borrowed, a write running) is never
+    released; past the bound while all are in use, the next admission releases the surplus. An
+    open that fails for want of files sheds every idle store (`shed`) and tries once more.
+
+    `room` is what the process's open-file limit leaves room for (limits.py), shared equally by
+    the process's budgets: one process may hold several SQLite backends (`serve`'s engine, its
+    embedded worker's and its sweep's), each with a budget of its own event loop, and the file
+    limit is the process's; `cap` (open_agents_max) bounds each. A budget shares from `enlist` (the
+    backend opened) to `retire` (closed)."""
+
+    def __init__(self, room: int, *, cap: int | None = None) -> None:
+        self.room = max(1, room)
+        self.cap = max(1, cap if cap is not None else room)
         self._open: OrderedDict[int, SqliteAgentStore] = OrderedDict()
+
+    def enlist(self) -> None:
+        """The backend opened: its share of the process's stores is taken from the others'."""
+        _LIVE.add(self)
+
+    @property
+    def most(self) -> int:
+        """This budget's share of the process's stores."""
+        return max(1, min(self.cap, self.room // max(1, len(_LIVE))))
+
+    def retire(self) -> None:
+        """The backend closed: its share goes to the process's other budgets."""
+        _LIVE.discard(self)
 
     def __len__(self) -> int:
         return len(self._open)
@@ -135,3 +164,13 @@ class OpenBudget:
 
     def forget(self, store: SqliteAgentStore) -> None:
         self._open.pop(id(store), None)
+
+    async def shed(self, keep: SqliteAgentStore | None = None) -> int:
+        """Release every idle store but `keep` (an open just failed for want of files); returns
+        how many were released."""
+        released = 0
+        for key, other in list(self._open.items()):
+            if other is not keep and not other.busy and self._open.pop(key, None) is not None:
+                await other.release()
+                released += 1
+        return released

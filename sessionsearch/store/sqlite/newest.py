@@ -29,11 +29,23 @@ Stamp = tuple[int, int, int, int, int, int]
 
 
 def stamp_of(path: Path) -> Stamp | None:
-    """(inode, size, mtime ns) of the database and its `-wal` file; None when either is missing."""
+    """(inode, size, mtime ns) of the database and its `-wal` file; None when the database is
+    missing. A WAL missing or empty holds no frames: the database is all there is, whatever the
+    WAL's own stamp. The last connection to close deletes the WAL and the next to open makes a new
+    empty one, and a store closed to keep within the open-file budget (OpenBudget) reopens for
+    each search of more agents than it holds: what was read of it holds still."""
     try:
-        db, wal = os.stat(path), os.stat(f"{path}-wal")
+        db = os.stat(path)
     except OSError:
         return None
+    try:
+        wal = os.stat(f"{path}-wal")
+    except FileNotFoundError:
+        return db.st_ino, db.st_size, db.st_mtime_ns, 0, 0, 0
+    except OSError:
+        return None
+    if wal.st_size == 0:
+        return db.st_ino, db.st_size, db.st_mtime_ns, 0, 0, 0
     return db.st_ino, db.st_size, db.st_mtime_ns, wal.st_ino, wal.st_size, wal.st_mtime_ns
 
 

@@ -41,6 +41,7 @@ from ..base import (
 from ..rowids import row_id, seq_sql, window_ranges
 from . import meaning, reconcile
 from .bounds import Folded, Known, read_bounds, store_bounds
+from .files import no_files, out_of_files
 from .many import OpenBudget
 from .newest import NEWEST_SQL, NewestKept
 from .postings import MAX_WORDS, MIN_DOCS, MIN_SHARE, batches, common_words, read_postings
@@ -54,6 +55,7 @@ T = TypeVar("T")
 # The deadline is checked every this many VM steps: often enough to stop within a millisecond or
 # so, rarely enough that the Python callback costs nothing measurable.
 PROGRESS_OPS = 200_000
+READER_WAIT_S = 1.0  # a borrower waiting for a reader looks again this often whether it may open one
 def _store_hot_word(writer: SqliteWriter, *, word: str, log_seq: int, postings: array) -> None:
     writer.hot.store_hot_word(word, log_seq, postings)
 
@@ -85,6 +87,7 @@ class SqliteAgentStore(TopReads):
         self._writer: SqliteWriter | None = None
         self._readers: asyncio.Queue[_Reader] = asyncio.Queue()
         self._all_readers: list[_Reader] = []
+        self._readers_opening = 0  # reader connections being opened: counted against _max_readers
         self._dirty_seen: tuple[int | None, frozenset[int]] = (None, frozenset())  # (dirty_version, windows)
         # (hot_version, usable words with postings) as the last search saw them
         self._hot_seen: tuple[int | None, frozenset[str]] = (None, frozenset())
@@ -115,19 +118,42 @@ class SqliteAgentStore(TopReads):
         return self
 
     async def _start_writer(self) -> None:
+        try:
+            self._executor, self._writer = await self._opening(self._open_writer)
+        except (sqlite3.Error, OSError) as exc:
+            if is_full(exc):
+                raise StorageFull(self.agent_id) from exc
+            raise Unavailable(f"cannot open {self.path}: {exc}") from exc
+
+    async def _open_writer(self) -> tuple[ThreadPoolExecutor, SqliteWriter]:
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"sessionsearch-writer-{self.agent_id}")
         run, timeout_ms = partial(asyncio.get_running_loop().run_in_executor, executor), self._busy_timeout_ms
         try:
             if not self.path.exists():
                 await run(partial(create_database, self.path, self.cold_dir, busy_timeout_ms=timeout_ms))
-            self._writer = await run(partial(SqliteWriter, self.path, self.cold_dir, busy_timeout_ms=timeout_ms,
-                                             rows_in_sql=self._rows_in_sql))
-        except (sqlite3.Error, OSError) as exc:  # OSError: the turnstile file could not be opened
+            writer = await run(partial(SqliteWriter, self.path, self.cold_dir, busy_timeout_ms=timeout_ms,
+                                       rows_in_sql=self._rows_in_sql))
+        except BaseException:
             executor.shutdown(wait=True)
-            if is_full(exc):
-                raise StorageFull(self.agent_id) from exc
-            raise Unavailable(f"cannot open {self.path}: {exc}") from exc
-        self._executor = executor
+            raise
+        return executor, writer
+
+    async def _opening(self, open_once: Callable[[], Awaitable[T]]) -> T:
+        """`open_once()`; where it failed for want of files (files.py), again once the budget's idle
+        stores released theirs. OutOfFiles (503) when it fails so with none to release or again."""
+        try:
+            return await open_once()
+        except (sqlite3.Error, OSError) as exc:
+            if not out_of_files(exc):
+                raise
+            if self._budget is None or not await self._budget.shed(self):
+                raise no_files(self.agent_id, exc) from exc
+        try:
+            return await open_once()
+        except (sqlite3.Error, OSError) as exc:
+            if out_of_files(exc):
+                raise no_files(self.agent_id, exc) from exc
+            raise
 
     async def close(self) -> None:
         self._closed = True
@@ -164,6 +190,8 @@ class SqliteAgentStore(TopReads):
         except (sqlite3.Error, OSError) as exc:
             if is_full(exc):
                 raise unwritable(self.agent_id, exc) from exc
+            if out_of_files(exc):  # the turnstile's file, a temporary file: nothing was stored
+                raise no_files(self.agent_id, exc) from exc
             raise
         finally:
             self._busy -= 1
@@ -182,35 +210,36 @@ class SqliteAgentStore(TopReads):
 
     @asynccontextmanager
     async def _borrow(self, deadline: float) -> AsyncIterator[_Reader]:
-        if self._readers.empty() and len(self._all_readers) < self._max_readers:
-            # not bound to its thread: search_tops runs it on another while it is borrowed
-            conn = await aiosqlite.connect(self.path, isolation_level=None, check_same_thread=False)
-            await conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
-            await conn.execute("PRAGMA query_only = 1")
-            # Off by default: mapped all the time, searches got slower while appends or
-            # reconciliation ran, the mapping following the growing file. A quiet reader maps it
-            # (_fit_mapping).
-            await conn.execute(f"PRAGMA mmap_size = {self._mmap_bytes}")
-            reader = _Reader(conn, self._mmap_bytes)
-            await conn.set_progress_handler(reader.expired, PROGRESS_OPS)
-            self._all_readers.append(reader)
-            self._readers.put_nowait(reader)
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise SearchTimeout()
-        if not self._readers.empty():
-            reader = self._readers.get_nowait()
-        else:
-            try:
-                reader = await asyncio.wait_for(self._readers.get(), None if math.isinf(remaining) else remaining)
+        while True:
+            if self._readers.empty() and len(self._all_readers) + self._readers_opening < self._max_readers:
+                # counted while it opens: borrowers meanwhile wait for it rather than open one each
+                self._readers_opening += 1
+                try:
+                    opened = await self._opening(self._open_reader)
+                finally:
+                    self._readers_opening -= 1
+                self._all_readers.append(opened)
+                self._readers.put_nowait(opened)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise SearchTimeout()
+            if not self._readers.empty():
+                reader = self._readers.get_nowait()
+                break
+            try:  # a while at most: the open waited for may fail, and then this borrower opens one
+                reader = await asyncio.wait_for(self._readers.get(), min(remaining, READER_WAIT_S))
+                break
             except TimeoutError:
-                raise SearchTimeout() from None
+                if time.monotonic() >= deadline:
+                    raise SearchTimeout() from None
         reader.deadline = deadline
         try:
             yield reader
         except sqlite3.OperationalError as exc:
             if "interrupted" in str(exc):
                 raise SearchTimeout() from None
+            if out_of_files(exc):  # a temporary file a statement needed
+                raise no_files(self.agent_id, exc) from exc
             raise
         finally:
             reader.deadline = math.inf
@@ -218,6 +247,25 @@ class SqliteAgentStore(TopReads):
                 self._readers.put_nowait(reader)
             else:
                 await reader.conn.close()
+
+    async def _open_reader(self) -> _Reader:
+        # not bound to its thread: search_tops runs it on another while it is borrowed
+        conn = await aiosqlite.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            # mmap off by default: mapped all the time, searches got slower while appends or
+            # reconciliation ran, the mapping following the growing file. A quiet reader maps it
+            # (_fit_mapping). The first read opens the WAL and its shared memory: here, where a
+            # want of files is retried (_opening), rather than in a search's first statement. One
+            # script, one hop to the connection's thread: a store past the budget reopens often
+            await conn.executescript(f"PRAGMA busy_timeout = {self._busy_timeout_ms}; PRAGMA query_only = 1; "
+                                     f"PRAGMA mmap_size = {self._mmap_bytes}; "
+                                     "SELECT count(*) FROM (SELECT 1 FROM sqlite_master LIMIT 1);")
+            reader = _Reader(conn, self._mmap_bytes)
+            await conn.set_progress_handler(reader.expired, PROGRESS_OPS)
+        except BaseException:
+            await conn.close()
+            raise
+        return reader
 
     # -- writes: each one transaction on the writer thread ----------------------------------
 

@@ -118,7 +118,6 @@ class SqliteWriter:
         self.rebuilding: frozenset[int] = frozenset()
         self.busy_timeout_ms = busy_timeout_ms
         self.c = sqlite3.connect(path, isolation_level=None)
-        self._turnstile: Turnstile | None = None
         self._checkpoints: WalCheckpointer | None = None
         try:
             self._turnstile = Turnstile(path)
@@ -147,13 +146,10 @@ class SqliteWriter:
         if self._checkpoints is not None:
             self._checkpoints.close()
         self.c.close()
-        if self._turnstile is not None:
-            self._turnstile.close()
 
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
         # how long another process held the write lock (or its turn) before this one began
-        assert self._turnstile is not None  # set up before the first transaction
         self.lock_wait_s = self._turnstile.begin(self.c, self.busy_timeout_ms)
         try:
             yield self.c
