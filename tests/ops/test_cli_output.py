@@ -4,20 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import subprocess
-import sys
 
 from ..helpers import chain, engine_at
+from .test_cli import _cli
 
 KEY = "agent:work_bot:tokyo"
-
-
-def _cli(*args: str, data_dir) -> subprocess.CompletedProcess:
-    env = {**os.environ, "SESSIONSEARCH_DATA_DIR": str(data_dir)}
-    return subprocess.run([sys.executable, "-m", "sessionsearch.cli", *args], capture_output=True, text=True,
-                          env=env, timeout=60)
 
 
 def _seed(path) -> None:

@@ -59,18 +59,23 @@ def _sample_names(exposition: str) -> set[str]:
     return {re.split(r"[{ ]", line, maxsplit=1)[0] for line in exposition.splitlines() if line and not line.startswith("#")}
 
 
+def reconciled_by_the_worker(web: Server) -> None:
+    """Appends whose window a leaf control makes need reconciling, then searches until the worker
+    has reconciled what they enqueued: its job counters have counted."""
+    web.post("transcript.append", {"sessionKey": "agent:main:a", "events": chain("m", [("user", "hello there")])})
+    web.post("transcript.append", {"sessionKey": "agent:main:a", "events": [
+        {"type": "leaf", "id": "l1", "parentId": "m1", "targetId": "m1"},
+        {"type": "message", "id": "x", "parentId": None, "message": {"role": "user", "content": "hello again"}}]})
+    wait_until(lambda: "indexing" not in web.post("sessions.search", {"query": "hello"})[1], 60,
+               "the worker to reconcile the appends", every=0.1)
+
+
 def test_metrics_named_by_rules_and_dashboard_exist_and_prometheus_scrapes_them(tmp_path, redis_url):
     web = Server(tmp_path / "data", tmp_path / "web.log", SESSIONSEARCH_REDIS_URL=redis_url)
     worker = Worker(tmp_path / "data", redis_url, tmp_path / "worker.log")
     prom = None
     try:
-        web.post("transcript.append", {"sessionKey": "agent:main:a", "events": chain("m", [("user", "hello there")])})
-        web.post("transcript.append", {"sessionKey": "agent:main:a", "events": [
-            {"type": "leaf", "id": "l1", "parentId": "m1", "targetId": "m1"},
-            {"type": "message", "id": "x", "parentId": None, "message": {"role": "user", "content": "hello again"}}]})
-        # searches until the worker has reconciled what they enqueued
-        wait_until(lambda: "indexing" not in web.post("sessions.search", {"query": "hello"})[1], 60,
-                   "the worker to reconcile the appends", every=0.1)
+        reconciled_by_the_worker(web)
         missing: list[str] = []
 
         def exported() -> bool:

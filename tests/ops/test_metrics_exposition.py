@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import re
 
-from ..helpers import chain, wait_until
+from ..helpers import wait_until
 from ..reconcile.test_pipeline import Worker
 from ..server import Server
+from .test_deploy import reconciled_by_the_worker
 
 
 def _samples(exposition: str) -> set[str]:
@@ -17,13 +18,7 @@ def test_neither_the_web_process_nor_the_worker_exports_created_samples(tmp_path
     web = Server(tmp_path / "data", tmp_path / "web.log", SESSIONSEARCH_REDIS_URL=redis_url)
     worker = Worker(tmp_path / "data", redis_url, tmp_path / "worker.log")
     try:
-        # a leaf control makes the window need reconciling: the worker runs a job, its counters count it
-        web.post("transcript.append", {"sessionKey": "agent:main:a", "events": chain("m", [("user", "hello there")])})
-        web.post("transcript.append", {"sessionKey": "agent:main:a", "events": [
-            {"type": "leaf", "id": "l1", "parentId": "m1", "targetId": "m1"},
-            {"type": "message", "id": "x", "parentId": None, "message": {"role": "user", "content": "hello again"}}]})
-        wait_until(lambda: "indexing" not in web.post("sessions.search", {"query": "hello"})[1], 60,
-                   "the worker to reconcile the append", every=0.1)
+        reconciled_by_the_worker(web)
         web_samples = _samples(web.get("/metrics")[1])
 
         def counted() -> set[str] | None:  # the job counts itself after it publishes, which the search may see first
