@@ -18,6 +18,7 @@ stalling the loop whenever it holds the lock.
 from __future__ import annotations
 
 import asyncio
+import logging
 import multiprocessing
 import os
 import threading
@@ -63,7 +64,10 @@ def build(settings: Settings, agents: dict[str, str] | None, cpu_priority: str) 
     return {"agents": done, "pid": os.getpid(), "cpu_priority": took, "seconds": time.monotonic() - started}
 
 
-def _child(settings: Settings, agents: dict[str, str] | None, cpu_priority: str, conn) -> None:
+def _child(settings: Settings, agents: dict[str, str] | None, cpu_priority: str, conn, log_level: int) -> None:
+    from .. import logging as sslogging
+
+    sslogging.configure(log_level)  # spawned: nothing of the parent's set-up, its log shape and level included
     try:
         conn.send(build(settings, agents, cpu_priority))
     except Exception as exc:  # the parent logs it
@@ -79,8 +83,8 @@ def build_in_child(settings: Settings, agents: dict[str, str] | None, stop: thre
     stopped midway leaves each word's postings whole: each is one transaction)."""
     ctx = multiprocessing.get_context("spawn")
     ours, theirs = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(settings, agents, cpu_priority, theirs), name="sessionsearch-postings",
-                       daemon=True)
+    proc = ctx.Process(target=_child, args=(settings, agents, cpu_priority, theirs, logging.getLogger().level),
+                       name="sessionsearch-postings", daemon=True)
     proc.start()
     theirs.close()
     log.info("optimize.started", pid=proc.pid, agents=len(agents) if agents is not None else "all",

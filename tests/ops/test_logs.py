@@ -70,3 +70,33 @@ def test_serve_with_two_workers_and_a_worker_with_two_processes_log_only_json_li
     assert sum(e["event"] == "api.started" for e in web_events) == 2  # each child's own lifespan
     worker_events = log_lines(worker.log_path)
     assert {e["event"] for e in worker_events} >= {"worker.started", "worker.cpu_priority", "reconcile.published"}
+
+
+async def test_a_postings_build_in_a_child_logs_json_at_its_parents_level(tmp_path, capfd):
+    """The build `serve` and the worker run in a spawned child: nothing of the parent's set-up
+    crosses, so the child sets up the same JSON lines, at the level the parent logs."""
+    import logging
+
+    from sessionsearch import Engine, Settings
+    from sessionsearch import logging as sslogging
+    from sessionsearch.worker.optimize import build_in_child
+
+    settings = Settings(data_dir=str(tmp_path / "data"))
+    async with Engine(settings=settings) as engine:
+        await engine.append("agent:main:a", chain("m", [("user", "harbor lantern copper")]))
+    try:
+        sslogging.configure("INFO")
+        capfd.readouterr()
+        outcome = build_in_child(settings, None, cpu_priority="normal")
+        assert "main" in outcome["agents"], outcome
+        lines = [line for line in capfd.readouterr().err.splitlines() if line.strip()]
+        events = [json.loads(line) for line in lines]  # every line JSON, the child's too
+        assert "optimize.started" in {e["event"] for e in events}
+        assert "store.file_budget" in {e["event"] for e in events}  # the child's engine, logged by the child
+        sslogging.configure("WARNING")
+        capfd.readouterr()
+        build_in_child(settings, None, cpu_priority="normal")
+        assert capfd.readouterr().err.strip() == ""  # the parent's level holds in the child
+    finally:
+        sslogging.configure("WARNING")
+        logging.getLogger().setLevel(logging.WARNING)
