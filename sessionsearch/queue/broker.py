@@ -106,7 +106,7 @@ def unfinished_jobs(broker: dramatiq.Broker, queue_name: str = QUEUE) -> set[tup
     return out
 
 
-def _window_of(data: bytes | None) -> tuple[str, int] | None:
+def _window_of(data: bytes | str | None) -> tuple[str, int] | None:
     """(agent, window) of a queued message: a reconcile job's, or the window of the job whose
     dead-lettering the message reports; None when gone meanwhile, or not one of ours."""
     if data is None:
@@ -125,8 +125,9 @@ def failing_windows(broker: dramatiq.Broker) -> dict[tuple[str, int], int]:
     if not isinstance(broker, RedisBroker):
         return {}
     out = {}
+    # a client made with decode_responses answers str, Dramatiq's own bytes: either is read
     for member, gen in broker.client.hgetall(FAILING).items():
-        agent_id, _, wid = member.decode().rpartition(":")
+        agent_id, _, wid = (member.decode() if isinstance(member, bytes) else member).rpartition(":")
         out[(agent_id, int(wid))] = int(gen)
     return out
 
