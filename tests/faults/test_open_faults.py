@@ -61,7 +61,8 @@ def test_appends_retried_to_a_new_agent_on_a_full_disk_answer_503_and_leak_no_th
     counts: dict[int, list[tuple[int, int]]] = {}
     for leave_kib in (0, 128):
         with small_disk(tmp_path / f"disk{leave_kib}", 16) as disk:
-            server = Server(disk, tmp_path / f"server{leave_kib}.log")
+            # no embedder: its background jobs would open threads and files of their own meanwhile
+            server = Server(disk, tmp_path / f"server{leave_kib}.log", SESSIONSEARCH_EMBEDDER="none")
             filler = None
             try:
                 assert server.post("transcript.append", {"sessionKey": "agent:main:a",
