@@ -47,10 +47,11 @@ class Readiness:
         self._stores_at = -STORES_EVERY_S  # when every store was last read (time.monotonic)
         self._task: asyncio.Task[None] | None = None
 
-    async def check(self) -> Outcome:
+    async def check(self, *, every_store: bool | None = None) -> Outcome:
         """Run the checks once: the store takes writes, every agent's store answers (read every
-        STORES_EVERY_S), and Redis answers (when used)."""
-        every_store = time.monotonic() - self._stores_at >= STORES_EVERY_S
+        STORES_EVERY_S, or as `every_store` says), and Redis answers (when used)."""
+        if every_store is None:
+            every_store = time.monotonic() - self._stores_at >= STORES_EVERY_S
         try:
             await self.engine.check_ready(every_store=every_store)
         except SessionSearchError as exc:
@@ -67,13 +68,15 @@ class Readiness:
                 return 503, {"status": "unavailable", "reason": f"redis unreachable: {exc}"}
         return 200, {"status": "ready", "mode": "embedded" if self.pipeline.embedded else "redis"}
 
-    async def refresh(self) -> None:
-        self._outcome = await self.check()
+    async def refresh(self, *, every_store: bool | None = None) -> None:
+        self._outcome = await self.check(every_store=every_store)
         self._checked_at = time.monotonic()
 
     async def start(self) -> None:
-        """Check once (the first probe then has an answer), then keep checking in the background."""
-        await self.refresh()
+        """Check once (the first probe then has an answer), then keep checking in the background.
+        The first check leaves every agent's store to the background's first one: with 1,000
+        agents under a tight file budget, reading them all held start-up for tens of seconds."""
+        await self.refresh(every_store=False)
         self._task = asyncio.create_task(self._run(), name="sessionsearch-readiness")
 
     async def _run(self) -> None:

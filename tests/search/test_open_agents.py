@@ -4,6 +4,7 @@ answers exactly as with every database open."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import resource
 from collections.abc import Iterator
@@ -71,12 +72,24 @@ def _files_left(room: int) -> Iterator[None]:
     """The process's soft open-file limit set so that only `room` more files open (EMFILE past
     them), and put back after."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    highest = max(int(fd) for fd in os.listdir("/proc/self/fd"))
-    resource.setrlimit(resource.RLIMIT_NOFILE, (max(highest + 1, _open_files()) + room, hard))
+    # an open takes the lowest free descriptor: a limit at the (room + 1)-th free number leaves
+    # exactly `room`, whatever holes closed files left below the highest (fstat opens nothing)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (_free_descriptor(room), hard))
     try:
         yield
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def _free_descriptor(nth: int) -> int:
+    """The number of this process's `nth` free file descriptor (0: the lowest)."""
+    for fd in itertools.count():
+        try:
+            os.fstat(fd)
+        except OSError:
+            if nth == 0:
+                return fd
+            nth -= 1
 
 
 async def test_an_open_that_finds_no_file_left_closes_the_idle_stores_and_succeeds(tmp_path):

@@ -14,6 +14,7 @@ from ...limits import announce, derive
 from ...settings import BY_NAME, Settings
 from ..base import AgentStore, Match, Newest, ScoreBound, TopHits
 from .bounds import bound_query
+from .files import no_files, out_of_files
 from .many import OpenBudget, score_bounds, search_tops
 from .meaning import embeddable
 from .newest import stamp_of
@@ -51,7 +52,12 @@ class SqliteBackend:
     def agent_ids(self) -> list[str]:
         if not self.folder.is_dir():
             return []
-        return sorted(p.stem for p in self.folder.glob("*.db") if AGENT_ID_RE.fullmatch(p.stem))
+        try:  # listing the folder takes a descriptor too: none left is a 503, as any open is
+            return sorted(p.stem for p in self.folder.glob("*.db") if AGENT_ID_RE.fullmatch(p.stem))
+        except OSError as exc:
+            if out_of_files(exc):
+                raise no_files(None, exc) from exc
+            raise
 
     def listing_version(self, *, fresh: bool = False) -> int:
         """The agents folder's mtime: it moves when a database file appears or goes (always fresh)."""

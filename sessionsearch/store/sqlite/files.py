@@ -54,10 +54,12 @@ class _Warned:
 _warned = _Warned(OUT_OF_FILES_LOG_S)
 
 
-def no_files(agent_id: str, exc: BaseException) -> OutOfFiles:
-    """The error for an open that failed for want of files (logged at most once an interval)."""
-    _warned.failed(agent_id, exc)
-    error = OutOfFiles(f"agent {agent_id!r}: the server cannot open a file now (too many open files); "
+def no_files(agent_id: str | None, exc: BaseException) -> OutOfFiles:
+    """The error for an open that failed for want of files (logged at most once an interval);
+    `agent_id` None: the agents folder itself could not be read."""
+    _warned.failed(agent_id or "", exc)
+    whose = f"agent {agent_id!r}" if agent_id else "the agents folder"
+    error = OutOfFiles(f"{whose}: the server cannot open a file now (too many open files); "
                        "retry shortly", agent_id=agent_id)
     error.__cause__ = exc
     return error
