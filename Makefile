@@ -60,7 +60,7 @@ test: install lint
 	./scripts/services
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
-# types (mypy, strict on the store's seam and indexer/) and lint (ruff), as pyproject.toml configures
+# types (mypy, strict over the whole package) and lint (ruff), as pyproject.toml configures
 # them; both run, and either failing fails the target (and so `make test` and CI)
 lint: $(STAMP)
 	$(BIN)/ruff check sessionsearch tests bench; ruff=$$?; $(BIN)/mypy && exit $$ruff

@@ -64,7 +64,7 @@ class Engine:
         self.data_dir = Path(data_dir if data_dir is not None else self.settings.data_dir)
         self.backend = backend_for(self.settings, data_dir=self.data_dir, rows_in_sql=reconcile_rows_in_sql)
         self.enqueuer = enqueuer
-        self._stores: dict[str, AgentStore] = {}
+        self._stores: dict[str, AgentStore[Any]] = {}
         self._open_lock = asyncio.Lock()
         self._catalog = CatalogCache(self._open_stores, self.store, self.backend.listing_version)
         self.search_observer: Callable[[float, bool], None] | None = None
@@ -108,7 +108,7 @@ class Engine:
         """Ids of the agents that have a store, sorted."""
         return self.backend.agent_ids()
 
-    async def store(self, agent_id: str, *, create: bool = False) -> AgentStore:
+    async def store(self, agent_id: str, *, create: bool = False) -> AgentStore[Any]:
         store = self._stores.get(agent_id)
         if store is not None:
             return store
@@ -131,7 +131,7 @@ class Engine:
         """The agent's meta version as committed now (a view holding another one is stale)."""
         return await self._catalog.meta_version(agent_id, deadline)
 
-    async def _open_stores(self) -> dict[str, AgentStore]:
+    async def _open_stores(self) -> dict[str, AgentStore[Any]]:
         """Every agent's store, opened; another process may have created some since the last call."""
         for agent_id in self.agent_ids_on_disk():
             await self.store(agent_id)
@@ -163,9 +163,9 @@ class Engine:
                            until: int | None, deadline: float) -> list[TopHits]:
         """The backend's search_top_each (SQLite's: the agents' statements a batch a thread hop)."""
         stores = [await self.store(a) for a in agent_ids]
-        return await cast(Any, self.backend).search_top_each(stores, match, scopes, deadline=deadline, k=k,
-                                                             order=order, role=role, hot=hot, since=since,
-                                                             until=until)
+        tops: list[TopHits] = await cast(Any, self.backend).search_top_each(
+            stores, match, scopes, deadline=deadline, k=k, order=order, role=role, hot=hot, since=since, until=until)
+        return tops
 
     def _meta_changed(self, agent_id: str) -> None:
         self._catalog.invalidate(agent_id)
@@ -250,7 +250,7 @@ class Engine:
             await self.enqueue_reconcile({store.agent_id: set(wids)})
         return {"sessionKey": key, "restoredWindows": len(wids)}
 
-    async def _existing_store(self, key: str) -> AgentStore:
+    async def _existing_store(self, key: str) -> AgentStore[Any]:
         try:
             return await self.store(agent_of(key))
         except NotFound:
@@ -389,7 +389,8 @@ class Engine:
             log.warning("search.enqueue_failed", agents=len(dirty), exc_info=True)
             return False
 
-    async def reconcile(self, agent_id: str, wid: int, *, should_stop=None, more_s: float = 0.0) -> ReconcileResult:
+    async def reconcile(self, agent_id: str, wid: int, *, should_stop: Callable[[], bool] | None = None,
+                        more_s: float = 0.0) -> ReconcileResult:
         """Rebuild one window's index rows from its active branch (what a worker job runs); with
         `more_s`, go on with the small windows waiting next to it for that long."""
         store = await self.store(agent_id)
@@ -539,6 +540,6 @@ class Engine:
         if method in ("sessions.rotate", "sessions.delete", "sessions.archive", "sessions.restore"):
             allowed = {"sessionKey", "sessionId", "reason"} if method == "sessions.rotate" else {"sessionKey"}
             check_unknown(body, allowed)
-            handler = getattr(self, method.split(".")[1])
+            handler: Callable[..., Awaitable[dict[str, Any]]] = getattr(self, method.split(".")[1])
             return await handler(body.get("sessionKey"), **{k: v for k, v in body.items() if k != "sessionKey"})
         raise NotFound(f"unknown method {method!r}")

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -24,6 +24,10 @@ from .import_plan import ImportJob, Problem, Source, describe_error, entry_meta,
 from .indexer.events import ROLES, Event, parse_event
 from .indexer.versions import Migration
 from .session_meta import check_meta
+from .store.base import AgentStore, AppendResult
+
+if TYPE_CHECKING:
+    from .engine import Engine
 
 __all__ = ["FileReport", "ImportReport", "Problem", "plan_import", "run_import"]
 
@@ -162,7 +166,7 @@ def _seen(raw: bytes | None, migration: Migration) -> None:
         pass  # not an entry: the runtime skips it too
 
 
-async def run_import(engine, path: Path, *, agent_id: str | None = None,
+async def run_import(engine: Engine, path: Path, *, agent_id: str | None = None,
                      progress: Callable[[int, int], None] | None = None) -> ImportReport:
     """Import `path` into `engine`; returns what was imported and every problem met.
 
@@ -303,10 +307,10 @@ class _Group:
 
     def __init__(self, report: ImportReport) -> None:
         self.report = report
-        self.store = None
+        self.store: AgentStore[Any] | None = None
         self.items: list[_Step] = []
         self.events = 0
-        self.in_flight: asyncio.Future | None = None
+        self.in_flight: asyncio.Future[None] | None = None
         self.refused: set[int] = set()  # file reports whose window the store refused
         # problems the write in flight met, reported once it is awaited (not wherever the parse
         # happened to yield), as when nothing ran beside the parse
@@ -329,6 +333,7 @@ class _Group:
         await self._wait()
         if self.items and items is not self.items:  # keep the order: what waits goes first
             items = self.take() + items
+        assert self.store is not None  # set before the first step was added
         self.in_flight = asyncio.ensure_future(self._write(self.store, items))
 
     async def flush(self) -> None:
@@ -346,7 +351,7 @@ class _Group:
             self.report.problems += self.problems
             self.problems = []
 
-    async def _write(self, store, steps: list[_Step]) -> None:
+    async def _write(self, store: AgentStore[Any], steps: list[_Step]) -> None:
         results = await store.import_many([(s.job.session_key, s.meta, s.events, s.job.session_id, s.lines)
                                            for s in steps])
         for step, result in zip(steps, results, strict=False):
@@ -356,16 +361,18 @@ class _Group:
             else:
                 self._count(step, result)
 
-    def _count(self, step: _Step, result) -> None:
+    def _count(self, step: _Step, result: AppendResult) -> None:
         step.report.imported += result.appended
         step.report.duplicates += result.duplicates
 
-    async def _attempt(self, store, step: _Step, meta: dict | None, events: list[Event], lines: int | None):
+    async def _attempt(self, store: AgentStore[Any], step: _Step, meta: dict[str, Any] | None, events: list[Event],
+                       lines: int | None) -> AppendResult | Exception:
+        result: AppendResult | Exception
         (result,) = await store.import_many([(step.job.session_key, meta, events, step.job.session_id, lines)])
         _stop_if_unavailable(result)
         return result
 
-    async def _salvage(self, store, step: _Step) -> None:
+    async def _salvage(self, store: AgentStore[Any], step: _Step) -> None:
         """Keep what of a refused step the store takes: the window, then its metadata, then its
         events in halves down to the single events refused, each reported with its line."""
         if id(step.report) in self.refused:  # an earlier chunk of this file met the same refusal
@@ -383,7 +390,7 @@ class _Group:
         await self._halves(store, step, step.events, step.event_lines)
         await self._attempt(store, step, None, [], step.lines)  # the refused lines count as read
 
-    async def _halves(self, store, step: _Step, events: list[Event], lines: list[int]) -> None:
+    async def _halves(self, store: AgentStore[Any], step: _Step, events: list[Event], lines: list[int]) -> None:
         if not events:
             return
         result = await self._attempt(store, step, None, events, lines[-1])

@@ -117,7 +117,7 @@ def _clean(value: Any, max_depth: int) -> bool:
 def _explain(value: Any, where: str, max_depth: int) -> None:
     """Walk `value` again with paths and raise for the first fault, in document order."""
     # each entry: the value, its level, and its path as a linked (parent, segment) pair
-    stack: list[tuple[Any, int, tuple | None]] = [(value, 1, None)]
+    stack: list[tuple[Any, int, tuple[Any, ...] | None]] = [(value, 1, None)]
     while stack:
         item, depth, node = stack.pop()
         if isinstance(item, str):
@@ -149,7 +149,7 @@ def _explain(value: Any, where: str, max_depth: int) -> None:
             raise _refuse(where, node, f"must be JSON data, not {type(item).__name__}")
 
 
-def _refuse(where: str, node: tuple | None, problem: str, *, shown: int | None = None) -> InvalidRequest:
+def _refuse(where: str, node: tuple[Any, ...] | None, problem: str, *, shown: int | None = None) -> InvalidRequest:
     """The error for the value at `node`; `shown` cuts the path in the message to that many
     segments (a path 100 levels deep says less than its first few)."""
     segments = []

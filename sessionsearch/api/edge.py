@@ -128,7 +128,8 @@ def browser_refusal(headers: Headers, token_required: bool) -> str | None:
 
 def caller_of(scope: Scope) -> Caller:
     """The caller the Guard identified for this request."""
-    return scope.get(CALLER_KEY, OPERATOR)
+    caller: Caller = scope.get(CALLER_KEY, OPERATOR)
+    return caller
 
 
 def scoped_path(path: str) -> bool:

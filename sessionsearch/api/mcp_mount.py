@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import TaskGroup
@@ -25,6 +25,9 @@ from ..auth import Caller
 from ..engine import Engine
 from .edge import CompactJSON, caller_of, error
 from .mcp_wire import Refusal, screen, too_large
+
+if TYPE_CHECKING:
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 
 class LazyMCP:
@@ -48,7 +51,7 @@ class LazyMCP:
                 self._tasks = None
 
     async def _build(self) -> ASGIApp:
-        def build() -> Any:
+        def build() -> StreamableHTTPSessionManager:
             from .mcp_server import build_mcp, http_manager
 
             server = build_mcp(self.engine, _caller)

@@ -53,7 +53,9 @@ def unit_rows(vectors: npt.NDArray[np.floating[Any]]) -> npt.NDArray[np.float32]
     import numpy as np
 
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    return np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0).astype(np.float32, copy=False)
+    units: npt.NDArray[np.float32] = np.divide(vectors, norms, out=np.zeros_like(vectors),
+                                               where=norms > 0).astype(np.float32, copy=False)
+    return units
 
 
 def open_embedder(settings: Settings) -> Embedder | None:

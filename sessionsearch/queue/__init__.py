@@ -22,10 +22,10 @@ class _Lifecycle(dramatiq.Middleware):
     def __init__(self, reconciler: Reconciler) -> None:
         self.reconciler = reconciler
 
-    def before_worker_shutdown(self, broker, worker):
+    def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         self.reconciler.stopping.set()
 
-    def after_worker_shutdown(self, broker, worker):
+    def after_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         # still running: "after" hooks run in reverse order, and this middleware sits after AsyncIO
         loop_thread = get_event_loop_thread()
         if loop_thread is not None:

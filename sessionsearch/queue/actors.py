@@ -12,6 +12,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Iterable
+from typing import Any
 
 import dramatiq
 import redis
@@ -396,7 +397,7 @@ class Reconciler:
             return
         self.embed_markers.release_soon((agent_id, wid))
 
-    async def _exhausted(self, message: dict, retries: dict) -> None:
+    async def _exhausted(self, message: dict[str, Any], retries: dict[str, Any]) -> None:
         """A reconcile job failed every retry and is dead-lettered: note the window's generation, so
         that the periodic sweep sends it again only once it changed (worker/sweep.py)."""
         agent_id, wid = message["args"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import dramatiq
 import redis
@@ -24,7 +25,7 @@ class PrometheusWithoutServer(Prometheus):
     """Dramatiq's message metrics, exported by the worker wrapper's own endpoint, not a forked server."""
 
     @property
-    def forks(self):
+    def forks(self) -> list[Callable[[], int]]:
         return []
 
 

@@ -23,7 +23,7 @@ log = structlog.get_logger("sessionsearch.queue")
 Deliver = Callable[[dict[str, set[int]], int], bool]  # (windows by agent, searches waiting) -> delivered
 
 
-def _resolve(future: asyncio.Future, delivered: bool) -> None:
+def _resolve(future: asyncio.Future[bool], delivered: bool) -> None:
     if not future.done():
         future.set_result(delivered)
 
@@ -36,7 +36,7 @@ class Outbox:
         self.wait_s = wait_s
         self._cond = threading.Condition()
         self._pending: dict[str, set[int]] = {}
-        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[bool]]] = []
         self._busy = False
         self._stalled = False  # the last round outlasted a search's wait and has not got through since
         self._closed = False

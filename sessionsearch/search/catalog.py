@@ -7,13 +7,13 @@ import asyncio
 import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..store.base import AgentStore, Match, Newest, ScoreBound, SessionMeta, TopHits, WindowMeta
 from .visibility import Catalog
 
 # an agent's store, opened on first use; raises NotFound for an agent without one
-StoreLookup = Callable[[str], Awaitable[AgentStore]]
+StoreLookup = Callable[[str], Awaitable[AgentStore[Any]]]
 # the agents' Newest by agent id, read now, within a deadline (Backend.newest)
 NewestLookup = Callable[[list[str], float], Awaitable[dict[str, Newest]]]
 
@@ -125,7 +125,7 @@ class CatalogView:
 class CatalogCache:
     """The catalog as this process last read it, refreshed from each agent's store by changes."""
 
-    def __init__(self, stores: Callable[[], Awaitable[Mapping[str, AgentStore]]], store: StoreLookup,
+    def __init__(self, stores: Callable[[], Awaitable[Mapping[str, AgentStore[Any]]]], store: StoreLookup,
                  listing_version: ListingVersion) -> None:
         """`stores()` opens every agent's store and returns them by agent id; `store` looks one up;
         `listing_version()` changes when an agent's store appears (Backend.listing_version)."""
@@ -218,7 +218,7 @@ class CatalogCache:
             self._view = view if self._stale == set() else None
             return view
 
-    async def _read(self, agent_id: str, store: AgentStore, raw: AgentRows | None, deadline: float) -> AgentRows:
+    async def _read(self, agent_id: str, store: AgentStore[Any], raw: AgentRows | None, deadline: float) -> AgentRows:
         async with store.reader(deadline) as reader:
             version, whole, metas, windows, gone_keys, gone_wids = await store.meta_snapshot(
                 reader, None if raw is None else raw.version)

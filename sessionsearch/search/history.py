@@ -11,7 +11,7 @@ from typing import Any
 from ..errors import Conflict, Forbidden, InvalidRequest, NotFound
 from ..keys import agent_of, check_session_key
 from ..settings import Settings
-from ..store.base import BranchRow
+from ..store.base import AgentStore, BranchRow, R
 from ..values import check_name, without_nulls
 from .catalog import CatalogCache, StoreLookup
 from .query import Requester, check_unknown, int_field, parse_requester
@@ -100,7 +100,7 @@ class _Shaper:
         self.session_id = session_id
         self.cut = False
 
-    def message(self, row: tuple) -> tuple[dict[str, Any], int]:
+    def message(self, row: tuple[Any, ...]) -> tuple[dict[str, Any], int]:
         seq, message_id, role, ts, body = row
         msg = json.loads(body).get("message", {})
         content = msg.get("content")
@@ -216,7 +216,7 @@ def _messages(branch: list[BranchRow], start: int, end: int, include_tools: bool
             if branch[i][2] == "message" and (include_tools or branch[i][3] not in TOOL_ROLES)]
 
 
-async def _tail(settings: Settings, store, reader, req: HistoryRequest, wid: int, session_id: str,
+async def _tail(settings: Settings, store: AgentStore[R], reader: R, req: HistoryRequest, wid: int, session_id: str,
                 branch: list[BranchRow]) -> dict[str, Any]:
     current, _ = _views(branch)
     shown = _messages(branch, current, len(branch), req.include_tools)
@@ -242,7 +242,7 @@ async def _tail(settings: Settings, store, reader, req: HistoryRequest, wid: int
             "hasMore": next_offset < total, "resets": _reset_marks(branch, shown, end - len(kept), end)}
 
 
-async def _anchored(settings: Settings, store, reader, req: HistoryRequest, wid: int, session_id: str,
+async def _anchored(settings: Settings, store: AgentStore[R], reader: R, req: HistoryRequest, wid: int, session_id: str,
                     branch: list[BranchRow], anchor: int) -> dict[str, Any]:
     start, end = _interval(branch, anchor)
     shown = _messages(branch, start, end, req.include_tools)

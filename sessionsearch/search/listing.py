@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 from ..store.base import SessionMeta
-from .text import cut_utf16, utf16_len
+from ..text.utf16 import cut_utf16, utf16_len
 from .visibility import Viewer
 
 TITLE_MAX_UNITS = 1000

@@ -111,7 +111,8 @@ async def query_vector(embedder: Embedder, text: str, deadline: float = math.inf
     wait = embed_wait_s(deadline)
     try:
         async with asyncio.timeout(wait):
-            return (await embedder.embed([text]))[0]
+            vector: npt.NDArray[np.float32] = (await embedder.embed([text]))[0]
+            return vector
     except EmbedderFailed as exc:
         log.warning("search.embed_failed", error=str(exc))
     except TimeoutError:
@@ -123,7 +124,7 @@ async def semantic(open_store: StoreLookup, embedder: Embedder, meaning: Meaning
                    req: SearchRequest, scopes: dict[str, Scope], versions: dict[str, int] | None, deadline: float,
                    k: int, fanout: int) -> MeaningOutcome:
     """The best `k` rows by similarity over the scopes (merged across agents)."""
-    from .runner import bounded
+    from .visits import bounded
 
     async def agent(scope: Scope) -> Found:
         return await _agent_semantic(open_store, embedder, meaning, vector, req, scope, versions, deadline, k)
@@ -146,7 +147,8 @@ async def semantic(open_store: StoreLookup, embedder: Embedder, meaning: Meaning
 async def _agent_semantic(open_store: StoreLookup, embedder: Embedder, meaning: Meaning,
                           vector: npt.NDArray[np.float32], req: SearchRequest, scope: Scope,
                           versions: dict[str, int] | None, deadline: float, k: int) -> Found:
-    from .runner import Hit, MetaChanged
+    from .runner import Hit
+    from .visits import MetaChanged
 
     store = await open_store(scope.agent_id)
     held, lock = meaning.vectors.slot(store)

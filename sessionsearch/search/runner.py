@@ -133,7 +133,7 @@ class Hit:
     matched_by: tuple[str, ...] = ()  # semantic and hybrid modes: how the hit was found
     snippet: str | None = None  # semantic and hybrid modes: the passage nearest the query
 
-    def sort_key(self, order: str) -> tuple:
+    def sort_key(self, order: str) -> tuple[Any, ...]:
         if order == "recent":
             return (-self.ts, self.message_id)
         return (self.rank, -self.ts, self.message_id)
@@ -148,7 +148,7 @@ class SessionGroup:
     hits: int
     best: Hit
 
-    def sort_key(self, order: str) -> tuple:
+    def sort_key(self, order: str) -> tuple[Any, ...]:
         return (*self.best.sort_key(order), self.session_key)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import re
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from ..errors import InvalidRequest
 from ..indexer.events import MAX_TS_MS, MIN_TS_MS
@@ -69,7 +70,7 @@ def _iso_ms(text: str, name: str) -> int:
     return ms
 
 
-def parse_range(body: dict) -> tuple[int | None, int | None]:
+def parse_range(body: dict[str, Any]) -> tuple[int | None, int | None]:
     """The request's `since` (inclusive) and `until` (exclusive), checked against each other."""
     since = parse_instant(body.get("since"), "since")
     until = parse_instant(body.get("until"), "until")

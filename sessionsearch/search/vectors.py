@@ -168,4 +168,5 @@ def _dot(q8: npt.NDArray[np.int8], vecs: npt.NDArray[np.int8]) -> npt.NDArray[np
     if len(vecs) == 0:
         return np.zeros(0, np.float32)
     out = simsimd.cdist(q8[None, :], np.ascontiguousarray(vecs), metric="dot", dtype="int8", out_dtype="float32")
-    return np.asarray(out, dtype=np.float32)[0]
+    scores: npt.NDArray[np.float32] = np.asarray(out, dtype=np.float32)[0]
+    return scores

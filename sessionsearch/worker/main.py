@@ -16,8 +16,11 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import structlog
 
@@ -41,7 +44,8 @@ def prepare_metrics_dir(path: str | None) -> Path:
     return folder
 
 
-def serve_metrics(host: str, port: int, folder: Path, settings: Settings, depth) -> ThreadingHTTPServer:
+def serve_metrics(host: str, port: int, folder: Path, settings: Settings,
+                  depth: Callable[[], dict[str, int]]) -> ThreadingHTTPServer:
     from prometheus_client import CollectorRegistry, multiprocess
 
     from ..metrics import PipelineCollector, exposition
@@ -53,7 +57,7 @@ def serve_metrics(host: str, port: int, folder: Path, settings: Settings, depth)
                                         embedding=settings.embedder != "none"))
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
+        def do_GET(self) -> None:  # noqa: N802
             if self.path.split("?")[0] not in ("/metrics", "/"):
                 self.send_error(404)
                 return
@@ -64,7 +68,7 @@ def serve_metrics(host: str, port: int, folder: Path, settings: Settings, depth)
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, *args):
+        def log_message(self, *args: Any) -> None:
             pass
 
     server = ThreadingHTTPServer((host, port), Handler)
@@ -78,10 +82,10 @@ def run_worker(settings: Settings, *, processes: int, threads: int, metrics_host
         raise InvalidRequest("sessionsearch worker needs SESSIONSEARCH_REDIS_URL; without Redis, "
                              "`sessionsearch serve` reconciles in-process", field="SESSIONSEARCH_REDIS_URL")
     stop_requested: list[int] = []
-    child: subprocess.Popen | None = None
+    child: subprocess.Popen[bytes] | None = None
     optimizer: PeriodicOptimize | None = None
 
-    def on_signal(signum, _frame):
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
         log.info("worker.signal", signal=signal.Signals(signum).name)
         stop_requested.append(signum)
         if optimizer is not None:

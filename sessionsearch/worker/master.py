@@ -32,7 +32,8 @@ def main() -> int:
     # Dramatiq reloads on SIGHUP by executing `python -m dramatiq` again when argv[0] is its own
     # __main__; the re-executed process keeps the parent-death request (execve preserves it)
     sys.argv[0] = dramatiq.__main__.__file__
-    return dramatiq_main()
+    code: int = dramatiq_main()
+    return code
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from multiprocessing.connection import Connection
 from typing import Any
 
 import structlog
@@ -36,7 +37,7 @@ log = structlog.get_logger("sessionsearch.optimize")
 FIRST_AFTER_S = 60.0  # after a start, let the first reconciliation and searches go first
 
 
-def build(settings: Settings, agents: dict[str, str] | None, cpu_priority: str) -> dict:
+def build(settings: Settings, agents: dict[str, str] | None, cpu_priority: str) -> dict[str, Any]:
     """Build postings in this process at `cpu_priority`: for `agents` ({agent: why}) only what
     is missing or about to be given up, or (None) every agent from scratch. Returns the outcome
     per agent, with this process's id and the priority that took effect."""
@@ -44,10 +45,11 @@ def build(settings: Settings, agents: dict[str, str] | None, cpu_priority: str) 
 
     took = apply_cpu_priority(cpu_priority)  # the threads it starts inherit it
 
-    async def run() -> dict:
+    async def run() -> dict[str, Any]:
         async with Engine(settings=settings) as engine:
             if agents is None:
-                return (await engine.optimize())["agents"]
+                agents_built: dict[str, Any] = (await engine.optimize())["agents"]
+                return agents_built
             # every agent's score bounds first (milliseconds an agent; a search of many agents needs
             # them all), then the postings builds, which take a second or more an agent
             done: dict[str, Any] = {agent: {"words": {}, "dropped": [], "bounds": await (
@@ -64,7 +66,8 @@ def build(settings: Settings, agents: dict[str, str] | None, cpu_priority: str) 
     return {"agents": done, "pid": os.getpid(), "cpu_priority": took, "seconds": time.monotonic() - started}
 
 
-def _child(settings: Settings, agents: dict[str, str] | None, cpu_priority: str, conn, log_level: int) -> None:
+def _child(settings: Settings, agents: dict[str, str] | None, cpu_priority: str, conn: Connection,
+           log_level: int) -> None:
     from .. import logging as sslogging
 
     sslogging.configure(log_level)  # spawned: nothing of the parent's set-up, its log shape and level included
@@ -77,7 +80,7 @@ def _child(settings: Settings, agents: dict[str, str] | None, cpu_priority: str,
 
 
 def build_in_child(settings: Settings, agents: dict[str, str] | None, stop: threading.Event | None = None,
-                   cpu_priority: str = "idle") -> dict:
+                   cpu_priority: str = "idle") -> dict[str, Any]:
     """`build` in a child process at `cpu_priority` (spawned: nothing of the parent's state is
     shared); waits for it and returns its outcome. `stop` set: the child is ended (a build
     stopped midway leaves each word's postings whole: each is one transaction)."""
@@ -97,7 +100,7 @@ def build_in_child(settings: Settings, agents: dict[str, str] | None, stop: thre
                 raise InterruptedError(f"postings build in child {proc.pid} stopped")
             if not proc.is_alive() and not ours.poll(0):
                 raise EOFError
-        result = ours.recv()
+        result: dict[str, Any] = ours.recv()
     except EOFError:
         result = {"error": f"postings build in child {proc.pid} exited with {proc.exitcode}"}
     finally:
@@ -127,7 +130,7 @@ class PeriodicOptimize:
         self._due = due or self._due_here
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.builds: list[dict] = []  # the outcome of each build, newest last (the last few)
+        self.builds: list[dict[str, Any]] = []  # the outcome of each build, newest last (the last few)
 
     def start(self) -> None:
         if (self.every_s > 0 or self.check_s > 0) and self._thread is None:
@@ -159,7 +162,7 @@ class PeriodicOptimize:
             except Exception:  # logged; the next round tries again
                 log.exception("optimize.failed")
 
-    def once(self, due: dict[str, str] | None = None) -> dict:
+    def once(self, due: dict[str, str] | None = None) -> dict[str, Any]:
         """One build: of the `due` agents' missing words, or (None) of everything."""
         result = build_in_child(self.settings, due, self._stop, self.cpu_priority)
         for agent, done in result["agents"].items():

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -22,6 +22,9 @@ from ..engine import Engine
 from ..indexer.reconcile import window_gen
 from ..queue.broker import EMBED_QUEUE, failing_windows, forget_failing, pending_jobs, unfinished_jobs
 from ..settings import Settings
+
+if TYPE_CHECKING:
+    from ..queue.actors import Reconciler
 
 log = structlog.get_logger("sessionsearch.worker")
 
@@ -31,7 +34,7 @@ RETRY_S = 2.0  # after a failed sweep (Redis down), the next try comes this soon
 class Sweeper:
     """The startup sweep, then periodic ones, on a thread with its own event loop and engine."""
 
-    def __init__(self, settings: Settings, reconciler) -> None:
+    def __init__(self, settings: Settings, reconciler: Reconciler) -> None:
         self.settings = settings
         self.reconciler = reconciler
         self.every_s = settings.reconcile_sweep_every_s

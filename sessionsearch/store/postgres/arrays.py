@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import struct
 from functools import lru_cache
+from typing import Any
 
 from psycopg import AsyncConnection
 from psycopg.adapt import Dumper
@@ -97,7 +98,7 @@ async def register(conn: AsyncConnection) -> None:
         conn.adapters.register_dumper(kind, dumper)
 
 
-def columns(kinds: tuple[type[_Array], ...], values: list[list]) -> list:
+def columns(kinds: tuple[type[_Array], ...], values: list[list[Any]]) -> list[Any]:
     """Each column of `values` as a binary array of its kind; all of them as lists (psycopg's
     own dumping, and its errors) if one does not fit its kind."""
     try:

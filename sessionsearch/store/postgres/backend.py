@@ -61,7 +61,7 @@ class _Probe:
         self._lock = threading.Lock()
         self._failed_at = 0.0
 
-    def rows(self, sql: str, params: tuple = ()) -> list[tuple] | None:
+    def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]] | None:
         """The rows of one statement, or None when the database does not answer now."""
         with self._lock:
             if time.monotonic() - self._failed_at < RETRY_S:
@@ -159,7 +159,7 @@ class PgBackend:
         return max(self._listing, max(self._agents.values(), default=0))
 
     async def open_store(self, agent_id: str, *, create: bool = False) -> PgAgentStore:
-        async def find(conn) -> int | None:
+        async def find(conn: psycopg.AsyncConnection) -> int | None:
             if create:
                 await conn.execute("INSERT INTO ss_agents (agent_id, created_at) VALUES (%s, "
                                    "(extract(epoch FROM clock_timestamp()) * 1000)::bigint) ON CONFLICT DO NOTHING",

@@ -81,11 +81,11 @@ class Reader:
         its work between them checks (wide.py's scoring)."""
         return self._deadline
 
-    async def all(self, sql: str, params: Any = None, *, last: bool = False) -> list[tuple]:
+    async def all(self, sql: str, params: Any = None, *, last: bool = False) -> list[tuple[Any, ...]]:
         cur = await self._execute(sql, params, last)
         return await cur.fetchall()
 
-    async def one(self, sql: str, params: Any = None, *, last: bool = False) -> tuple | None:
+    async def one(self, sql: str, params: Any = None, *, last: bool = False) -> tuple[Any, ...] | None:
         cur = await self._execute(sql, params, last)
         return await cur.fetchone()
 
@@ -246,7 +246,7 @@ class Db:
             raise unavailable(exc) from exc
 
 
-async def one(conn: psycopg.AsyncConnection, sql: str, params: Any = None) -> tuple | None:
+async def one(conn: psycopg.AsyncConnection, sql: str, params: Any = None) -> tuple[Any, ...] | None:
     cur = await conn.execute(sql, params)
     return await cur.fetchone()
 
@@ -262,7 +262,7 @@ def _present(row: tuple[Any, ...] | None) -> tuple[Any, ...]:
     return row
 
 
-async def all_rows(conn: psycopg.AsyncConnection, sql: str, params: Any = None) -> list[tuple]:
+async def all_rows(conn: psycopg.AsyncConnection, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
     cur = await conn.execute(sql, params)
     return await cur.fetchall()
 

@@ -43,8 +43,9 @@ def postings_key(q: Query) -> tuple[int, str] | None:
     return WORD, lex
 
 
-async def postings_top(reader: Reader, ano: int, q: Query, cache: DfCache, *, k: int, include, exclude, role,
-                       since, until) -> tuple[int, frozenset[int], list[tuple]] | None:
+async def postings_top(reader: Reader, ano: int, q: Query, cache: DfCache, *, k: int, include: list[int] | None,
+                       exclude: list[int] | None, role: str | None, since: int | None,
+                       until: int | None) -> tuple[int, frozenset[int], list[tuple[Any, ...]]] | None:
     """As search.search_top for relevance order, from postings; None: search the slow way."""
     key = postings_key(q)
     if key is None or not await has_postings(reader, ano, key, cache):
@@ -73,7 +74,8 @@ async def postings_top(reader: Reader, ano: int, q: Query, cache: DfCache, *, k:
     avgdl, idf = q.params["avgdl"], q.params["idf0"]
 
     def bm25(tf: int, dl: int) -> float:
-        return -1.0 * (idf * ((tf * (K1 + 1.0)) / (tf + K1 * (1 - B + B * dl / avgdl))))
+        score: float = -1.0 * (idf * ((tf * (K1 + 1.0)) / (tf + K1 * (1 - B + B * dl / avgdl))))
+        return score
 
     kept = sorted((bm25(tf, dl), rid) for rid, tf, dl in zip(ids, tfs, dls))
     left_out = min((bm25(int(tf), dl) for tf, dl in cut.items()), default=math.inf)  # the best row not kept

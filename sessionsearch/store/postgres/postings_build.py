@@ -33,6 +33,8 @@ import json
 import time
 from typing import Any
 
+import psycopg
+
 from .db import Db, Reader, all_rows, the_row
 from .terms import K1, PREFIX, PREFIX_FRESH_LIMIT, RECENT, WORD, B, is_prefix_key
 
@@ -73,9 +75,9 @@ class Runs:
         self.newest: dict[str, list[tuple[int, int]]] = {w: [] for w in sorted(recent or {})}  # (ts, id)
         self._recent_docs = dict(recent or {})  # word -> its rows (ts_stat's count)
         self.cutoff = cutoff  # the newest rows are taken among those newer than this (None: all)
-        self._targets: dict[str, tuple[tuple[int, ...], list | None]] = {}  # term -> (slots, newest list)
+        self._targets: dict[str, tuple[tuple[int, ...], list[Any] | None]] = {}  # term -> (slots, newest list)
 
-    def _targets_of(self, term: str) -> tuple[tuple[int, ...], list | None]:
+    def _targets_of(self, term: str) -> tuple[tuple[int, ...], list[Any] | None]:
         keys = [(WORD, term)] + [(PREFIX, term[:n]) for n in range(MIN_LEN, min(MAX_LEN, len(term)) + 1)]
         found = tuple(self._slot[k] for k in keys if k in self._slot), self.newest.get(term)
         self._targets[term] = found
@@ -156,14 +158,14 @@ def _kept(docs: int, runs: dict[int, list[tuple[int, int]]],
 
 async def take_mark(db: Db) -> int:
     """A mark every row numbered at or below which is committed (or gone) when this returns."""
-    async def mark(conn) -> tuple[int, int]:
+    async def mark(conn: psycopg.AsyncConnection) -> tuple[int, int]:
         (value,) = await the_row(conn, "SELECT nextval('ss_index_iseq')")
         (xmax,) = await the_row(conn, "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint")  # after it
         return value, xmax
     value, xmax = await db.tx(mark)
     deadline = time.monotonic() + WAIT_S
 
-    async def oldest(conn) -> int:
+    async def oldest(conn: psycopg.AsyncConnection) -> int:
         xmin: int = (await the_row(conn, "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint"))[0]
         return xmin
     while await db.tx(oldest) < xmax:
@@ -194,7 +196,7 @@ def _recent_words(stats: list[tuple[str, int]]) -> dict[str, int]:
     return {w: d for d, w in words}
 
 
-async def _cutoff(conn, ano: int, old_rows: int) -> int | None:
+async def _cutoff(conn: psycopg.AsyncConnection, ano: int, old_rows: int) -> int | None:
     """A timestamp about the newest RECENT_SPAN * RECENT_KEEP / RECENT_MIN_DOCS of the agent's rows are
     newer than (None: all of them), from the windows' ts_max newest first: the ts_max next below
     that of the window where their rows reach that many (a bound on each window's rows). Any value
@@ -203,6 +205,7 @@ async def _cutoff(conn, ano: int, old_rows: int) -> int | None:
     if want >= old_rows:
         return None
     seen, reached = 0, None
+    ts_max: int
     for ts_max, rows in await all_rows(conn, "SELECT ts_max, idx_rows FROM ss_windows WHERE ano = %s AND idx_rows > 0 "
                                              "ORDER BY ts_max DESC", (ano,)):
         if reached is not None and ts_max < reached:
@@ -214,7 +217,7 @@ async def _cutoff(conn, ano: int, old_rows: int) -> int | None:
 
 
 async def read_postings(db: Db, ano: int, mark: int, *, min_docs: int, min_share: float,
-                        max_words: int) -> tuple[int, dict[tuple[int, str], tuple]]:
+                        max_words: int) -> tuple[int, dict[tuple[int, str], tuple[Any, ...]]]:
     """(the agent's rows at or below the mark, by its counters; {(kind, key): finished runs}),
     read in one snapshot taken after the mark's wait."""
     async with db.pool.connection() as conn:
@@ -243,9 +246,10 @@ async def read_postings(db: Db, ano: int, mark: int, *, min_docs: int, min_share
     return old_rows, runs.finish(old_tokens / old_rows if old_rows else 1.0)
 
 
-async def store_postings(db: Db, ano: int, mark: int, old_rows: int, postings: dict[tuple[int, str], tuple]) -> None:
+async def store_postings(db: Db, ano: int, mark: int, old_rows: int,
+                         postings: dict[tuple[int, str], tuple[Any, ...]]) -> None:
     """Replace the agent's postings by a build's, in one transaction (a search sees either)."""
-    async def write(conn) -> None:
+    async def write(conn: psycopg.AsyncConnection) -> None:
         await conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK, ano))
         await conn.execute("DELETE FROM ss_postings WHERE ano = %s", (ano,))
         async with conn.cursor() as cur:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..base import SessionMeta, WindowMeta
 from ..rowids import row_id, seq_sql, window_ranges
 from .db import Reader
@@ -18,7 +20,8 @@ async def meta_version(reader: Reader, ano: int) -> int:
     return version
 
 
-async def meta_snapshot(reader: Reader, ano: int, since: int | None):
+async def meta_snapshot(reader: Reader, ano: int, since: int | None
+                        ) -> tuple[int, bool, list[SessionMeta], list[WindowMeta], list[str], list[int]]:
     """(version, whole, sessions, windows, deleted keys, deleted wids), one snapshot: see base.py."""
     version, horizon = await reader.row("SELECT meta_version, deleted_from FROM ss_agents WHERE ano = %s", (ano,))
     if since is not None and since >= horizon:
@@ -34,7 +37,7 @@ async def meta_snapshot(reader: Reader, ano: int, since: int | None):
     return version, True, [SessionMeta(*r) for r in sessions], [WindowMeta(*r) for r in windows], [], []
 
 
-async def window_of(reader: Reader, ano: int, key: str, session_id: str | None) -> tuple | None:
+async def window_of(reader: Reader, ano: int, key: str, session_id: str | None) -> tuple[Any, ...] | None:
     if session_id is None:
         row = await reader.one("SELECT w.wid, w.session_id, w.cold FROM ss_sessions s JOIN ss_windows w "
                                "ON w.wid = s.current_wid WHERE s.ano = %s AND s.session_key = %s", (ano, key))
@@ -44,7 +47,7 @@ async def window_of(reader: Reader, ano: int, key: str, session_id: str | None) 
     return tuple(row) if row else None
 
 
-async def windows_of(reader: Reader, ano: int, key: str) -> list[tuple]:
+async def windows_of(reader: Reader, ano: int, key: str) -> list[tuple[Any, ...]]:
     rows = await reader.all(
         "SELECT w.wid, w.session_id, w.cold FROM ss_windows w LEFT JOIN ss_sessions s ON s.ano = w.ano "
         "AND s.session_key = w.session_key WHERE w.ano = %s AND w.session_key = %s "
@@ -52,8 +55,8 @@ async def windows_of(reader: Reader, ano: int, key: str) -> list[tuple]:
     return [tuple(r) for r in rows]
 
 
-async def branch_rows(reader: Reader, wid: int) -> list[tuple]:
-    rows: list[tuple] = []
+async def branch_rows(reader: Reader, wid: int) -> list[tuple[Any, ...]]:
+    rows: list[tuple[Any, ...]] = []
     for lo, hi in window_ranges(wid):
         rows += await reader.all(
             f"SELECT {seq_sql('id')}, event_id, type, role, "
@@ -62,7 +65,7 @@ async def branch_rows(reader: Reader, wid: int) -> list[tuple]:
     return [tuple(r) for r in rows]
 
 
-async def message_rows(reader: Reader, wid: int, seqs: list[int]) -> list[tuple]:
+async def message_rows(reader: Reader, wid: int, seqs: list[int]) -> list[tuple[Any, ...]]:
     ids = [row_id(wid, s, role) for s in seqs for role in (None, "assistant")]
     rows = await reader.all(f"SELECT {seq_sql('id')}, event_id, role, ts, body FROM ss_events "
                             "WHERE id = ANY(%s) ORDER BY id", (ids,))

@@ -29,7 +29,7 @@ exactly that.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..rowids import HIGH, LOW_BITS, LOW_SEQS, SEQ_BITS
 from .terms import FRESH_LIMIT, RECENT
@@ -84,7 +84,7 @@ def kept_word(query: Query) -> str | None:
     return query.phrases[0][0]
 
 
-def kept_ctes(query: Query, where: list[str], walk: int | None, params: dict, word: str,
+def kept_ctes(query: Query, where: list[str], walk: int | None, params: dict[str, Any], word: str,
               mark: int | None) -> str:
     """As recent_ctes, from the newest rows of `word` the agent's last build kept (postings_build.py)
     when they settle the answer, else by recent_ctes; `ok` (one row, `kept`) tells which.
@@ -118,7 +118,7 @@ def kept_ctes(query: Query, where: list[str], walk: int | None, params: dict, wo
         "UNION ALL SELECT id, ts, mid FROM walk WHERE NOT (SELECT kept FROM ok))")
 
 
-def recent_ctes(query: Query, where: list[str], walk: int | None, params: dict, name: str = "cand") -> str:
+def recent_ctes(query: Query, where: list[str], walk: int | None, params: dict[str, Any], name: str = "cand") -> str:
     """CTEs ending in `cand` (or `name`), matching rows (id, ts, mid) among which are the top
     %(k)s newest first, `where` holding the scope's conditions on `m` (search.scope_sql), after the
     CTEs of stats_sql; `walk` as walk_windows gives it. Unscored: the caller scores the k it takes."""

@@ -71,7 +71,7 @@ class DfCache:
     KEPT = 4096
 
     def __init__(self) -> None:
-        self._counts: OrderedDict[str, tuple[tuple, int]] = OrderedDict()
+        self._counts: OrderedDict[str, tuple[tuple[Any, ...], int]] = OrderedDict()
         self.head: tuple[int, int] | None = None  # (index rows, windows) of the agent as last seen
         self.postings_terms: frozenset[tuple[int, str]] | None = None  # None: to be read
         self.postings_read_at = 0.0
@@ -79,7 +79,7 @@ class DfCache:
         self.recent_kept = 0  # `recent` searches the newest rows kept by a build answered (recent.py)
         self.listing = 0  # the highest agent number a search of this store read (backend.py)
         # the head as last read: (version, epoch, at, recent, rows, tokens, windows, gen), HEAD checks it
-        self.kept_head: tuple | None = None
+        self.kept_head: tuple[Any, ...] | None = None
 
     def saw_listing(self, listing: int | None) -> None:
         self.listing = max(self.listing, listing or 0)
@@ -95,13 +95,13 @@ class DfCache:
         self.kept_head = (head["version"], head["epoch"], head["at"], head["recent"], head["rows"], head["tokens"],
                           head["windows"], head["gen"])
 
-    def get(self, phrase: str) -> tuple[tuple, int] | None:
+    def get(self, phrase: str) -> tuple[tuple[Any, ...], int] | None:
         hit = self._counts.get(phrase)
         if hit is not None:
             self._counts.move_to_end(phrase)
         return hit
 
-    def put(self, phrase: str, state: tuple, df: int) -> None:
+    def put(self, phrase: str, state: tuple[Any, ...], df: int) -> None:
         self._counts[phrase] = (state, df)
         self._counts.move_to_end(phrase)
         while len(self._counts) > self.KEPT:
@@ -168,7 +168,7 @@ class Query:
             self.params.update({f"c{i}{field}": value for field, value in zip(CACHED, cached)})
         return self.stats_cte(HEAD_ARGS, lambda name: f"%({name})s")
 
-    def cached_dfs(self, cache: DfCache) -> list[tuple]:
+    def cached_dfs(self, cache: DfCache) -> list[tuple[Any, ...]]:
         """Per phrase, the count `cache` kept and the index state it was counted at (CACHED's
         fields; NULLs when none); sets the phrases' tsquery texts and postings keys (q0, p0, …)."""
         self.params["fresh_limit"] = FRESH_LIMIT
@@ -212,7 +212,7 @@ class Query:
         """The columns of `st` a statement returns for `remember` (the head's first)."""
         return ", ".join([f"{st}.{c}" for c in HEAD_COLUMNS] + [f"{st}.df{i}" for i in range(len(self.phrases))])
 
-    def remember(self, row: tuple, cache: DfCache) -> tuple[int, frozenset[int], tuple]:
+    def remember(self, row: tuple[Any, ...], cache: DfCache) -> tuple[int, frozenset[int], tuple[Any, ...]]:
         """(meta version, dirty windows, the rest of the row) from a row starting with
         stats_columns(), each df counted now kept in `cache`."""
         head = dict(zip(HEAD_COLUMNS, row))
@@ -225,7 +225,7 @@ class Query:
             cache.put(self.params[f"q{i}"], (version, windows, gen, epoch), df)
         return version, frozenset(head["dirty"]), row[start + count:]
 
-    def set_stats(self, n_rows: int, n_tokens: int, dfs) -> None:
+    def set_stats(self, n_rows: int, n_tokens: int, dfs: list[int]) -> None:
         """avgdl and each phrase's idf as parameters (avgdl, idf0, …), computed as stats_sql's `st`
         computes them, for a statement that reads them from a `st` made of those (postings.py)."""
         # counters and index agree but for rows written around them (never by this store's writes)
@@ -324,8 +324,9 @@ async def has_postings(reader: Reader, ano: int, key: tuple[int, str], cache: Df
     return key in cache.postings_terms
 
 
-async def search_top(reader: Reader, ano: int, q: Query, cache: DfCache, *, k: int, order: str, include,
-                     exclude, role, since, until) -> tuple[int, frozenset[int], list[tuple]]:
+async def search_top(reader: Reader, ano: int, q: Query, cache: DfCache, *, k: int, order: str,
+                     include: list[int] | None, exclude: list[int] | None, role: str | None, since: int | None,
+                     until: int | None) -> tuple[int, frozenset[int], list[tuple[Any, ...]]]:
     """The exact top `k` hits (id, bm25, message id, ts, text) of query `q` by `order`, then
     (0, inf) when more matched, scoring every match; one statement, the reader's last. (A word
     with postings is answered from them first, by relevance: postings.py, PgAgentStore.)"""

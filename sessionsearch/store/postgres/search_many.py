@@ -132,7 +132,7 @@ def known_cte(i: int, rows: bool) -> str:
             f"ORDER BY c DESC, k LIMIT {KNOWN}) z), '{{}}'::text[]) AS l)")
 
 
-def _kept_head(cache: DfCache) -> tuple:
+def _kept_head(cache: DfCache) -> tuple[Any, ...]:
     version, epoch, at, recent, rows, tokens, windows, gen = cache.kept_head or (None,) * 8
     if recent is not None:
         recent = json.dumps(list(recent)) if recent else "[]"
@@ -201,7 +201,7 @@ def by_rows(q: Query, caches: Sequence[DfCache]) -> bool:
 
 async def search_many(reader: Reader, anos: Sequence[int], caches: Sequence[DfCache], q: Query, *, k: int,
                       order: str, exclude: list[int], role: str | None, since: int | None, until: int | None,
-                      sparse: bool = False) -> list[tuple[int, frozenset[int], list[tuple]] | None]:
+                      sparse: bool = False) -> list[tuple[int, frozenset[int], list[tuple[Any, ...]]] | None]:
     """Per agent (in `anos` order): its meta version, dirty windows and those of its hits (id,
     bm25, message id, ts, text) that are among the top `k` of all the agents by `order`.
 
@@ -260,7 +260,7 @@ async def search_many(reader: Reader, anos: Sequence[int], caches: Sequence[DfCa
         "r.ts, r.text FROM st LEFT JOIN LATERAL (SELECT b.id, b.s, b.mid, e.event_id, e.ts, e.text FROM best b "
         "JOIN ss_events e ON e.id = b.id WHERE b.ano = st.ag_ano) r ON true", params, last=True)
     heads = remember_all(q, anos, caches, rows)
-    hits: dict[int, list[tuple]] = {}
+    hits: dict[int, list[tuple[Any, ...]]] = {}
     for row in rows:
         if row[-5] is not None:
             hits.setdefault(row[0], []).append(tuple(row[-5:]))

@@ -14,7 +14,8 @@ from .db import Reader
 from .search import HEAD, HEAD_COLUMNS, MID, DfCache, Query, head_params, scope_sql
 
 
-def _matches(query: Query, *, order: str, include, exclude, role, since, until, params: dict[str, Any]) -> str:
+def _matches(query: Query, *, order: str, include: list[int] | None, exclude: list[int] | None, role: str | None,
+             since: int | None, until: int | None, params: dict[str, Any]) -> str:
     """SELECT of every matching row in scope: id, window, shown score, sort key, ts, mid."""
     where = [f"m.tsv @@ {query.tsquery}", *scope_sql(include, exclude, role, since, until, params)]
     score = query.score_sql()
@@ -25,7 +26,8 @@ def _matches(query: Query, *, order: str, include, exclude, role, since, until, 
 
 
 async def search_sessions(reader: Reader, ano: int, match: Match | None, cache: DfCache, *, k: int, order: str,
-                          include, exclude, role, since, until) -> tuple[int, frozenset[int], list]:
+                          include: list[int] | None, exclude: list[int] | None, role: str | None, since: int | None,
+                          until: int | None) -> tuple[int, frozenset[int], list[Any]]:
     params: dict[str, Any] = {"ano": ano, "k": k}
     query = Query(match) if match is not None and match.words else None
     if query is None or not query.lexemes:

@@ -9,6 +9,8 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
+import psycopg
+
 from ...indexer.events import Event
 from ..base import (
     AppendResult,
@@ -88,14 +90,14 @@ class PgAgentStore:
         async with self.reader() as r:
             return dict(await r.all("SELECT session_id, source_lines FROM ss_windows WHERE ano = %s", (self.ano,)))
 
-    async def import_many(self, items: list[tuple]) -> list:
+    async def import_many(self, items: list[tuple[Any, ...]]) -> list[Any]:
         """Import steps in one transaction; when it fails, each step alone (its slot then holds
         its error)."""
         try:
             return await self.db.tx(self._writes.import_steps, items)
         except Exception:
             pass
-        out: list = []
+        out: list[Any] = []
         for item in items:
             try:
                 out.append(await self.db.tx(self._writes.import_step, *item))
@@ -238,13 +240,13 @@ class PgAgentStore:
         """Ids of the index rows of a window (checks and tests)."""
         return await reads.index_rows(reader, wid)
 
-    async def execute_write(self, sql: str, params: tuple = ()) -> None:
+    async def execute_write(self, sql: str, params: tuple[Any, ...] = ()) -> None:
         """Run one statement in its own transaction (tests and maintenance only)."""
-        async def job(conn) -> None:
+        async def job(conn: psycopg.AsyncConnection) -> None:
             await conn.execute(sql, params or None)
         await self.db.tx(job)
 
 
-async def _analyze(conn) -> None:
+async def _analyze(conn: psycopg.AsyncConnection) -> None:
     for table in ("ss_windows", "ss_events", "ss_index"):
         await conn.execute(f"ANALYZE {table}")

@@ -73,8 +73,9 @@ class _Scorer:
         return -1.0 * total
 
 
-async def _matches(reader: Reader, ano: int, q: Query, cache: DfCache, *, include, exclude, role, since, until,
-                   sessions: bool) -> tuple[int, frozenset[int], list[tuple]]:
+async def _matches(reader: Reader, ano: int, q: Query, cache: DfCache, *, include: list[int] | None,
+                   exclude: list[int] | None, role: str | None, since: int | None, until: int | None,
+                   sessions: bool) -> tuple[int, frozenset[int], list[tuple[Any, ...]]]:
     """(meta version, dirty windows, every matching row in scope as (id, score, ts, mid[, session
     key])), in one statement (not the snapshot's last: `_shown` reads the hits' events), its df counts
     kept in `cache`."""
@@ -120,7 +121,7 @@ async def _matches(reader: Reader, ano: int, q: Query, cache: DfCache, *, includ
     return version, dirty, out
 
 
-async def _shown(reader: Reader, rows: list[tuple]) -> dict[int, tuple]:
+async def _shown(reader: Reader, rows: list[tuple[Any, ...]]) -> dict[int, tuple[Any, ...]]:
     """The events of the hits shown (event id, ts, text by row id), the snapshot's last statement:
     texts are read for these rows only, not for every match."""
     found = await reader.all("SELECT e.id, e.event_id, e.ts, e.text FROM ss_events e WHERE e.id = ANY(%s)",
@@ -128,8 +129,9 @@ async def _shown(reader: Reader, rows: list[tuple]) -> dict[int, tuple]:
     return {r[0]: r[1:] for r in found}
 
 
-async def wide_top(reader: Reader, ano: int, q: Query, cache: DfCache, *, k: int, order: str, include, exclude,
-                   role, since, until) -> tuple[int, frozenset[int], list[tuple]]:
+async def wide_top(reader: Reader, ano: int, q: Query, cache: DfCache, *, k: int, order: str, include: list[int] | None,
+                   exclude: list[int] | None, role: str | None, since: int | None,
+                   until: int | None) -> tuple[int, frozenset[int], list[tuple[Any, ...]]]:
     """search.search_top of a wide query: the top `k` hits (id, bm25, message id, ts, text), then
     (0, inf) when more matched."""
     version, dirty, rows = await _matches(reader, ano, q, cache, include=include, exclude=exclude, role=role,
@@ -148,16 +150,17 @@ async def wide_top(reader: Reader, ano: int, q: Query, cache: DfCache, *, k: int
     return version, dirty, hits
 
 
-async def wide_sessions(reader: Reader, ano: int, q: Query, cache: DfCache, *, k: int, order: str, include,
-                        exclude, role, since, until) -> tuple[int, frozenset[int], list]:
+async def wide_sessions(reader: Reader, ano: int, q: Query, cache: DfCache, *, k: int, order: str,
+                        include: list[int] | None, exclude: list[int] | None, role: str | None, since: int | None,
+                        until: int | None) -> tuple[int, frozenset[int], list[Any]]:
     """sessions.search_sessions of a wide query: the best `k` sessions by their best rows, each as
     (key, matches, (id, bm25, message id, ts, text))."""
     version, dirty, rows = await _matches(reader, ano, q, cache, include=include, exclude=exclude, role=role,
                                           since=since, until=until, sessions=True)
 
-    def rank(r: tuple) -> tuple:
+    def rank(r: tuple[Any, ...]) -> tuple[Any, ...]:
         return (float(-r[2]) if order == "recent" else r[1], -r[2], _mid_key(r[3]))
-    best: dict[str, tuple] = {}
+    best: dict[str, tuple[Any, ...]] = {}
     count: dict[str, int] = {}
     for r in rows:
         key = r[4]

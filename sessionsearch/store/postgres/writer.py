@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from psycopg.rows import TupleRow
 
 from ...errors import Conflict, InvalidRequest, NotFound, Unavailable
 from ...indexer.events import Event
@@ -63,7 +64,7 @@ def now_ms() -> int:
 
 def index_rows(ano: int, rows: Iterable[tuple[int, int, str, int, str | None]],
                fields: Callable[[str], tuple[int, str, str]] = index_fields,
-               ) -> tuple[tuple[str, tuple], dict[int, list[int]]]:
+               ) -> tuple[tuple[str, tuple[Any, ...]], dict[int, list[int]]]:
     """The statement indexing (id, wid, text, ts, mid) rows, and (rows, tokens) it adds per window,
     for their counters. One INSERT of arrays, so that it can go in a pipeline with the statements
     around it (a COPY cannot): a batch of appends or a reconciliation then costs one round trip.
@@ -86,7 +87,7 @@ def index_rows(ano: int, rows: Iterable[tuple[int, int, str, int, str | None]],
     return (INSERT_INDEX, (ano, *arrays.columns(INDEX_ARRAYS, [ids, wids, tss, mids, dls, tfs, tsvs]))), counts
 
 
-async def insert_rows(conn: psycopg.AsyncConnection, target: str, insert: str, rows: list[tuple]) -> None:
+async def insert_rows(conn: psycopg.AsyncConnection, target: str, insert: str, rows: list[tuple[Any, ...]]) -> None:
     """Insert rows: a few by INSERT, more by COPY (a tenth of the round trips' cost)."""
     if len(rows) <= COPY_FROM:
         if rows:
@@ -128,8 +129,8 @@ class _Write:
 
     sid: str
     plan: Any
-    rows: list[tuple]
-    insert: tuple[str, tuple] | None
+    rows: list[tuple[Any, ...]]
+    insert: tuple[str, tuple[Any, ...]] | None
     update: dict[str, Any]
 
 
@@ -142,7 +143,7 @@ class Writes:
 
     # -- sessions and windows ----------------------------------------------------------------
 
-    async def _lock_session(self, conn, key: str) -> tuple[bool, int | None]:
+    async def _lock_session(self, conn: psycopg.AsyncConnection, key: str) -> tuple[bool, int | None]:
         """Lock the session row, creating it when missing: (created, current wid)."""
         q = "SELECT current_wid FROM ss_sessions WHERE ano = %s AND session_key = %s FOR UPDATE"
         row = await one(conn, q, (self.ano, key))
@@ -154,7 +155,7 @@ class Writes:
         row = await the_row(conn, q, (self.ano, key))
         return created, row[0]
 
-    async def upsert_session(self, conn, key: str, fields: dict[str, Any]) -> bool:
+    async def upsert_session(self, conn: psycopg.AsyncConnection, key: str, fields: dict[str, Any]) -> bool:
         cols = session_columns(fields, now_ms())
         created, _ = await self._lock_session(conn, key)
         sets = ", ".join(f"{col} = %s" for col in cols)
@@ -165,8 +166,8 @@ class Writes:
             await self._window_for_write(conn, key, session_id)
         return created
 
-    async def _window_for_write(self, conn, key: str, session_id: str | None,
-                                fields: dict[str, Any] | None = None) -> tuple:
+    async def _window_for_write(self, conn: psycopg.AsyncConnection, key: str, session_id: str | None,
+                                fields: dict[str, Any] | None = None) -> tuple[Any, ...]:
         """The window a write to `key` goes to, creating session and window as needed, both rows
         locked: (wid, session_id, last_seq, leaf_seq, leaf_event_id, has_header, cold). One round
         trip (`ss_window_for_write`, migration 4), with the session's metadata `fields` set first
@@ -175,7 +176,8 @@ class Writes:
             cur = await self._queue_window(conn, key, session_id, fields)
         return self._checked_window(await cur.fetchone(), session_id)
 
-    async def _queue_window(self, conn, key: str, session_id: str | None, fields: dict[str, Any] | None):
+    async def _queue_window(self, conn: psycopg.AsyncConnection, key: str, session_id: str | None,
+                            fields: dict[str, Any] | None) -> psycopg.AsyncCursor[TupleRow]:
         """_window_for_write's statements, queued in the pipeline `conn` is in; the cursor of its row."""
         if fields is not None:
             cols = session_columns(fields, now_ms())
@@ -187,14 +189,15 @@ class Writes:
                                   (self.ano, key, session_id, str(uuid.uuid4()), now_ms()))
 
     @staticmethod
-    def _checked_window(row: tuple, session_id: str | None) -> tuple:
+    def _checked_window(row: tuple[Any, ...] | None, session_id: str | None) -> tuple[Any, ...]:
+        assert row is not None  # ss_window_for_write answers one row
         if row[-1]:
             raise Conflict(f"sessionId {session_id!r} belongs to another session key", field="sessionId")
         if row[0] > MAX_WID:  # the ids of its rows would not hold it (rowids.py)
             raise Unavailable(f"this database has used all {MAX_WID} session window numbers")
         return row[:-1]
 
-    async def rotate(self, conn, key: str, session_id: str | None) -> tuple[str, str | None]:
+    async def rotate(self, conn: psycopg.AsyncConnection, key: str, session_id: str | None) -> tuple[str, str | None]:
         row = await one(conn, "SELECT w.session_id FROM ss_sessions s LEFT JOIN ss_windows w ON w.wid = s.current_wid "
                               "WHERE s.ano = %s AND s.session_key = %s FOR UPDATE OF s", (self.ano, key))
         if row is None:
@@ -205,7 +208,7 @@ class Writes:
         await self._window_for_write(conn, key, new_id)  # a new window, now the session's current one
         return new_id, row[0]
 
-    async def delete_session(self, conn, key: str) -> bool:
+    async def delete_session(self, conn: psycopg.AsyncConnection, key: str) -> bool:
         if await one(conn, "SELECT 1 FROM ss_sessions WHERE ano = %s AND session_key = %s FOR UPDATE",
                      (self.ano, key)) is None:
             return False
@@ -219,7 +222,7 @@ class Writes:
         await self._prune_tombstones(conn)
         return True
 
-    async def _delete_rows(self, conn, wid: int, *, index: bool = True) -> None:
+    async def _delete_rows(self, conn: psycopg.AsyncConnection, wid: int, *, index: bool = True) -> None:
         for lo, hi in window_ranges(wid):
             if index:
                 await conn.execute("DELETE FROM ss_index WHERE id BETWEEN %s AND %s", (lo, hi))
@@ -228,7 +231,7 @@ class Writes:
         if index:
             await conn.execute("UPDATE ss_windows SET idx_rows = 0, idx_tokens = 0 WHERE wid = %s", (wid,))
 
-    async def _prune_tombstones(self, conn) -> None:
+    async def _prune_tombstones(self, conn: psycopg.AsyncConnection) -> None:
         row = await one(conn, "SELECT meta_seq FROM ss_deleted WHERE ano = %s ORDER BY meta_seq DESC "
                               "LIMIT 1 OFFSET %s", (self.ano, TOMBSTONES_KEPT))
         if row is None:
@@ -241,8 +244,8 @@ class Writes:
 
     # -- appends -----------------------------------------------------------------------------
 
-    async def append(self, conn, key: str, events: list[Event], session_id: str | None, index: bool,
-                     source_lines: int | None, fields: dict[str, Any] | None = None) -> AppendResult:
+    async def append(self, conn: psycopg.AsyncConnection, key: str, events: list[Event], session_id: str | None,
+                     index: bool, source_lines: int | None, fields: dict[str, Any] | None = None) -> AppendResult:
         """Store events (and, `fields`, the session's metadata): two round trips in all, one for
         the window and one pipeline of every write, unless the events leave the linear branch."""
         # tokenized before the window's lock (and, for a new window, the agent's meta stamp) is taken:
@@ -253,7 +256,7 @@ class Writes:
                                                                  tokenized if index else None)])
         return result
 
-    async def import_steps(self, conn, steps: list[tuple]) -> list[AppendResult]:
+    async def import_steps(self, conn: psycopg.AsyncConnection, steps: list[tuple[Any, ...]]) -> list[AppendResult]:
         """Import steps (key, fields, events, session_id, lines), unindexed, in this transaction:
         the windows of all of them in one pipeline, then every step's rows (one INSERT) and window
         updates in another. Steps are taken in rounds of distinct sessions and windows, so that a
@@ -281,8 +284,8 @@ class Writes:
             first = last
         return out
 
-    async def _planned(self, conn, key: str, window: tuple, events: list[Event], source_lines: int | None,
-                       tokenized: dict[str, tuple[int, str, str]] | None) -> _Write:
+    async def _planned(self, conn: psycopg.AsyncConnection, key: str, window: tuple[Any, ...], events: list[Event],
+                       source_lines: int | None, tokenized: dict[str, tuple[int, str, str]] | None) -> _Write:
         """What storing `events` in `window` (as _window_for_write gave it) writes; `tokenized`:
         their index fields, to index them live (None: unindexed)."""
         wid, sid, last_seq, leaf_seq, leaf_event_id, has_header, cold = window
@@ -300,7 +303,7 @@ class Writes:
         rows = [(row_id(wid, r.seq, r.event.role), wid, r.event.event_id, r.parent_seq, r.node_seq, r.event.type,
                  r.event.role, r.event.ts, int(r.on_branch), r.event.text, r.event.raw or _COMPACT.encode(r.event.body))
                 for r in plan.rows]
-        insert: tuple[str, tuple] | None = None
+        insert: tuple[str, tuple[Any, ...]] | None = None
         counts: dict[int, list[int]] = {}
         if live and tokenized is not None:  # live says so: it is given
             insert, counts = index_rows(self.ano, (
@@ -312,10 +315,10 @@ class Writes:
                   "tokens": tokens, "dirty": dirty, "gen": int(dirty), "wid": wid}
         return _Write(sid, plan, rows, insert if n else None, update)
 
-    async def _write(self, conn, writes: list[_Write]) -> list[AppendResult]:
+    async def _write(self, conn: psycopg.AsyncConnection, writes: list[_Write]) -> list[AppendResult]:
         """Store planned writes: their rows in one INSERT, index rows and window updates, in one
         pipeline; then the branch of each window a write left non-linear."""
-        columns: list[list] = [[] for _ in range(11)]
+        columns: list[list[Any]] = [[] for _ in range(11)]
         for w in writes:
             for row in w.rows:
                 for col, value in zip(columns, row):
@@ -331,7 +334,9 @@ class Writes:
                 curs.append(await conn.execute(UPDATE_WINDOW, w.update))
         out = []
         for w, cur in zip(writes, curs):
-            (needs,) = await cur.fetchone()
+            updated = await cur.fetchone()
+            assert updated is not None  # the window is locked: its UPDATE returns its row
+            (needs,) = updated
             if not w.plan.linear:
                 await self._reproject(conn, w.update["wid"], w.plan.leaf_seq)
             out.append(AppendResult(appended=len(w.rows), indexed=w.update["n"], needs_reconcile=bool(needs),
@@ -339,7 +344,8 @@ class Writes:
                                     unknown_parents=w.plan.unknown_parents))
         return out
 
-    async def _resolve_ids(self, conn, wid: int, ids: Iterable[str]) -> dict[str, tuple[int, int | None]]:
+    async def _resolve_ids(self, conn: psycopg.AsyncConnection, wid: int,
+                           ids: Iterable[str]) -> dict[str, tuple[int, int | None]]:
         found: dict[str, tuple[int, int | None]] = {}
         for event_id, seq, node in await all_rows(
                 conn, f"SELECT event_id, {seq_sql('id')}, node_seq FROM ss_events "
@@ -347,7 +353,7 @@ class Writes:
             found.setdefault(event_id, (seq, node))
         return found
 
-    async def _reproject(self, conn, wid: int, leaf_seq: int | None) -> None:
+    async def _reproject(self, conn: psycopg.AsyncConnection, wid: int, leaf_seq: int | None) -> None:
         """Recompute the active-branch projection of a window from its leaf (non-linear writes)."""
         for lo, hi in window_ranges(wid):
             await conn.execute("UPDATE ss_events SET on_branch = 0 WHERE id BETWEEN %s AND %s AND on_branch = 1",
@@ -366,14 +372,14 @@ class Writes:
                            f"(id BETWEEN %s AND %s OR id BETWEEN %s AND %s) AND {INDEXABLE}) WHERE wid = %s",
                            (*low, *high, wid))
 
-    async def import_step(self, conn, key: str, fields: dict[str, Any] | None, events: list[Event], session_id: str,
-                          lines: int) -> AppendResult:
+    async def import_step(self, conn: psycopg.AsyncConnection, key: str, fields: dict[str, Any] | None,
+                          events: list[Event], session_id: str, lines: int) -> AppendResult:
         (result,) = await self.import_steps(conn, [(key, fields, events, session_id, lines)])
         return result
 
     # -- archive -----------------------------------------------------------------------------
 
-    async def archive(self, conn, key: str) -> int:
+    async def archive(self, conn: psycopg.AsyncConnection, key: str) -> int:
         """Move a session's windows into ss_cold (gzip'd JSON lines) and out of the index."""
         if await one(conn, "SELECT 1 FROM ss_sessions WHERE ano = %s AND session_key = %s FOR UPDATE",
                      (self.ano, key)) is None:
@@ -395,7 +401,7 @@ class Writes:
                            (now_ms(), self.ano, key))
         return len(wids)
 
-    async def restore(self, conn, key: str) -> list[int]:
+    async def restore(self, conn: psycopg.AsyncConnection, key: str) -> list[int]:
         """Bring a session's cold windows back; they need reconciliation to be searchable again."""
         if await one(conn, "SELECT 1 FROM ss_sessions WHERE ano = %s AND session_key = %s FOR UPDATE",
                      (self.ano, key)) is None:

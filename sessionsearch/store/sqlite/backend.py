@@ -183,7 +183,8 @@ def _applied_version(path: Path) -> int:
     try:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
         try:
-            return conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()[0]
+            version: int = conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()[0]
+            return version
         finally:
             conn.close()
     except sqlite3.Error:  # no migrations table yet (or not a database this version can read)

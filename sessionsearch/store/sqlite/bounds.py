@@ -206,7 +206,7 @@ class Known:
         self.bounds[query.phrases] = bound
         return bound
 
-    def add(self, query: BoundQuery, rows: list[tuple]) -> None:
+    def add(self, query: BoundQuery, rows: list[tuple[Any, ...]]) -> None:
         """The rows query.sql read (the state row last) added to what is known."""
         self.exact.update(dict.fromkeys(query.exact))
         self.ranges.update((lo, []) for lo in query.prefixes)
@@ -220,7 +220,8 @@ class Known:
             self.ranges = {lo: self.ranges[lo] for lo in query.prefixes}
 
 
-def known_of(query: BoundQuery, stamp: Stamp | None, rows: list[tuple], version: int, dirty: frozenset[int]) -> Known:
+def known_of(query: BoundQuery, stamp: Stamp | None, rows: list[tuple[Any, ...]], version: int,
+             dirty: frozenset[int]) -> Known:
     """What the rows of query.sql (the state row last) tell of the agent, as of `stamp`."""
     state = rows[-1]
     known = Known(stamp, bool(state[2]), state[1], version, dirty)
@@ -230,7 +231,7 @@ def known_of(query: BoundQuery, stamp: Stamp | None, rows: list[tuple], version:
     return known
 
 
-def rows_added(rows: list[tuple], averages: bytes | None, folded: bytes | None) -> list[Added] | None:
+def rows_added(rows: list[tuple[Any, ...]], averages: bytes | None, folded: bytes | None) -> list[Added] | None:
     """The rows the log lists, tokenized as FTS5 does, or None when they cannot be trusted to be
     all the rows indexed since the fold: the index's row count (its averages record, now and as
     folded) is not the fold's plus theirs, or a row's tokens are not as many as FTS5 counted when

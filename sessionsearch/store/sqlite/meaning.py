@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from ..base import EmbedClaim, Embedded, EmbeddingChanges, MeaningHead, PendingRow, RowHit
 from ..rowids import LOW_SEQS, MAX_SEQ, id_sql, window_ranges
+from .fetch import fetch_all
 
 if TYPE_CHECKING:
     import aiosqlite
@@ -119,12 +120,9 @@ class SqliteEmbedTx:
 
 # -- reads ----------------------------------------------------------------------------------------
 
-async def _fetch(conn: aiosqlite.Connection, sql: str, params: Any = None) -> list[Any]:
-    return cast(list[Any], await conn.execute_fetchall(sql, params))
-
 
 async def meaning_head(conn: aiosqlite.Connection, model: str) -> MeaningHead:
-    rows = await _fetch(conn,
+    rows = await fetch_all(conn,
         "SELECT (SELECT value FROM meta WHERE key = 'meta_version'), "
         "(SELECT mno FROM embed_models WHERE model = :model), "
         "(SELECT value FROM meta WHERE key = 'embed_model'), (SELECT value FROM meta WHERE key = 'embed_seq'), "
@@ -140,9 +138,9 @@ async def embedding_changes(conn: aiosqlite.Connection, model_no: int, embed_seq
                             ) -> EmbeddingChanges:
     await conn.execute("BEGIN")  # one snapshot for the rows and the deletions
     try:
-        rows = await _fetch(conn, "SELECT rid, mno, eseq, ts, scale, vec FROM embeddings WHERE eseq > ?",
+        rows = await fetch_all(conn, "SELECT rid, mno, eseq, ts, scale, vec FROM embeddings WHERE eseq > ?",
                             (embed_seq,))
-        gone = await _fetch(conn, "SELECT gseq, rid FROM embed_gone WHERE gseq > ? ORDER BY gseq", (gone_seq,))
+        gone = await fetch_all(conn, "SELECT gseq, rid FROM embed_gone WHERE gseq > ? ORDER BY gseq", (gone_seq,))
     finally:
         await conn.execute("COMMIT")
     mine = [Embedded(r[0], r[3], r[4], r[5]) for r in rows if r[1] == model_no]
@@ -152,7 +150,7 @@ async def embedding_changes(conn: aiosqlite.Connection, model_no: int, embed_seq
 
 
 async def indexed_rows(conn: aiosqlite.Connection, rids: list[int]) -> list[RowHit]:
-    rows = await _fetch(conn,
+    rows = await fetch_all(conn,
         "SELECT e.id, e.event_id, e.ts, e.text FROM json_each(:ids) j JOIN events e ON e.id = j.value "
         "WHERE e.text IS NOT NULL AND EXISTS (SELECT 1 FROM msg_fts f WHERE f.rowid = e.id)",
         {"ids": json.dumps(rids)})
@@ -163,7 +161,7 @@ async def embed_status(conn: aiosqlite.Connection, model: str) -> dict[str, int]
     """The word-index rows of embeddable windows with an embedding of `model`, and without: an
     incognito session's rows are neither (they are never embedded, so never waiting). One
     statement, one snapshot: what is taken off never counts rows the totals did not."""
-    rows = await _fetch(conn,
+    rows = await fetch_all(conn,
         f"WITH {_SECRET}, model(mno) AS (SELECT mno FROM embed_models WHERE model = :model) "
         "SELECT (SELECT count(*) FROM msg_fts), "
         "(SELECT count(*) FROM embeddings m JOIN msg_fts f ON f.rowid = m.rid WHERE m.mno = (SELECT mno FROM model)), "

@@ -33,7 +33,10 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
+import aiosqlite
+
 from ...text.cjk import runs
+from .fetch import fetch_all
 
 K1, B = 1.2, 0.75  # FTS5's bm25() defaults
 EPS = 1e-9  # relative; far above the rounding difference between this score and FTS5's own
@@ -125,7 +128,7 @@ def batches(words: list[tuple[str, int]], rows: int = BATCH_ROWS) -> list[list[s
     return out
 
 
-def read_postings(path: Path, words: list[str]) -> tuple[int, list[array]]:
+def read_postings(path: Path, words: list[str]) -> tuple[int, list[array[int]]]:
     """(log position, postings of each word) read in one snapshot of the index; the postings flat,
     tf, dl, rid after one another (a word in half of 1,000,000 rows: 12 MB, not 100 of tuples).
     Words read together share the connection's page cache: the row sizes of a rare word's rows
@@ -200,7 +203,7 @@ class HotWrites:
                 "SELECT count(*) > ? FROM bounds_log", (BOUNDS_LOG_MAX,)).fetchone()[0]:
             self.end_bounds_log()
 
-    def bounds_gone(self, where: str, params: tuple | dict) -> None:
+    def bounds_gone(self, where: str, params: tuple[Any, ...] | dict[str, Any]) -> None:
         """Inside a transaction, before the index rows `where` selects are deleted: the score bounds'
         log ends (a deleted row may have held a term, whose document count then falls below the
         fold's, and the bound with it: only a fold makes them usable again)."""
@@ -245,7 +248,7 @@ class HotWrites:
                     "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'index_log'), 0)").fetchone()
                 c.execute("UPDATE meta SET value = ? WHERE key = 'index_log'", (last + FRESH_LIMIT,))
 
-    def store_hot_word(self, word: str, log_seq: int, postings: array) -> None:
+    def store_hot_word(self, word: str, log_seq: int, postings: array[int]) -> None:
         """Replace `word`'s postings with those read (flat: tf, dl, rid) as of log position `log_seq`."""
         with self.tx() as c:
             row = c.execute("SELECT wno FROM hot_words WHERE word = ?", (word,)).fetchone()
@@ -274,11 +277,11 @@ class HotWrites:
 
 # -- searching (a reader connection, inside one read transaction) --------------------------------
 
-async def hot_top(conn, token: str, match: str | None, k: int, where: list[str],
-                  params: dict[str, Any]) -> list[tuple] | None:
+async def hot_top(conn: aiosqlite.Connection, token: str, match: str | None, k: int, where: list[str],
+                  params: dict[str, Any]) -> list[tuple[Any, ...]] | None:
     """The exact top `k` (rid, bm25) of a one-word query within `where`, best first (bm25, then
     newest, then message id); None when the word has no usable postings (search FTS5 alone)."""
-    head = await conn.execute_fetchall(
+    head = await fetch_all(conn,
         "SELECT h.wno, h.log_seq, h.tfs, (SELECT seq FROM sqlite_sequence WHERE name = 'index_log'), "
         "(SELECT block FROM msg_fts_data WHERE id = 1) FROM hot_words h WHERE h.word = ?", (token,))
     if not head:
@@ -306,7 +309,7 @@ async def hot_top(conn, token: str, match: str | None, k: int, where: list[str],
                 parts.append("SELECT * FROM (SELECT tf, dl, rid FROM hot_postings WHERE wno = ? AND tf = ? "
                              "AND (dl, rid) > (?, ?) ORDER BY dl, rid LIMIT ?)")
                 args += [wno, tf, dl, rid, PAGE]
-            for tf, dl, rid in await conn.execute_fetchall(" UNION ALL ".join(parts), args):
+            for tf, dl, rid in await fetch_all(conn, " UNION ALL ".join(parts), args):
                 got[tf].append((dl, rid))
         for tf in wanted:
             if len(got[tf]) < PAGE:
@@ -323,7 +326,7 @@ async def hot_top(conn, token: str, match: str | None, k: int, where: list[str],
     await fetch(tfs)
     for tf in tfs:
         advance(tf)
-    found: dict[int, tuple] = {}  # rid -> (rid, bm25, ts, mid, listed since the build)
+    found: dict[int, tuple[Any, ...]] = {}  # rid -> (rid, bm25, ts, mid, listed since the build)
     taken_scores: dict[int, float] = {}
     want = k
     for round_ in range(MAX_ROUNDS):
@@ -340,7 +343,7 @@ async def hot_top(conn, token: str, match: str | None, k: int, where: list[str],
                                                      "+rowid IN (SELECT value FROM json_each(:ids)"
                                                     + (" UNION ALL SELECT rid FROM index_log WHERE seq > :log_seq)"
                                                        if round_ == 0 else ")"), *where]))
-        for row in await conn.execute_fetchall(sql, {**params, "match": match, "ids": json.dumps(batch),
+        for row in await fetch_all(conn, sql, {**params, "match": match, "ids": json.dumps(batch),
                                                       "log_seq": log_seq}):
             found[row[0]] = row
         # rows listed since the build may hold other text than their postings say: their

@@ -37,7 +37,11 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from operator import add, itemgetter
 from pathlib import Path
+from typing import Any
 
+import aiosqlite
+
+from .fetch import fetch_all
 from .postings import FRESH_LIMIT, K1, B, HotWrites, average_length, varint, varint_sum
 from .recent import _Counter
 
@@ -158,9 +162,10 @@ def _shortest(counts: Counter[int], rank: dict[int, int], order: list[tuple[int,
 
 def positions(conn: sqlite3.Connection) -> tuple[int, int]:
     """The highest index_log and index_gone positions ever given out (in the caller's snapshot)."""
-    return conn.execute(
+    row: tuple[int, int] = conn.execute(
         "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'index_log'), 0), "
         "coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'index_gone'), 0)").fetchone()
+    return row
 
 
 # -- the index changes since a build or fold -----------------------------------------------------
@@ -226,7 +231,7 @@ class Changes:
         self._best: dict[str, tuple[tuple[int, int], list[tuple[int, int, int]]]] = {}  # see rows()
         self._spans = 0  # spans taken in
 
-    def apply(self, rows: list[tuple]) -> bool:
+    def apply(self, rows: list[tuple[Any, ...]]) -> bool:
         """Take in the next span of CHANGES_SQL's rows; False when they are not consistent (a
         row with text but no size: never in one snapshot)."""
         first: dict[int, tuple[int, str | None]] = {}  # newly touched row -> (position, text at the build)
@@ -395,7 +400,7 @@ class PrefixWrites:
             self.hot.cut_log()
         return True
 
-    def log_gone(self, where: str, params: tuple | dict) -> None:
+    def log_gone(self, where: str, params: tuple[Any, ...] | dict[str, Any]) -> None:
         """Inside a transaction, before the index rows `where` selects are deleted: list them with
         their text while the index log runs (searches and folds count them out; a first build
         reading meanwhile needs them too, so not only once prefixes have postings); the score
@@ -423,10 +428,10 @@ class PrefixTop:
         self._changes: Changes | None = None
         self._upto = (0, 0)  # the changes read up to these positions
 
-    async def top(self, conn, prefix: str, k: int) -> list[tuple[int, float]] | None:
+    async def top(self, conn: aiosqlite.Connection, prefix: str, k: int) -> list[tuple[int, float]] | None:
         """The exact top `k` (rid, bm25) of `"prefix" *` over the whole index, best first (bm25,
         then newest, then message id); None when the postings cannot tell (search FTS5 alone)."""
-        head = await conn.execute_fetchall(
+        head = await fetch_all(conn,
             "SELECT p.pno, p.log_seq, p.gone_seq, p.n_rows, p.docs, p.runs, "
             "coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'index_log'), 0), "
             "coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'index_gone'), 0), "
@@ -441,7 +446,7 @@ class PrefixTop:
         n_rows = varint(averages, 0)[0]
         if changes is None or n_rows != built_rows + changes.net:
             return None  # a change not logged (or this snapshot is older than the changes read)
-        kept = await conn.execute_fetchall("SELECT tf, dl, rid FROM prefix_postings WHERE pno = ?", (pno,))
+        kept = await fetch_all(conn, "SELECT tf, dl, rid FROM prefix_postings WHERE pno = ?", (pno,))
         candidates = [r for r in kept if r[2] not in changes.touched] + changes.rows(prefix, k)
         docs += changes.docs_moved(prefix)
         avgdl = average_length(averages)
@@ -461,7 +466,7 @@ class PrefixTop:
             return None  # a row past the cap could tie or beat the k-th
         return await self._ordered(conn, [s for s in scored if s[0] <= kth], k)
 
-    async def _changes_to(self, conn, base: tuple[int, int, str], prefix: str,
+    async def _changes_to(self, conn: aiosqlite.Connection, base: tuple[int, int, str], prefix: str,
                           upto: tuple[int, int]) -> Changes | None:
         """The changes since `base` up to positions `upto` (this search's snapshot); None when
         they cannot be read (an index of another form, or an older snapshot than those read)."""
@@ -470,12 +475,12 @@ class PrefixTop:
                 self._terms = _Terms.for_schema(base[2])
             if self._terms is None:
                 return None
-            wanted = {p for (p,) in await conn.execute_fetchall("SELECT prefix FROM prefix_words")}
+            wanted = {p for (p,) in await fetch_all(conn, "SELECT prefix FROM prefix_words")}
             self._base, self._changes, self._upto = base, Changes(wanted, self._terms), base[:2]
         if upto[0] < self._upto[0] or upto[1] < self._upto[1]:
             return None  # read by a search with a newer snapshot: this one would see rows it does not hold
         if upto != self._upto:
-            rows = await conn.execute_fetchall(CHANGES_SQL, {"upto": self._upto[0], "last": upto[0],
+            rows = await fetch_all(conn, CHANGES_SQL, {"upto": self._upto[0], "last": upto[0],
                                                              "gupto": self._upto[1], "glast": upto[1]})
             if not self._changes.apply(rows):
                 self._changes = None
@@ -483,9 +488,10 @@ class PrefixTop:
             self._upto = upto
         return self._changes
 
-    async def _ordered(self, conn, scored: list[tuple[float, int]], k: int) -> list[tuple[int, float]]:
+    async def _ordered(self, conn: aiosqlite.Connection, scored: list[tuple[float, int]],
+                       k: int) -> list[tuple[int, float]]:
         """The first `k` of `scored` (bm25, rid) by bm25, then newest, then message id."""
-        info = {rid: (ts, mid) for rid, ts, mid in await conn.execute_fetchall(
+        info = {rid: (ts, mid) for rid, ts, mid in await fetch_all(conn,
             "SELECT rowid, ts, mid FROM msg_fts WHERE rowid IN (SELECT value FROM json_each(?))",
             (json.dumps([rid for _, rid in scored]),))}
         hits = sorted(((s, -(info[rid][0] or 0), info[rid][1], rid) for s, rid in scored if rid in info))

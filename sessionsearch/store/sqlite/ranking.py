@@ -10,6 +10,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import aiosqlite
+
+from .fetch import fetch_all
 from .recent import SHOWN_COLUMNS, STATE_ROW, ShownIndex, recent_sorter
 
 TIE_MARGIN = 64  # rows kept past the cut so that ties at the cut are usually seen whole
@@ -19,10 +22,10 @@ TIE_MARGIN = 64  # rows kept past the cut so that ties at the cut are usually se
 TS_JOIN = " CROSS JOIN events AS t INDEXED BY events_ts ON t.id = msg_fts.rowid AND t.text IS NOT NULL"
 
 
-async def ranked_shown(conn, head_sql: str, head_params: dict[str, Any], k: int, order: str,
+async def ranked_shown(conn: aiosqlite.Connection, head_sql: str, head_params: dict[str, Any], k: int, order: str,
                        arms: list[tuple[str, list[str]]], params: dict[str, Any], ranged: bool = False,
                        scores: dict[int, float] | None = None, index: ShownIndex | None = None
-                       ) -> tuple[list[tuple] | None, dict[int, tuple], tuple | None]:
+                       ) -> tuple[list[tuple[Any, ...]] | None, dict[int, tuple[Any, ...]], tuple[Any, ...] | None]:
     """The ranking (bm25, or newest first for "recent"), what its rows show and the head row,
     in one statement: at least the top `k` as (id, sort value), plus (0, inf) when more matched.
 
@@ -55,7 +58,7 @@ async def ranked_shown(conn, head_sql: str, head_params: dict[str, Any], k: int,
                 f"{' AND '.join(['msg_fts MATCH :match', *where])} ORDER BY {key}{direction} LIMIT :k2)")
     with_ = f"WITH {', '.join(ctes)} " if ctes else ""
     extra, state = ("top.score, NULL", "") if index is None else (SHOWN_COLUMNS, f" UNION ALL {STATE_ROW}")
-    rows = await conn.execute_fetchall(
+    rows = await fetch_all(conn,
         f"{with_}SELECT top.id, top.key, e.event_id, e.ts, e.text, {extra} FROM ({' UNION ALL '.join(parts)}) top "
         f"LEFT JOIN events e ON e.id = top.id{state} UNION ALL {head_sql}", {**params, **head_params})
     head = rows[-1]  # UNION ALL: the head row comes last, after the state row if any
@@ -74,7 +77,7 @@ async def ranked_shown(conn, head_sql: str, head_params: dict[str, Any], k: int,
     return top, {r[0]: (r[0], r[2], r[3], r[4]) for r in ranked if r[3] is not None}, head
 
 
-def cut(top: list[tuple], k: int) -> list[tuple] | None:
+def cut(top: list[tuple[Any, ...]], k: int) -> list[tuple[Any, ...]] | None:
     """A bounded sorter's rows (sorted, at most k + TIE_MARGIN) cut to the top k, the rows tied
     with the k-th, then (0, inf) when more matched; None when a tie runs through the margin."""
     if len(top) == k + TIE_MARGIN and top[k - 1][1] == top[-1][1]:
@@ -85,8 +88,8 @@ def cut(top: list[tuple], k: int) -> list[tuple] | None:
     return list(top[:k]) + [r for r in top[k:] if r[1] == top[k - 1][1]] + [(0, math.inf)]
 
 
-async def materialized(conn, match: str | None, k: int, order: str, where: list[str],
-                       params: dict[str, Any]) -> list[tuple]:
+async def materialized(conn: aiosqlite.Connection, match: str | None, k: int, order: str, where: list[str],
+                       params: dict[str, Any]) -> list[tuple[Any, ...]]:
     """The top `k` (id, sort value) of every match ranked with the whole tie rule (newer, then
     message id), plus (0, inf): for a tie that ran through the bounded sorter's margin."""
     cond = " AND ".join(["msg_fts MATCH :match", *where])
@@ -98,4 +101,4 @@ async def materialized(conn, match: str | None, k: int, order: str, where: list[
         sql = (f"WITH m AS MATERIALIZED (SELECT rowid AS id, bm25(msg_fts) AS rank, ts, mid FROM msg_fts "
                f"WHERE {cond}) SELECT id, rank FROM m WHERE rank <= "
                "(SELECT rank FROM m ORDER BY rank LIMIT 1 OFFSET :k - 1) ORDER BY rank, ts DESC, mid LIMIT :k")
-    return list(await conn.execute_fetchall(sql, params)) + [(0, math.inf)]
+    return list(await fetch_all(conn, sql, params)) + [(0, math.inf)]

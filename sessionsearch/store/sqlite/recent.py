@@ -42,7 +42,10 @@ import sqlite3
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+import aiosqlite
+
 from ..base import Match
+from .fetch import fetch_all
 from .fts import ascii_sql, fts5_match, quote
 from .postings import average_length, varint, varint_sum
 
@@ -127,7 +130,7 @@ class RecentScores:
         self._counts: OrderedDict[str, tuple[bytes, int]] = OrderedDict()  # phrase -> (index state, count)
         self._scratch: _Counter | None = None
 
-    async def scores(self, conn, match: Match, shown: list[tuple[int, str]], index: ShownIndex
+    async def scores(self, conn: aiosqlite.Connection, match: Match, shown: list[tuple[int, str]], index: ShownIndex
                      ) -> dict[int, float] | None:
         """{row id: bm25} of the `shown` rows (id, message text), every one matching `match`, read
         in the snapshot of `index`; None when that cannot be told this way (the caller asks FTS5)."""
@@ -173,14 +176,14 @@ class RecentScores:
             self._scratch = _Counter.for_schema(schema)
         return self._scratch
 
-    async def _count(self, conn, phrase: str, state: bytes) -> int | None:
+    async def _count(self, conn: aiosqlite.Connection, phrase: str, state: bytes) -> int | None:
         """The rows matching `phrase` in the index state `state`; None when the index moved on
         since `state` was read (a write came in between)."""
         cached = self._counts.get(phrase)
         if cached is not None and cached[0] == state:
             self._counts.move_to_end(phrase)
             return cached[1]
-        rows = await conn.execute_fetchall(
+        rows = await fetch_all(conn,
             "SELECT (SELECT block FROM msg_fts_data WHERE id = 10), (SELECT block FROM msg_fts_data WHERE id = 1), "
             "(SELECT count(*) FROM msg_fts WHERE msg_fts MATCH ?)", (phrase,))
         if rows[0][0] + rows[0][1] != state:
@@ -189,7 +192,8 @@ class RecentScores:
         self._counts.move_to_end(phrase)
         while len(self._counts) > COUNTS_KEPT:
             self._counts.popitem(last=False)
-        return rows[0][2]
+        count: int | None = rows[0][2]
+        return count
 
 
 def _ascii_count(folded: str, term: str, prefix: bool, matching: bool) -> int:

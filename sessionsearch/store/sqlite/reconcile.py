@@ -44,7 +44,8 @@ def _run_to_end(awaitable: Awaitable[T]) -> T:
     try:
         coro.send(None)
     except StopIteration as done:
-        return done.value
+        value: T = done.value
+        return value
     coro.close()
     raise RuntimeError("a reconciliation step suspended inside a SQLite write transaction")
 

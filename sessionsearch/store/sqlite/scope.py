@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import aiosqlite
+
 from ..rowids import LOW_BITS, LOW_SEQS, wid_sql, window_ranges
+from .fetch import fetch_all
 from .schema import SPAN_DIGITS
 
 # One row if a window between :wlo and :whi has rows in the high id region, else none: joined
@@ -84,7 +87,7 @@ ID_BOUNDS_SQL = (
     "AND (r.hi - r.lo) * :share <= r.last + 1 - r.first LIMIT :cap)) AS b")
 
 
-async def id_bounds(conn, since: int | None, until: int | None) -> tuple[int, int] | None:
+async def id_bounds(conn: aiosqlite.Connection, since: int | None, until: int | None) -> tuple[int, int] | None:
     """(lo, hi) holding the id of every indexed message with since <= ts < until, (1, 0) when there
     is none, or None when the range is too long to be worth narrowing to. One statement: the time
     span first (two index probes), the windows only for a range short against it.
@@ -93,7 +96,7 @@ async def id_bounds(conn, since: int | None, until: int | None) -> tuple[int, in
     reading the ids of the range's events, and for windows written one after another it is the
     events' span but for the two windows at its ends. A window with rows in the high id region
     (rowids.py) is not narrowed to."""
-    (first, last, wlo, whi, n, longest), = await conn.execute_fetchall(
+    (first, last, wlo, whi, n, longest), = await fetch_all(conn,
         ID_BOUNDS_SQL, {"since": since, "until": until, "share": NARROW_SHARE, "cap": NARROW_MAX_WINDOWS})
     if first is None:
         return (1, 0)

@@ -16,8 +16,11 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import aiosqlite
+
 from ..base import RowHit, TopHits
 from ..rowids import wid_of, wid_sql
+from .fetch import fetch_all
 from .scope import id_bounds, range_conditions, scope_arms
 
 HITS_PER_SESSION = 4  # messages mode's top hits read per session wanted
@@ -27,9 +30,10 @@ HITS_PER_SESSION = 4  # messages mode's top hits read per session wanted
 TopReader = Callable[..., Awaitable[TopHits | None]]
 
 
-async def search_sessions(conn, head_sql: str, ts_join: str, top_hits: TopReader, match: str | None, *, k: int,
-                          order: str, include: list[int] | None, exclude: list[int] | None, role: str | None,
-                          since: int | None, until: int | None) -> tuple[int, frozenset[int], list[tuple]]:
+async def search_sessions(conn: aiosqlite.Connection, head_sql: str, ts_join: str, top_hits: TopReader,
+                          match: str | None, *, k: int, order: str, include: list[int] | None,
+                          exclude: list[int] | None, role: str | None, since: int | None,
+                          until: int | None) -> tuple[int, frozenset[int], list[tuple[Any, ...]]]:
     """(meta version, windows needing reconciliation, top_sessions' rows), read in one snapshot, so
     that a session's count and best hit agree (hits >= 1) and both agree with the dirty windows.
     `top_hits(k=n)`: messages mode's search_top over the same scope, run inside that snapshot."""
@@ -45,7 +49,7 @@ async def search_sessions(conn, head_sql: str, ts_join: str, top_hits: TopReader
             groups = await top_sessions(conn, match, k=k, order=order, include=include, exclude=exclude,
                                         role=role, since=since, until=until, ts_join=ts_join)
         if found is None:
-            (head,) = await conn.execute_fetchall(head_sql, {"seen": None, "hot_seen": None})
+            (head,) = await fetch_all(conn, head_sql, {"seen": None, "hot_seen": None})
             version, dirty = head[1], frozenset(json.loads(head[3]))
     finally:
         if conn.in_transaction:
@@ -53,9 +57,10 @@ async def search_sessions(conn, head_sql: str, ts_join: str, top_hits: TopReader
     return version, dirty, groups
 
 
-async def sessions_from_hits(conn, ts_join: str, hits: list[RowHit], asked: int, match: str | None, *, k: int,
-                             order: str, include: list[int] | None, exclude: list[int] | None, role: str | None,
-                             since: int | None, until: int | None) -> list[tuple] | None:
+async def sessions_from_hits(conn: aiosqlite.Connection, ts_join: str, hits: list[RowHit], asked: int,
+                             match: str | None, *, k: int, order: str, include: list[int] | None,
+                             exclude: list[int] | None, role: str | None, since: int | None,
+                             until: int | None) -> list[tuple[Any, ...]] | None:
     """top_sessions' answer from search_top's `hits` (at least the top `asked`, a row id 0 saying
     more matched), or None when they do not settle it: fewer than `k` sessions among the top
     `asked` while more matched.
@@ -66,7 +71,7 @@ async def sessions_from_hits(conn, ts_join: str, hits: list[RowHit], asked: int,
     """
     complete = len(hits) < asked  # search_top returned fewer than asked: every match in scope
     real = [h for h in hits if h[0]]
-    keys = dict(await conn.execute_fetchall(
+    keys = dict(await fetch_all(conn,
         "SELECT win.wid, win.session_key FROM json_each(:w) j JOIN windows win ON win.wid = j.value "
         "AND win.cold = 0", {"w": json.dumps(sorted({wid_of(h[0]) for h in real}))}))
     if order == "recent":
@@ -75,7 +80,7 @@ async def sessions_from_hits(conn, ts_join: str, hits: list[RowHit], asked: int,
         ranked = sorted(real, key=lambda h: (h[1], -h[3], h[2], keys.get(wid_of(h[0]), "")))
     if not complete:
         ranked = ranked[:asked]  # the exact top `asked`: rows past it only tie with the last
-    best: dict[str, tuple] = {}
+    best: dict[str, tuple[Any, ...]] = {}
     counts: dict[str, int] = {}
     for hit in ranked:
         key = keys.get(wid_of(hit[0]))
@@ -91,12 +96,12 @@ async def sessions_from_hits(conn, ts_join: str, hits: list[RowHit], asked: int,
     return [(key, counts[key], best[key]) for key in chosen]
 
 
-async def count_sessions(conn, ts_join: str, chosen: list[str], match: str | None, *, include: list[int] | None,
-                         exclude: list[int] | None, role: str | None, since: int | None, until: int | None
-                         ) -> dict[str, int]:
+async def count_sessions(conn: aiosqlite.Connection, ts_join: str, chosen: list[str], match: str | None, *,
+                         include: list[int] | None, exclude: list[int] | None, role: str | None, since: int | None,
+                         until: int | None) -> dict[str, int]:
     """Each chosen session's matches in scope, counted as messages mode would find them: in clean
     hot windows in scope, in range, with their transcript row (the narrow ts index tells)."""
-    windows = await conn.execute_fetchall(
+    windows = await fetch_all(conn,
         "SELECT wid FROM windows WHERE cold = 0 AND session_key IN (SELECT value FROM json_each(:keys))",
         {"keys": json.dumps(chosen)})
     inside = set(include) if include is not None else None
@@ -107,13 +112,13 @@ async def count_sessions(conn, ts_join: str, chosen: list[str], match: str | Non
     scans = " UNION ALL ".join(
         f"SELECT {wid_sql('msg_fts.rowid')} AS wid FROM {source}{ts_join} WHERE {' AND '.join([*scope, *where])}"
         for source, scope in scope_arms(wids, None, role, params))
-    return dict(await conn.execute_fetchall(
+    return dict(await fetch_all(conn,
         f"SELECT win.session_key, count(*) FROM ({scans}) m JOIN windows win ON win.wid = m.wid GROUP BY 1", params))
 
 
-async def top_sessions(conn, match: str | None, *, k: int, order: str,
+async def top_sessions(conn: aiosqlite.Connection, match: str | None, *, k: int, order: str,
                        include: list[int] | None, exclude: list[int] | None, role: str | None,
-                       since: int | None, until: int | None, ts_join: str) -> list[tuple]:
+                       since: int | None, until: int | None, ts_join: str) -> list[tuple[Any, ...]]:
     """The best `k` sessions in scope as (session key, rows matched, best hit), the hit as
     search_top's (id, rank, message id, ts, text); sessions ordered by their best hits (rank or
     newest, then newer, then message id), then by key.
@@ -141,7 +146,7 @@ async def top_sessions(conn, match: str | None, *, k: int, order: str,
         f"FROM {source}{join} WHERE {' AND '.join([*scope, *where])}"
         for source, scope in scope_arms(include, exclude, role, params))
     # r: the sort key, lower is better (bm25, or minus the timestamp); s: the score a hit shows
-    rows = await conn.execute_fetchall(
+    rows = await fetch_all(conn,
         f"WITH m AS MATERIALIZED ({scans}), "
         "w AS MATERIALIZED (SELECT wid, min(r) AS r, count(*) AS n FROM m GROUP BY wid), "
         "s AS MATERIALIZED (SELECT win.session_key AS key, min(w.r) AS r, sum(w.n) AS n FROM w "
@@ -159,7 +164,7 @@ async def top_sessions(conn, match: str | None, *, k: int, order: str,
     scores = {r[2]: r[3] for r in rows}
     if recent and rows:
         # bm25 of the best hits only, as search_top's "recent" (`+rowid`: see there)
-        scores = dict(await conn.execute_fetchall(
+        scores = dict(await fetch_all(conn,
             "SELECT rowid, bm25(msg_fts) FROM msg_fts WHERE msg_fts MATCH :match "
             "AND +rowid IN (SELECT value FROM json_each(:ids))",
             {"match": match, "ids": json.dumps(list(scores))}))

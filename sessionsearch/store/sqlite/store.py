@@ -41,6 +41,7 @@ from ..base import (
 from ..rowids import row_id, seq_sql, window_ranges
 from . import meaning, reconcile
 from .bounds import Folded, Known, read_bounds, store_bounds
+from .fetch import fetch_all
 from .files import no_files, out_of_files
 from .many import OpenBudget
 from .newest import NEWEST_SQL, NewestKept
@@ -48,7 +49,7 @@ from .postings import MAX_WORDS, MIN_DOCS, MIN_SHARE, batches, common_words, rea
 from .postings_build import BUILT_ROWS_KEY, built_rows, postings_due, prefix_upkeep_at, words_to_build
 from .prefixes import PrefixTop, read_fold, read_prefixes
 from .recent import RecentScores
-from .top import TopReads, _fetch, _Reader
+from .top import TopReads, _Reader
 from .writer import SqliteWriter, create_database, is_full, unwritable
 
 T = TypeVar("T")
@@ -56,7 +57,7 @@ T = TypeVar("T")
 # so, rarely enough that the Python callback costs nothing measurable.
 PROGRESS_OPS = 200_000
 READER_WAIT_S = 1.0  # a borrower waiting for a reader looks again this often whether it may open one
-def _store_hot_word(writer: SqliteWriter, *, word: str, log_seq: int, postings: array) -> None:
+def _store_hot_word(writer: SqliteWriter, *, word: str, log_seq: int, postings: array[int]) -> None:
     writer.hot.store_hot_word(word, log_seq, postings)
 
 
@@ -302,7 +303,7 @@ class SqliteAgentStore(TopReads):
         """Lines of each window's import file consumed so far, by session id."""
         return await self._run(lambda w: w.all_source_lines())
 
-    async def import_many(self, items: list[tuple]) -> list:
+    async def import_many(self, items: list[tuple[Any, ...]]) -> list[Any]:
         """Small import steps (key, fields, events, session_id, lines) in one transaction; a step
         that failed holds its error: a refusal of its data, or Unavailable (StorageFull) when the
         database could not be written at all (a full disk, a lock held too long, I/O)."""
@@ -392,7 +393,7 @@ class SqliteAgentStore(TopReads):
     async def dirty_windows(self) -> list[int]:
         return await self._run(reconcile.dirty_windows)
 
-    async def execute_write(self, sql: str, params: tuple = ()) -> None:
+    async def execute_write(self, sql: str, params: tuple[Any, ...] = ()) -> None:
         """Run one statement in its own write transaction (tests and maintenance)."""
         def job(writer: SqliteWriter) -> None:
             with writer.tx() as c:
@@ -402,7 +403,7 @@ class SqliteAgentStore(TopReads):
     # -- reads -------------------------------------------------------------------------------
 
     async def ping(self, reader: _Reader) -> None:
-        await _fetch(reader.conn, "SELECT 1 FROM windows LIMIT 1")
+        await fetch_all(reader.conn, "SELECT 1 FROM windows LIMIT 1")
 
     async def newest(self, deadline: float = math.inf) -> Newest:
         """The agent's Newest (store/base.py), from memory while its files are unchanged (newest.py)."""
@@ -411,11 +412,12 @@ class SqliteAgentStore(TopReads):
         if kept is not None:
             return kept
         async with self.reader(deadline) as reader:
-            rows = await _fetch(reader.conn, NEWEST_SQL)
+            rows = await fetch_all(reader.conn, NEWEST_SQL)
         return self._newest.read(stamp, at, rows[0])
 
     async def meta_version(self, reader: _Reader) -> int:
-        return (await _fetch(reader.conn, "SELECT value FROM meta WHERE key = 'meta_version'"))[0][0]
+        version: int = (await fetch_all(reader.conn, "SELECT value FROM meta WHERE key = 'meta_version'"))[0][0]
+        return version
 
     # a session's latest activity: its metadata or its current window's last append
     _ACTIVITY = ("max(s.updated_at, coalesce(w.updated_at, 0)) "
@@ -436,36 +438,36 @@ class SqliteAgentStore(TopReads):
         conn = reader.conn
         version = await self.meta_version(reader)
         if since is not None:
-            sessions = await _fetch(conn, f"{self._SESSION_COLUMNS} WHERE s.meta_seq > ?", (since,))
-            windows = await _fetch(conn,
+            sessions = await fetch_all(conn, f"{self._SESSION_COLUMNS} WHERE s.meta_seq > ?", (since,))
+            windows = await fetch_all(conn,
                 "SELECT wid, session_key, session_id, cold FROM windows WHERE meta_seq > ?", (since,))
-            gone = await _fetch(conn, "SELECT kind, name FROM catalog_deleted WHERE meta_seq > ?", (since,))
-            (horizon,), = await _fetch(conn, "SELECT value FROM meta WHERE key = 'deleted_from'")
+            gone = await fetch_all(conn, "SELECT kind, name FROM catalog_deleted WHERE meta_seq > ?", (since,))
+            (horizon,), = await fetch_all(conn, "SELECT value FROM meta WHERE key = 'deleted_from'")
             if since >= horizon:
                 return MetaSnapshot(version, False, [SessionMeta(*r) for r in sessions],
                                     [WindowMeta(*r) for r in windows],
                                     [name for kind, name in gone if kind == "session"],
                                     [int(name) for kind, name in gone if kind == "window"])
-        sessions = await _fetch(conn, self._SESSION_COLUMNS)
-        windows = await _fetch(conn, "SELECT wid, session_key, session_id, cold FROM windows")
+        sessions = await fetch_all(conn, self._SESSION_COLUMNS)
+        windows = await fetch_all(conn, "SELECT wid, session_key, session_id, cold FROM windows")
         return MetaSnapshot(version, True, [SessionMeta(*r) for r in sessions], [WindowMeta(*r) for r in windows],
                             [], [])
 
     async def window_of(self, reader: _Reader, key: str, session_id: str | None) -> WindowRef | None:
         """The key's current window, or `session_id`'s if it is the key's."""
         if session_id is None:
-            rows = await _fetch(reader.conn,
+            rows = await fetch_all(reader.conn,
                 "SELECT w.wid, w.session_id, w.cold FROM sessions s JOIN windows w ON w.wid = s.current_wid "
                 "WHERE s.session_key = ?", (key,))
         else:
-            rows = await _fetch(reader.conn,
+            rows = await fetch_all(reader.conn,
                 "SELECT wid, session_id, cold FROM windows WHERE session_key = ? AND session_id = ?",
                 (key, session_id))
         return WindowRef(*rows[0]) if rows else None
 
     async def windows_of(self, reader: _Reader, key: str) -> list[WindowRef]:
         """Every window of a key, current first, then newest first."""
-        rows = await _fetch(reader.conn,
+        rows = await fetch_all(reader.conn,
             "SELECT w.wid, w.session_id, w.cold FROM windows w LEFT JOIN sessions s ON s.session_key = w.session_key "
             "WHERE w.session_key = ? ORDER BY (w.wid = s.current_wid) DESC, w.wid DESC", (key,))
         return [WindowRef(*r) for r in rows]
@@ -474,7 +476,7 @@ class SqliteAgentStore(TopReads):
         """The active branch's structural rows, in order."""
         rows: list[Any] = []
         for lo, hi in window_ranges(wid):
-            rows += await _fetch(reader.conn,
+            rows += await fetch_all(reader.conn,
                 f"SELECT {seq_sql('id')}, event_id, type, role, "
                 "CASE WHEN type = 'reset' THEN json_extract(body, '$.firstKeptEntryId') END "
                 "FROM events WHERE id BETWEEN ? AND ? AND on_branch = 1 ORDER BY id", (lo, hi))
@@ -487,19 +489,19 @@ class SqliteAgentStore(TopReads):
             chunk = seqs[start:start + 500]
             ids = [row_id(wid, s, role) for s in chunk for role in (None, "assistant")]
             marks = ",".join("?" * len(ids))
-            out += await _fetch(reader.conn,
+            out += await fetch_all(reader.conn,
                 f"SELECT {seq_sql('id')}, event_id, role, ts, body FROM events WHERE id IN ({marks})", ids)
         return sorted((MessageRow(*r) for r in out), key=lambda r: r.seq)
 
     async def activity(self, reader: _Reader) -> tuple[int, dict[str, int]]:
         """The meta version, and each session's latest activity (epoch ms), read now: appends do
         not move the meta version, so the catalog's copy lags."""
-        rows = await _fetch(reader.conn,
+        rows = await fetch_all(reader.conn,
             f"SELECT NULL, value FROM meta WHERE key = 'meta_version' UNION ALL SELECT s.session_key, {self._ACTIVITY}")
         return rows[0][1], dict(rows[1:])
 
     async def status(self, reader: _Reader) -> dict[str, int]:
-        rows = await _fetch(reader.conn,
+        rows = await fetch_all(reader.conn,
             "SELECT count(*), sum(needs_rebuild = 0), sum(needs_rebuild), coalesce(sum(messages), 0), "
             "coalesce(sum(CASE WHEN needs_rebuild = 0 THEN messages ELSE 0 END), 0), sum(cold) FROM windows")
         r = rows[0]
@@ -521,9 +523,9 @@ class SqliteAgentStore(TopReads):
 
     async def index_rows(self, reader: _Reader, wid: int) -> list[int]:
         """Ids of the index rows of a window (for checks and tests)."""
-        rows: list[tuple] = []
+        rows: list[tuple[Any, ...]] = []
         for lo, hi in window_ranges(wid):
-            rows += await _fetch(reader.conn,
+            rows += await fetch_all(reader.conn,
                 "SELECT rowid FROM msg_fts WHERE rowid BETWEEN ? AND ? ORDER BY rowid", (lo, hi))
         return [r[0] for r in rows]
 
@@ -535,7 +537,7 @@ class SqliteAgentStore(TopReads):
         """Whether the window is indexed and unclaimed as last committed: read without the writer, so a
         job whose window was rebuilt beside another's finishes while the writer is busy."""
         async with self.reader() as reader:
-            rows = await _fetch(reader.conn,
+            rows = await fetch_all(reader.conn,
                 "SELECT 1 FROM windows WHERE wid = ? AND needs_rebuild = 0 AND (claim_token IS NULL "
                 "OR claim_expires_at < ?)", (wid, time.time()))
         return bool(rows)

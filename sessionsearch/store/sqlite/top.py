@@ -15,6 +15,7 @@ import aiosqlite
 
 from ..base import MORE, Match, RowHit, ScoreBound, SessionTop, SessionTops, TopHits
 from .bounds import BoundQuery, Known, known_of
+from .fetch import fetch_all
 from .fts import fts5_match
 from .many import DirectConnection, drive_direct
 from .newest import QUIET_S, Stamp
@@ -31,10 +32,6 @@ from .sessions import search_sessions
 # (docs/architecture/decisions.md, "Figures behind the store's constants").
 QUIET_SEARCHES = 3
 
-
-async def _fetch(conn: aiosqlite.Connection, sql: str, params: Any = None) -> list[Any]:
-    """A statement's rows (aiosqlite types them as an Iterable; they are a list)."""
-    return cast(list[Any], await conn.execute_fetchall(sql, params))
 
 
 class _Reader:
@@ -158,7 +155,7 @@ class TopReads:
             index = None  # it read other rows than these
         if head is None:
             ids = json.dumps([r[0] for r in top if r[0]])
-            rows = await _fetch(reader.conn,
+            rows = await fetch_all(reader.conn,
                 f"{self._HEAD_SQL} UNION ALL SELECT e.id, e.event_id, e.ts, e.text, NULL, NULL, NULL "
                 "FROM json_each(:ids) j JOIN events e ON e.id = j.value",
                 {"ids": ids, "seen": seen_version, "hot_seen": self._hot_seen[0]})
@@ -183,7 +180,7 @@ class TopReads:
             # bm25 of the shown rows only: a walk of the doclist that reads no row, bm25 evaluated
             # where the id is listed. `+rowid` keeps the list from being handed to FTS5 as rowid
             # lookups, each of which would recount the phrase's documents.
-            ranks = dict(await _fetch(reader.conn,
+            ranks = dict(await fetch_all(reader.conn,
                 "SELECT rowid, bm25(msg_fts) FROM msg_fts WHERE msg_fts MATCH :match "
                 "AND +rowid IN (SELECT value FROM json_each(:ids))",
                 {"match": expr, "ids": json.dumps([rid for rid, _ in top if rid])}))

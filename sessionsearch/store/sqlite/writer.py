@@ -213,7 +213,7 @@ class SqliteWriter:
             self._forget()
             raise
 
-    def import_many(self, items: list[tuple]) -> list:
+    def import_many(self, items: list[tuple[Any, ...]]) -> list[Any]:
         """Several small import steps in one transaction: (key, fields, events, session_id, lines).
 
         Returns an AppendResult per item; if the shared transaction fails, the items are retried
@@ -229,7 +229,7 @@ class SqliteWriter:
                 return out
         except Exception:
             self._forget()
-        results: list = []
+        results: list[Any] = []
         for key, fields, events, session_id, lines in items:
             try:
                 results.append(self.import_rows(key, fields, events, session_id, lines))
@@ -253,13 +253,13 @@ class SqliteWriter:
 
     def _window_for_write(self, key: str, session_id: str | None) -> int:
         """The window a write to `key` goes to, creating session and window as needed (in a tx)."""
-        wid = self._current.get(key)
+        wid: int | None = self._current.get(key)
         if wid is not None and wid in self._win and (session_id is None or self._win[wid].session_id == session_id):
             return wid
         row = self.c.execute("SELECT current_wid FROM sessions WHERE session_key = ?", (key,)).fetchone()
         if row is None:
             self._ensure_session(key)
-        current = row[0] if row else None
+        current: int | None = row[0] if row else None
         if session_id is not None:
             found = self.c.execute("SELECT wid, session_key FROM windows WHERE session_id = ?",
                                    (session_id,)).fetchone()
@@ -536,7 +536,7 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _current_ids(row: list) -> tuple:
+def _current_ids(row: list[Any]) -> tuple[Any, ...]:
     """A cold file's row (EVENT_COLUMNS: id, wid, …) with its id in the current layout: files
     archived before schema version 6 hold the old one."""
     if is_v1(row[0], row[1]):
