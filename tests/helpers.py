@@ -186,3 +186,18 @@ def undo_pg_meaning_index(conn) -> None:
                       "DROP COLUMN embed_token, DROP COLUMN embed_expires_at",
                       "DELETE FROM ss_schema_migrations WHERE version = 12"):
         conn.execute(statement)
+
+
+@asynccontextmanager
+async def sweeping(settings: Settings):
+    """The settings' queue (`Pipeline`) and a worker's `Sweeper` over it, both closed after."""
+    from sessionsearch.queue import Pipeline
+    from sessionsearch.worker.sweep import Sweeper
+
+    pipeline = Pipeline(settings)
+    sweeper = Sweeper(settings, pipeline.reconciler)
+    try:
+        yield pipeline, sweeper
+    finally:
+        await sweeper.aclose()
+        pipeline.close()

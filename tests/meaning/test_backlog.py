@@ -18,10 +18,8 @@ from sessionsearch.embed.builtin import BuiltinEmbedder
 from sessionsearch.engine import Engine
 from sessionsearch.importer import run_import
 from sessionsearch.metrics import PipelineCollector
-from sessionsearch.queue import Pipeline
-from sessionsearch.worker.sweep import Sweeper
 
-from ..helpers import chain, engine_at, sql_rows, wait_until
+from ..helpers import chain, engine_at, sql_rows, sweeping, wait_until
 from ..ops.test_cli import _cli
 from ..server import Server
 from .test_semantic_search import TOPICS
@@ -117,10 +115,8 @@ async def test_an_embed_job_sent_for_an_incognito_window_is_a_no_op_that_leaves_
 
 async def test_the_sweep_sends_no_embed_job_for_an_incognito_window(backend):
     settings = backend.settings()
-    pipeline = Pipeline(settings)
-    sweeper = Sweeper(settings, pipeline.reconciler)
-    queue = pipeline.broker.queues["embed"]
-    try:
+    async with sweeping(settings) as (pipeline, sweeper):
+        queue = pipeline.broker.queues["embed"]
         async with engine_at(backend) as engine:
             await _kept_and_secret(engine)
             kept = await _wid(engine, KEPT)
@@ -133,16 +129,11 @@ async def test_the_sweep_sends_no_embed_job_for_an_incognito_window(backend):
                 assert (await sweeper.periodic())["embedWindows"] == 0
                 assert queue.qsize() == 0
             assert (await sweeper.startup())["embedWindows"] == 0 and queue.qsize() == 0
-    finally:
-        await sweeper.aclose()
-        pipeline.close()
 
 
 async def test_a_session_made_ordinary_again_waits_and_its_window_is_sent(backend):
     settings = backend.settings()
-    pipeline = Pipeline(settings)
-    sweeper = Sweeper(settings, pipeline.reconciler)
-    try:
+    async with sweeping(settings) as (pipeline, sweeper):
         async with engine_at(backend) as engine:
             await _kept_and_secret(engine)
             await engine.embed_pending()
@@ -154,9 +145,6 @@ async def test_a_session_made_ordinary_again_waits_and_its_window_is_sent(backen
             assert await engine.embed_pending() == {"embedded": 1}
             status = (await engine.index_status())["agents"][0]
             assert (status["embeddedMessages"], status["embeddingBacklog"]) == (5, 0)
-    finally:
-        await sweeper.aclose()
-        pipeline.close()
 
 
 async def test_a_session_made_incognito_after_it_was_embedded_counts_neither_way(backend):
@@ -171,9 +159,7 @@ async def test_a_session_made_incognito_after_it_was_embedded_counts_neither_way
 
 async def test_an_archived_window_never_embedded_is_not_waiting(backend):
     settings = backend.settings()
-    pipeline = Pipeline(settings)
-    sweeper = Sweeper(settings, pipeline.reconciler)
-    try:
+    async with sweeping(settings) as (pipeline, sweeper):
         async with engine_at(backend) as engine:
             await engine.append(KEPT, chain("k", TOPICS[:3]))
             await engine.embed_pending()
@@ -183,9 +169,6 @@ async def test_an_archived_window_never_embedded_is_not_waiting(backend):
             assert _scraped(engine)["sessionsearch_embedding_backlog"] == 0
             assert (await sweeper.periodic())["embedWindows"] == 0
             assert pipeline.broker.queues["embed"].qsize() == 0
-    finally:
-        await sweeper.aclose()
-        pipeline.close()
 
 
 async def test_with_no_embedder_the_metric_shows_nothing_waiting(backend):

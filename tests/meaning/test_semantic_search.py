@@ -15,7 +15,7 @@ from sessionsearch.embed.builtin import BuiltinEmbedder
 from sessionsearch.engine import Engine
 from sessionsearch.queue import Pipeline
 
-from ..helpers import chain, engine_at, ids, leaf, msg, sql_rows
+from ..helpers import chain, engine_at, ids, leaf, msg, sql_rows, sweeping
 
 KEY = "agent:main:main"
 TOPICS = [
@@ -341,12 +341,8 @@ async def test_one_embed_job_takes_the_small_windows_waiting_beside_its_own(back
 
 
 async def test_a_workers_startup_sweep_queues_the_embed_backlog_once(backend):
-    from sessionsearch.worker.sweep import Sweeper
-
     settings = backend.settings()
-    pipeline = Pipeline(settings)
-    sweeper = Sweeper(settings, pipeline.reconciler)
-    try:
+    async with sweeping(settings) as (pipeline, sweeper):
         async with engine_at(backend) as engine:
             await engine.append("agent:main:a", chain("a", TOPICS[:2]))
             await engine.append("agent:main:b", chain("b", TOPICS[2:4]))
@@ -354,20 +350,13 @@ async def test_a_workers_startup_sweep_queues_the_embed_backlog_once(backend):
         assert pipeline.broker.queues["embed"].qsize() == 2
         await sweeper.startup()  # queued already: the markers hold them
         assert pipeline.broker.queues["embed"].qsize() == 2
-    finally:
-        await sweeper.aclose()
-        pipeline.close()
 
 
 async def test_a_periodic_sweep_sends_the_embed_jobs_of_live_appends(backend):
     """Rows appended live wait for embeddings with no job sent; the next periodic sweep sends one
     a window, and no more while those wait."""
-    from sessionsearch.worker.sweep import Sweeper
-
     settings = backend.settings()
-    pipeline = Pipeline(settings)
-    sweeper = Sweeper(settings, pipeline.reconciler)
-    try:
+    async with sweeping(settings) as (pipeline, sweeper):
         async with engine_at(backend) as engine:
             await engine.append("agent:main:a", chain("a", TOPICS[:2]))
             assert (await sweeper.periodic())["embedWindows"] == 1
@@ -376,6 +365,3 @@ async def test_a_periodic_sweep_sends_the_embed_jobs_of_live_appends(backend):
             assert (await sweeper.periodic())["embedWindows"] == 2
             assert pipeline.broker.queues["embed"].qsize() == 2  # a's job still waits: not sent again
             assert (await engine.embed("main", 1)).outcome == "embedded"
-    finally:
-        await sweeper.aclose()
-        pipeline.close()
