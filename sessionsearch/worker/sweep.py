@@ -20,7 +20,14 @@ import structlog
 
 from ..engine import Engine
 from ..indexer.reconcile import window_gen
-from ..queue.broker import EMBED_QUEUE, failing_windows, forget_failing, pending_jobs, unfinished_jobs
+from ..queue.broker import (
+    BACKGROUND_TIMEOUT_S,
+    EMBED_QUEUE,
+    failing_windows,
+    forget_failing,
+    pending_jobs,
+    unfinished_jobs,
+)
 from ..settings import Settings
 
 if TYPE_CHECKING:
@@ -133,16 +140,26 @@ class Sweeper:
         if not backlog:
             return {"embedWindows": 0}
         broker = self.reconciler.broker
-        if self.reconciler.embed_markers.client is None:
-            sent = self.reconciler.enqueue_embed_sync(backlog)
-        elif began is not None:
-            queued = pending_jobs(broker, EMBED_QUEUE)
-            lost = {a: {w for w in wids if (a, w) not in queued} for a, wids in backlog.items()}
-            sent = self.reconciler.enqueue_embed_sync({a: w for a, w in lost.items() if w}, set_before=began)
-        else:
+
+        def send() -> int:
+            if self.reconciler.embed_markers.client is None:
+                return int(self.reconciler.enqueue_embed_sync(backlog))
+            if began is not None:
+                queued = pending_jobs(broker, EMBED_QUEUE)
+                lost = {a: {w for w in wids if (a, w) not in queued} for a, wids in backlog.items()}
+                return int(self.reconciler.enqueue_embed_sync({a: w for a, w in lost.items() if w},
+                                                              set_before=began))
             unfinished = unfinished_jobs(broker, EMBED_QUEUE)
             lost = {a: {w for w in wids if (a, w) not in unfinished} for a, wids in backlog.items()}
-            sent = self.reconciler.enqueue_embed_sync({a: w for a, w in lost.items() if w}, force=True)
+            return int(self.reconciler.enqueue_embed_sync({a: w for a, w in lost.items() if w}, force=True))
+
+        # bounded, on a thread: a hung Redis holds neither this sweep nor the worker's stop behind
+        # its calls' timeouts (the reconcile part and the next period try again)
+        try:
+            sent = await asyncio.wait_for(asyncio.to_thread(send), BACKGROUND_TIMEOUT_S)
+        except TimeoutError:
+            log.warning("worker.embed_sweep_timed_out", windows=waiting)
+            sent = 0
         return {"embedWindows": waiting, "embedEnqueued": sent}
 
     async def periodic(self) -> dict[str, Any]:
