@@ -23,6 +23,7 @@ from . import logging as sslogging
 from .auth import new_token
 from .engine import Engine
 from .errors import InvalidRequest, NotFound, SessionSearchError
+from .protocol import HistoryParams, Params, SearchParams, StatusParams
 from .settings import BY_NAME, Settings
 
 Run = Callable[[argparse.Namespace], int]
@@ -60,6 +61,11 @@ def _settings(args: argparse.Namespace) -> Settings:
     return Settings.load(config=args.config, **flags)
 
 
+def _help(params: type[Params], attribute: str) -> str:
+    """A flag's help: its field's description in the method's declaration (protocol/), argparse-escaped."""
+    return (params.model_fields[attribute].description or "").replace("%", "%%")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sessionsearch", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -73,15 +79,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", choices=["keyword", "semantic", "hybrid"], default="keyword",
                    help="keyword (default): the words; semantic: the meaning, no word needing to match; "
                         "hybrid: both, fused")
-    p.add_argument("--agent", dest="agentId", help="search this agent's sessions")
-    p.add_argument("--session-key", dest="sessionKeys", action="append", help="search this session (repeatable)")
-    p.add_argument("--session-id", dest="sessionId", help="only this session window")
-    p.add_argument("--role", choices=["user", "assistant"])
-    p.add_argument("--limit", type=int, default=10)
+    p.add_argument("--agent", dest="agentId", help=_help(SearchParams, "agent_id"))
+    p.add_argument("--session-key", dest="sessionKeys", action="append",
+                   help="only this conversation (repeatable; " + _help(SearchParams, "session_keys") + ")")
+    p.add_argument("--session-id", dest="sessionId", help=_help(SearchParams, "session_id"))
+    p.add_argument("--role", choices=["user", "assistant"], help=_help(SearchParams, "role"))
+    p.add_argument("--limit", type=int, default=10, help=_help(SearchParams, "limit"))
     p.add_argument("--prefix", action="store_true", help="the last word may be a prefix")
     p.add_argument("--recent", action="store_true", help="newest first instead of by relevance")
-    p.add_argument("--since", help="only messages at or after this time (ISO 8601 like 2026-01-01, or epoch ms)")
-    p.add_argument("--until", help="only messages before this time (ISO 8601 or epoch ms)")
+    p.add_argument("--since", help=_help(SearchParams, "since"))
+    p.add_argument("--until", help=_help(SearchParams, "until"))
     p.add_argument("--sessions", action="store_true",
                    help="one result per session: its best hit and how many hits it has (limit counts sessions)")
     p.add_argument("--requester", help="search as this session key (visibility rules apply)")
@@ -91,15 +98,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--message-id", dest="messageId", help=(
         "read the window around this message (one that is not there is an error, exit 2; with --json, the "
         "API's empty window)"))
-    p.add_argument("--session-id", dest="sessionId", help="the window the message is in")
-    p.add_argument("--limit", type=int)
-    p.add_argument("--offset", type=int)
-    p.add_argument("--include-tools", dest="includeTools", action="store_true")
+    p.add_argument("--session-id", dest="sessionId", help=_help(HistoryParams, "session_id"))
+    p.add_argument("--limit", type=int, help=_help(HistoryParams, "limit"))
+    p.add_argument("--offset", type=int, help=_help(HistoryParams, "offset"))
+    p.add_argument("--include-tools", dest="includeTools", action="store_true",
+                   help=_help(HistoryParams, "include_tools"))
     p.add_argument("--requester", help="read as this session key (visibility rules apply)")
 
     p = command("status", "backlog and completeness per agent, and how far the meaning index is embedded", STORE,
                 QUEUE, OUTPUT)
-    p.add_argument("--agent", dest="agentId")
+    p.add_argument("--agent", dest="agentId", help=_help(StatusParams, "agent_id"))
 
     command("migrate", "apply the store's schema migrations now (PostgreSQL, or every agent database under the "
             "data dir) and print the versions", STORE, OUTPUT)
@@ -188,8 +196,8 @@ async def _search(args: argparse.Namespace, engine: Engine) -> None:
             body[name] = int(value) if re.fullmatch("-?[0-9]+", value) else value
     if args.sessions:
         body["resultMode"] = "sessions"
-    result = await engine.search({**body, **_requester(args)})
-    _emit(args, result, _print_sessions if args.sessions else _print_search)
+    result = await engine.search(SearchParams.of({**body, **_requester(args)}))
+    _emit(args, dict(result), _print_sessions if args.sessions else _print_search)
 
 
 async def _history(args: argparse.Namespace, engine: Engine) -> None:
@@ -199,18 +207,18 @@ async def _history(args: argparse.Namespace, engine: Engine) -> None:
             body[name] = getattr(args, name)
     if args.includeTools:
         body["includeTools"] = True
-    result = await engine.history({**body, **_requester(args)})
+    result = await engine.history(HistoryParams.of({**body, **_requester(args)}))
     if args.messageId is not None and not result["messages"] and not args.json:
         # the API answers an empty window for a message that is not there (SPEC §5); a person needs the why
         window = f" window {args.sessionId!r} of" if args.sessionId else ""
         raise NotFound(f"message {args.messageId!r} is not in{window} session {args.session_key!r} (or not on its "
                        "current branch): check the id (`sessionsearch search` prints each hit's), or leave out "
                        "--message-id to read the newest messages")
-    _emit(args, result, _print_history)
+    _emit(args, dict(result), _print_history)
 
 
 async def _status(args: argparse.Namespace, engine: Engine) -> None:
-    status = await engine.index_status(args.agentId)
+    status: dict[str, Any] = dict(await engine.index_status(StatusParams.of({"agentId": args.agentId})))
     status["schema"] = await engine.backend.schema_version()
     if not engine.settings.database_url:  # SQLite, a database per agent: what the open files allow
         s = engine.settings
@@ -238,7 +246,7 @@ async def _reconcile(args: argparse.Namespace, engine: Engine) -> None:
     # then the meaning index, over the rows reconciliation just published: a search by meaning after
     # `import` and `reconcile` is complete without a worker
     embedded = await engine.embed_pending(args.agentId)
-    status = await engine.index_status(args.agentId)
+    status = await engine.index_status(StatusParams.of({"agentId": args.agentId}))
 
     def human(result: dict[str, Any]) -> None:
         print("reconciled: " + (", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())) or "nothing to do"))

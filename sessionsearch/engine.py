@@ -1,10 +1,11 @@
 """The engine: one object per data dir, with async methods for every operation (the Python API).
 
     async with Engine("./data") as engine:
-        await engine.append("agent:main:main", [{"type": "message", ...}])
-        hits = await engine.search(query="loan")
+        await engine.append(AppendParams(sessionKey="agent:main:main", events=[{"type": "message", ...}]))
+        hits = await engine.search(SearchParams(query="loan"))
 
-The HTTP API and the CLI call the same methods through `call(method, body)`.
+Each method takes its request as declared in protocol/ and answers its declared result; the doors
+(HTTP, the agent tools, MCP, the CLI) turn wire bodies into those requests.
 """
 
 from __future__ import annotations
@@ -23,32 +24,48 @@ from .errors import InvalidRequest, NotFound, Unavailable
 from .indexer.embedding import EMBED_BATCH_ROWS, EmbedResult, embed_window
 from .indexer.events import parse_event
 from .indexer.reconcile import ReconcileResult, reconcile_window
-from .keys import agent_of, check_agent_id, check_session_key
+from .keys import agent_of, check_agent_id
+from .protocol import (
+    AppendParams,
+    AppendResult,
+    ArchiveResult,
+    DeleteResult,
+    HistoryParams,
+    HistoryResult,
+    ListedSession,
+    ListParams,
+    ListResult,
+    RestoreResult,
+    RotateParams,
+    RotateResult,
+    SearchParams,
+    SearchResult,
+    SessionRef,
+    StatusParams,
+    StatusResult,
+    UpsertParams,
+    UpsertResult,
+)
+from .protocol.reads import DEFAULT_LIST_LIMIT
 from .search.catalog import CatalogCache, CatalogView
 from .search.cost import CredentialGate
 from .search.history import history as run_history
-from .search.history import parse_history
 from .search.listing import entry as listing_entry
 from .search.listing import fit_listing
 from .search.meaning import Meaning, Vectors
-from .search.query import check_unknown, int_field, parse_requester, parse_search
 from .search.runner import search as run_search
 from .search.titles import title_matches
 from .search.visibility import Viewer
-from .session_meta import check_meta
 from .settings import Settings
 from .store import backend_for
 from .store.base import AgentStore, Match, Newest, ScoreBound, TopHits
-from .values import check_name, check_stored_name, check_text, without_nulls
+from .values import check_stored_name
 
 log = structlog.get_logger("sessionsearch.engine")
 
 # enqueue(dirty windows by agent) -> whether the queue was reached
 Enqueuer = Callable[[dict[str, set[int]]], Awaitable[bool]]
 
-MAX_EVENTS_PER_APPEND = 10_000
-UPSERT_FIELDS = {"sessionKey", "sessionId", "label", "displayName", "spawnedBy", "parentSessionKey", "kind",
-                 "group", "incognito"}
 
 
 class Engine:
@@ -172,60 +189,44 @@ class Engine:
 
     # -- writes ------------------------------------------------------------------------------
 
-    async def upsert_session(self, sessionKey: str, **fields: Any) -> dict[str, Any]:  # noqa: N803
-        body = {"sessionKey": sessionKey, **fields}
-        check_unknown(body, UPSERT_FIELDS)
-        key = check_session_key(sessionKey)
-        # a null text, key or kind clears that field; a null incognito, which has nothing to clear, is absent
-        fields = without_nulls(fields, ["incognito"])
-        _, problems = check_meta(fields)
-        if problems:
-            raise problems[0]
+    async def upsert_session(self, params: UpsertParams) -> UpsertResult:
+        """`sessions.upsert`: set (or, with null, clear) a session's metadata; creates the session."""
+        key = params.session_key
         store = await self.store(agent_of(key), create=True)
-        created = await store.upsert_session(key, fields)
+        created = await store.upsert_session(key, params.fields())
         self._meta_changed(store.agent_id)
         log.info("session.upserted", agent=store.agent_id, created=created)
         return {"sessionKey": key, "created": created}
 
-    async def append(self, sessionKey: str, events: list[Any], *, sessionId: str | None = None,  # noqa: N803
-                     index: bool = True) -> dict[str, Any]:
-        """Store events; a linear batch is indexed in the same transaction. All-or-nothing."""
-        key = check_session_key(sessionKey)
-        check_name(sessionId, "sessionId")
-        if not isinstance(events, list):
-            raise InvalidRequest("events must be a list of transcript events", field="events")
-        if len(events) > MAX_EVENTS_PER_APPEND:
-            raise InvalidRequest(f"events must hold at most {MAX_EVENTS_PER_APPEND} events", field="events")
+    async def append(self, params: AppendParams, *, index: bool = True) -> AppendResult:
+        """`transcript.append`: store events; a linear batch is indexed in the same transaction. All-or-nothing."""
+        key = params.session_key
         now = int(time.time() * 1000)
-        parsed = [parse_event(raw, f"events[{i}]", now_ms=now) for i, raw in enumerate(events)]
+        parsed = [parse_event(raw, f"events[{i}]", now_ms=now) for i, raw in enumerate(params.events)]
         for i, event in enumerate(parsed):
             for name, value in (("id", event.event_id), ("parentId", event.parent), ("targetId", event.target_id),
                                 ("firstKeptEntryId", event.first_kept_id)):
                 if value is not None:
                     check_stored_name(value, f"events[{i}].{name}")
         store = await self.store(agent_of(key), create=True)
-        result = await store.append(key, parsed, session_id=sessionId, index=index)
+        result = await store.append(key, parsed, session_id=params.session_id, index=index)
         self._catalog.note_window(store.agent_id, key, result.session_id)
         self._written.add(store.agent_id)
         return {"appended": result.appended, "indexed": result.indexed, "needsReconcile": result.needs_reconcile,
                 "sessionId": result.session_id, "duplicates": result.duplicates}
 
-    async def rotate(self, sessionKey: str, sessionId: str | None = None,  # noqa: N803
-                     reason: str | None = None) -> dict[str, Any]:
-        key = check_session_key(sessionKey)
-        check_name(sessionId, "sessionId")
-        if reason is not None and not isinstance(reason, str):
-            raise InvalidRequest("reason must be a string", field="reason")
-        if reason is not None:
-            check_text(reason, "reason")
+    async def rotate(self, params: RotateParams) -> RotateResult:
+        """`sessions.rotate`: start a new window of the session."""
+        key = params.session_key
         store = await self._existing_store(key)
-        new_id, previous = await store.rotate(key, sessionId)
+        new_id, previous = await store.rotate(key, params.session_id)
         self._meta_changed(store.agent_id)
         log.info("session.rotated", agent=store.agent_id, session_id=new_id, previous_session_id=previous)
         return {"sessionKey": key, "sessionId": new_id, "previousSessionId": previous}
 
-    async def delete(self, sessionKey: str) -> dict[str, Any]:  # noqa: N803
-        key = check_session_key(sessionKey)
+    async def delete(self, params: SessionRef) -> DeleteResult:
+        """`sessions.delete`: the session, its transcript and its index rows."""
+        key = params.session_key
         store = await self._existing_store(key)
         deleted = await store.delete_session(key)
         self._meta_changed(store.agent_id)
@@ -234,15 +235,17 @@ class Engine:
         log.info("session.deleted", agent=store.agent_id)
         return {"sessionKey": key, "deleted": True}
 
-    async def archive(self, sessionKey: str) -> dict[str, Any]:  # noqa: N803
-        key = check_session_key(sessionKey)
+    async def archive(self, params: SessionRef) -> ArchiveResult:
+        """`sessions.archive`: move the session's windows out of search."""
+        key = params.session_key
         store = await self._existing_store(key)
         moved = await store.archive(key)
         self._meta_changed(store.agent_id)
         return {"sessionKey": key, "archivedWindows": moved}
 
-    async def restore(self, sessionKey: str) -> dict[str, Any]:  # noqa: N803
-        key = check_session_key(sessionKey)
+    async def restore(self, params: SessionRef) -> RestoreResult:
+        """`sessions.restore`: bring an archived session's windows back (reindexed by the queue)."""
+        key = params.session_key
         store = await self._existing_store(key)
         wids = await store.restore(key)
         self._meta_changed(store.agent_id)
@@ -258,57 +261,47 @@ class Engine:
 
     # -- reads -------------------------------------------------------------------------------
 
-    async def search(self, body: dict[str, Any] | None = None, /, *, agent_facing: bool = False,
-                     time_limit_ms: int | None = None, **fields: Any) -> dict[str, Any]:
-        """`sessions.search`: give the wire body, or its fields as keywords (query=…, sessionKeys=…).
-        `time_limit_ms` narrows the search's time budget (a scoped token's, search/cost.py)."""
-        req = parse_search({**(body or {}), **fields})
+    async def search(self, params: SearchParams, *, agent_facing: bool = False,
+                     time_limit_ms: int | None = None) -> SearchResult:
+        """`sessions.search`. `time_limit_ms` narrows the search's time budget (a scoped token's, search/cost.py)."""
+        req = params.request()
         if req.mode != "keyword" and self.settings.embedder == "none":
             raise InvalidRequest("semantic search is disabled", field="mode")
         settings = self.settings
         if time_limit_ms is not None and time_limit_ms < settings.search_time_limit_ms:
             settings = settings.replace(search_time_limit_ms=time_limit_ms)
-        return await run_search(req, settings=settings, catalog=self._catalog, open_store=self.store,
-                                enqueue=self.enqueue_reconcile, observe=self.observe_search,
-                                agent_facing=agent_facing, newest=self._newest, many=self._search_many,
-                                each_top=self._search_each if hasattr(self.backend, "search_top_each") else None,
-                                bounds=self._score_bounds, kept=self._kept_bounds,
-                                meaning=Meaning(self.embedder, self._vectors, self.enqueue_embed,
-                                                self.settings.semantic_min_score))
+        found = await run_search(req, settings=settings, catalog=self._catalog, open_store=self.store,
+                                 enqueue=self.enqueue_reconcile, observe=self.observe_search,
+                                 agent_facing=agent_facing, newest=self._newest, many=self._search_many,
+                                 each_top=self._search_each if hasattr(self.backend, "search_top_each") else None,
+                                 bounds=self._score_bounds, kept=self._kept_bounds,
+                                 meaning=Meaning(self.embedder, self._vectors, self.enqueue_embed,
+                                                 self.settings.semantic_min_score))
+        return cast(SearchResult, found)  # search/runner.py builds the wire shape as a dict
 
-    async def history(self, body: dict[str, Any] | None = None, /, *, restore: bool = True,
-                      **fields: Any) -> dict[str, Any]:
+    async def history(self, params: HistoryParams, *, restore: bool = True) -> HistoryResult:
         """`sessions.history`: the newest tail of the current view, or the window around a message.
         Opening an archived session restores it; with `restore` False (a read-only caller) such a read
         is refused (Conflict) and the session stays archived."""
-        req = parse_history({**(body or {}), **fields}, self.settings.history_default_limit)
-        return await run_history(req, settings=self.settings, catalog=self._catalog, open_store=self.store,
-                                 restore=self.restore if restore else None)
+        req = params.request(self.settings.history_default_limit)
+        found = await run_history(req, settings=self.settings, catalog=self._catalog, open_store=self.store,
+                                  restore=self._restore_key if restore else None)
+        return cast(HistoryResult, found)  # search/history.py builds the wire shape as a dict
 
-    async def list_sessions(self, body: dict[str, Any] | None = None, /, **fields: Any) -> dict[str, Any]:
+    async def _restore_key(self, key: str) -> RestoreResult:
+        return await self.restore(SessionRef(sessionKey=key))
+
+    async def list_sessions(self, params: ListParams | None = None) -> ListResult:
         """`sessions.list`: sessions the caller may see, optionally filtered by a title search."""
-        body = {**(body or {}), **fields}
-        check_unknown(body, {"agentId", "search", "limit", "requester", "palette", "includeArchived"})
-        body = without_nulls(body)
-        agent_id = body.get("agentId")
-        if agent_id is not None:
-            check_agent_id(agent_id)
-        search = body.get("search")
-        if search is not None and not isinstance(search, str):
-            raise InvalidRequest("search must be a string", field="search")
-        if search is not None:
-            check_text(search, "search")
-        limit = int_field(body, "limit", 100, 1, 1000)
-        assert limit is not None  # int_field answers its default when the field is absent
-        palette = body.get("palette", False)
-        include_archived = body.get("includeArchived", True)
-        for name in ("palette", "includeArchived"):
-            if not isinstance(body.get(name, False), bool):
-                raise InvalidRequest(f"{name} must be a boolean", field=name)
+        params = params or ListParams()
+        agent_id, search = params.agent_id, params.search
+        limit = params.limit or DEFAULT_LIST_LIMIT
+        palette = bool(params.palette)
+        include_archived = params.include_archived is not False
         view = await self.catalog_view(fresh_listing=True)  # every agent there is now, not a moment ago
         if agent_id is not None and agent_id not in view.agents:
             # one that may not see such an agent lists nothing whether it exists or not: the same answer
-            if Viewer(self.settings, parse_requester(body.get("requester")), view.catalog).may_target_agent(agent_id):
+            if Viewer(self.settings, params.requester, view.catalog).may_target_agent(agent_id):
                 raise NotFound(f"agent {agent_id!r} not found")
             return {"sessions": []}
         active: dict[str, int] = {}
@@ -323,8 +316,8 @@ class Engine:
             active.update(times)
         if stale:
             view = await self.catalog_view()
-        viewer = Viewer(self.settings, parse_requester(body.get("requester")), view.catalog)
-        out: list[dict[str, Any]] = []
+        viewer = Viewer(self.settings, params.requester, view.catalog)
+        out: list[ListedSession] = []
         more = False
         sessions = [m for m in view.catalog.sessions.values() if m.session_key in active]
         for meta in sorted(sessions, key=lambda m: (-active[m.session_key], m.session_key)):
@@ -340,13 +333,16 @@ class Engine:
             if len(out) >= limit:
                 more = True
                 break
-            out.append(listing_entry(meta, viewer, active[meta.session_key]))
-        return fit_listing(out, max_bytes=self.settings.list_response_max_bytes, more=more)
+            out.append(cast(ListedSession, listing_entry(meta, viewer, active[meta.session_key])))
+        listing = fit_listing(cast(list[dict[str, Any]], out), max_bytes=self.settings.list_response_max_bytes,
+                              more=more)
+        return cast(ListResult, listing)
 
-    async def index_status(self, agentId: str | None = None) -> dict[str, Any]:  # noqa: N803
+    async def index_status(self, params: StatusParams | None = None) -> StatusResult:
         """`index.status`: per agent, windows and messages indexed, the backlog and completeness."""
-        agents = [check_agent_id(agentId)] if agentId is not None else self.agent_ids_on_disk()
-        out = []
+        agent_id = params.agent_id if params is not None else None
+        agents = [agent_id] if agent_id is not None else self.agent_ids_on_disk()
+        out: list[Any] = []
         for agent_id in agents:
             store = await self.store(agent_id)
             async with store.reader() as reader:
@@ -511,35 +507,3 @@ class Engine:
     def observe_search(self, seconds: float, indexing: bool) -> None:
         if self.search_observer is not None:
             self.search_observer(seconds, indexing)
-
-    # -- one entry for the HTTP API and the CLI ---------------------------------------------------
-
-    async def call(self, method: str, body: dict[str, Any]) -> dict[str, Any]:
-        if not isinstance(body, dict):
-            raise InvalidRequest("request body must be a JSON object")
-        if method == "sessions.search":
-            return await self.search(body)
-        if method == "sessions.history":
-            return await self.history(body)
-        if method == "sessions.list":
-            return await self.list_sessions(body)
-        if method == "index.status":
-            check_unknown(body, {"agentId"})
-            return await self.index_status(body.get("agentId"))
-        if method == "sessions.upsert":
-            if "sessionKey" not in body:
-                raise InvalidRequest("sessionKey is required", field="sessionKey")
-            check_unknown(body, UPSERT_FIELDS)  # before the names become keywords (`self` would clash)
-            return await self.upsert_session(**body)
-        if method == "transcript.append":
-            check_unknown(body, {"sessionKey", "sessionId", "events"})
-            if "events" not in body:
-                raise InvalidRequest("events is required", field="events")
-            key: Any = body.get("sessionKey")  # append checks it
-            return await self.append(key, body["events"], sessionId=body.get("sessionId"))
-        if method in ("sessions.rotate", "sessions.delete", "sessions.archive", "sessions.restore"):
-            allowed = {"sessionKey", "sessionId", "reason"} if method == "sessions.rotate" else {"sessionKey"}
-            check_unknown(body, allowed)
-            handler: Callable[..., Awaitable[dict[str, Any]]] = getattr(self, method.split(".")[1])
-            return await handler(body.get("sessionKey"), **{k: v for k, v in body.items() if k != "sessionKey"})
-        raise NotFound(f"unknown method {method!r}")

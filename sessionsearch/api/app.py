@@ -33,7 +33,7 @@ from .edge import BadBody, CompactJSON, Guard, caller_of, decode_object, error
 from .mcp_mount import LazyMCP
 from .openapi import METHODS, openapi_document
 from .readiness import Readiness
-from .tools import AGENT_TOOLS, run_tool
+from .tools import AGENT_TOOLS, call, run_tool
 from .ui import PAGE_PATHS, UI_ROUTES
 
 if TYPE_CHECKING:
@@ -158,7 +158,7 @@ async def method(request: Request) -> Response:
     if isinstance(body, Response):
         return body
     try:
-        return CompactJSON(await _engine(request).call(name, body))
+        return CompactJSON(await call(_engine(request), name, body))
     except SessionSearchError as exc:
         return error_response(exc)
     except Exception:

@@ -28,9 +28,10 @@ from pydantic import ConfigDict
 from .. import __version__, gcpause
 from ..auth import Caller
 from ..engine import Engine
+from ..protocol import METHODS
+from ..protocol.schema import request_schema
 from ..settings import Settings
 from .mcp_wire import stdio_lines
-from .openapi import REQUESTS
 from .tools import failed, run_tool
 
 log = structlog.get_logger("sessionsearch.mcp")
@@ -90,28 +91,6 @@ REQUESTER = (
     "operator connection may name a session to see only what that session may see; a connection bound to a "
     "session may name only its own.")
 
-FIELDS = {
-    "query": ("keyword mode: literal words, all of which must appear in a message; semantic or hybrid: a "
-              "question or description in your own words (at most 4096 characters)"),
-    "mode": ("keyword (default): exact words, for names, ids and quotes; hybrid: words and meaning, for "
-             "\"what did we discuss about ...\" questions; semantic: meaning only, when the words may differ "
-             "entirely"),
-    "queries": "up to 8 queries answered at once (instead of query)",
-    "agentId": "only this agent's conversations",
-    "sessionKeys": "only these conversations (1..200 session keys, which may span agents)",
-    "sessionId": "a window (one transcript generation) of the conversation: a hit's sessionId",
-    "role": "only messages of this role",
-    "limit": "how many results",
-    "match": "exact (default): whole words; prefix: the last word may be a prefix",
-    "order": "relevance (default) or recent (newest first; keyword mode only)",
-    "resultMode": "messages (default): hits; sessions: one entry per conversation",
-    "sessionKey": "the conversation's session key, agent:<agentId>:<rest> (a hit's sessionKey)",
-    "messageId": "read the messages around this one (a search hit's messageId)",
-    "offset": "skip this many of the newest messages (paging back without messageId)",
-    "includeTools": "include tool calls and tool results",
-    "search": "words of the conversation's label or display name; the last word may be a prefix",
-    "includeArchived": "include archived conversations (default true)",
-}
 UI_ONLY = ("palette",)  # the Control UI's scope; not a model's concern
 
 
@@ -133,18 +112,16 @@ def _without_null(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def input_schema(method: str) -> dict[str, Any]:
-    """The wire schema of `method` (api/openapi.py), with descriptions for a model, no `null`
+    """The wire schema of `method` (its declaration's, described for a model), with no `null`
     alternatives and no top-level combinators (some model APIs refuse a tool schema with oneOf/allOf/not
     at the top; the engine answers those rules itself)."""
-    schema = copy.deepcopy(REQUESTS[method])
+    schema = copy.deepcopy(request_schema(METHODS[method].params))
     for key in ("oneOf", "allOf", "anyOf", "not"):
         schema.pop(key, None)
     properties = {name: _without_null(prop) for name, prop in schema["properties"].items() if name not in UI_ONLY}
     schema["properties"] = properties
-    for name, prop in properties.items():
-        text = REQUESTER if name == "requester" else FIELDS.get(name)
-        if text is not None:  # a new dict: the wire schemas share their parts
-            properties[name] = {**prop, "description": text}
+    if "requester" in properties:
+        properties["requester"] = {**properties["requester"], "description": REQUESTER}
     return schema
 
 

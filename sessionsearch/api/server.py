@@ -178,6 +178,7 @@ async def run_demo(settings: Settings, *, query: str = "loan",
     that keyword search cannot answer, answered by hybrid search."""
     from ..engine import Engine
     from ..importer import run_import
+    from ..protocol import AppendParams
     from ..store import backend_for
 
     check_bind(settings)
@@ -187,9 +188,9 @@ async def run_demo(settings: Settings, *, query: str = "loan",
     if fresh:
         async with Engine(settings=settings) as engine:
             report = await run_import(engine, DEMO_DATA)
-            await engine.append("agent:main:demo-live", [
+            await engine.append(AppendParams(sessionKey="agent:main:demo-live", events=[
                 {"type": "message", "id": "live-1", "parentId": None,
-                 "message": {"role": "user", "content": "Streamed live just now: the loan paperwork is signed."}}])
+                 "message": {"role": "user", "content": "Streamed live just now: the loan paperwork is signed."}}]))
         print(f"imported the sample state dir: {report.sessions} sessions, {report.events} events "
               f"(indexed later, in the background), plus one live message (indexed as it was stored)")
     else:

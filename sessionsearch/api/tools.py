@@ -1,4 +1,5 @@
-"""The agent tools, one implementation for every door (`/v1/tools/*`, MCP over stdio and `/mcp`).
+"""The wire onto the engine: `call` runs one HTTP method on a JSON body; the agent tools, one
+implementation for every door (`/v1/tools/*`, MCP over stdio and `/mcp`).
 
 An agent-facing answer carries denials and errors in its body (`{"status": "forbidden"|"error",
 "error": …}`), never as a transport error: the model reads them and can correct its call.
@@ -12,12 +13,23 @@ import structlog
 
 from ..auth import Caller, bind_requester
 from ..engine import Engine
-from ..errors import Forbidden, SessionSearchError
+from ..errors import Forbidden, NotFound, SessionSearchError
+from ..protocol import METHODS, HistoryParams, ListParams, SearchParams
 
 log = structlog.get_logger("sessionsearch.tools")
 
 AGENT_TOOLS = ("sessions_search", "sessions_history")  # at POST /v1/tools/<name>
 MCP_TOOLS = (*AGENT_TOOLS, "sessions_list")
+
+
+async def call(engine: Engine, method: str, body: object) -> Any:
+    """Run the HTTP method `method` on a wire body: its declaration checks the body (InvalidRequest
+    naming the field at fault), the engine method it names answers."""
+    declared = METHODS.get(method)
+    if declared is None:
+        raise NotFound(f"unknown method {method!r}")
+    run = getattr(engine, declared.engine_method)
+    return await run(declared.params.of(body))
 
 
 def failed(body: dict[str, Any]) -> bool:
@@ -32,11 +44,11 @@ async def run_tool(engine: Engine, name: str, body: dict[str, Any], caller: Call
         async with engine.gate.admit(caller.requester):  # a scoped token's turn; the operator's at once
             if name == "sessions_search":
                 limit = None if caller.operator else engine.settings.credential_search_time_limit_ms
-                return await engine.search(body, agent_facing=True, time_limit_ms=limit)
-            if name == "sessions_history":
-                return await engine.history(body, restore=caller.operator)  # a scoped token never writes
+                return dict(await engine.search(SearchParams.of(body), agent_facing=True, time_limit_ms=limit))
+            if name == "sessions_history":  # a scoped token never writes
+                return dict(await engine.history(HistoryParams.of(body), restore=caller.operator))
             if name == "sessions_list":
-                return await engine.list_sessions(body)
+                return dict(await engine.list_sessions(ListParams.of(body)))
         raise ValueError(f"unknown tool {name!r}")
     except Forbidden as exc:
         return {"status": "forbidden", "error": exc.message}

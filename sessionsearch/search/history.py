@@ -9,15 +9,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import Conflict, Forbidden, InvalidRequest, NotFound
-from ..keys import agent_of, check_session_key
+from ..keys import agent_of
 from ..settings import Settings
 from ..store.base import AgentStore, BranchRow, R
-from ..values import check_name, without_nulls
 from .catalog import CatalogCache, StoreLookup
-from .query import Requester, check_unknown, int_field, parse_requester
+from .query import Requester
 from .visibility import Viewer
 
-HISTORY_FIELDS = {"sessionKey", "limit", "offset", "messageId", "sessionId", "includeTools", "requester"}
 TOOL_ROLES = frozenset({"toolResult", "tool"})
 OMITTED = "[sessions_history omitted: message too large]"
 CUT_MARK = "\n…(truncated)…"
@@ -33,28 +31,6 @@ class HistoryRequest:
     session_id: str | None
     include_tools: bool
     requester: Requester | None
-
-
-def parse_history(body: object, default_limit: int) -> HistoryRequest:
-    if not isinstance(body, dict):
-        raise InvalidRequest("request body must be a JSON object")
-    check_unknown(body, HISTORY_FIELDS)
-    body = without_nulls(body)
-    key = check_session_key(body.get("sessionKey"))
-    limit = int_field(body, "limit", min(default_limit, MAX_LIMIT), 1, MAX_LIMIT)
-    assert limit is not None  # int_field answers its default when the field is absent
-    offset = int_field(body, "offset", None, 0, None)
-    message_id = check_name(body.get("messageId"), "messageId")
-    session_id = check_name(body.get("sessionId"), "sessionId")
-    if session_id is not None and message_id is None:
-        raise InvalidRequest("sessionId requires messageId", field="sessionId")
-    if offset is not None and message_id is not None:
-        raise InvalidRequest("offset and messageId cannot be used together", field="offset")
-    include_tools = body.get("includeTools", False)
-    if not isinstance(include_tools, bool):
-        raise InvalidRequest("includeTools must be a boolean", field="includeTools")
-    return HistoryRequest(key, limit, offset, message_id, session_id, include_tools,
-                          parse_requester(body.get("requester")))
 
 
 def _views(branch: list[BranchRow]) -> tuple[int, list[int]]:

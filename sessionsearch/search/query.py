@@ -1,21 +1,21 @@
-"""Search requests: validation, and the words each query matches (a store.Match)."""
+"""Search requests as the search runs them, and the words each query matches (a store.Match).
+
+The wire's declaration of sessions.search is protocol/search.py, which builds a SearchRequest."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..errors import InvalidRequest
-from ..keys import check_agent_id, check_session_key
+from ..keys import check_session_key
 from ..store.base import Match
 from ..text.cjk import query_parts
 from ..text.unicode61 import tokens
 from ..text.utf16 import utf16_len
-from ..values import check_name, check_text, without_nulls
+from ..values import check_text, without_nulls
 from .cost import merged_words
 from .text import term_pieces
-from .timerange import parse_range
 
 MAX_QUERY_UNITS = 4096
 MAX_QUERIES = 8
@@ -26,9 +26,6 @@ DEFAULT_LIMIT = 10
 # C0 and C1 control characters separate query words as whitespace does: unicode61 never keeps them
 # inside a token, and a NUL inside an FTS5 string literal would end it ("unterminated string")
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
-
-SEARCH_FIELDS = {"query", "queries", "agentId", "sessionKeys", "sessionId", "role", "limit", "match", "order",
-                 "requester", "palette", "since", "until", "resultMode", "mode"}
 
 
 @dataclass(frozen=True)
@@ -86,7 +83,8 @@ def build_match(words: list[str], prefix: bool) -> Match | None:
     return Match(tuple(words), prefix) if words else None
 
 
-def parse_query(raw: object, *, prefix: bool, where: str = "query") -> ParsedQuery:
+def clean_query(raw: object, *, where: str = "query") -> str:
+    """A query's text as searched (control characters read as spaces), or InvalidRequest naming `where`."""
     if not isinstance(raw, str):
         raise InvalidRequest(f"{where} must be a string", field=where)
     text = _CONTROL.sub(" ", check_text(raw, where)).strip()
@@ -94,9 +92,18 @@ def parse_query(raw: object, *, prefix: bool, where: str = "query") -> ParsedQue
         raise InvalidRequest("query must not be empty", field=where)
     if utf16_len(text) > MAX_QUERY_UNITS:
         raise InvalidRequest(f"query must not exceed {MAX_QUERY_UNITS} characters", field=where)
+    return text
+
+
+def query_words(text: str, *, prefix: bool) -> ParsedQuery:
+    """The words of a cleaned query's text and what they match."""
     words = merged_words((w for w in text.split() if tokens(w)), prefix=prefix)
     terms = [t for w in words for t in term_pieces(w)]
     return ParsedQuery(text, words, prefix, build_match(words, prefix), terms)
+
+
+def parse_query(raw: object, *, prefix: bool, where: str = "query") -> ParsedQuery:
+    return query_words(clean_query(raw, where=where), prefix=prefix)
 
 
 def parse_requester(raw: object) -> Requester | None:
@@ -113,79 +120,3 @@ def parse_requester(raw: object) -> Requester | None:
     if not isinstance(sandboxed, bool):
         raise InvalidRequest("requester.sandboxed must be a boolean", field="requester.sandboxed")
     return Requester(key, sandboxed)
-
-
-def check_unknown(body: dict[str, Any], allowed: set[str]) -> None:
-    unknown = sorted(set(body) - allowed)
-    if unknown:
-        raise InvalidRequest(f"unknown field {unknown[0]!r}", field=unknown[0])
-
-
-def int_field(body: dict[str, Any], name: str, default: int | None, lo: int, hi: int | None) -> int | None:
-    """An integer field within lo..hi. A float with no fraction (541.0) is that integer, as JSON Schema
-    counts it; fractions, NaN, infinities, booleans and strings are refused."""
-    value = body.get(name)
-    if value is None:  # absent or null: the default
-        return default
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidRequest(f"{name} must be an integer", field=name)
-    if value < lo or (hi is not None and value > hi):
-        span = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
-        raise InvalidRequest(f"{name} must be {span}", field=name)
-    return value
-
-
-def parse_search(body: object) -> SearchRequest:
-    """Validate a `sessions.search` body; raise InvalidRequest naming the field at fault."""
-    if not isinstance(body, dict):
-        raise InvalidRequest("request body must be a JSON object")
-    check_unknown(body, SEARCH_FIELDS)
-    body = without_nulls(body)
-    match = body.get("match", "exact")
-    if match not in ("exact", "prefix"):
-        raise InvalidRequest('match must be "exact" or "prefix"', field="match")
-    order = body.get("order", "relevance")
-    if order not in ("relevance", "recent"):
-        raise InvalidRequest('order must be "relevance" or "recent"', field="order")
-    prefix = match == "prefix"
-    mode = body.get("mode", "keyword")
-    if mode not in ("keyword", "semantic", "hybrid"):
-        raise InvalidRequest('mode must be "keyword", "semantic" or "hybrid"', field="mode")
-    if order == "recent" and mode != "keyword":
-        raise InvalidRequest('order "recent" needs mode "keyword"', field="order")
-    result_mode = body.get("resultMode", "messages")
-    if result_mode not in ("messages", "sessions"):
-        raise InvalidRequest('resultMode must be "messages" or "sessions"', field="resultMode")
-    if ("query" in body) == ("queries" in body):
-        raise InvalidRequest("give exactly one of query and queries", field="query")
-    if "queries" in body:
-        raw = body["queries"]
-        if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_QUERIES:
-            raise InvalidRequest(f"queries must be a list of 1 to {MAX_QUERIES} strings", field="queries")
-        queries = [parse_query(q, prefix=prefix, where=f"queries[{i}]") for i, q in enumerate(raw)]
-    else:
-        queries = [parse_query(body["query"], prefix=prefix)]
-    agent_id = body.get("agentId")
-    if agent_id is not None:
-        check_agent_id(agent_id)
-    keys = body.get("sessionKeys")
-    if keys is not None:
-        if not isinstance(keys, list) or not 1 <= len(keys) <= MAX_SESSION_KEYS:
-            raise InvalidRequest(f"sessionKeys must be a list of 1 to {MAX_SESSION_KEYS} session keys",
-                                 field="sessionKeys")
-        keys = [check_session_key(k, field=f"sessionKeys[{i}]") for i, k in enumerate(keys)]
-        keys = list(dict.fromkeys(keys))
-    session_id = check_name(body.get("sessionId"), "sessionId")
-    role = body.get("role")
-    if role is not None and role not in ("user", "assistant"):
-        raise InvalidRequest('role must be "user" or "assistant"', field="role")
-    palette = body.get("palette", False)
-    if not isinstance(palette, bool):
-        raise InvalidRequest("palette must be a boolean", field="palette")
-    limit = int_field(body, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
-    assert limit is not None  # it has a default
-    since, until = parse_range(body)  # top-level: they apply to every one of `queries`
-    return SearchRequest(queries, "queries" in body, agent_id, keys, session_id, role, limit, prefix, order,
-                         parse_requester(body.get("requester")), palette, since, until, result_mode, mode)
