@@ -41,6 +41,8 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from sessionsearch.protocol import AppendParams, SearchParams
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -104,7 +106,7 @@ async def build(settings: Settings, agents: int, messages: int) -> None:
                     "role": "user" if i % 2 else "assistant", "content": " ".join(words),
                     "timestamp": 1_700_000_000_000 + a * 1000 + i}})
                 parent = mid
-            await engine.append(f"agent:{agent}:main", events, sessionId=f"w{a}")
+            await engine.append(AppendParams(sessionKey=f"agent:{agent}:main", events=events, sessionId=f"w{a}"))
 
 
 async def fold_due(settings: Settings) -> int:
@@ -157,10 +159,9 @@ class Writes:
             a = self.rng.randrange(self.agents)
             agent, mid = f"ag{a:04d}", f"ag{a:04d}-{self.run}-{self.appended}"
             words = self.rng.choices(FILLER, k=self.rng.randint(3, 20)) + ["alpha"]
-            await self.engine.append(f"agent:{agent}:{self.run}", [{
+            await self.engine.append(AppendParams(sessionKey=f"agent:{agent}:{self.run}", events=[{
                 "type": "message", "id": mid, "parentId": self.parents[a], "message": {
-                    "role": "user", "content": " ".join(words), "timestamp": int(time.time() * 1000)}}],
-                sessionId=f"{self.run}-{a}")
+                    "role": "user", "content": " ".join(words), "timestamp": int(time.time() * 1000)}}], sessionId=f"{self.run}-{a}"))
             self.parents[a] = mid
             self.appended += 1
             await asyncio.sleep(max(0.0, started + self.appended / self.rate - time.perf_counter()))
@@ -192,7 +193,7 @@ async def measure(settings: Settings, reps: int, gc_mode: str = "serve",
         started = time.perf_counter()
         for _ in range(3):  # the stores' connections opened (and migrated, after an upgrade): no class's cost
             try:
-                await engine.search(query="report", limit=10)
+                await engine.search(SearchParams(query="report", limit=10))
                 break
             except SearchTimeout:
                 continue
@@ -203,13 +204,13 @@ async def measure(settings: Settings, reps: int, gc_mode: str = "serve",
         settled = time.perf_counter() + settle_s
         while time.perf_counter() < settled:
             for word, match, order in CLASSES:
-                await engine.search(query=word, match=match, order=order, limit=10)
+                await engine.search(SearchParams(query=word, match=match, order=order, limit=10))
         for rep in range(reps + 1):  # interleaved class by class; round 0 warms up
             for word, match, order in CLASSES:
                 name = f"{word} {match} {order}"
                 started = time.perf_counter()
                 try:
-                    result = await engine.search(query=word, match=match, order=order, limit=10)
+                    result = await engine.search(SearchParams(query=word, match=match, order=order, limit=10))
                     assert result["results"], name
                 except Exception as exc:  # noqa: BLE001 - counted: the run measures what fails too
                     label = f"{type(exc).__name__}: {str(exc)[:80]}"

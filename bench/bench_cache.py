@@ -29,6 +29,8 @@ from pathlib import Path
 
 import aiosqlite
 
+from sessionsearch.protocol import SearchParams
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -74,7 +76,7 @@ async def phase(engines: dict[str, Engine], bares: dict[str, aiosqlite.Connectio
         for w in items:
             for name, engine in engines.items():
                 t = time.perf_counter()
-                await engine.search({"query": w, "limit": 25, "order": order})
+                await engine.search(SearchParams.of({"query": w, "limit": 25, "order": order}))
                 times[name].append(time.perf_counter() - t)
             for name, bare in bares.items():
                 t = time.perf_counter()
@@ -133,7 +135,7 @@ async def main() -> None:
             for cls, order in (("mid_0.3pct", "relevance"), ("common_1pct", "relevance"), ("mid_0.3pct", "recent")):
                 for engine in engines.values():  # warm: each reader sees the state it will be measured in
                     for w in words[cls]:
-                        await engine.search({"query": w, "limit": 25, "order": order})
+                        await engine.search(SearchParams.of({"query": w, "limit": 25, "order": order}))
                 row = await phase(engines, bares, words[cls], order, args.reps)
                 report["phases"][name][f"{cls}_{order}"] = row
                 cells = " | ".join(f"{k} {v['p50_ms']:6.2f}" for k, v in row.items())

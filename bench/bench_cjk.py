@@ -38,6 +38,8 @@ import threading
 import time
 from pathlib import Path
 
+from sessionsearch.protocol import AppendParams, SearchParams
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -109,7 +111,7 @@ async def build(spec: CorpusSpec, work: Path) -> dict:
                 order = ("main", "plain") if (session + start) % 2 == 0 else ("plain", "main")
                 for agent in order:
                     t = time.perf_counter()
-                    await engine.append(f"agent:{agent}:bench:{session}", events, sessionId=f"{agent}-{session}")
+                    await engine.append(AppendParams(sessionKey=f"agent:{agent}:bench:{session}", events=events, sessionId=f"{agent}-{session}"))
                     spent[agent] += time.perf_counter() - t
                 for table in ("f", "tri"):
                     t = time.perf_counter()
@@ -176,7 +178,7 @@ async def build_postings(work: Path) -> dict:
     data_dir = work / "data"
     db = data_dir / "agents" / "main.db"
     async with Engine(data_dir, settings=Settings(data_dir=str(data_dir))) as engine:
-        await engine.search({"query": "x", "agentId": "main"})  # the store opened
+        await engine.search(SearchParams.of({"query": "x", "agentId": "main"}))  # the store opened
         t, cpu = time.perf_counter(), time.process_time()
         done = (await engine.optimize("main"))["agents"]["main"]
         wall, cpu = time.perf_counter() - t, time.process_time() - cpu
@@ -203,15 +205,15 @@ async def measure(work: Path, reps: int, total: int) -> dict:
             for term, word, _, _ in pairs:
                 for body in (term, word):
                     for _ in range(3):
-                        await engine.search({"query": body, "agentId": "main", "limit": 25})
+                        await engine.search(SearchParams.of({"query": body, "agentId": "main", "limit": 25}))
         store = await engine.store("main")
         for name, pairs in classes.items():
             times: dict[str, list[float]] = {"cjk": [], "latin": [], "bare_latin": [], "scan_cjk": [],
                                              "cjk_cpu": [], "latin_cpu": [], "cjk_fts5": [], "latin_fts5": [],
                                              "cjk_fts5_cpu": [], "latin_fts5_cpu": []}
             for term, word, _, _ in pairs:  # warm
-                await engine.search({"query": term, "agentId": "main", "limit": 25})
-                await engine.search({"query": word, "agentId": "main", "limit": 25})
+                await engine.search(SearchParams.of({"query": term, "agentId": "main", "limit": 25}))
+                await engine.search(SearchParams.of({"query": word, "agentId": "main", "limit": 25}))
             for rep in range(reps):
                 for term, word, _, _ in pairs:
                     runs = [("cjk", term), ("latin", word), ("cjk_fts5", term), ("latin_fts5", word)]
@@ -222,7 +224,7 @@ async def measure(work: Path, reps: int, total: int) -> dict:
                         if key.endswith("_fts5"):  # this one search without postings (FTS5 ranks every row)
                             store._hot_seen = (seen[0], frozenset())  # the same version: the list is not read again
                         t, cpu = time.perf_counter(), time.process_time()
-                        await engine.search({"query": body, "agentId": "main", "limit": 25})
+                        await engine.search(SearchParams.of({"query": body, "agentId": "main", "limit": 25}))
                         times[key].append(time.perf_counter() - t)
                         times[f"{key}_cpu"].append(time.process_time() - cpu)  # all threads: load-proof
                         store._hot_seen = seen
@@ -257,7 +259,7 @@ async def measure(work: Path, reps: int, total: int) -> dict:
         for _ in range(reps):
             for term in longer:
                 t = time.perf_counter()
-                await engine.search({"query": term, "agentId": "main", "limit": 25})
+                await engine.search(SearchParams.of({"query": term, "agentId": "main", "limit": 25}))
                 times["cjk"].append(time.perf_counter() - t)
                 t = time.perf_counter()
                 bare.execute(TRIGRAM_MATCH_SQL, (quote(term),)).fetchall()
@@ -307,7 +309,7 @@ async def upgrade(work: Path) -> dict:
         opened = time.perf_counter() - t
         async with store.reader() as reader:
             backlog = (await store.status(reader))["backlog"]
-        first = await engine.search({"query": "東京", "agentId": "main"})
+        first = await engine.search(SearchParams.of({"query": "東京", "agentId": "main"}))
         t = time.perf_counter()
         await engine.reconcile_pending()
         reconciled = time.perf_counter() - t

@@ -33,6 +33,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from sessionsearch.protocol import AppendParams, SearchParams
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -88,7 +90,7 @@ async def fill(engine: Engine, messages: int, rng: random.Random) -> None:
                            "message": {"role": "user" if i % 2 == 0 else "assistant", "content": text,
                                        "timestamp": 1767323045000 + s * 100 + i}})
             parent = mid
-        await engine.append(f"agent:main:s{s}", events)
+        await engine.append(AppendParams(sessionKey=f"agent:main:s{s}", events=events))
 
 
 async def timed(engine: Engine, body: dict[str, Any], caller: Caller) -> tuple[float, dict[str, Any]]:
@@ -110,7 +112,7 @@ async def measure(settings: Settings, args: argparse.Namespace) -> dict[str, Any
     rng = random.Random(5)
     async with Engine(settings=settings) as engine:
         await fill(engine, args.messages, rng)
-        await engine.search(query="loan")  # warm
+        await engine.search(SearchParams(query="loan"))  # warm
         requests = worst_requests(settings, rng)
         scoped = Caller(Requester(KEY, False))
         per_request: dict[str, float] = {}

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import aiosqlite
 
+from sessionsearch.protocol import SearchParams
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -71,7 +73,7 @@ async def main() -> None:
                     for _rid, rank, ts, mid, text in rows]}, ensure_ascii=False)
                 times["floor_answer"].append(time.perf_counter() - t)
                 t = time.perf_counter()
-                await engine.search({"query": word, "limit": 25})
+                await engine.search(SearchParams.of({"query": word, "limit": 25}))
                 times["engine_search"].append(time.perf_counter() - t)
     await ours.close()
     await bare.close()

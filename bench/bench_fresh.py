@@ -37,6 +37,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from sessionsearch.protocol import AppendParams, SearchParams
+
 # `--code DIR`: import sessionsearch from DIR (the `before` variant: the base commit's tree)
 # (the editable install's finder, ahead of sys.path, taken out; a build's spawned child runs this
 # module first with the same argv, so it imports from DIR too)
@@ -124,7 +126,7 @@ class Builds:
 
 async def timed_search(engine: Engine, body: dict) -> tuple[float, list]:
     t = time.perf_counter()
-    out = await engine.search(body)
+    out = await engine.search(SearchParams.of(body))
     return time.perf_counter() - t, [(h["messageId"] if "messageId" in h else h.get("id"), h.get("score"))
                                      for h in out["results"]]
 
@@ -179,7 +181,7 @@ async def run_store(store: str, variant: str, args, sessions, classes: dict[str,
                 for number, messages in part:
                     events = events_for(number, messages)
                     for start in range(0, len(events), 100):
-                        await engine.append(f"agent:main:bench:{number}", events[start:start + 100])
+                        await engine.append(AppendParams(sessionKey=f"agent:main:bench:{number}", events=events[start:start + 100]))
                     counted[0] += len(messages)
 
             async def probe(done: asyncio.Event) -> None:

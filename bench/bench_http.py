@@ -26,6 +26,8 @@ from pathlib import Path
 
 import redis
 
+from sessionsearch.protocol import SearchParams
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -75,14 +77,14 @@ async def python_api(data: Path, words: list[str], seconds: int, clients: int, r
     pipeline = Pipeline(settings)
     latencies: list[float] = []
     async with Engine(settings=settings, enqueuer=pipeline.reconciler.enqueue) as engine:
-        await engine.search(query=words[0])
+        await engine.search(SearchParams(query=words[0]))
         stop_at = time.monotonic() + seconds
 
         async def client(n: int) -> None:
             i = n
             while time.monotonic() < stop_at:
                 t = time.perf_counter()
-                await engine.search(query=words[i % len(words)])
+                await engine.search(SearchParams(query=words[i % len(words)]))
                 latencies.append(time.perf_counter() - t)
                 i += 1
 

@@ -38,6 +38,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sessionsearch.protocol import AppendParams, SearchParams
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -80,7 +82,7 @@ def ms(xs: list[float]) -> dict[str, float]:
 async def service(engine: Engine, body: dict[str, Any]) -> tuple[float, Any]:
     started = time.perf_counter()
     try:
-        answer: Any = await engine.search(body)
+        answer: Any = await engine.search(SearchParams.of(body))
     except Exception as e:  # a refused query: recorded, not timed
         return time.perf_counter() - started, f"{type(e).__name__}: {e}"
     return time.perf_counter() - started, answer
@@ -134,7 +136,7 @@ async def run_store(store: str, args: argparse.Namespace, sessions: list, querie
             for number, texts in sessions:
                 events = events_for(number, texts)
                 for start in range(0, len(events), 100):
-                    await engine.append(f"agent:main:bench:{number}", events[start:start + 100])
+                    await engine.append(AppendParams(sessionKey=f"agent:main:bench:{number}", events=events[start:start + 100]))
             out["ingest_s"] = round(time.perf_counter() - t0, 1)
             t0 = time.perf_counter()
             await engine.optimize()

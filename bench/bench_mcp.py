@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from sessionsearch.protocol import AppendParams
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -54,7 +56,7 @@ async def build(data: Path, sessions: int, messages: int) -> None:
                     "role": "user" if m % 2 == 0 else "assistant",
                     "content": " ".join(rng.choice(WORDS) for _ in range(12)), "timestamp": 1_700_000_000_000 + m}})
                 parent = mid
-            await engine.append(f"agent:main:s{s}", events)
+            await engine.append(AppendParams(sessionKey=f"agent:main:s{s}", events=events))
 
 
 def cpu_of_import(module: str, runs: int = 3) -> float:

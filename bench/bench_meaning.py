@@ -51,6 +51,8 @@ from typing import Any
 
 import numpy as np
 
+from sessionsearch.protocol import AppendParams, SearchParams
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sessionsearch import Engine, Settings  # noqa: E402
@@ -140,20 +142,20 @@ async def engine_ranks(data: dict[str, Any], work: Path, min_score: float | None
     out["semantic_min_score"] = settings.semantic_min_score
     async with Engine(data_dir, settings=settings) as engine:
         for i, (key, evs) in enumerate(events(data)):
-            await engine.append(key, evs, sessionId=f"meaning-{i}")
+            await engine.append(AppendParams(sessionKey=key, events=evs, sessionId=f"meaning-{i}"))
         for mode in ("keyword", "semantic", "hybrid"):
             body: dict[str, Any] = {"agentId": "main", "limit": DEPTH}
             if mode != "keyword":
                 body["mode"] = mode
             try:
-                await engine.search({**body, "query": "probe"})
+                await engine.search(SearchParams.of({**body, "query": "probe"}))
             except InvalidRequest as exc:
                 out["unavailable"][mode] = str(exc)
                 continue
             if mode != "keyword":  # embedded in the background: drain it here (or wait for it)
                 drain = getattr(engine, "embed_pending", None)
                 deadline = time.monotonic() + 120
-                while (await engine.search({**body, "query": "probe"})).get("indexing"):
+                while (await engine.search(SearchParams.of({**body, "query": "probe"}))).get("indexing"):
                     if time.monotonic() > deadline:
                         out["unavailable"][mode] = "still indexing after 120 s"
                         break
@@ -162,7 +164,7 @@ async def engine_ranks(data: dict[str, Any], work: Path, min_score: float | None
                     continue
             ordered = []
             for q in data["questions"]:
-                answer = await engine.search({**body, "query": q["q"]})
+                answer = await engine.search(SearchParams.of({**body, "query": q["q"]}))
                 ordered.append([hit["messageId"] for hit in answer["results"]])
             out["modes"][mode] = ordered
     return out

@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+from sessionsearch.protocol import SearchParams
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -92,7 +94,7 @@ async def main() -> None:
     async with Engine(data, settings=Settings(data_dir=str(data))) as engine:
         await engine.store("main")  # opening the store applies the migration
         opened = time.perf_counter() - t
-        hits = (await engine.search({"query": "kata", "limit": 5}))["results"]
+        hits = (await engine.search(SearchParams.of({"query": "kata", "limit": 5})))["results"]
     after = {"index_mb": index_mb(db), "file_mb": round(db.stat().st_size / 1e6, 1)}
     out = {"messages": args.messages, "migration_s": round(opened, 1), "before": before, "after": after,
            "search_after_migration_hits": len(hits)}

@@ -44,6 +44,8 @@ from pathlib import Path
 
 import psycopg
 
+from sessionsearch.protocol import AppendParams, SearchParams, StatusParams
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -165,7 +167,7 @@ def import_state(state: Path, url: str, work: Path, agent: str) -> None:
 async def wait_indexed(engine: Engine, agent: str, timeout_s: float = 7200) -> float:
     started = time.perf_counter()
     while True:
-        status = await engine.index_status(agent)
+        status = await engine.index_status(StatusParams(agentId=agent))
         a = status["agents"][0]
         if a["backlog"] == 0 and a["completeness"] == 1.0:
             return time.perf_counter() - started
@@ -195,12 +197,12 @@ async def measure_searches(engine: Engine, anchor_url: str, words: dict, reps: i
         for name, items in classes_for(words).items():
             ours, bare, cpu = [], [], []
             for body, sql, param in items:  # warm both caches once
-                await engine.search({**body, "agentId": agent, "limit": 25})
+                await engine.search(SearchParams.of({**body, "agentId": agent, "limit": 25}))
                 await (await anchor.execute(sql, (param,))).fetchall()
             for _ in range(reps):
                 for body, sql, param in items:
                     t, c = time.perf_counter(), time.process_time()
-                    await engine.search({**body, "agentId": agent, "limit": 25})
+                    await engine.search(SearchParams.of({**body, "agentId": agent, "limit": 25}))
                     ours.append(time.perf_counter() - t)
                     cpu.append(time.process_time() - c)  # this process's CPU: the API layer's own cost
                     t = time.perf_counter()
@@ -244,9 +246,7 @@ def _append_client(kind: str, url: str, client: int, batches: int, start, done) 
             for b in range(batches):
                 chunk = texts[b * 100:(b + 1) * 100]
                 session = 900_000 + client * 10_000 + b
-                await engine.append(f"agent:main:append-{client}-{b}",
-                                    [message(session, i, role, t) for i, (role, t) in enumerate(chunk)],
-                                    sessionId=f"append-{client}-{b}")
+                await engine.append(AppendParams(sessionKey=f"agent:main:append-{client}-{b}", events=[message(session, i, role, t) for i, (role, t) in enumerate(chunk)], sessionId=f"append-{client}-{b}"))
 
     asyncio.run(ours())
     done.put(client)
@@ -288,7 +288,7 @@ async def timed_searches(engine: Engine, queries: list[str], stop) -> list[float
     while not stop(len(out)):
         for w in queries:
             t = time.perf_counter()
-            await engine.search({"query": w, "agentId": "main", "limit": 25})
+            await engine.search(SearchParams.of({"query": w, "agentId": "main", "limit": 25}))
             out.append(time.perf_counter() - t)
     return out
 
@@ -352,7 +352,7 @@ async def main() -> None:
         try:
             async with Engine(settings=Settings(database_url=ours_url, data_dir=str(work / "data"))) as engine:
                 reconcile_s = await wait_indexed(engine, "main")
-                check = await engine.search({"query": words["common_1pct"][0], "agentId": "main", "limit": 1})
+                check = await engine.search(SearchParams.of({"query": words["common_1pct"][0], "agentId": "main", "limit": 1}))
                 assert not check.get("indexing"), check
                 out["ours_build"] = {"import_s": import_s, "reconcile_s": reconcile_s,
                                      "total_s": import_s + reconcile_s}
@@ -391,7 +391,7 @@ async def main() -> None:
                     workers.stop()  # imported with no worker running: the busy phase is all reconciliation
                     import_state(work / f"state-{agent}", ours_url, work, agent)
                     workers = Workers(ours_url, args.redis_url, work, priority=priority)
-                    while (await engine.index_status(agent))["agents"][0]["indexedWindows"] == 0:
+                    while (await engine.index_status(StatusParams(agentId=agent)))["agents"][0]["indexedWindows"] == 0:
                         await asyncio.sleep(0.1)  # the workers have started reconciling
                     watcher = asyncio.create_task(wait_indexed(engine, agent))
                     busy = await timed_searches(engine, queries, lambda n: n > 0 and watcher.done())

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import psycopg
 
+from sessionsearch.protocol import StatusParams
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -89,7 +91,7 @@ async def one_run(engine: Engine, url: str, redis_url: str, work: Path, queries:
                       env_extra={"SESSIONSEARCH_RECONCILE_SLOTS": str(slots)})
     try:
         cpu0 = backends_cpu_s(url)
-        while (await engine.index_status(agent))["agents"][0]["indexedWindows"] == 0:
+        while (await engine.index_status(StatusParams(agentId=agent)))["agents"][0]["indexedWindows"] == 0:
             await asyncio.sleep(0.1)
         watcher = asyncio.create_task(wait_indexed(engine, agent))
         busy = await timed_searches(engine, queries, lambda n: n > 0 and watcher.done())

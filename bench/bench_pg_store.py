@@ -23,6 +23,8 @@ from pathlib import Path
 
 import psycopg
 
+from sessionsearch.protocol import AppendParams, SearchParams
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
@@ -55,7 +57,7 @@ async def load(engine: Engine, sessions: list[tuple[int, list]]) -> float:
     n = 0
     for number, texts in sessions:
         for start in range(0, len(texts), BATCH):
-            await engine.append(f"agent:main:s{number}", events(f"s{number}", texts[start:start + BATCH], start))
+            await engine.append(AppendParams(sessionKey=f"agent:main:s{number}", events=events(f"s{number}", texts[start:start + BATCH], start)))
             n += len(texts[start:start + BATCH])
     return n / (time.perf_counter() - started)
 
@@ -64,7 +66,7 @@ async def concurrent_appends(engine: Engine, clients: int, batches: int) -> floa
     async def client(c: int) -> None:
         for b in range(batches):
             texts = [("user", f"concurrent client{c} batch{b} message{i} ledger") for i in range(BATCH)]
-            await engine.append(f"agent:main:c{c}", events(f"c{c}", texts, b * BATCH))
+            await engine.append(AppendParams(sessionKey=f"agent:main:c{c}", events=events(f"c{c}", texts, b * BATCH)))
     started = time.perf_counter()
     await asyncio.gather(*(client(c) for c in range(clients)))
     return clients * batches * BATCH / (time.perf_counter() - started)
@@ -95,11 +97,11 @@ async def time_searches(engine: Engine, classes: dict[str, list[str]], reps: int
             body = {"query": " ".join(words), "order": order, "limit": 25}
             if name == "prefix":
                 body["match"] = "prefix"
-            await engine.search(body)  # warm
+            await engine.search(SearchParams.of(body))  # warm
             times = []
             for _ in range(reps):
                 started = time.perf_counter()
-                await engine.search(body)
+                await engine.search(SearchParams.of(body))
                 times.append((time.perf_counter() - started) * 1000)
             out[f"{name} {order}"] = {"p50": pct(times, 0.5), "p95": pct(times, 0.95)}
     return out

@@ -26,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 
+from sessionsearch.protocol import AppendParams, SearchParams
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -61,14 +63,14 @@ async def main() -> None:
                 for body, _, _ in queries:
                     for variant in (variants if rep % 2 == 0 else dict(reversed(variants.items()))):
                         n += 1
-                        await engine.append(key, [
+                        await engine.append(AppendParams(sessionKey=key, events=[
                             {"type": "message", "id": f"bw{n}", "parentId": f"bw{n - 1}" if n > 1 else None,
                              "message": {"role": "user", "content": f"a written line {n}",
-                                         "timestamp": BASE_TS + 10 ** 10 + n}}])
+                                         "timestamp": BASE_TS + 10 ** 10 + n}}]))
                         pg_search.Query._postings_key = variants[variant]
                         try:
                             t = time.perf_counter()
-                            await engine.search({**body, "agentId": "main", "limit": 25})
+                            await engine.search(SearchParams.of({**body, "agentId": "main", "limit": 25}))
                             times[name][variant].append(time.perf_counter() - t)
                         finally:
                             pg_search.Query._postings_key = real

@@ -30,6 +30,8 @@ from pathlib import Path
 
 import redis
 
+from sessionsearch.protocol import AppendParams, SearchParams, UpsertParams
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -145,18 +147,18 @@ async def reconcile_run(base: Path, work: Path, processes: int, words: list[str]
     async with Engine(settings=settings, enqueuer=pipeline.reconciler.enqueue) as engine:
         # the session catalog is read whole when the engine opens, then only what changed: what
         # a search pays after a new session appears among 10,000 (the first search below does not)
-        await engine.upsert_session("agent:main:bench-probe", label="probe")
+        await engine.upsert_session(UpsertParams(sessionKey="agent:main:bench-probe", label="probe"))
         t = time.perf_counter()
         await engine.catalog_view()
         out["catalog_refresh_after_change_ms"] = (time.perf_counter() - t) * 1000
         t = time.perf_counter()
-        first = await engine.search(query=words[0])
+        first = await engine.search(SearchParams(query=words[0]))
         out["first_search_ms"] = (time.perf_counter() - t) * 1000
         await asyncio.sleep(0)  # the jobs go out once the search has answered
         pipeline.reconciler.join_senders(600)
         out["windows_enqueued"] = pipeline.queue_depth()["ready"]
         t = time.perf_counter()
-        await engine.search(query=words[0])
+        await engine.search(SearchParams(query=words[0]))
         out["second_search_ms"] = (time.perf_counter() - t) * 1000
         out["second_search_enqueued"] = pipeline.queue_depth()["ready"] - out["windows_enqueued"]
         assert first.get("indexing")
@@ -168,11 +170,11 @@ async def reconcile_run(base: Path, work: Path, processes: int, words: list[str]
         n = 0
         while True:
             t = time.perf_counter()
-            result = await engine.search(query=words[n % len(words)])
+            result = await engine.search(SearchParams(query=words[n % len(words)]))
             busy.append(time.perf_counter() - t)
             n += 1
             t = time.perf_counter()
-            await engine.append("agent:main:bench-live", [live_message(n)])
+            await engine.append(AppendParams(sessionKey="agent:main:bench-live", events=[live_message(n)]))
             appends.append(time.perf_counter() - t)
             if not result.get("indexing") and all(
                     a["backlog"] == 0 for a in (await engine.index_status())["agents"]):
@@ -187,13 +189,13 @@ async def reconcile_run(base: Path, work: Path, processes: int, words: list[str]
         idle, quiet = [], []
         for i in range(max(40, len(busy))):
             t = time.perf_counter()
-            await engine.search(query=words[i % len(words)])
+            await engine.search(SearchParams(query=words[i % len(words)]))
             idle.append(time.perf_counter() - t)
-            await engine.append("agent:main:bench-live", [live_message(n + 1 + i)])
+            await engine.append(AppendParams(sessionKey="agent:main:bench-live", events=[live_message(n + 1 + i)]))
             await asyncio.sleep(0.05)
         for i in range(max(40, len(busy))):
             t = time.perf_counter()
-            await engine.search(query=words[i % len(words)])
+            await engine.search(SearchParams(query=words[i % len(words)]))
             quiet.append(time.perf_counter() - t)
         out.update(search_busy_p95_ms=pct(busy, 0.95) * 1000, search_idle_p95_ms=pct(idle, 0.95) * 1000,
                    search_quiet_p95_ms=pct(quiet, 0.95) * 1000,

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import aiosqlite
 
+from sessionsearch.protocol import SearchParams
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -58,7 +60,7 @@ async def _searches(engine: Engine, bare, queries: list[tuple[str, str]], until:
         query, match = queries[i % len(queries)]
         i += 1
         t = time.perf_counter()
-        await engine.search({"query": query, "limit": 25})
+        await engine.search(SearchParams.of({"query": query, "limit": 25}))
         ours.append(time.perf_counter() - t)
         t = time.perf_counter()
         await bare.execute_fetchall(BARE_SQL, (match,))
@@ -95,7 +97,7 @@ async def main() -> None:
         async with Engine(copy, settings=settings) as engine:
             bare = await aiosqlite.connect(work / "bare.db")
             for q, m in queries:  # warm
-                await engine.search({"query": q, "limit": 25})
+                await engine.search(SearchParams.of({"query": q, "limit": 25}))
                 await bare.execute_fetchall(BARE_SQL, (m,))
             done = threading.Event()
             outcome: dict = {}

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import aiosqlite
 
+from sessionsearch.protocol import AppendParams, SearchParams, SessionRef
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -81,12 +83,12 @@ async def measure_ours(engine, db: Path, prefixes: list[str], reps: int) -> dict
     for prefix in prefixes:
         body = {"query": prefix, "match": "prefix", "limit": 25}
         t = time.perf_counter()
-        await engine.search(body)
+        await engine.search(SearchParams.of(body))
         first = time.perf_counter() - t
         ours = []
         for _ in range(reps):
             t = time.perf_counter()
-            await engine.search(body)
+            await engine.search(SearchParams.of(body))
             ours.append(time.perf_counter() - t)
         async with aiosqlite.connect(db) as conn:
             await conn.execute("BEGIN")
@@ -108,7 +110,7 @@ async def append_rows(engine, texts: list[str], tag: str) -> None:
     events = events_for(999_999, [("user", t) for t in texts])
     key = f"agent:main:{tag}-{time.time_ns()}"
     for start in range(0, len(events), 100):
-        await engine.append(key, events[start:start + 100])
+        await engine.append(AppendParams(sessionKey=key, events=events[start:start + 100]))
 
 
 async def main() -> None:
@@ -144,10 +146,10 @@ async def main() -> None:
         for prefix, share in pick_prefixes(db, total):
             body = {"query": prefix, "match": "prefix", "limit": 25}
             ours, bare_t = [], []
-            await engine.search(body)  # the store learns its state once
+            await engine.search(SearchParams.of(body))  # the store learns its state once
             for rep in range(args.reps):
                 t = time.perf_counter()
-                await engine.search(body)
+                await engine.search(SearchParams.of(body))
                 ours.append(time.perf_counter() - t)
                 if rep < args.bare_reps:
                     t = time.perf_counter()
@@ -195,7 +197,7 @@ async def changes_phases(args, work: Path, db: Path, prefixes: list[str], report
     try:
         async with Engine(copy, settings=Settings(data_dir=str(copy))) as engine:
             store = await engine.store("main")
-            await engine.search({"query": prefixes[0], "match": "prefix"})  # the store learns its state once
+            await engine.search(SearchParams.of({"query": prefixes[0], "match": "prefix"}))  # the store learns its state once
             done = 0
             for n in args.fresh:
                 await append_rows(engine, texts[done:n], f"fresh{n}")
@@ -211,7 +213,7 @@ async def changes_phases(args, work: Path, db: Path, prefixes: list[str], report
                 keys.append(key)
                 deleted += messages
             for key in keys:
-                await engine.delete(key)
+                await engine.delete(SessionRef(sessionKey=key))
             report["deleted_rows"] = deleted
             phases["deleted"] = await measure_ours(engine, cdb, prefixes, max(5, args.reps // 2))
             show(f"-{deleted} rows", phases["deleted"])
@@ -251,7 +253,7 @@ async def beside_writer(engine, prefixes: list[str], texts: list[str], seconds: 
         i = 0
         while not stop.is_set():
             chunk = texts[i % len(texts):i % len(texts) + 10]
-            await engine.append(key, events_for(888_888, [("user", t) for t in chunk], written))
+            await engine.append(AppendParams(sessionKey=key, events=events_for(888_888, [("user", t) for t in chunk], written)))
             written += len(chunk)
             i += 10
             await asyncio.sleep(0.05)
@@ -263,10 +265,10 @@ async def beside_writer(engine, prefixes: list[str], texts: list[str], seconds: 
         while time.perf_counter() < end:
             for prefix in prefixes:
                 t = time.perf_counter()
-                await engine.search({"query": prefix, "match": "prefix", "limit": 25})
+                await engine.search(SearchParams.of({"query": prefix, "match": "prefix", "limit": 25}))
                 times[prefix].append(time.perf_counter() - t)
                 t = time.perf_counter()
-                await engine.search({"query": "qqqqzzzz", "limit": 25})
+                await engine.search(SearchParams.of({"query": "qqqqzzzz", "limit": 25}))
                 times["control"].append(time.perf_counter() - t)
     finally:
         stop.set()

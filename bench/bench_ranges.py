@@ -32,6 +32,8 @@ from pathlib import Path
 
 import aiosqlite
 
+from sessionsearch.protocol import AppendParams, SearchParams
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -65,7 +67,7 @@ async def append_cost(events: int, baseline: str = "13") -> dict:
         settings = Settings(data_dir=str(data_dir))
         async with Engine(data_dir, settings=settings) as engine:
             for agent in ("main", "old"):
-                await engine.append(f"agent:{agent}:first", events_for(0, [("user", "first")]))
+                await engine.append(AppendParams(sessionKey=f"agent:{agent}:first", events=events_for(0, [("user", "first")])))
         with sqlite3.connect(data_dir / "agents" / "old.db") as conn:
             for statement in rewrite:
                 conn.execute(statement)
@@ -82,7 +84,7 @@ async def append_cost(events: int, baseline: str = "13") -> dict:
                         batch.append(event)
                     for agent in (("main", "old") if (session + start) % 2 == 0 else ("old", "main")):
                         t = time.perf_counter()
-                        await engine.append(f"agent:{agent}:s{session}", batch, sessionId=f"{agent}-{session}")
+                        await engine.append(AppendParams(sessionKey=f"agent:{agent}:s{session}", events=batch, sessionId=f"{agent}-{session}"))
                         spent[agent] += time.perf_counter() - t
                     n += len(batch)
         agents = data_dir / "agents"
@@ -146,7 +148,7 @@ async def main() -> None:
                             if extra.get("ranged"):
                                 body.update(since=since, until=until)
                             t, c = time.perf_counter(), time.process_time()
-                            answer = await engine.search(body)
+                            answer = await engine.search(SearchParams.of(body))
                             spent, used = time.perf_counter() - t, time.process_time() - c
                             if rep:
                                 times[mode].append(spent)

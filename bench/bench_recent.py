@@ -27,6 +27,8 @@ from pathlib import Path
 
 import aiosqlite
 
+from sessionsearch.protocol import SearchParams
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -55,11 +57,11 @@ async def measure(engine: Engine, bare_path: Path, words: dict[str, list[str]], 
         for order, bare_sql in (("recent", BARE_RECENT), ("relevance", BARE_SQL)):
             times: dict[str, list[float]] = {"ours": [], "bare": [], "ours_cpu": [], "bare_cpu": []}
             for w in words[name]:  # warm both
-                await engine.search({"query": w, "order": order, "limit": 25})
+                await engine.search(SearchParams.of({"query": w, "order": order, "limit": 25}))
                 await bare.execute_fetchall(bare_sql, (quote(w),))
             for _ in range(reps):
                 for w in words[name]:
-                    for side, run in (("ours", engine.search({"query": w, "order": order, "limit": 25})),
+                    for side, run in (("ours", engine.search(SearchParams.of({"query": w, "order": order, "limit": 25}))),
                                       ("bare", bare.execute_fetchall(bare_sql, (quote(w),)))):
                         t, cpu = time.perf_counter(), time.process_time()
                         await run

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import aiosqlite
 
+from sessionsearch.protocol import AppendParams, SearchParams
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -78,7 +80,7 @@ async def build(spec: CorpusSpec, work: Path) -> dict:
                 chunk = texts[start:start + 100]
                 events = events_for(session, chunk, start)
                 t = time.perf_counter()
-                await engine.append(key, events, sessionId=f"w{session}")
+                await engine.append(AppendParams(sessionKey=key, events=events, sessionId=f"w{session}"))
                 ours_s += time.perf_counter() - t
                 t = time.perf_counter()
                 bare.execute("BEGIN")
@@ -108,7 +110,7 @@ async def single_tx_rates(work: Path, count: int) -> dict:
         for i, (role, text) in enumerate(texts):
             event = events_for(0, [(role, text)], i)
             t = time.perf_counter()
-            await engine.append("agent:main:single", event, sessionId="w0")
+            await engine.append(AppendParams(sessionKey="agent:main:single", events=event, sessionId="w0"))
             ours_s += time.perf_counter() - t
             t = time.perf_counter()
             await bare.execute("BEGIN IMMEDIATE")
@@ -170,13 +172,13 @@ async def measure(work: Path, reps: int, total: int) -> dict:
         for name, items in classes.items():
             ours, bare_a, bare_s, bare_am = [], [], [], []
             for body, sql, match in items:  # warm both caches once
-                await engine.search({**body, "limit": 25})
+                await engine.search(SearchParams.of({**body, "limit": 25}))
                 await bare.execute_fetchall(sql, (match,))
                 await bare_m.execute_fetchall(sql, (match,))
             for _ in range(reps):
                 for body, sql, match in items:
                     t = time.perf_counter()
-                    await engine.search({**body, "limit": 25})
+                    await engine.search(SearchParams.of({**body, "limit": 25}))
                     ours.append(time.perf_counter() - t)
                     t = time.perf_counter()
                     await bare.execute_fetchall(sql, (match,))
@@ -238,18 +240,18 @@ async def postings_phase(work: Path, words: dict[str, list[str]], reps: int, app
             times: dict[str, list[float]] = {"postings": [], "fts5_alone": [], "bare": []}
             exact = 0
             for w in words[name]:
-                await engine.search({"query": w, "limit": 25})  # the store learns which words have postings
-                hot = await engine.search({"query": w, "limit": 25})
+                await engine.search(SearchParams.of({"query": w, "limit": 25}))  # the store learns which words have postings
+                hot = await engine.search(SearchParams.of({"query": w, "limit": 25}))
                 store._hot_seen = (None, frozenset())
-                exact += hot == await engine.search({"query": w, "limit": 25})
+                exact += hot == await engine.search(SearchParams.of({"query": w, "limit": 25}))
             for _ in range(reps):
                 for w in words[name]:
                     t = time.perf_counter()
-                    await engine.search({"query": w, "limit": 25})
+                    await engine.search(SearchParams.of({"query": w, "limit": 25}))
                     times["postings"].append(time.perf_counter() - t)
                     store._hot_seen = (None, frozenset())  # this search: FTS5 alone (the next one learns again)
                     t = time.perf_counter()
-                    await engine.search({"query": w, "limit": 25})
+                    await engine.search(SearchParams.of({"query": w, "limit": 25}))
                     times["fts5_alone"].append(time.perf_counter() - t)
                     t = time.perf_counter()
                     await bare.execute_fetchall(BARE_SQL, (quote(w),))
@@ -275,7 +277,7 @@ async def postings_phase(work: Path, words: dict[str, list[str]], reps: int, app
             await store.execute_write("UPDATE meta SET value = ? WHERE key = 'index_log'", (int(mode == "log_on"),))
             events = events_for(900_000 + n, chunk)
             t = time.perf_counter()
-            await engine.append(f"agent:main:appends:{n}", events, sessionId=f"a{n}")
+            await engine.append(AppendParams(sessionKey=f"agent:main:appends:{n}", events=events, sessionId=f"a{n}"))
             spent[mode] += time.perf_counter() - t
             t = time.perf_counter()
             bare_w.execute("BEGIN")

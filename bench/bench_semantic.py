@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from sessionsearch.protocol import AppendParams, SearchParams
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -90,8 +92,7 @@ async def build(kind: str, spec: CorpusSpec, work: Path) -> dict[str, Any]:
         for session, texts in generate(spec):
             for start in range(0, len(texts), 100):
                 chunk = texts[start:start + 100]
-                await engine.append(f"agent:main:bench:{session}", events_for(session, chunk, start),
-                                    sessionId=f"w{session}")
+                await engine.append(AppendParams(sessionKey=f"agent:main:bench:{session}", events=events_for(session, chunk, start), sessionId=f"w{session}"))
                 n += len(chunk)
             if session % 2000 == 0:
                 print(f"  {kind}: built {n:,} messages", file=sys.stderr)
@@ -102,7 +103,7 @@ async def build(kind: str, spec: CorpusSpec, work: Path) -> dict[str, Any]:
 
 async def timed(engine: Engine, body: dict) -> tuple[float, dict]:
     t = time.perf_counter()
-    out = await engine.search(body)
+    out = await engine.search(SearchParams.of(body))
     return (time.perf_counter() - t) * 1000, out
 
 
@@ -237,7 +238,7 @@ async def recall_only(kind: str, n: int) -> None:
     qs = queries(spec)
     work = HERE / "work" / f"semantic-{n}-{kind}"
     async with Engine(work, settings=settings_for(kind, work)) as engine:
-        found = {q: [h["messageId"] for h in (await engine.search(query=q, mode="semantic", limit=K))["results"]]
+        found = {q: [h["messageId"] for h in (await engine.search(SearchParams(query=q, mode="semantic", limit=K)))["results"]]
                  for q in qs}
         sem: list[float] = []
         hyb: list[float] = []

@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from sessionsearch.protocol import AppendParams, SearchParams
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -56,7 +58,7 @@ async def three_big_sessions(work: Path, per_session: int) -> Path:
                         "role": "user" if i % 2 else "assistant", "content": " ".join(words),
                         "timestamp": 1_700_000_000_000 + s * 1_000_000 + i}})
                     parent = mid
-                await engine.append(f"agent:main:big{s}", events, sessionId=f"w{s}")
+                await engine.append(AppendParams(sessionKey=f"agent:main:big{s}", events=events, sessionId=f"w{s}"))
     (work / "built").write_text("ok")
     return data
 
@@ -87,7 +89,7 @@ async def measure(data: Path, words: list[str], reps: int) -> dict:
             for word in words:
                 for mode, extra in MODES.items():
                     t = time.perf_counter()
-                    result = await engine.search(query=word, limit=25, **extra)
+                    result = await engine.search(SearchParams.of({"query": word, "limit": 25, **extra}))
                     elapsed = (time.perf_counter() - t) * 1000
                     if rep:
                         times[mode].append(elapsed)

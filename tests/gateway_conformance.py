@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from sessionsearch.importer import run_import
+from sessionsearch.protocol import SearchParams
 
 from .helpers import engine_at
 from .importer.test_real_writer import _runtime
@@ -153,7 +154,7 @@ async def test_the_gateway_and_this_service_answer_every_word_query_alike(tmp_pa
             expected = [(h["sessionKey"], h["sessionId"], f"{h['sessionId']}:{_position(h['messageId'])}"
                          if h["sessionId"].startswith("v1-") else h["messageId"], h["timestamp"])
                         for h in answer["hits"]]
-            ours = await engine.search({"query": query, "agentId": AGENT, "limit": 25})
+            ours = await engine.search(SearchParams.of({"query": query, "agentId": AGENT, "limit": 25}))
             got = [(h["sessionKey"], h["sessionId"], h["messageId"], h["timestamp"]) for h in ours["results"]]
             if got != expected:
                 differ.append(query)
@@ -166,7 +167,7 @@ async def test_the_gateway_and_this_service_answer_every_word_query_alike(tmp_pa
         cjk_theirs = _gateway_search(theirs_state, CJK_WORDS, CJK_AGENT)
         cjk_hits = cjk_ours = 0
         for query, answer in zip(CJK_WORDS, cjk_theirs, strict=True):
-            ours = await engine.search({"query": query, "agentId": CJK_AGENT, "limit": 25})
+            ours = await engine.search(SearchParams.of({"query": query, "agentId": CJK_AGENT, "limit": 25}))
             got = {h["messageId"] for h in ours["results"]}
             missing = [h["messageId"] for h in answer["hits"] if h["messageId"] not in got]
             assert missing == [], query  # at least the gateway's hits (ours also find CJK inside a run)

@@ -13,6 +13,7 @@ import time
 from sessionsearch import gcpause
 from sessionsearch.api.app import create_app
 from sessionsearch.api.server import is_loopback
+from sessionsearch.protocol import AppendParams
 from sessionsearch.search.runner import INDEXING_WARNING
 from sessionsearch.settings import Settings
 
@@ -216,7 +217,7 @@ async def _asgi(app, method: str, path: str, body: dict | None = None) -> tuple[
 async def test_two_apps_in_one_process_each_answer_from_their_own_store(tmp_path):
     for name, text in (("a", "the loan is approved"), ("b", "the notary signed")):
         async with engine_at(tmp_path / name) as engine:
-            await engine.append(KEY, chain("m", [("user", text)]), sessionId="s1")
+            await engine.append(AppendParams(sessionKey=KEY, events=chain("m", [("user", text)]), sessionId="s1"))
     first = create_app(Settings(data_dir=str(tmp_path / "a")), sweep=False)
     second = create_app(Settings(data_dir=str(tmp_path / "b")), sweep=False)
     async with first.router.lifespan_context(first), second.router.lifespan_context(second):

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from sessionsearch import values
 from sessionsearch.errors import InvalidRequest
 from sessionsearch.indexer.events import MAX_EVENT_DEPTH, MAX_TS_MS, MIN_TS_MS, parse_event
+from sessionsearch.protocol import AppendParams, HistoryParams, ListParams, SearchParams, UpsertParams
 
 from ..helpers import chain, engine_at, msg
 
@@ -139,12 +140,12 @@ def test_the_quick_check_and_the_explaining_walk_agree(value, max_depth):
 
 async def test_a_bad_event_in_a_batch_stores_nothing_through_the_python_api(tmp_path):
     async with engine_at(tmp_path) as engine:
-        await engine.append(KEY, chain("m", [("user", "kept words")]))
+        await engine.append(AppendParams(sessionKey=KEY, events=chain("m", [("user", "kept words")])))
         for bad in (msg("x1", "user", "\ud800"), msg("x1", "user", "t", ts=1e400), msg("x1", "user", nested(900))):
             with pytest.raises(InvalidRequest):
-                await engine.append(KEY, [msg("ok1", "user", "valid neighbour", "m1"), bad])
-        assert [m["messageId"] for m in (await engine.history(sessionKey=KEY))["messages"]] == ["m1"]
-        assert (await engine.search(query="neighbour"))["results"] == []
+                await engine.append(AppendParams(sessionKey=KEY, events=[msg("ok1", "user", "valid neighbour", "m1"), bad]))
+        assert [m["messageId"] for m in (await engine.history(HistoryParams(sessionKey=KEY)))["messages"]] == ["m1"]
+        assert (await engine.search(SearchParams(query="neighbour")))["results"] == []
 
 
 def test_bad_event_values_are_400_naming_the_field_over_http(server):
@@ -218,16 +219,16 @@ def test_an_unpaired_surrogate_in_any_request_field_is_400_naming_it(server):
 
 async def test_an_unpaired_surrogate_is_refused_by_the_python_api_naming_the_field(tmp_path):
     async with engine_at(tmp_path) as engine:
-        await engine.append(KEY, chain("m", [("user", "the loan is approved")]))
+        await engine.append(AppendParams(sessionKey=KEY, events=chain("m", [("user", "the loan is approved")])))
         for call, field in [
-            (engine.upsert_session("agent:main:x", label="\ud800"), "label"),
-            (engine.upsert_session("agent:main:\udc00"), "sessionKey"),
-            (engine.search(query="loan \ud800x"), "query"),
-            (engine.history(sessionKey=KEY, messageId="\ud800"), "messageId"),
-            (engine.list_sessions(search="\ud800"), "search"),
+            (lambda: engine.upsert_session(UpsertParams(sessionKey="agent:main:x", label="\ud800")), "label"),
+            (lambda: engine.upsert_session(UpsertParams(sessionKey="agent:main:\udc00")), "sessionKey"),
+            (lambda: engine.search(SearchParams(query="loan \ud800x")), "query"),
+            (lambda: engine.history(HistoryParams(sessionKey=KEY, messageId="\ud800")), "messageId"),
+            (lambda: engine.list_sessions(ListParams(search="\ud800")), "search"),
         ]:
             with pytest.raises(InvalidRequest) as caught:
-                await call
+                await call()
             assert caught.value.field == field and "unpaired surrogate" in caught.value.message
 
 
@@ -249,10 +250,10 @@ def test_a_control_character_in_a_query_word_separates_words(server, sep):
 
 async def test_text_stored_with_a_nul_is_found_by_its_words(tmp_path):
     async with engine_at(tmp_path) as engine:
-        await engine.append(KEY, chain("m", [("user", "alpha\x00beta gamma")]))
-        assert [h["messageId"] for h in (await engine.search(query="alpha\x00beta"))["results"]] == ["m1"]
-        assert [h["messageId"] for h in (await engine.search(query="beta"))["results"]] == ["m1"]
-        history = await engine.history(sessionKey=KEY)
+        await engine.append(AppendParams(sessionKey=KEY, events=chain("m", [("user", "alpha\x00beta gamma")])))
+        assert [h["messageId"] for h in (await engine.search(SearchParams(query="alpha\x00beta")))["results"]] == ["m1"]
+        assert [h["messageId"] for h in (await engine.search(SearchParams(query="beta")))["results"]] == ["m1"]
+        history = await engine.history(HistoryParams(sessionKey=KEY))
         assert history["messages"][0]["content"] == "alpha\x00beta gamma"
 
 
@@ -276,7 +277,7 @@ def test_an_agent_id_with_a_trailing_newline_is_400_and_creates_no_file(server, 
 
 async def test_a_database_file_named_with_a_newline_is_not_an_agent(tmp_path):
     async with engine_at(tmp_path) as engine:
-        await engine.append(KEY, chain("m", [("user", "hello")]))
+        await engine.append(AppendParams(sessionKey=KEY, events=chain("m", [("user", "hello")])))
         # what an older version created for agent:main\n:y: a whole database under a bad name
         (tmp_path / "agents" / "main\n.db").write_bytes((tmp_path / "agents" / "main.db").read_bytes())
         assert engine.agent_ids_on_disk() == ["main"]

@@ -14,6 +14,7 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from sessionsearch.auth import sha256_hex
+from sessionsearch.protocol import AppendParams, UpsertParams
 from sessionsearch.search.runner import INDEXING_WARNING
 
 from ..helpers import chain, engine_at, leaf, msg
@@ -26,15 +27,15 @@ OPERATOR_TOKEN, SCOPED_TOKEN = "operator-s3cret", "scoped-s3cret"
 async def seed(data_dir: Path) -> None:
     """Three visible sessions (one rewound, so it waits for reconciliation) and an incognito one."""
     async with engine_at(data_dir) as engine:
-        await engine.upsert_session(MAIN, label="Main chat", kind="direct")
-        await engine.append(MAIN, chain("m", [("user", "the loan papers arrive friday"),
+        await engine.upsert_session(UpsertParams(sessionKey=MAIN, label="Main chat", kind="direct"))
+        await engine.append(AppendParams(sessionKey=MAIN, events=chain("m", [("user", "the loan papers arrive friday"),
                                               ("assistant", "noted: loan papers on friday"),
-                                              ("user", "and the notary comes monday")]), sessionId="s1")
-        await engine.append(OTHER, chain("o", [("user", "other team: loan rates went up")]))
-        await engine.upsert_session(SECRET, incognito=True)
-        await engine.append(SECRET, [msg("x1", "user", "secret loan", None)])
-        await engine.append(REWOUND, chain("r", [("user", "loan draft one"), ("user", "loan draft two")]))
-        await engine.append(REWOUND, [leaf("l1", "r2", "r1")])
+                                              ("user", "and the notary comes monday")]), sessionId="s1"))
+        await engine.append(AppendParams(sessionKey=OTHER, events=chain("o", [("user", "other team: loan rates went up")])))
+        await engine.upsert_session(UpsertParams(sessionKey=SECRET, incognito=True))
+        await engine.append(AppendParams(sessionKey=SECRET, events=[msg("x1", "user", "secret loan", None)]))
+        await engine.append(AppendParams(sessionKey=REWOUND, events=chain("r", [("user", "loan draft one"), ("user", "loan draft two")])))
+        await engine.append(AppendParams(sessionKey=REWOUND, events=[leaf("l1", "r2", "r1")]))
 
 
 @asynccontextmanager

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from sessionsearch.api.openapi import openapi_document
+from sessionsearch.protocol import AppendParams
 
 from ..helpers import chain, engine_at, until, wait_until
 from ..server import Server
@@ -150,7 +151,7 @@ def test_the_openapi_document_describes_mode_matched_by_and_the_embedding_counts
 
 async def seed_engine(data_dir: Path) -> None:
     async with engine_at(data_dir) as engine:
-        await engine.append(KEY, chain("m", CONVERSATION), sessionId="s1")
+        await engine.append(AppendParams(sessionKey=KEY, events=chain("m", CONVERSATION), sessionId="s1"))
 
 
 async def test_mcp_offers_mode_with_when_to_use_which_and_answers_by_meaning(tmp_path):

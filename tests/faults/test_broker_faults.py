@@ -18,6 +18,7 @@ import pytest
 import redis
 
 from sessionsearch import Engine, Settings
+from sessionsearch.protocol import AppendParams
 from sessionsearch.queue import Pipeline
 from sessionsearch.queue.broker import NAMESPACE, QUEUE
 from sessionsearch.worker.sweep import Sweeper
@@ -288,7 +289,7 @@ async def test_a_periodic_sweep_sends_what_has_no_job_and_asks_redis_nothing_whe
         async with Engine(settings=settings) as engine:
             for agent in ("main", "ops", "work_bot"):  # 300 clean windows
                 for n in range(100):
-                    await engine.append(f"agent:{agent}:s{n}", chain(f"s{n}m", [("user", f"clean {n}")]))
+                    await engine.append(AppendParams(sessionKey=f"agent:{agent}:s{n}", events=chain(f"s{n}m", [("user", f"clean {n}")])))
             admin = private_redis.client()
             before = commands(admin)
             started = time.perf_counter()
@@ -306,8 +307,8 @@ async def test_a_periodic_sweep_sends_what_has_no_job_and_asks_redis_nothing_whe
             print(f"idle periodic sweep: {idle}")
             figures.record("broker_faults", "idle_sweep", idle)
 
-            await engine.append("agent:main:r", chain("r", [("user", "kept"), ("user", "rewound")]))
-            await engine.append("agent:main:r", [leaf("l1", "r2", "r1"), msg("x", "user", "again", "l1")])
+            await engine.append(AppendParams(sessionKey="agent:main:r", events=chain("r", [("user", "kept"), ("user", "rewound")])))
+            await engine.append(AppendParams(sessionKey="agent:main:r", events=[leaf("l1", "r2", "r1"), msg("x", "user", "again", "l1")]))
             assert (await sweeper.periodic())["enqueued"] == 1
             assert (await sweeper.periodic())["enqueued"] == 0  # its job waits in the queue
             assert private_redis.queued() == 1

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 
+from sessionsearch.protocol import AppendParams, SearchParams
+
 from ..embed.endpoint import EmbeddingsEndpoint, Fault
 from ..helpers import chain, engine_at, until
 from ..reconcile.test_pipeline import DEADLINE_S, Worker
@@ -30,7 +32,7 @@ async def test_embedding_resumes_after_workers_are_killed_mid_job_and_one_restar
             for s in range(SESSIONS):
                 texts = [("user" if i % 2 == 0 else "assistant", f"session {s} message {i} about harbor walls")
                          for i in range(MESSAGES)]
-                await engine.append(f"agent:main:s{s}", chain(f"s{s}m", texts))
+                await engine.append(AppendParams(sessionKey=f"agent:main:s{s}", events=chain(f"s{s}m", texts)))
 
             async def waiting() -> int:
                 agent = (await engine.index_status())["agents"][0]
@@ -58,7 +60,7 @@ async def test_embedding_resumes_after_workers_are_killed_mid_job_and_one_restar
                 assert final.stop() == 0
             agent = (await engine.index_status())["agents"][0]
             assert agent["embeddedMessages"] == SESSIONS * MESSAGES
-            found = await engine.search(query="harbor walls of session 2", mode="semantic")
+            found = await engine.search(SearchParams(query="harbor walls of session 2", mode="semantic"))
             assert found["results"] and "indexing" not in found
 
 

@@ -25,6 +25,7 @@ import pytest
 from sessionsearch import Engine, Settings, StorageFull
 from sessionsearch import metrics as ssmetrics
 from sessionsearch.importer import run_import
+from sessionsearch.protocol import AppendParams, HistoryParams, SearchParams, UpsertParams
 from sessionsearch.queue import Pipeline
 
 from .. import figures
@@ -212,7 +213,7 @@ def _after_recovery(server: Server) -> None:
 async def test_a_write_whose_checkpoint_meets_the_full_disk_is_answered_as_stored(tmp_path):
     with small_disk(tmp_path / "disk", 16) as disk:
         async with engine_at(disk) as engine:
-            await engine.append("agent:main:a", chain("a", [("user", f"first {i} " * 30) for i in range(2000)]))
+            await engine.append(AppendParams(sessionKey="agent:main:a", events=chain("a", [("user", f"first {i} " * 30) for i in range(2000)])))
             db = disk / "agents" / "main.db"
             with closing(sqlite3.connect(db, isolation_level=None)) as conn:  # the next write reuses the WAL
                 wait_until(lambda: not conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()[0], DEADLINE_S,
@@ -222,12 +223,12 @@ async def test_a_write_whose_checkpoint_meets_the_full_disk_is_answered_as_store
             # checkpoints right after its commit, and that copy needs the database file to grow
             (await engine.store("main"))._writer._checkpoints._inline_due = True
             try:
-                answer = await engine.append("agent:main:b", chain("b", [("user", f"second {i}") for i in range(500)]))
-                stored = (await engine.history(sessionKey="agent:main:b", limit=1000))["totalMessages"]
+                answer = await engine.append(AppendParams(sessionKey="agent:main:b", events=chain("b", [("user", f"second {i}") for i in range(500)])))
+                stored = (await engine.history(HistoryParams(sessionKey="agent:main:b", limit=1000)))["totalMessages"]
             finally:
                 filler.unlink()
             assert answer["appended"] == stored == 500
-            assert (await engine.append("agent:main:b", [msg("b501", "user", "after", "b500")]))["indexed"] == 1
+            assert (await engine.append(AppendParams(sessionKey="agent:main:b", events=[msg("b501", "user", "after", "b500")])))["indexed"] == 1
         assert_index_invariant(db)
 
 
@@ -243,7 +244,7 @@ async def test_an_import_that_meets_a_full_disk_stops_and_its_rerun_after_space_
     events = write_backlog(tmp_path / "state", [3000, 2500, 2000] + [40] * 30, words=12)
     with small_disk(tmp_path / "disk", 48) as disk:
         async with Engine(settings=Settings(data_dir=str(disk))) as engine:
-            await engine.upsert_session("agent:main:seed", label="the database exists before the fault")
+            await engine.upsert_session(UpsertParams(sessionKey="agent:main:seed", label="the database exists before the fault"))
             db = disk / "agents" / "main.db"
             empty_wal(db)
             filler = fill(disk, leave_bytes=2048 << 10)  # room for some steps, not for all of them
@@ -283,7 +284,7 @@ async def test_a_reconcile_job_that_meets_a_full_disk_leaves_no_claim_behind_and
                 fill(disk, leave_bytes=96 << 10)
                 before = failures._value.get()
                 pipeline.start_embedded_worker()
-                during = await engine.search(query="topic5")  # queues every window
+                during = await engine.search(SearchParams(query="topic5"))  # queues every window
                 assert during["indexing"] is True and during["results"] == []
                 # the big windows' jobs, and the small ones'
                 await until(lambda: failures._value.get() - before >= 3, DEADLINE_S,
@@ -296,13 +297,13 @@ async def test_a_reconcile_job_that_meets_a_full_disk_leaves_no_claim_behind_and
                 assert {w[0] for w in windows} == {1}  # nothing published from a half-written rebuild
                 # every claim is free, or a lease that runs out: none is held for good
                 assert all(token is None or expires <= claimed_at + lease_s for _, token, expires in windows)
-                assert (await engine.search(query="topic5"))["results"] == []
+                assert (await engine.search(SearchParams(query="topic5")))["results"] == []
                 failed_during = int(failures._value.get() - before)
                 filler.unlink()
                 started = time.monotonic()
                 await wait_for_backlog_zero(engine, DEADLINE_S)
                 recovery_s = time.monotonic() - started
-                assert len((await engine.search(query="w1", limit=25))["results"]) == 25
+                assert len((await engine.search(SearchParams(query="w1", limit=25)))["results"]) == 25
         finally:
             filler.unlink(missing_ok=True)
             pipeline.close()
@@ -442,7 +443,7 @@ async def _rewind(engine: Engine, events: dict[str, list[dict]], sid: str, n: in
     target = active[-rng.randint(2, 40)]["id"]
     new = [leaf(f"{sid}l{n}", active[-1]["id"], target),
            msg(f"{sid}r{n}", "user", f"rewound {sid} topic{n}", f"{sid}l{n}", ts=BASE_TS + 10**6 + n)]
-    await engine.append(f"agent:main:{sid}", new, sessionId=sid)
+    await engine.append(AppendParams(sessionKey=f"agent:main:{sid}", events=new, sessionId=sid))
     events[sid] += new
 
 

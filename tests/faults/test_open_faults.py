@@ -17,6 +17,7 @@ from contextlib import closing
 import pytest
 
 from sessionsearch import StorageFull, Unavailable
+from sessionsearch.protocol import AppendParams
 from sessionsearch.store.sqlite import writer as writer_module
 
 from ..helpers import engine_at, msg
@@ -121,7 +122,7 @@ async def test_a_database_another_process_creates_while_this_one_fails_to_create
     async with engine_at(tmp_path) as engine:
         threads, fds = _threads_and_fds(os.getpid())
         with pytest.raises(StorageFull):
-            await engine.append("agent:ops:ours", [msg("m1", "user", "ours", None)])
+            await engine.append(AppendParams(sessionKey="agent:ops:ours", events=[msg("m1", "user", "ours", None)]))
         assert made == [0]
         db = tmp_path / "agents" / "ops.db"
         assert db.exists(), "the other process's database was removed"
@@ -129,13 +130,13 @@ async def test_a_database_another_process_creates_while_this_one_fails_to_create
             assert conn.execute("SELECT count(*) FROM events WHERE event_id = 't1'").fetchone() == (1,)
         _assert_no_more(os.getpid(), (threads, fds))
         # once space returns, this process appends to the database the other one made
-        assert (await engine.append("agent:ops:ours", [msg("m1", "user", "ours", None)]))["appended"] == 1
+        assert (await engine.append(AppendParams(sessionKey="agent:ops:ours", events=[msg("m1", "user", "ours", None)])))["appended"] == 1
         assert sorted(p.name for p in db.parent.iterdir() if p.name.startswith(".")) == []
 
 
 async def test_a_turnstile_file_that_cannot_be_opened_answers_unavailable_and_leaks_no_thread(tmp_path):
     async with engine_at(tmp_path) as engine:
-        await engine.append("agent:ops:a", [msg("m1", "user", "first", None)])
+        await engine.append(AppendParams(sessionKey="agent:ops:a", events=[msg("m1", "user", "first", None)]))
     (tmp_path / "agents" / "ops.db-turn").unlink()
     (tmp_path / "agents" / "ops.db-turn").mkdir()  # os.open fails with EISDIR
     threads, fds = _threads_and_fds(os.getpid())

@@ -16,6 +16,7 @@ import pytest
 
 from sessionsearch import importer
 from sessionsearch.importer import run_import
+from sessionsearch.protocol import HistoryParams, ListParams, SearchParams, SessionRef
 
 from ..helpers import engine_at, ids
 
@@ -62,7 +63,7 @@ async def test_bad_lines_are_reported_with_file_and_line_and_valid_rows_are_kept
         assert "entry 'dm:+1555': unknown kind 'robot'; ignored" in messages
         assert report.events == 5  # header, g1, g3, d1, s1
         await engine.reconcile_pending()
-        found = await engine.search(query="alpha", limit=25)
+        found = await engine.search(SearchParams(query="alpha", limit=25))
         assert sorted(ids(found)) == ["d1", "g1", "g3", "s1"]
         keys = {h["sessionKey"] for h in found["results"]}
         assert keys == {"agent:main:good", "agent:main:dm:+1555", "agent:main:imported:stray-9"}
@@ -78,7 +79,7 @@ async def test_a_second_import_adds_nothing_and_loses_nothing(tmp_path):
         assert first.events == 5 and second.events == 0
         assert sum(f.skipped_lines for f in second.files) == sum(f.lines for f in first.files)
         await engine.reconcile_pending()
-        assert len((await engine.search(query="alpha", limit=25))["results"]) == 4
+        assert len((await engine.search(SearchParams(query="alpha", limit=25)))["results"]) == 4
 
 
 async def test_a_grown_file_imports_only_its_new_lines(tmp_path):
@@ -91,7 +92,7 @@ async def test_a_grown_file_imports_only_its_new_lines(tmp_path):
         again = await run_import(engine, state)
         assert again.events == 1
         await engine.reconcile_pending()
-        history = await engine.history(sessionKey="agent:main:good")
+        history = await engine.history(HistoryParams(sessionKey="agent:main:good"))
         assert [m["messageId"] for m in history["messages"]] == ["g1", "g3", "g4"]
 
 
@@ -108,12 +109,12 @@ async def test_the_demo_state_dir_imports_cleanly_and_reconciles_to_the_active_b
     async with engine_at(tmp_path / "data") as engine:
         report = await run_import(engine, DEMO)
         assert report.problems == [] and report.sessions == 6
-        assert (await engine.search(query="loan"))["indexing"] is True
+        assert (await engine.search(SearchParams(query="loan")))["indexing"] is True
         await engine.reconcile_pending()
-        assert ids(await engine.search(query="abandoned plan")) == []  # rewound away
-        assert ids(await engine.search(query="smaller deposit")) == ["car-plans-01-m5"]
-        assert ids(await engine.search(query="東京")) and ids(await engine.search(query="北京"))
-        assert ids(await engine.search(query="surprise party")) == []  # incognito
+        assert ids(await engine.search(SearchParams(query="abandoned plan"))) == []  # rewound away
+        assert ids(await engine.search(SearchParams(query="smaller deposit"))) == ["car-plans-01-m5"]
+        assert ids(await engine.search(SearchParams(query="東京"))) and ids(await engine.search(SearchParams(query="北京")))
+        assert ids(await engine.search(SearchParams(query="surprise party"))) == []  # incognito
 
 
 def test_the_import_command_prints_a_summary_per_file_and_json(tmp_path):
@@ -170,7 +171,7 @@ def _where(report: dict) -> set[tuple[str, int | None]]:
 async def _ids_found(data: Path, query: str) -> list[str]:
     async with engine_at(data) as engine:
         await engine.reconcile_pending()
-        return sorted(ids(await engine.search(query=query, limit=25)))
+        return sorted(ids(await engine.search(SearchParams(query=query, limit=25))))
 
 
 def test_a_session_id_that_names_a_path_outside_its_sessions_dir_is_rejected_and_the_rest_imported(tmp_path):
@@ -258,7 +259,7 @@ async def test_a_line_with_an_unstorable_number_or_a_lone_surrogate_costs_only_t
         again = await run_import(engine, state)
         assert again.events == 0 and again.problems == []
         await engine.reconcile_pending()
-        assert sorted(ids(await engine.search(query="alpha", limit=25))) == ["f1", "u1", "u9"]
+        assert sorted(ids(await engine.search(SearchParams(query="alpha", limit=25)))) == ["f1", "u1", "u9"]
 
 
 def test_one_unstorable_line_through_the_command_is_reported_and_does_not_abort_the_import(tmp_path):
@@ -292,12 +293,12 @@ async def test_a_key_of_another_agent_is_stored_under_that_agent_where_history_a
         again = await run_import(engine, state)
         assert again.events == 0
         await engine.reconcile_pending()
-        history = await engine.history(sessionKey="agent:ops:x")
+        history = await engine.history(HistoryParams(sessionKey="agent:ops:x"))
         assert [m["messageId"] for m in history["messages"]] == ["o1", "o2"]
-        scoped = await engine.search(query="alpha", sessionKeys=["agent:ops:x"])
+        scoped = await engine.search(SearchParams(query="alpha", sessionKeys=["agent:ops:x"]))
         assert ids(scoped) == ["o1"]
         assert sorted(engine.agent_ids_on_disk()) == ["main", "ops"]
-        listed = {s["sessionKey"]: s["label"] for s in (await engine.list_sessions(agentId="ops"))["sessions"]}
+        listed = {s["sessionKey"]: s["label"] for s in (await engine.list_sessions(ListParams(agentId="ops")))["sessions"]}
         assert listed == {"agent:ops:x": "Ops window"}
     env = {**os.environ, "SESSIONSEARCH_DATA_DIR": str(tmp_path / "fresh")}
     run = subprocess.run([sys.executable, "-m", "sessionsearch.cli", "import", str(state)], capture_output=True,
@@ -402,7 +403,7 @@ async def test_a_line_of_invalid_utf8_or_over_the_size_limit_is_reported_and_the
         again = await run_import(engine, state)
         assert again.events == 0 and again.problems == []
         await engine.reconcile_pending()
-        assert sorted(ids(await engine.search(query="alpha"))) == ["k1", "k4"]
+        assert sorted(ids(await engine.search(SearchParams(query="alpha")))) == ["k1", "k4"]
 
 
 async def test_an_event_the_store_refuses_costs_only_its_own_line(tmp_path, monkeypatch):
@@ -430,7 +431,7 @@ async def test_an_event_the_store_refuses_costs_only_its_own_line(tmp_path, monk
         again = await run_import(engine, state)
         assert again.events == 0 and again.problems == []
         await engine.reconcile_pending()
-        history = await engine.history(sessionKey="agent:main:k")
+        history = await engine.history(HistoryParams(sessionKey="agent:main:k"))
         assert [m["messageId"] for m in history["messages"]] == ["r1", "r2", "r3", "r5", "r6", "r7"]
         assert (await engine.list_sessions())["sessions"][0]["label"] == "Kept"
 
@@ -444,7 +445,7 @@ async def test_a_window_the_store_refuses_is_reported_once_and_its_lines_wait_fo
     (sessions / "j-1.jsonl").write_text(_line("j1", "alpha j") + "\n")
     async with engine_at(tmp_path / "data") as engine:
         await run_import(engine, state)
-        await engine.archive(sessionKey="agent:main:k")
+        await engine.archive(SessionRef(sessionKey="agent:main:k"))
         with open(sessions / "k-1.jsonl", "a") as fh:
             fh.write(_line("k2", "alpha two", "k1") + "\n")
         with open(sessions / "j-1.jsonl", "a") as fh:
@@ -453,11 +454,11 @@ async def test_a_window_the_store_refuses_is_reported_once_and_its_lines_wait_fo
         assert [(Path(p.file).name, p.line, p.message) for p in refused.problems] == [
             ("k-1.jsonl", None, "not imported: session 'agent:main:k' is archived; restore it before appending")]
         assert refused.events == 1  # j2
-        await engine.restore(sessionKey="agent:main:k")
+        await engine.restore(SessionRef(sessionKey="agent:main:k"))
         later = await run_import(engine, state)
         assert later.events == 1 and later.problems == []
         await engine.reconcile_pending()
-        history = await engine.history(sessionKey="agent:main:k")
+        history = await engine.history(HistoryParams(sessionKey="agent:main:k"))
         assert [m["messageId"] for m in history["messages"]] == ["k1", "k2"]
 
 
@@ -481,7 +482,7 @@ async def test_an_unterminated_last_line_that_is_not_json_yet_is_left_for_the_ne
         second = await run_import(engine, state)
         assert second.events == 1 and second.problems == [] and second.files[0].skipped_lines == 1
         await engine.reconcile_pending()
-        assert sorted(ids(await engine.search(query="alpha"))) == ["k1", "k2"]
+        assert sorted(ids(await engine.search(SearchParams(query="alpha")))) == ["k1", "k2"]
 
 
 def test_file_names_that_are_not_utf8_are_reported_readably_and_skipped(tmp_path):
@@ -583,5 +584,5 @@ async def test_a_write_to_postgresql_progresses_while_the_next_chunk_is_parsed(p
         assert report.problems == [] and report.events == 350
         assert started[0] < 150, started  # the first chunk's write began within the second chunk's parse
         await engine.reconcile_pending()
-        history = await engine.history(sessionKey="agent:main:k", limit=500)
+        history = await engine.history(HistoryParams(sessionKey="agent:main:k", limit=500))
         assert [m["messageId"] for m in history["messages"]] == [f"m{i}" for i in range(350)]

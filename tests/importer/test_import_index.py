@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from sessionsearch.importer import run_import
+from sessionsearch.protocol import SearchParams
 
 from ..helpers import engine_at, ids
 
@@ -36,7 +37,7 @@ async def test_an_entry_naming_another_agent_leaves_that_agents_own_window_to_it
     async with engine_at(tmp_path / "data") as engine:
         report = await run_import(engine, state)
         await engine.reconcile_pending()
-        hits = {h["messageId"]: h["sessionKey"] for h in (await engine.search(query="puffin", limit=10))["results"]}
+        hits = {h["messageId"]: h["sessionKey"] for h in (await engine.search(SearchParams(query="puffin", limit=10)))["results"]}
         assert hits == {"w1": "agent:work:own", "m1": "agent:main:imported:s1"}
         listed = {s["sessionKey"]: s for s in (await engine.list_sessions())["sessions"]}
         assert listed["agent:work:own"]["label"] == "Own" and listed["agent:work:own"]["sessionId"] == "s1"
@@ -65,7 +66,7 @@ async def test_a_second_key_sharing_a_session_id_keeps_its_metadata(tmp_path):
         # the same key written two ways: one session, the fields of both
         assert (listed["agent:main:main"]["label"], listed["agent:main:main"]["displayName"]) == ("Main",
                                                                                                    "The main one")
-        assert sorted(ids(await engine.search(query="grebe"))) == ["a1", "b1"]
+        assert sorted(ids(await engine.search(SearchParams(query="grebe")))) == ["a1", "b1"]
         (problem,) = [p for p in report.problems if "'agent:main:second'" in p.message]
         assert "already the window of 'agent:main:first'" in problem.message and "import again" in problem.message
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from sessionsearch.importer import run_import
+from sessionsearch.protocol import HistoryParams, SearchParams
 
 from ..helpers import engine_at, ids, sql_rows
 
@@ -86,13 +87,13 @@ async def test_a_session_the_runtime_wrote_answers_search_and_history_from_its_o
         for entry in branch + off:
             for word in WORD.findall(_text(entry["message"])):
                 indexed = entry in branch and entry["message"]["role"] in ("user", "assistant")
-                assert ids(await engine.search(query=word)) == ([entry["id"]] if indexed else []), word
+                assert ids(await engine.search(SearchParams(query=word))) == ([entry["id"]] if indexed else []), word
         for word in ("w90zz", "w91zz", "w92zz", "w93zz", "w94zz", "w95zz"):  # never indexed
-            assert ids(await engine.search(query=word)) == [], word
-        history = await engine.history(sessionKey="agent:main:pi", includeTools=True)
+            assert ids(await engine.search(SearchParams(query=word))) == [], word
+        history = await engine.history(HistoryParams(sessionKey="agent:main:pi", includeTools=True))
         assert [(m["messageId"], m["role"]) for m in history["messages"]] == [
             (e["id"], e["message"]["role"]) for e in branch]
-        plain = await engine.history(sessionKey="agent:main:pi")
+        plain = await engine.history(HistoryParams(sessionKey="agent:main:pi"))
         assert [m["messageId"] for m in plain["messages"]] == [
             e["id"] for e in branch if e["message"]["role"] != "toolResult"]
         (listed,) = (await engine.list_sessions())["sessions"]
@@ -150,7 +151,7 @@ async def test_a_version_1_file_imports_as_the_runtime_migrates_it_with_stable_i
             assert stored == [renamed(e) for e in on_disk]
             await engine.reconcile_pending()
             branch = [renamed(e) for e in migrated["branch"] if e["type"] == "message"]
-            history = await engine.history(sessionKey="agent:main:old", includeTools=True)
+            history = await engine.history(HistoryParams(sessionKey="agent:main:old", includeTools=True))
             assert [(m["messageId"], m["role"]) for m in history["messages"]] == [
                 (e["id"], e["message"]["role"]) for e in branch]
             assert [m["role"] for m in history["messages"]] == ["user", "assistant", "bashExecution", "custom",
@@ -158,4 +159,4 @@ async def test_a_version_1_file_imports_as_the_runtime_migrates_it_with_stable_i
             for entry in branch:
                 indexed = entry["message"]["role"] in ("user", "assistant")
                 for word in WORD.findall(_text(entry["message"]) + " " + entry["message"].get("output", "")):
-                    assert ids(await engine.search(query=word)) == ([entry["id"]] if indexed else []), word
+                    assert ids(await engine.search(SearchParams(query=word))) == ([entry["id"]] if indexed else []), word

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from sessionsearch.importer import run_import
+from sessionsearch.protocol import HistoryParams, SearchParams
 
 from ..helpers import engine_at, ids, sql_rows
 
@@ -58,9 +59,9 @@ async def test_a_version_1_file_gets_stable_ids_parents_and_its_kept_entry_as_th
         report = await run_import(engine, tmp_path / "state")
         assert report.problems == [] and report.notes == [] and report.events == 7
         await engine.reconcile_pending()
-        assert sorted(ids(await engine.search(query="walrus"))) == [f"{V1_ID}:1", f"{V1_ID}:2"]
-        assert ids(await engine.search(query="narwhal")) == [f"{V1_ID}:6"]
-        history = await engine.history(sessionKey="agent:main:old", includeTools=True)
+        assert sorted(ids(await engine.search(SearchParams(query="walrus")))) == [f"{V1_ID}:1", f"{V1_ID}:2"]
+        assert ids(await engine.search(SearchParams(query="narwhal"))) == [f"{V1_ID}:6"]
+        history = await engine.history(HistoryParams(sessionKey="agent:main:old", includeTools=True))
         assert [(m["messageId"], m["role"]) for m in history["messages"]] == [
             (f"{V1_ID}:1", "user"), (f"{V1_ID}:2", "assistant"), (f"{V1_ID}:3", "bashExecution"),
             (f"{V1_ID}:4", "custom"), (f"{V1_ID}:6", "user")]
@@ -71,7 +72,7 @@ async def test_a_version_1_file_gets_stable_ids_parents_and_its_kept_entry_as_th
         compaction = bodies[5]
         assert compaction["firstKeptEntryId"] == f"{V1_ID}:2" and "firstKeptEntryIndex" not in compaction
         # the event's time, not the message's: the runtime's files differ by seconds
-        assert [h["timestamp"] for h in (await engine.search(query="narwhal"))["results"]] == [1767323102000]
+        assert [h["timestamp"] for h in (await engine.search(SearchParams(query="narwhal")))["results"]] == [1767323102000]
     async with engine_at(tmp_path / "elsewhere") as again:  # another machine: the same ids
         await run_import(again, tmp_path / "state")
         await again.reconcile_pending()
@@ -91,7 +92,7 @@ async def test_version_1_positions_skip_blank_and_malformed_lines_and_a_reimport
         second = await run_import(engine, tmp_path / "state")
         assert second.events == 1
         await engine.reconcile_pending()
-        history = await engine.history(sessionKey=f"agent:main:imported:{V1_ID}")
+        history = await engine.history(HistoryParams(sessionKey=f"agent:main:imported:{V1_ID}"))
         # entries as the runtime counts them: the header 0, the two messages 1 and 2, the appended one 3
         assert [m["messageId"] for m in history["messages"]] == [f"{V1_ID}:1", f"{V1_ID}:2", f"{V1_ID}:3"]
 
@@ -107,7 +108,7 @@ async def test_a_version_2_file_keeps_its_ids_and_its_hook_messages_become_custo
         report = await run_import(engine, tmp_path / "state")
         assert report.problems == [] and report.notes == []
         await engine.reconcile_pending()
-        history = await engine.history(sessionKey="agent:main:imported:v2", includeTools=True)
+        history = await engine.history(HistoryParams(sessionKey="agent:main:imported:v2", includeTools=True))
         assert [(m["messageId"], m["role"]) for m in history["messages"]] == [("a1", "user"), ("a2", "custom")]
 
 
@@ -127,8 +128,8 @@ async def test_every_role_is_carried_and_an_unknown_one_with_a_note(tmp_path):
         assert len(notes) == 2 and "'hookMessage'" in notes[0] and "'robot'" in notes[1] and "(2 lines)" in notes[1]
         assert {n.line for n in report.notes} == {10, 11}
         await engine.reconcile_pending()
-        assert sorted(ids(await engine.search(query="beaver"))) == ["r0", "r1"]  # only user and assistant text
-        history = await engine.history(sessionKey="agent:main:imported:all", includeTools=True)
+        assert sorted(ids(await engine.search(SearchParams(query="beaver")))) == ["r0", "r1"]  # only user and assistant text
+        history = await engine.history(HistoryParams(sessionKey="agent:main:imported:all", includeTools=True))
         assert [m["role"] for m in history["messages"]] == roles
 
 
@@ -179,7 +180,7 @@ async def test_a_bom_and_crlf_or_cr_line_ends_are_read(tmp_path):
         again = await run_import(engine, tmp_path / "state")  # every line counted as read
         assert again.events == 0 and again.problems == []
         await engine.reconcile_pending()
-        assert sorted(ids(await engine.search(query="ibis", limit=10))) == [
+        assert sorted(ids(await engine.search(SearchParams(query="ibis", limit=10)))) == [
             "cr1", "cr2", "crlf1", "crlf2", "lf1", "lf2"]
 
 

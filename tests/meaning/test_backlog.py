@@ -18,6 +18,7 @@ from sessionsearch.embed.builtin import BuiltinEmbedder
 from sessionsearch.engine import Engine
 from sessionsearch.importer import run_import
 from sessionsearch.metrics import PipelineCollector
+from sessionsearch.protocol import AppendParams, SessionRef, UpsertParams
 
 from ..helpers import chain, engine_at, sql_rows, sweeping, wait_until
 from ..ops.test_cli import _cli
@@ -49,9 +50,9 @@ class Recording:
 async def _kept_and_secret(engine: Engine) -> None:
     """An ordinary session of three messages beside an incognito one of two; the incognito flag
     comes first, as an import of sessions.json sets it."""
-    await engine.upsert_session(SECRET, incognito=True)
-    await engine.append(SECRET, chain("s", SECRET_TEXT))
-    await engine.append(KEPT, chain("k", TOPICS[:3]))
+    await engine.upsert_session(UpsertParams(sessionKey=SECRET, incognito=True))
+    await engine.append(AppendParams(sessionKey=SECRET, events=chain("s", SECRET_TEXT)))
+    await engine.append(AppendParams(sessionKey=KEPT, events=chain("k", TOPICS[:3])))
 
 
 def _sent(queue) -> list[tuple]:
@@ -137,7 +138,7 @@ async def test_a_session_made_ordinary_again_waits_and_its_window_is_sent(backen
         async with engine_at(backend) as engine:
             await _kept_and_secret(engine)
             await engine.embed_pending()
-            await engine.upsert_session(SECRET, incognito=False)
+            await engine.upsert_session(UpsertParams(sessionKey=SECRET, incognito=False))
             assert (await engine.index_status())["agents"][0]["embeddingBacklog"] == 2
             assert _scraped(engine)["sessionsearch_embedding_backlog"] == 1
             assert (await sweeper.periodic())["embedWindows"] == 1
@@ -149,10 +150,10 @@ async def test_a_session_made_ordinary_again_waits_and_its_window_is_sent(backen
 
 async def test_a_session_made_incognito_after_it_was_embedded_counts_neither_way(backend):
     async with engine_at(backend) as engine:
-        await engine.append(SECRET, chain("s", SECRET_TEXT))
-        await engine.append(KEPT, chain("k", TOPICS[:3]))
+        await engine.append(AppendParams(sessionKey=SECRET, events=chain("s", SECRET_TEXT)))
+        await engine.append(AppendParams(sessionKey=KEPT, events=chain("k", TOPICS[:3])))
         await engine.embed_pending()
-        await engine.upsert_session(SECRET, incognito=True)
+        await engine.upsert_session(UpsertParams(sessionKey=SECRET, incognito=True))
         status = (await engine.index_status())["agents"][0]
         assert (status["embeddedMessages"], status["embeddingBacklog"]) == (3, 0)
 
@@ -161,10 +162,10 @@ async def test_an_archived_window_never_embedded_is_not_waiting(backend):
     settings = backend.settings()
     async with sweeping(settings) as (pipeline, sweeper):
         async with engine_at(backend) as engine:
-            await engine.append(KEPT, chain("k", TOPICS[:3]))
+            await engine.append(AppendParams(sessionKey=KEPT, events=chain("k", TOPICS[:3])))
             await engine.embed_pending()
-            await engine.append(COLD, chain("c", TOPICS[3:5]))
-            await engine.archive(COLD)  # before any job embedded it: its rows left the index
+            await engine.append(AppendParams(sessionKey=COLD, events=chain("c", TOPICS[3:5])))
+            await engine.archive(SessionRef(sessionKey=COLD))  # before any job embedded it: its rows left the index
             assert (await engine.index_status())["agents"][0]["embeddingBacklog"] == 0
             assert _scraped(engine)["sessionsearch_embedding_backlog"] == 0
             assert (await sweeper.periodic())["embedWindows"] == 0
@@ -173,7 +174,7 @@ async def test_an_archived_window_never_embedded_is_not_waiting(backend):
 
 async def test_with_no_embedder_the_metric_shows_nothing_waiting(backend):
     async with engine_at(backend, embedder="none") as engine:
-        await engine.append(KEPT, chain("k", TOPICS[:3]))
+        await engine.append(AppendParams(sessionKey=KEPT, events=chain("k", TOPICS[:3])))
         assert _scraped(engine)["sessionsearch_embedding_backlog"] == 1  # an embedder would take it
         assert _scraped(engine, embedding=False)["sessionsearch_embedding_backlog"] == 0
         status = (await engine.index_status())["agents"][0]

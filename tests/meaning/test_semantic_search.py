@@ -13,6 +13,7 @@ from sessionsearch import InvalidRequest
 from sessionsearch.embed import EmbedderFailed
 from sessionsearch.embed.builtin import BuiltinEmbedder
 from sessionsearch.engine import Engine
+from sessionsearch.protocol import AppendParams, SearchParams, SessionRef, UpsertParams
 from sessionsearch.queue import Pipeline
 
 from ..helpers import chain, engine_at, ids, leaf, msg, sql_rows, sweeping
@@ -33,7 +34,7 @@ TOPICS = [
 
 
 async def _corpus(engine: Engine, key: str = KEY, prefix: str = "m") -> None:
-    await engine.append(key, chain(prefix, TOPICS))
+    await engine.append(AppendParams(sessionKey=key, events=chain(prefix, TOPICS)))
     await engine.embed_pending()
 
 
@@ -71,27 +72,27 @@ async def test_a_paraphrase_is_found_by_semantic_search_but_not_by_keyword(backe
     async with engine_at(backend) as engine:
         await _corpus(engine)
         question = "what did we decide about the home loan"
-        assert ids(await engine.search(query=question)) == []
-        found = await engine.search(query=question, mode="semantic")
+        assert ids(await engine.search(SearchParams(query=question))) == []
+        found = await engine.search(SearchParams(query=question, mode="semantic"))
         assert ids(found)[:1] == ["m1"] and "indexing" not in found
         hit = found["results"][0]
         assert hit["matchedBy"] == ["semantic"] and engine.settings.semantic_min_score <= hit["score"] <= 1.0
-        assert ids(await engine.search(query="when is my visit to the tooth doctor", mode="semantic"))[:1] == ["m2"]
+        assert ids(await engine.search(SearchParams(query="when is my visit to the tooth doctor", mode="semantic")))[:1] == ["m2"]
 
 
 async def test_an_unrelated_query_finds_nothing_above_the_similarity_floor(backend):
     async with engine_at(backend) as engine:
         await _corpus(engine)
-        assert await engine.search(query="quantum chromodynamics gluon flux tensor", mode="semantic") == {"results": []}
-        assert ids(await engine.search(query="anything", mode="semantic", limit=25)) == []
+        assert await engine.search(SearchParams(query="quantum chromodynamics gluon flux tensor", mode="semantic")) == {"results": []}
+        assert ids(await engine.search(SearchParams(query="anything", mode="semantic", limit=25))) == []
 
 
 async def test_hybrid_keeps_a_rare_words_keyword_top_hit_in_its_top_three(backend):
     async with engine_at(backend) as engine:
         await _corpus(engine)
-        keyword = await engine.search(query="zxqvelt password")
+        keyword = await engine.search(SearchParams(query="zxqvelt password"))
         assert ids(keyword) == ["m7"]
-        hybrid = await engine.search(query="zxqvelt password", mode="hybrid")
+        hybrid = await engine.search(SearchParams(query="zxqvelt password", mode="hybrid"))
         assert "m7" in ids(hybrid)[:3]
         by_id = {h["messageId"]: h for h in hybrid["results"]}
         assert by_id["m7"]["matchedBy"] == ["keyword", "semantic"]
@@ -102,11 +103,11 @@ async def test_hybrid_keeps_a_rare_words_keyword_top_hit_in_its_top_three(backen
 
 async def test_hybrid_hits_found_only_by_words_say_keyword(backend):
     async with engine_at(backend) as engine:
-        await engine.append(KEY, chain("m", [("user", "ticket ABC-1234 was closed"),
-                                             ("assistant", "lunch was pasta with tomato sauce")]))
+        await engine.append(AppendParams(sessionKey=KEY, events=chain("m", [("user", "ticket ABC-1234 was closed"),
+                                             ("assistant", "lunch was pasta with tomato sauce")])))
         await engine.embed_pending()
         engine.settings = engine.settings.replace(semantic_min_score=0.99)  # no neighbour is that close
-        hybrid = await engine.search(query="ABC-1234", mode="hybrid")
+        hybrid = await engine.search(SearchParams(query="ABC-1234", mode="hybrid"))
         assert [(h["messageId"], h["matchedBy"]) for h in hybrid["results"]] == [("m1", ["keyword"])]
 
 
@@ -114,15 +115,15 @@ async def test_role_time_and_limit_narrow_semantic_search(backend):
     async with engine_at(backend) as engine:
         await _corpus(engine)
         question = "password rules"
-        every = ids(await engine.search(query=question, mode="semantic", limit=25))
+        every = ids(await engine.search(SearchParams(query=question, mode="semantic", limit=25)))
         assert {"m8", "m9"} <= set(every)
-        users = ids(await engine.search(query=question, mode="semantic", role="user", limit=25))
+        users = ids(await engine.search(SearchParams(query=question, mode="semantic", role="user", limit=25)))
         assert "m8" not in users and "m9" in users
-        one = await engine.search(query=question, mode="semantic", limit=1)
+        one = await engine.search(SearchParams(query=question, mode="semantic", limit=1))
         assert len(one["results"]) == 1 and one["truncated"] is True
         stamps = {h["messageId"]: h["timestamp"] for h in
-                  (await engine.search(query=question, mode="semantic", limit=25))["results"]}
-        later = ids(await engine.search(query=question, mode="semantic", since=stamps["m9"], limit=25))
+                  (await engine.search(SearchParams(query=question, mode="semantic", limit=25)))["results"]}
+        later = ids(await engine.search(SearchParams(query=question, mode="semantic", since=stamps["m9"], limit=25)))
         assert "m9" in later and "m8" not in later
 
 
@@ -131,18 +132,18 @@ async def test_pending_rows_answer_indexing_until_the_embedded_worker_embeds_the
     pipeline = Pipeline(settings)
     try:
         async with Engine(settings=settings, enqueuer=pipeline.reconciler.enqueue) as engine:
-            await engine.append(KEY, chain("m", TOPICS))
-            first = await engine.search(query="home loan", mode="semantic", agent_facing=True)
+            await engine.append(AppendParams(sessionKey=KEY, events=chain("m", TOPICS)))
+            first = await engine.search(SearchParams(query="home loan", mode="semantic"), agent_facing=True)
             assert first["indexing"] is True and first["results"] == [] and "warning" in first
             status = (await engine.index_status())["agents"][0]
             assert status["embeddingBacklog"] == len(TOPICS) and status["embeddedMessages"] == 0
-            await engine.search(query="home loan", mode="semantic")  # queued once: the marker holds it
+            await engine.search(SearchParams(query="home loan", mode="semantic"))  # queued once: the marker holds it
             assert pipeline.broker.queues["embed"].qsize() == 1
             pipeline.start_embedded_worker()
             pipeline.broker.join("embed", timeout=60_000)
             assert pipeline.worker is not None
             pipeline.worker.join()
-            done = await engine.search(query="home loan", mode="semantic")
+            done = await engine.search(SearchParams(query="home loan", mode="semantic"))
             assert ids(done)[:1] == ["m1"] and "indexing" not in done
             status = (await engine.index_status())["agents"][0]
             assert status["embeddingBacklog"] == 0 and status["embeddedMessages"] == len(TOPICS)
@@ -153,45 +154,45 @@ async def test_pending_rows_answer_indexing_until_the_embedded_worker_embeds_the
 async def test_an_append_never_waits_for_an_embedding_and_its_rows_wait_as_pending(backend):
     async with engine_at(backend) as engine:
         await _corpus(engine)
-        appended = await engine.append(KEY, [msg("n1", "user", "the escrow account for the house closing", "m10")])
+        appended = await engine.append(AppendParams(sessionKey=KEY, events=[msg("n1", "user", "the escrow account for the house closing", "m10")]))
         assert appended["indexed"] == 1
-        during = await engine.search(query="home loan", mode="semantic")
+        during = await engine.search(SearchParams(query="home loan", mode="semantic"))
         assert during["indexing"] is True and ids(during)[:1] == ["m1"]  # what is embedded answers meanwhile
         await engine.embed_pending()
-        assert "indexing" not in await engine.search(query="home loan", mode="semantic")
+        assert "indexing" not in await engine.search(SearchParams(query="home loan", mode="semantic"))
 
 
 async def test_rewound_away_text_never_answers_a_semantic_search(backend):
     async with engine_at(backend) as engine:
-        await engine.append(KEY, chain("m", [("user", "which bank for the home loan?"),
+        await engine.append(AppendParams(sessionKey=KEY, events=chain("m", [("user", "which bank for the home loan?"),
                                              ("assistant", "We will refinance the mortgage with the credit union"),
-                                             ("user", "ok, go with it")]))
+                                             ("user", "ok, go with it")])))
         await engine.embed_pending()
-        assert "m2" in ids(await engine.search(query="mortgage refinancing", mode="semantic"))
-        await engine.append(KEY, [leaf("l1", "m3", "m1"), msg("n1", "assistant", "Let us compare the bakeries in town for fresh bread", "l1")])
-        during = await engine.search(query="mortgage refinancing", mode="semantic")
+        assert "m2" in ids(await engine.search(SearchParams(query="mortgage refinancing", mode="semantic")))
+        await engine.append(AppendParams(sessionKey=KEY, events=[leaf("l1", "m3", "m1"), msg("n1", "assistant", "Let us compare the bakeries in town for fresh bread", "l1")]))
+        during = await engine.search(SearchParams(query="mortgage refinancing", mode="semantic"))
         assert "m2" not in ids(during) and during["indexing"] is True
         await engine.reconcile_pending()
-        after = await engine.search(query="mortgage refinancing", mode="semantic")
+        after = await engine.search(SearchParams(query="mortgage refinancing", mode="semantic"))
         assert "m2" not in ids(after) and "m3" not in ids(after)
         await engine.embed_pending()
-        final = await engine.search(query="mortgage refinancing", mode="semantic", limit=25)
+        final = await engine.search(SearchParams(query="mortgage refinancing", mode="semantic", limit=25))
         assert "m2" not in ids(final) and "indexing" not in final
-        assert ids(await engine.search(query="which bakery sells the best bread", mode="semantic"))[:1] == ["n1"]
+        assert ids(await engine.search(SearchParams(query="which bakery sells the best bread", mode="semantic")))[:1] == ["n1"]
 
 
 async def test_deleted_incognito_and_archived_sessions_never_answer(backend):
     async with engine_at(backend) as engine:
         for n, key in enumerate(["agent:main:gone", "agent:main:secret", "agent:main:cold", "agent:main:kept"]):
-            await engine.append(key, chain(f"k{n}-", [("user", "We should refinance the mortgage on the house")]))
-        await engine.upsert_session("agent:main:secret", incognito=True)
+            await engine.append(AppendParams(sessionKey=key, events=chain(f"k{n}-", [("user", "We should refinance the mortgage on the house")])))
+        await engine.upsert_session(UpsertParams(sessionKey="agent:main:secret", incognito=True))
         await engine.embed_pending()
-        everything = await engine.search(query="home loan", mode="semantic", limit=25)
+        everything = await engine.search(SearchParams(query="home loan", mode="semantic", limit=25))
         assert sorted(h["sessionKey"] for h in everything["results"]) == [
             "agent:main:cold", "agent:main:gone", "agent:main:kept"]
-        await engine.delete("agent:main:gone")
-        await engine.archive("agent:main:cold")
-        found = await engine.search(query="home loan", mode="semantic", limit=25)
+        await engine.delete(SessionRef(sessionKey="agent:main:gone"))
+        await engine.archive(SessionRef(sessionKey="agent:main:cold"))
+        found = await engine.search(SearchParams(query="home loan", mode="semantic", limit=25))
         assert [h["sessionKey"] for h in found["results"]] == ["agent:main:kept"]
         assert found["archivedTranscriptsExcluded"] == 1
         store = await engine.store("main")
@@ -206,14 +207,12 @@ async def test_visibility_rules_hold_for_semantic_search(backend):
         await _corpus(engine, "agent:main:a", "a")
         await _corpus(engine, "agent:main:b", "b")
         await _corpus(engine, "agent:ops:main", "o")
-        own = await engine.search(query="home loan", mode="semantic", requester={"sessionKey": "agent:main:a"},
-                                  limit=25)
+        own = await engine.search(SearchParams(query="home loan", mode="semantic", requester={"sessionKey": "agent:main:a"}, limit=25))
         assert {h["sessionKey"] for h in own["results"]} == {"agent:main:a"}
-        operator = await engine.search(query="home loan", mode="hybrid", limit=25)
+        operator = await engine.search(SearchParams(query="home loan", mode="hybrid", limit=25))
         assert {h["sessionKey"] for h in operator["results"]} == {"agent:main:a", "agent:main:b", "agent:ops:main"}
         with pytest.raises(Exception) as denied:
-            await engine.search(query="home loan", mode="semantic", sessionKeys=["agent:main:b"],
-                                requester={"sessionKey": "agent:main:a"})
+            await engine.search(SearchParams(query="home loan", mode="semantic", sessionKeys=["agent:main:b"], requester={"sessionKey": "agent:main:a"}))
         assert type(denied.value).__name__ == "Forbidden"
 
 
@@ -223,22 +222,22 @@ async def test_a_model_change_makes_embeddings_stale_until_they_are_made_again(b
         await _corpus(engine)
     settings = backend.settings()
     async with Engine(settings=settings, embedder=Renamed(builtin, "builtin:renamed_256")) as engine:
-        stale = await engine.search(query="home loan", mode="semantic")
+        stale = await engine.search(SearchParams(query="home loan", mode="semantic"))
         assert stale == {"results": [], "indexing": True}  # nothing of the new model yet
         status = (await engine.index_status())["agents"][0]
         assert status["embeddedMessages"] == 0 and status["embeddingBacklog"] == len(TOPICS)
         await engine.embed_pending()
-        fresh = await engine.search(query="home loan", mode="semantic")
+        fresh = await engine.search(SearchParams(query="home loan", mode="semantic"))
         assert ids(fresh)[:1] == ["m1"] and "indexing" not in fresh
 
 
 async def test_resultmode_sessions_groups_semantic_hits_by_session(backend):
     async with engine_at(backend) as engine:
         await _corpus(engine, "agent:main:a", "a")
-        await engine.append("agent:main:b", chain("b", [("user", "the mortgage broker called back"),
-                                                        ("assistant", "home loan paperwork is signed")]))
+        await engine.append(AppendParams(sessionKey="agent:main:b", events=chain("b", [("user", "the mortgage broker called back"),
+                                                        ("assistant", "home loan paperwork is signed")])))
         await engine.embed_pending()
-        found = await engine.search(query="home loan mortgage", mode="semantic", resultMode="sessions")
+        found = await engine.search(SearchParams(query="home loan mortgage", mode="semantic", resultMode="sessions"))
         keys = [s["sessionKey"] for s in found["results"]]
         assert sorted(keys) == ["agent:main:a", "agent:main:b"]
         b = next(s for s in found["results"] if s["sessionKey"] == "agent:main:b")
@@ -250,9 +249,9 @@ async def test_the_snippet_of_a_long_message_is_its_passage_nearest_the_query(ba
     text = f"{filler} Separately, we agreed to refinance the mortgage on the house with a fixed rate. {filler}"
     # a long message's one embedding is its words' mean, diluted by the rest: a low floor lets it answer
     async with engine_at(backend, semantic_min_score=0.1) as engine:
-        await engine.append(KEY, chain("m", [("user", text)]))
+        await engine.append(AppendParams(sessionKey=KEY, events=chain("m", [("user", text)])))
         await engine.embed_pending()
-        hit = (await engine.search(query="home loan refinance mortgage", mode="semantic"))["results"][0]
+        hit = (await engine.search(SearchParams(query="home loan refinance mortgage", mode="semantic")))["results"][0]
         assert "mortgage" in hit["snippet"] and len(hit["snippet"]) <= 300
         assert hit["snippet"].startswith("… ") or hit["snippet"].endswith(" …")
 
@@ -261,35 +260,35 @@ async def test_mode_errors_name_what_is_wrong(backend):
     async with engine_at(backend) as engine:
         await _corpus(engine)
         with pytest.raises(InvalidRequest, match='order "recent" needs mode "keyword"'):
-            await engine.search(query="loan", mode="semantic", order="recent")
+            await engine.search(SearchParams(query="loan", mode="semantic", order="recent"))
         with pytest.raises(InvalidRequest, match='order "recent" needs mode "keyword"'):
-            await engine.search(query="loan", mode="hybrid", order="recent")
+            await engine.search(SearchParams(query="loan", mode="hybrid", order="recent"))
         with pytest.raises(InvalidRequest, match="mode") as bad:
-            await engine.search(query="loan", mode="vector")
+            await engine.search(SearchParams(query="loan", mode="vector"))
         assert bad.value.field == "mode"
-        assert ids(await engine.search(query="mortgage", mode="keyword")) == ["m1"]
+        assert ids(await engine.search(SearchParams(query="mortgage", mode="keyword"))) == ["m1"]
 
 
 async def test_with_the_embedder_off_semantic_search_is_disabled(backend):
     async with engine_at(backend, embedder="none") as engine:
-        await engine.append(KEY, chain("m", TOPICS))
+        await engine.append(AppendParams(sessionKey=KEY, events=chain("m", TOPICS)))
         for mode in ("semantic", "hybrid"):
             with pytest.raises(InvalidRequest, match="semantic search is disabled"):
-                await engine.search(query="home loan", mode=mode)
-        assert ids(await engine.search(query="mortgage")) == ["m1"]
+                await engine.search(SearchParams(query="home loan", mode=mode))
+        assert ids(await engine.search(SearchParams(query="mortgage"))) == ["m1"]
         assert (await engine.index_status())["agents"][0]["embeddedMessages"] == 0
 
 
 async def test_a_failing_embedder_leaves_keyword_hits_in_hybrid_and_stores_nothing(backend):
     failing = Failing()
     async with Engine(settings=backend.settings(), embedder=failing) as engine:
-        await engine.append(KEY, chain("m", TOPICS))
+        await engine.append(AppendParams(sessionKey=KEY, events=chain("m", TOPICS)))
         with pytest.raises(EmbedderFailed):
             await engine.embed("main", 1)
-        found = await engine.search(query="mortgage", mode="hybrid")
+        found = await engine.search(SearchParams(query="mortgage", mode="hybrid"))
         assert ids(found) == ["m1"] and found["indexing"] is True
         assert found["results"][0]["matchedBy"] == ["keyword"]
-        semantic = await engine.search(query="mortgage", mode="semantic")
+        semantic = await engine.search(SearchParams(query="mortgage", mode="semantic"))
         assert semantic == {"results": [], "indexing": True}
         store = await engine.store("main")
         assert await sql_rows(store, "SELECT count(*) FROM embeddings",
@@ -307,7 +306,7 @@ async def test_stored_vectors_keep_the_float_neighbours(backend):
         query = "computer power problem"
         exact = (await builtin.embed([t for _, t in TOPICS])) @ (await builtin.embed([query]))[0]
         expected = [f"m{i + 1}" for i in np.argsort(-exact) if exact[i] >= engine.settings.semantic_min_score]
-        found = await engine.search(query=query, mode="semantic", limit=25)
+        found = await engine.search(SearchParams(query=query, mode="semantic", limit=25))
         assert ids(found) == expected
         assert all(abs(h["score"] - exact[int(h["messageId"][1:]) - 1]) < 0.02 for h in found["results"])
 
@@ -318,8 +317,8 @@ def test_the_embed_job_is_deduplicated_across_searches(backend):
 
     async def run():
         async with Engine(settings=settings, enqueuer=pipeline.reconciler.enqueue) as engine:
-            await engine.append(KEY, chain("m", TOPICS))
-            await asyncio.gather(*(engine.search(query="home loan", mode="hybrid") for _ in range(5)))
+            await engine.append(AppendParams(sessionKey=KEY, events=chain("m", TOPICS)))
+            await asyncio.gather(*(engine.search(SearchParams(query="home loan", mode="hybrid")) for _ in range(5)))
             assert pipeline.broker.queues["embed"].qsize() == 1
 
     try:
@@ -331,12 +330,12 @@ def test_the_embed_job_is_deduplicated_across_searches(backend):
 async def test_one_embed_job_takes_the_small_windows_waiting_beside_its_own(backend):
     async with engine_at(backend) as engine:
         for n in range(5):
-            await engine.append(f"agent:main:s{n}", chain(f"s{n}-", TOPICS[:3]))
+            await engine.append(AppendParams(sessionKey=f"agent:main:s{n}", events=chain(f"s{n}-", TOPICS[:3])))
         first = await engine.embed("main", 1)
         assert (first.outcome, first.rows) == ("embedded", 15)
         assert (await engine.index_status())["agents"][0]["embeddingBacklog"] == 0
         assert (await engine.embed("main", 3)).outcome == "clean"  # its own job finds it done
-        found = await engine.search(query="home loan", mode="semantic", limit=25)
+        found = await engine.search(SearchParams(query="home loan", mode="semantic", limit=25))
         assert sorted(ids(found)) == [f"s{n}-1" for n in range(5)] and "indexing" not in found
 
 
@@ -344,8 +343,8 @@ async def test_a_workers_startup_sweep_queues_the_embed_backlog_once(backend):
     settings = backend.settings()
     async with sweeping(settings) as (pipeline, sweeper):
         async with engine_at(backend) as engine:
-            await engine.append("agent:main:a", chain("a", TOPICS[:2]))
-            await engine.append("agent:main:b", chain("b", TOPICS[2:4]))
+            await engine.append(AppendParams(sessionKey="agent:main:a", events=chain("a", TOPICS[:2])))
+            await engine.append(AppendParams(sessionKey="agent:main:b", events=chain("b", TOPICS[2:4])))
         assert (await sweeper.startup())["embedWindows"] == 2
         assert pipeline.broker.queues["embed"].qsize() == 2
         await sweeper.startup()  # queued already: the markers hold them
@@ -358,10 +357,10 @@ async def test_a_periodic_sweep_sends_the_embed_jobs_of_live_appends(backend):
     settings = backend.settings()
     async with sweeping(settings) as (pipeline, sweeper):
         async with engine_at(backend) as engine:
-            await engine.append("agent:main:a", chain("a", TOPICS[:2]))
+            await engine.append(AppendParams(sessionKey="agent:main:a", events=chain("a", TOPICS[:2])))
             assert (await sweeper.periodic())["embedWindows"] == 1
             assert pipeline.broker.queues["embed"].qsize() == 1
-            await engine.append("agent:main:b", chain("b", TOPICS[2:4]))
+            await engine.append(AppendParams(sessionKey="agent:main:b", events=chain("b", TOPICS[2:4])))
             assert (await sweeper.periodic())["embedWindows"] == 2
             assert pipeline.broker.queues["embed"].qsize() == 2  # a's job still waits: not sent again
             assert (await engine.embed("main", 1)).outcome == "embedded"

@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sessionsearch.engine import Engine
 from sessionsearch.metrics import PipelineCollector
+from sessionsearch.protocol import AppendParams, UpsertParams
 
 from ..helpers import chain, engine_at
 from .test_deploy import DEPLOY, promtool
@@ -50,11 +51,11 @@ def _alerts_at(tmp_path, series: dict[str, float], alerts: dict[str, list[dict]]
 
 async def test_an_incognito_session_leaves_the_backlog_alerts_quiet_once_the_rest_is_embedded(backend, tmp_path):
     async with engine_at(backend) as engine:
-        await engine.upsert_session(SECRET, incognito=True)
-        await engine.append(SECRET, chain("s", [("user", "the surprise party is on Saturday"),
-                                                ("assistant", "I will bring the cake")]))
-        await engine.append(KEPT, chain("k", [("user", "we should refinance the mortgage"),
-                                              ("assistant", "rates go up next month")]))
+        await engine.upsert_session(UpsertParams(sessionKey=SECRET, incognito=True))
+        await engine.append(AppendParams(sessionKey=SECRET, events=chain("s", [("user", "the surprise party is on Saturday"),
+                                                ("assistant", "I will bring the cake")])))
+        await engine.append(AppendParams(sessionKey=KEPT, events=chain("k", [("user", "we should refinance the mortgage"),
+                                              ("assistant", "rates go up next month")])))
         waiting = _series(engine)
         await engine.embed_pending()
         done = _series(engine)

@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+from sessionsearch.protocol import AppendParams
+
 from ..helpers import chain, engine_at
 
 KEY = "agent:main:main"
@@ -22,8 +24,8 @@ def _cli(*args: str, data_dir) -> subprocess.CompletedProcess:
 def _seed(path) -> None:
     async def seed():
         async with engine_at(path) as engine:
-            await engine.append(KEY, chain("m", [("user", "what about the loan?"),
-                                                 ("assistant", "The loan is approved.")]), sessionId="s1")
+            await engine.append(AppendParams(sessionKey=KEY, events=chain("m", [("user", "what about the loan?"),
+                                                 ("assistant", "The loan is approved.")]), sessionId="s1"))
     asyncio.run(seed())
 
 

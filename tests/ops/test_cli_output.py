@@ -6,6 +6,8 @@ import asyncio
 import json
 import re
 
+from sessionsearch.protocol import AppendParams
+
 from ..helpers import chain, engine_at
 from .test_cli import _cli
 
@@ -16,9 +18,8 @@ def _seed(path) -> None:
     """The demo's work_bot agent in small: 東京 in two of its four messages, タワー in one."""
     async def seed():
         async with engine_at(path) as engine:
-            await engine.append(KEY, chain("m", [("user", "東京の会議は明日の10時です。"), ("assistant", "東京タワーの近くです。"),
-                                                 ("user", "我们明天在北京开会。"), ("assistant", "好的，我会准备材料。")]),
-                                sessionId="s1")
+            await engine.append(AppendParams(sessionKey=KEY, events=chain("m", [("user", "東京の会議は明日の10時です。"), ("assistant", "東京タワーの近くです。"),
+                                                 ("user", "我们明天在北京开会。"), ("assistant", "好的，我会准备材料。")]), sessionId="s1"))
     asyncio.run(seed())
 
 

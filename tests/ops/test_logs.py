@@ -7,6 +7,8 @@ import json
 import re
 from pathlib import Path
 
+from sessionsearch.protocol import AppendParams
+
 from ..helpers import chain, leaf, msg, wait_until
 from ..reconcile.test_pipeline import Worker
 from ..server import Server
@@ -83,7 +85,7 @@ async def test_a_postings_build_in_a_child_logs_json_at_its_parents_level(tmp_pa
 
     settings = Settings(data_dir=str(tmp_path / "data"))
     async with Engine(settings=settings) as engine:
-        await engine.append("agent:main:a", chain("m", [("user", "harbor lantern copper")]))
+        await engine.append(AppendParams(sessionKey="agent:main:a", events=chain("m", [("user", "harbor lantern copper")])))
     try:
         sslogging.configure("INFO")
         capfd.readouterr()

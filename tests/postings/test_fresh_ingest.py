@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from sessionsearch.protocol import AppendParams, SearchParams
 from sessionsearch.store.postgres import postings_build as pg_postings_build
 from sessionsearch.store.sqlite import prefixes as sqlite_prefixes
 from sessionsearch.store.sqlite.prefixes import PrefixTop
@@ -44,14 +45,14 @@ async def _ingest(engine, sessions: range, seed: int) -> None:
         texts = [("user" if i % 2 == 0 else "assistant",
                   " ".join(rng.choice(VOCAB) for _ in range(rng.choice([1, 2, 3, 5, 9, 20]))))
                  for i in range(30)]
-        await engine.append(f"agent:main:s{s}", chain(f"s{s}m", texts, ts=1_000_000 + 1000 * (s % 3)))
+        await engine.append(AppendParams(sessionKey=f"agent:main:s{s}", events=chain(f"s{s}m", texts, ts=1_000_000 + 1000 * (s % 3))))
 
 
 async def _answers(engine) -> list[list[tuple[str, float]]]:
     out = []
     for body in QUERIES:
         for limit in (5, 25):
-            found = await engine.search({**body, "limit": limit})
+            found = await engine.search(SearchParams.of({**body, "limit": limit}))
             out.append([(h["messageId"], h["score"]) for h in found["results"]])
     return out
 

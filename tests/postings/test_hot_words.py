@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from sessionsearch.protocol import AppendParams, SearchParams, SessionRef
 from sessionsearch.store.sqlite import postings as sqlite_hot
 from sessionsearch.store.sqlite import top as store_module
 
@@ -40,18 +41,18 @@ async def _corpus(engine, sessions: int = 24, seed: int = 3, name: str = "s") ->
         texts = [("user" if i % 2 == 0 else "assistant",
                   " ".join(rng.choice(VOCAB) for _ in range(rng.choice([1, 2, 3, 8, 20, 40]))))
                  for i in range(30)]
-        await engine.append(f"agent:main:{name}{s}", chain(f"{name}{s}m", texts, ts=1_000_000 + 1000 * (s % 5)))
+        await engine.append(AppendParams(sessionKey=f"agent:main:{name}{s}", events=chain(f"{name}{s}m", texts, ts=1_000_000 + 1000 * (s % 5))))
 
 
 async def _without_postings(engine, body: dict) -> dict:
     store = await engine.store("main")
     store._hot_seen = (None, frozenset())  # this one search ranks with FTS5 alone
-    return await engine.search(body)
+    return await engine.search(SearchParams.of(body))
 
 
 async def _same_both_ways(engine, body: dict) -> dict:
-    await engine.search(body)  # the store learns which words have postings
-    hot = await engine.search(body)
+    await engine.search(SearchParams.of(body))  # the store learns which words have postings
+    hot = await engine.search(SearchParams.of(body))
     assert hot == await _without_postings(engine, body)
     return hot
 
@@ -71,7 +72,7 @@ async def test_one_word_searches_answered_from_postings_equal_fts5_alone(tmp_pat
         # alone, as before (postings in the agent's order would pass over most rows of a session)
         for body in ({"query": "loan bank"}, {"query": "loa", "match": "prefix"}, {"query": "loan", "order": "recent"},
                      {"query": "café"}, {"query": "loan", "sessionKeys": ["agent:main:s3", "agent:main:s4"]}):
-            await engine.search(body)
+            await engine.search(SearchParams.of(body))
         assert hot_calls == {"answered": 23, "fell_back": 0}
 
 
@@ -80,11 +81,11 @@ async def test_rows_written_after_the_build_are_ranked_with_the_rest(tmp_path, h
         await _corpus(engine)
         await engine.optimize(min_docs=50, min_share=0.0)
         # a hit above any of the corpus (the word six times, nothing else), appended after the build
-        await engine.append("agent:main:late", chain("late", [("user", "car"), ("assistant", " ".join(["loan"] * 6))]))
+        await engine.append(AppendParams(sessionKey="agent:main:late", events=chain("late", [("user", "car"), ("assistant", " ".join(["loan"] * 6))])))
         result = await _same_both_ways(engine, {"query": "loan", "limit": 3})
         assert ids(result)[0] == "late2"
         # and rows rebuilt by reconciliation after it
-        await engine.append("agent:main:imported", chain("imp", [("user", " ".join(["loan"] * 12))]), index=False)
+        await engine.append(AppendParams(sessionKey="agent:main:imported", events=chain("imp", [("user", " ".join(["loan"] * 12))])), index=False)
         await engine.reconcile_pending()
         assert ids(await _same_both_ways(engine, {"query": "loan", "limit": 3}))[0] == "imp1"
         assert hot_calls["answered"] >= 2
@@ -92,16 +93,16 @@ async def test_rows_written_after_the_build_are_ranked_with_the_rest(tmp_path, h
 
 async def test_rewound_and_deleted_rows_never_come_back_from_postings(tmp_path, hot_calls):
     async with engine_at(tmp_path) as engine:
-        await engine.append("agent:main:r", chain("r", [("user", "car"), ("user", " ".join(["loan"] * 12)),
-                                                        ("assistant", "pay the bank")]))
+        await engine.append(AppendParams(sessionKey="agent:main:r", events=chain("r", [("user", "car"), ("user", " ".join(["loan"] * 12)),
+                                                        ("assistant", "pay the bank")])))
         await _corpus(engine)
         await engine.optimize(min_docs=50, min_share=0.0)
         assert ids(await _same_both_ways(engine, {"query": "loan", "limit": 1})) == ["r2"]
         # rewind to r1: the branch goes on from there without r2
-        await engine.append("agent:main:r", [leaf("rl", "r3", "r1"), msg("r4", "user", "car", "rl")])
+        await engine.append(AppendParams(sessionKey="agent:main:r", events=[leaf("rl", "r3", "r1"), msg("r4", "user", "car", "rl")]))
         result = await _same_both_ways(engine, {"query": "loan", "limit": 25})
         assert "r2" not in ids(result)
-        await engine.delete("agent:main:s0")
+        await engine.delete(SessionRef(sessionKey="agent:main:s0"))
         result = await _same_both_ways(engine, {"query": "loan", "limit": 25})
         assert not any(i.startswith("s0m") for i in ids(result))
         assert hot_calls["answered"] >= 3
@@ -209,7 +210,7 @@ async def test_by_default_words_in_500_rows_get_postings(tmp_path, hot_calls):
     async with engine_at(tmp_path) as engine:
         assert engine.settings.postings_min_docs is None  # the backend's own floor: 500 rows on SQLite
         texts = [("user", "alpha beta" if n < 499 else "alpha gamma") for n in range(520)]
-        await engine.append("agent:main:a", chain("a", texts))
+        await engine.append(AppendParams(sessionKey="agent:main:a", events=chain("a", texts)))
         built = (await engine.optimize())["agents"]["main"]
         assert set(built["words"]) == {"alpha"} and built["words"]["alpha"]["rows"] == 520  # beta: in 499
         await _same_both_ways(engine, {"query": "alpha"})

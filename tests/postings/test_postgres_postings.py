@@ -11,6 +11,7 @@ import random
 import psycopg
 import pytest
 
+from sessionsearch.protocol import AppendParams, SearchParams, SessionRef
 from sessionsearch.store.base import Match
 from sessionsearch.store.postgres import postings, postings_build, terms
 from sessionsearch.store.postgres import search as pg_search
@@ -45,7 +46,7 @@ async def _corpus(engine, sessions: int = 12, seed: int = 5, name: str = "s") ->
         for _ in range(20):
             words = [rng.choice(WORDS[:rng.randint(1, len(WORDS))]) for _ in range(rng.randint(1, 14))]
             texts.append((rng.choice(["user", "assistant"]), " ".join(words)))
-        await engine.append(f"agent:main:{name}{s}", chain(f"{name}{s}m", texts, ts=1_700_000_000_000 + s * 1000))
+        await engine.append(AppendParams(sessionKey=f"agent:main:{name}{s}", events=chain(f"{name}{s}m", texts, ts=1_700_000_000_000 + s * 1000)))
 
 
 QUERIES = [Match(("loan",)), Match(("bank",)), Match(("car",)), Match(("late",)), Match(("lo",), True),
@@ -88,12 +89,12 @@ async def test_postings_rank_exactly_as_scoring_every_row_after_appends_rewinds_
         assert small_postings["answered"] >= 12
         # appends since the build: their rows are scored beside the postings
         await _corpus(engine, sessions=2, seed=9, name="more")
-        await engine.append("agent:main:short", chain("sh", [("user", "loan loan loan"), ("user", "band")]))
+        await engine.append(AppendParams(sessionKey="agent:main:short", events=chain("sh", [("user", "loan loan loan"), ("user", "band")])))
         before = small_postings["answered"]
         await _same_both_ways(store, monkeypatch)
         assert small_postings["answered"] > before
         # a rewind, reconciled: rows the build counted are gone, the slow path answers until a build
-        await engine.append("agent:main:s0", [leaf("l1", "s0m20", "s0m2"), msg("x1", "user", "loan bank", "l1")])
+        await engine.append(AppendParams(sessionKey="agent:main:s0", events=[leaf("l1", "s0m20", "s0m2"), msg("x1", "user", "loan bank", "l1")]))
         await _same_both_ways(store, monkeypatch)
         await engine.reconcile_pending()
         before = small_postings["answered"]
@@ -101,7 +102,7 @@ async def test_postings_rank_exactly_as_scoring_every_row_after_appends_rewinds_
         assert small_postings["answered"] == before
         assert await store.postings_due(min_docs=30, grow_share=0.2) == "stale"
         await store.optimize(min_docs=30, min_share=0.0)
-        await engine.delete("agent:main:s1")
+        await engine.delete(SessionRef(sessionKey="agent:main:s1"))
         await _same_both_ways(store, monkeypatch)
         await store.optimize(min_docs=30, min_share=0.0)
         before = small_postings["answered"]
@@ -131,7 +132,7 @@ async def test_a_build_is_due_first_then_when_stale_or_grown_never_during_a_back
         await store.fold_bounds()
         assert await store.postings_due(min_docs=1000, grow_share=0.2) is None  # too few rows yet
         assert await store.postings_due(min_docs=30, grow_share=0.2) == "first"
-        await engine.append("agent:main:late", chain("lt", [("user", "loan")]), index=False)  # a backlog
+        await engine.append(AppendParams(sessionKey="agent:main:late", events=chain("lt", [("user", "loan")])), index=False)  # a backlog
         assert await store.postings_due(min_docs=30, grow_share=0.2) is None
         await engine.reconcile_pending()
         await store.optimize(min_docs=30, min_share=0.0)
@@ -145,7 +146,7 @@ async def test_a_build_is_due_first_then_when_stale_or_grown_never_during_a_back
         built = await store.optimize(min_docs=30, min_share=0.0)
         status = dict(engine.backend.agent_status())["main"]  # the metrics' gauges
         assert (status["postings_usable"], status["postings_stale"]) == (len(built["words"]), 0)
-        await engine.delete("agent:main:s0")
+        await engine.delete(SessionRef(sessionKey="agent:main:s0"))
         assert await store.postings_due(min_docs=30, grow_share=10.0) == "stale"  # rows it counted are gone
         status = dict(engine.backend.agent_status())["main"]
         assert (status["postings_usable"], status["postings_stale"]) == (0, len(built["words"]))
@@ -160,7 +161,7 @@ async def test_a_build_waits_for_older_writers_and_blocks_no_append(pg):
             build = asyncio.create_task(store.optimize(min_docs=30, min_share=0.0))
             await asyncio.sleep(1.0)
             assert not build.done()  # waiting for the older transaction
-            await asyncio.wait_for(engine.append("agent:main:s0", chain("new", [("user", "loan")], parent="s0m20")), 5)
+            await asyncio.wait_for(engine.append(AppendParams(sessionKey="agent:main:s0", events=chain("new", [("user", "loan")], parent="s0m20"))), 5)
             await older.rollback()
         assert "loan" in (await asyncio.wait_for(build, 30))["words"]
 
@@ -216,7 +217,7 @@ async def test_a_word_or_prefix_the_postings_hold_is_counted_from_them_exactly(p
             got, want = counts()
             assert got == want and min(want[:4]) > 30
             await _corpus(engine, sessions=2, seed=9, name="more")
-            await engine.append("agent:main:short", chain("sh", [("user", "loan loan loan"), ("user", "band")]))
+            await engine.append(AppendParams(sessionKey="agent:main:short", events=chain("sh", [("user", "loan loan loan"), ("user", "band")])))
             got, want = counts()
             assert got == want
             conn.execute("UPDATE ss_postings SET docs = docs + 1000 WHERE ano = %s", (store.ano,))
@@ -224,19 +225,19 @@ async def test_a_word_or_prefix_the_postings_hold_is_counted_from_them_exactly(p
             assert [g - w for g, w in zip(got, want)] == [1000, 1000, 1000, 1000, 0, 0]  # from the postings
             assert counts(limit=10)[0] == want  # past the fresh limit: every row counted
             # a rewind, reconciled: rows the build counted are gone, so the build is not used
-            await engine.append("agent:main:s0", [leaf("l1", "s0m20", "s0m2"), msg("x1", "user", "loan bank", "l1")])
+            await engine.append(AppendParams(sessionKey="agent:main:s0", events=[leaf("l1", "s0m20", "s0m2"), msg("x1", "user", "loan bank", "l1")]))
             await engine.reconcile_pending()
             got, want = counts()
             assert got == want
             await store.optimize(min_docs=30, min_share=0.0)
-            await engine.delete("agent:main:s1")
+            await engine.delete(SessionRef(sessionKey="agent:main:s1"))
             got, want = counts()
             assert got == want
         # a search's scores are those of counting every row: recent and several words, after a write
-        await engine.append("agent:main:late", chain("lt", [("user", "loan bank late")], ts=1_800_000_000_000))
+        await engine.append(AppendParams(sessionKey="agent:main:late", events=chain("lt", [("user", "loan bank late")], ts=1_800_000_000_000)))
         searches = [dict(query="loan"), dict(query="loan", order="recent"), dict(query="bank late"),
                     dict(query="ba", match="prefix", order="recent"), dict(query="loan car", order="recent")]
-        fast = [await engine.search(**s, limit=10) for s in searches]
+        fast = [await engine.search(SearchParams.of({"limit": 10, **s})) for s in searches]
         await store.execute_write("DELETE FROM ss_postings_built")
         store._dfs = type(store._dfs)()
-        assert fast == [await engine.search(**s, limit=10) for s in searches]
+        assert fast == [await engine.search(SearchParams.of({"limit": 10, **s})) for s in searches]

@@ -10,6 +10,7 @@ import random
 
 import pytest
 
+from sessionsearch.protocol import AppendParams, SessionRef
 from sessionsearch.store.base import Match
 from sessionsearch.store.postgres import postings_build, search
 
@@ -35,7 +36,7 @@ async def _corpus(engine, sessions: int = 12, seed: int = 5, name: str = "s", ba
         for _ in range(20):
             words = [rng.choice(WORDS[:rng.randint(1, len(WORDS))]) for _ in range(rng.randint(1, 8))]
             texts.append((rng.choice(["user", "assistant"]), " ".join(words)))
-        await engine.append(f"agent:main:{name}{s}", chain(f"{name}{s}m", texts, ts=base + (s % 4) * 1000))
+        await engine.append(AppendParams(sessionKey=f"agent:main:{name}{s}", events=chain(f"{name}{s}m", texts, ts=base + (s % 4) * 1000)))
 
 
 QUERIES = [Match(("loan",)), Match(("bank",)), Match(("car",)), Match(("late",)), Match(("rate",)),
@@ -71,24 +72,24 @@ async def test_kept_newest_rows_answer_recent_exactly_as_the_walk(pg, small_kept
         assert await _same_both_ways(store, monkeypatch, role="assistant") >= 6
         # appends since the build: to an old window, older than every kept row, and a new
         # session, newer than all
-        await engine.append("agent:main:s0", [msg("old1", "user", "loan bank car", "s0m20", ts=BASE - 5),
-                                              msg("old2", "user", "loan loan late", "old1", ts=BASE - 4)])
+        await engine.append(AppendParams(sessionKey="agent:main:s0", events=[msg("old1", "user", "loan bank car", "s0m20", ts=BASE - 5),
+                                              msg("old2", "user", "loan loan late", "old1", ts=BASE - 4)]))
         assert await _same_both_ways(store, monkeypatch) >= 8
-        await engine.append("agent:main:new", chain("nw", [("user", "loan bank"), ("assistant", "car late loan")],
-                                                    ts=BASE + 10_000))
+        await engine.append(AppendParams(sessionKey="agent:main:new", events=chain("nw", [("user", "loan bank"), ("assistant", "car late loan")],
+                                                    ts=BASE + 10_000)))
         async with store.reader() as reader:
             hits = (await store.search_top(reader, Match(("loan",)), k=3, order="recent", include=None,
                                            exclude=None, role=None))[2]
         assert [h[2] for h in hits[:2]] == ["nw2", "nw1"]
         assert await _same_both_ways(store, monkeypatch) >= 8
         # a rewind, reconciled: rows the build counted are gone, the walk answers until a build
-        await engine.append("agent:main:s4", [leaf("l1", "s4m20", "s4m2"), msg("x1", "user", "loan bank", "l1")])
+        await engine.append(AppendParams(sessionKey="agent:main:s4", events=[leaf("l1", "s4m20", "s4m2"), msg("x1", "user", "loan bank", "l1")]))
         await engine.reconcile_pending()
         assert await _same_both_ways(store, monkeypatch) == 0
         await store.optimize(min_docs=30, min_share=0.0)
         assert await _same_both_ways(store, monkeypatch) >= 8
         # a delete since the build
-        await engine.delete("agent:main:s7")
+        await engine.delete(SessionRef(sessionKey="agent:main:s7"))
         assert await _same_both_ways(store, monkeypatch) == 0
         await store.optimize(min_docs=30, min_share=0.0)
         assert await _same_both_ways(store, monkeypatch) >= 8
@@ -132,8 +133,8 @@ async def test_words_kept_among_the_newest_rows_only_answer_exactly(pg, small_ke
     async with engine_at(pg) as engine:
         await _corpus(engine)
         # a word in 32 old rows and in 2 of the newest: its floor is the cutoff, 2 rows above it
-        await engine.append("agent:main:zold", chain("zo", [("user", "zebra loan")] * 32, ts=BASE - 100_000))
-        await engine.append("agent:main:znew", chain("zn", [("user", "zebra"), ("user", "car")] * 2, ts=BASE + 5000))
+        await engine.append(AppendParams(sessionKey="agent:main:zold", events=chain("zo", [("user", "zebra loan")] * 32, ts=BASE - 100_000)))
+        await engine.append(AppendParams(sessionKey="agent:main:znew", events=chain("zn", [("user", "zebra"), ("user", "car")] * 2, ts=BASE + 5000)))
         store = await engine.store("main")
         built = await store.optimize(min_docs=30, min_share=0.0)
         async with store.reader() as reader:
@@ -144,6 +145,6 @@ async def test_words_kept_among_the_newest_rows_only_answer_exactly(pg, small_ke
         assert kept["zebra"] is not None
         assert await _same_both_ways(store, monkeypatch, queries=[Match(("zebra",))], limits=(1,)) == 1
         assert await _same_both_ways(store, monkeypatch, queries=[Match(("zebra",))], limits=(5, 25)) == 0
-        await engine.append("agent:main:new", chain("nw", [("user", "loan bank"), ("assistant", "car late loan")],
-                                                    ts=BASE + 10_000))
+        await engine.append(AppendParams(sessionKey="agent:main:new", events=chain("nw", [("user", "loan bank"), ("assistant", "car late loan")],
+                                                    ts=BASE + 10_000)))
         assert await _same_both_ways(store, monkeypatch) >= 4

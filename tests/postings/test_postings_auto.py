@@ -8,6 +8,7 @@ import json
 import os
 import sqlite3
 
+from sessionsearch.protocol import AppendParams, SearchParams
 from sessionsearch.store.postgres import bounds as pg_bounds
 from sessionsearch.store.sqlite import bounds as sqlite_bounds
 from sessionsearch.store.sqlite.postings import FRESH_LIMIT
@@ -36,7 +37,7 @@ async def test_a_build_is_due_once_an_import_drains_and_then_when_the_index_grow
     monkeypatch.setattr(pg_bounds, "FOLD_AFTER", 0)
     async with engine_at(backend, postings_min_docs=40, postings_grow_share=0.5) as engine:
         assert await engine.postings_due() == {}  # no agent yet
-        await engine.append("agent:main:a", chain("a", _texts(60)), index=False)  # an import: a backlog
+        await engine.append(AppendParams(sessionKey="agent:main:a", events=chain("a", _texts(60))), index=False)  # an import: a backlog
         assert await engine.pending() == {"main": [1]}
         assert await engine.postings_due() == {}  # not while the index is being rebuilt
         await engine.reconcile_pending()
@@ -45,10 +46,10 @@ async def test_a_build_is_due_once_an_import_drains_and_then_when_the_index_grow
         done = await store.optimize(min_docs=40, min_share=0.0, incremental=True)
         assert set(done["words"]) == set(COMMON) and done["kept"] == 0
         assert await engine.postings_due() == {}
-        await engine.append("agent:main:b", chain("b", _texts(20, 60)))  # +33%: not yet
+        await engine.append(AppendParams(sessionKey="agent:main:b", events=chain("b", _texts(20, 60))))  # +33%: not yet
         # (the score bounds follow every change of the index: store/*/bounds.py)
         assert await engine.postings_due() == {"main": "bounds"}
-        await engine.append("agent:main:c", chain("c", _texts(20, 80)))  # +67%
+        await engine.append(AppendParams(sessionKey="agent:main:c", events=chain("c", _texts(20, 80))))  # +67%
         assert await engine.postings_due() == {"main": "grown"}
         again = await store.optimize(min_docs=40, min_share=0.0, incremental=True)
         if backend.kind == "sqlite":  # exact through the index log: kept, not read again
@@ -57,18 +58,18 @@ async def test_a_build_is_due_once_an_import_drains_and_then_when_the_index_grow
             assert set(again["words"]) == set(COMMON)
         assert await engine.postings_due() == {}
         # the answers from postings are those of FTS5 alone
-        assert ids(await engine.search(query="apple", limit=25)) == ids(
-            await engine.search(query="apple", limit=25, sessionKeys=["agent:main:a", "agent:main:b", "agent:main:c"]))
+        assert ids(await engine.search(SearchParams(query="apple", limit=25))) == ids(
+            await engine.search(SearchParams(query="apple", limit=25, sessionKeys=["agent:main:a", "agent:main:b", "agent:main:c"])))
 
 
 async def test_words_about_to_lose_their_postings_make_a_build_due(tmp_path, monkeypatch):
     monkeypatch.setattr(sqlite_bounds, "FOLD_AFTER", 0)  # the score bounds due at every change of the index
     async with engine_at(tmp_path, postings_min_docs=40, postings_grow_share=100.0) as engine:
-        await engine.append("agent:main:a", chain("a", _texts(60)))
+        await engine.append(AppendParams(sessionKey="agent:main:a", events=chain("a", _texts(60))))
         store = await engine.store("main")
         await store.optimize(min_docs=40, min_share=0.0)
         assert await engine.postings_due() == {}
-        await engine.append("agent:main:b", chain("b", _texts(1)))  # listed in the index log
+        await engine.append(AppendParams(sessionKey="agent:main:b", events=chain("b", _texts(1))))  # listed in the index log
         assert await engine.postings_due() == {"main": "bounds"}  # only the score bounds moved
         # as if half the rows a build's log may hold had been indexed since
         await store.execute_write("UPDATE sqlite_sequence SET seq = seq + ? WHERE name = 'index_log'",
@@ -81,7 +82,7 @@ async def test_words_about_to_lose_their_postings_make_a_build_due(tmp_path, mon
 
 async def test_the_embedded_build_runs_in_a_child_process_at_idle_priority(tmp_path):
     async with engine_at(tmp_path) as engine:
-        await engine.append("agent:main:a", chain("a", _texts(60)), index=False)
+        await engine.append(AppendParams(sessionKey="agent:main:a", events=chain("a", _texts(60))), index=False)
         await engine.reconcile_pending()
         settings = engine.settings.replace(postings_min_docs=40, postings_check_every_s=0.1, optimize_every_s=0)
         optimizer = PeriodicOptimize(settings)

@@ -11,6 +11,7 @@ import sqlite3
 import aiosqlite
 import pytest
 
+from sessionsearch.protocol import AppendParams, SearchParams, SessionRef
 from sessionsearch.store.sqlite import bounds as sqlite_bounds
 from sessionsearch.store.sqlite import postings_build as postings_due_module
 from sessionsearch.store.sqlite import prefixes as sqlite_prefixes
@@ -46,7 +47,7 @@ async def _corpus(engine, sessions: int = 16, seed: int = 5, name: str = "s") ->
                   " ".join(rng.choice(VOCAB) for _ in range(rng.choice([1, 2, 3, 5, 9, 20]))))
                  for i in range(24)]
         # timestamps repeat across sessions: ties in bm25 are broken by time, then message id
-        await engine.append(f"agent:main:{name}{s}", chain(f"{name}{s}m", texts, ts=1_000_000 + 1000 * (s % 3)))
+        await engine.append(AppendParams(sessionKey=f"agent:main:{name}{s}", events=chain(f"{name}{s}m", texts, ts=1_000_000 + 1000 * (s % 3))))
 
 
 def _fts5_alone(path, prefix: str, k: int) -> list[tuple[int, float]]:
@@ -72,11 +73,11 @@ class _Never:
 
 async def _same_both_ways(engine, body: dict) -> dict:
     """The search from postings equals the one FTS5 alone gives."""
-    from_postings = await engine.search(body)
+    from_postings = await engine.search(SearchParams.of(body))
     store = await engine.store("main")
     original, store._prefix_top = store._prefix_top, _Never()  # this one search ranks with FTS5 alone
     try:
-        assert from_postings == await engine.search(body)
+        assert from_postings == await engine.search(SearchParams.of(body))
     finally:
         store._prefix_top = original
     return from_postings
@@ -117,18 +118,18 @@ async def test_searches_from_postings_equal_fts5_alone_after_appends_deletes_and
             await _same_both_ways(engine, body)
         assert prefix_calls["answered"] >= 6
         # appended after the build: the new rows are scored from the log, and beat the rest
-        await engine.append("agent:main:late", chain("late", [("user", "cat"), ("assistant", "alpine " * 6)]))
+        await engine.append(AppendParams(sessionKey="agent:main:late", events=chain("late", [("user", "cat"), ("assistant", "alpine " * 6)])))
         assert ids(await _same_both_ways(engine, {"query": "alpi", "match": "prefix", "limit": 3}))[0] == "late2"
         before = prefix_calls["answered"]
         for body in bodies:
             await _same_both_ways(engine, body)
         assert prefix_calls["answered"] > before
         # rows indexed by reconciliation are logged like appends
-        await engine.append("agent:main:imported", chain("imp", [("user", "dog " * 12)]), index=False)
+        await engine.append(AppendParams(sessionKey="agent:main:imported", events=chain("imp", [("user", "dog " * 12)])), index=False)
         await engine.reconcile_pending()
         assert ids(await _same_both_ways(engine, {"query": "do", "match": "prefix", "limit": 3}))[0] == "imp1"
         # a delete: its rows are counted out of the document counts and the rows kept
-        await engine.delete("agent:main:s0")
+        await engine.delete(SessionRef(sessionKey="agent:main:s0"))
         answered = prefix_calls["answered"]
         result = await _same_both_ways(engine, {"query": "al", "match": "prefix", "limit": 25})
         assert not any(i.startswith("s0m") for i in ids(result))
@@ -148,34 +149,34 @@ async def test_other_searches_keep_their_path(tmp_path, prefix_calls):
                      {"query": "alpin", "match": "prefix"}, {"query": "al", "match": "prefix", "order": "recent"},
                      {"query": "al", "match": "prefix", "sessionKeys": ["agent:main:s1"]},
                      {"query": "al", "match": "prefix", "role": "user"}):
-            await engine.search(body)
+            await engine.search(SearchParams.of(body))
         assert prefix_calls == {"answered": 0, "fell_back": 0}
         await _same_both_ways(engine, {"query": "al", "match": "prefix"})
         assert prefix_calls == {"answered": 1, "fell_back": 0}
-        await engine.search({"query": "zq", "match": "prefix"})  # no postings for it
+        await engine.search(SearchParams.of({"query": "zq", "match": "prefix"}))  # no postings for it
         assert prefix_calls == {"answered": 1, "fell_back": 1}
 
 
 async def test_top_hits_stay_exact_through_rewinds_archives_restores_and_deletes_since_the_build(tmp_path,
                                                                                               prefix_calls):
     async with engine_at(tmp_path) as engine:
-        await engine.append("agent:main:r", chain("r", [("user", "cat"), ("user", "alpine " * 9),
-                                                        ("assistant", "alps")]))
+        await engine.append(AppendParams(sessionKey="agent:main:r", events=chain("r", [("user", "cat"), ("user", "alpine " * 9),
+                                                        ("assistant", "alps")])))
         await _corpus(engine)
         await engine.optimize(min_docs=10_000)
         assert ids(await _same_both_ways(engine, {"query": "alpi", "match": "prefix", "limit": 1})) == ["r2"]
         # rewind to r1: reconciliation deletes r2 and r3 from the index and indexes r4
-        await engine.append("agent:main:r", [leaf("rl", "r3", "r1"), msg("r4", "user", "alpine " * 8, "rl")])
+        await engine.append(AppendParams(sessionKey="agent:main:r", events=[leaf("rl", "r3", "r1"), msg("r4", "user", "alpine " * 8, "rl")]))
         await engine.reconcile_pending()
         answered = prefix_calls["answered"]
         assert ids(await _same_both_ways(engine, {"query": "alpi", "match": "prefix", "limit": 1})) == ["r4"]
         # archived: out of the index; restored and reconciled: the same row ids indexed again
-        await engine.archive("agent:main:s1")
+        await engine.archive(SessionRef(sessionKey="agent:main:s1"))
         result = await _same_both_ways(engine, {"query": "al", "match": "prefix", "limit": 25})
         assert not any(i.startswith("s1m") for i in ids(result))
-        await engine.restore("agent:main:s1")
+        await engine.restore(SessionRef(sessionKey="agent:main:s1"))
         await engine.reconcile_pending()
-        await engine.delete("agent:main:s2")
+        await engine.delete(SessionRef(sessionKey="agent:main:s2"))
         for prefix in ("al", "alp", "alph", "be", "bet", "ca", "do"):
             for limit in (1, 5, 25):
                 await _same_both_ways(engine, {"query": prefix, "match": "prefix", "limit": limit})
@@ -187,12 +188,12 @@ async def test_an_index_change_not_logged_sends_prefixes_to_fts5(tmp_path, prefi
         await _corpus(engine, sessions=6)
         await engine.optimize(min_docs=10_000)
         store = await engine.store("main")
-        await engine.search({"query": "al", "match": "prefix"})  # the store learns there is no backlog
+        await engine.search(SearchParams.of({"query": "al", "match": "prefix"}))  # the store learns there is no backlog
         await _same_both_ways(engine, {"query": "al", "match": "prefix"})
         assert prefix_calls == {"answered": 1, "fell_back": 0}
         # a row removed behind the writer's back: the changes logged no longer account for the row count
         await store.execute_write("DELETE FROM msg_fts WHERE rowid = (SELECT max(rowid) FROM msg_fts)")
-        await engine.search({"query": "al", "match": "prefix"})
+        await engine.search(SearchParams.of({"query": "al", "match": "prefix"}))
         assert prefix_calls == {"answered": 1, "fell_back": 1}
         assert (await store.optimize(min_docs=10_000, incremental=True))["prefixes"] is None
         assert await store.postings_due(min_docs=10_000, grow_share=0.2) is None
@@ -205,13 +206,13 @@ async def test_a_fold_takes_the_changes_into_the_postings_and_cuts_the_logs(tmp_
         await _corpus(engine)
         store = await engine.store("main")
         await store.optimize(min_docs=10_000, incremental=True)
-        await engine.search({"query": "al", "match": "prefix"})  # the store learns there is no backlog
-        await engine.append("agent:main:late", chain("late", [("user", "alpine " * 5), ("user", "beta alto")]))
+        await engine.search(SearchParams.of({"query": "al", "match": "prefix"}))  # the store learns there is no backlog
+        await engine.append(AppendParams(sessionKey="agent:main:late", events=chain("late", [("user", "alpine " * 5), ("user", "beta alto")])))
         db = sqlite3.connect(store.path)
         (gone_wid,) = db.execute("SELECT wid FROM windows WHERE session_key = 'agent:main:s3'").fetchone()
         assert db.execute("SELECT 1 FROM prefix_postings WHERE rid >> 17 = ?", (gone_wid,)).fetchall()
         db.close()
-        await engine.delete("agent:main:s3")
+        await engine.delete(SessionRef(sessionKey="agent:main:s3"))
         assert await store.postings_due(min_docs=10_000, grow_share=0.2) == "fold"
         before = {p: await _top(store.path, p, 25) for p in ("al", "alp", "be", "do")}
         folded = (await store.optimize(min_docs=10_000, incremental=True))["prefixes"]
@@ -249,14 +250,14 @@ async def test_random_writes_deletes_and_folds_keep_every_answer_equal_to_fts5(t
             key = rng.choice(live)
             if op == "append":
                 texts = [("user", " ".join(rng.choice(VOCAB) for _ in range(rng.choice([1, 3, 12])))) for _ in range(3)]
-                await engine.append(key, chain(f"a{step}m", texts, parent=None))
+                await engine.append(AppendParams(sessionKey=key, events=chain(f"a{step}m", texts, parent=None)))
             elif op == "rewind":
-                await engine.append(key, [leaf(f"l{step}", f"{key[11:]}m24", f"{key[11:]}m{rng.randint(1, 20)}")])
+                await engine.append(AppendParams(sessionKey=key, events=[leaf(f"l{step}", f"{key[11:]}m24", f"{key[11:]}m{rng.randint(1, 20)}")]))
             elif op == "delete" and len(live) > 4:
-                await engine.delete(live.pop(live.index(key)))
+                await engine.delete(SessionRef(sessionKey=live.pop(live.index(key))))
             elif op == "archive":
-                await engine.archive(key)
-                await engine.restore(key)
+                await engine.archive(SessionRef(sessionKey=key))
+                await engine.restore(SessionRef(sessionKey=key))
             elif op == "fold":
                 await store.optimize(min_docs=10_000, incremental=True)
             await engine.reconcile_pending()
@@ -275,14 +276,14 @@ async def test_postings_built_before_the_upgrade_stay_exact_through_deletes_afte
     async with engine_at(tmp_path) as engine:
         await _corpus(engine, sessions=8)
         await engine.optimize(min_docs=10_000)
-        await engine.append("agent:main:late", chain("late", [("user", "alpine " * 4)]))
+        await engine.append(AppendParams(sessionKey="agent:main:late", events=chain("late", [("user", "alpine " * 4)])))
     with sqlite3.connect(tmp_path / "agents" / "main.db") as conn:  # as schema version 11 left it
         conn.execute("DROP TABLE index_gone")
         conn.execute("ALTER TABLE prefix_words DROP COLUMN gone_seq")
         conn.execute("DELETE FROM schema_migrations WHERE version = 12")
     async with engine_at(tmp_path) as engine:
-        await engine.search({"query": "al", "match": "prefix"})  # the store learns there is no backlog
-        await engine.delete("agent:main:s5")
+        await engine.search(SearchParams.of({"query": "al", "match": "prefix"}))  # the store learns there is no backlog
+        await engine.delete(SessionRef(sessionKey="agent:main:s5"))
         for prefix in ("al", "alp", "be"):
             await _same_both_ways(engine, {"query": prefix, "match": "prefix", "limit": 25})
         assert prefix_calls == {"answered": 3, "fell_back": 0}
@@ -295,10 +296,10 @@ async def test_a_build_counts_out_the_rows_deleted_while_it_read(tmp_path, prefi
         store = await engine.store("main")
         await store.execute_write("UPDATE prefix_words SET log_seq = -1")  # given up: a build is due
         read = await asyncio.to_thread(sqlite_prefixes.read_prefixes, store.path)
-        await engine.delete("agent:main:s4")  # after the build's snapshot, before it is stored
+        await engine.delete(SessionRef(sessionKey="agent:main:s4"))  # after the build's snapshot, before it is stored
         await store._run(lambda w: w.hot.drop_hot_words({"alpha", "beta", "alps"}))  # cuts the logs
         await store._run(lambda w: w.prefixes.store_prefixes(*read))
-        await engine.search({"query": "al", "match": "prefix"})  # the store learns there is no backlog
+        await engine.search(SearchParams.of({"query": "al", "match": "prefix"}))  # the store learns there is no backlog
         result = await _same_both_ways(engine, {"query": "al", "match": "prefix", "limit": 25})
         assert not any(i.startswith("s4m") for i in ids(result))
         assert prefix_calls == {"answered": 1, "fell_back": 0}
@@ -309,8 +310,8 @@ async def test_past_the_log_limit_prefixes_are_searched_with_fts5_alone(tmp_path
         await _corpus(engine, sessions=6)
         await engine.optimize(min_docs=10_000)
         monkeypatch.setattr(sqlite_prefixes, "LOG_LIMIT", 5)
-        await engine.search({"query": "al", "match": "prefix"})  # the store learns there is no backlog
-        await engine.append("agent:main:late", chain("late", [("user", "alpha beta")] * 3))
+        await engine.search(SearchParams.of({"query": "al", "match": "prefix"}))  # the store learns there is no backlog
+        await engine.append(AppendParams(sessionKey="agent:main:late", events=chain("late", [("user", "alpha beta")] * 3)))
         await _same_both_ways(engine, {"query": "al", "match": "prefix"})
         assert prefix_calls == {"answered": 1, "fell_back": 0}  # 3 rows indexed since the build: within
         await _corpus(engine, sessions=1, seed=9, name="more")  # 27: past it
@@ -329,9 +330,9 @@ async def test_incremental_builds_fold_the_prefixes_and_redo_them_only_when_give
         monkeypatch.setattr(sqlite_prefixes, "FOLD_AFTER", 10)
         monkeypatch.setattr(sqlite_bounds, "FOLD_AFTER", 0)  # the score bounds due at every change of the index
         monkeypatch.setattr(postings_due_module, "FOLD_AFTER", 10)
-        await engine.append("agent:main:late", chain("late", [("user", "alpha beta")] * 6))
+        await engine.append(AppendParams(sessionKey="agent:main:late", events=chain("late", [("user", "alpha beta")] * 6)))
         assert await store.postings_due(min_docs=10_000, grow_share=0.2) == "bounds"  # the prefixes: not yet
-        await engine.append("agent:main:late", chain("more", [("user", "alpha beta")] * 4, parent="late6"))
+        await engine.append(AppendParams(sessionKey="agent:main:late", events=chain("more", [("user", "alpha beta")] * 4, parent="late6")))
         assert await store.postings_due(min_docs=10_000, grow_share=0.2) == "fold"
         assert (await store.optimize(min_docs=10_000, incremental=True))["prefixes"]["folded"] == 10
         assert await store.postings_due(min_docs=10_000, grow_share=0.2) is None

@@ -11,6 +11,7 @@ import asyncio
 
 from sessionsearch import Engine, Settings
 from sessionsearch import metrics as ssmetrics
+from sessionsearch.protocol import AppendParams
 from sessionsearch.queue import Pipeline, actors
 from sessionsearch.queue.broker import NAMESPACE, QUEUE
 from sessionsearch.worker.sweep import Sweeper
@@ -47,9 +48,9 @@ async def test_a_window_whose_job_was_dead_lettered_is_not_resent_by_the_sweep_u
     admin = private_redis.client()
     try:
         async with Engine(settings=settings) as engine:
-            await engine.append("agent:main:bad", chain("b", [("user", "never indexed")]), index=False)
+            await engine.append(AppendParams(sessionKey="agent:main:bad", events=chain("b", [("user", "never indexed")])), index=False)
             # another agent: a job goes on with the windows waiting beside its own in the same database
-            await engine.append("agent:ops:good", chain("g", [("user", "indexed")]), index=False)
+            await engine.append(AppendParams(sessionKey="agent:ops:good", events=chain("g", [("user", "indexed")])), index=False)
             bad, good = ("main", *(await engine.pending("main"))["main"]), ("ops", *(await engine.pending("ops"))["ops"])
             broken.add(bad)
             assert (await sweeper.periodic())["enqueued"] == 2
@@ -71,7 +72,7 @@ async def test_a_window_whose_job_was_dead_lettered_is_not_resent_by_the_sweep_u
             assert (await engine.index_status())["agents"][0]["backlog"] == 1  # still counted
 
             # The window changes: a sweep sends it again; fixed meanwhile, it reconciles.
-            await engine.append("agent:main:bad", [msg("b2", "user", "changed", "b1")], index=False)
+            await engine.append(AppendParams(sessionKey="agent:main:bad", events=[msg("b2", "user", "changed", "b1")]), index=False)
             broken.clear()
             assert (await sweeper.periodic())["enqueued"] == 1
 
@@ -104,7 +105,7 @@ async def test_a_workers_startup_sweep_sends_a_dead_lettered_window_again(
     sweeper = Sweeper(settings, pipeline.reconciler)
     try:
         async with Engine(settings=settings) as engine:
-            await engine.append("agent:main:bad", chain("b", [("user", "not yet")]), index=False)
+            await engine.append(AppendParams(sessionKey="agent:main:bad", events=chain("b", [("user", "not yet")])), index=False)
             assert (await sweeper.periodic())["enqueued"] == 1
             pipeline.start_embedded_worker()
 

@@ -20,6 +20,7 @@ import pytest
 from sessionsearch import Engine, Settings
 from sessionsearch import metrics as ssmetrics
 from sessionsearch.importer import run_import
+from sessionsearch.protocol import AppendParams, SearchParams
 from sessionsearch.queue import Pipeline
 from sessionsearch.text.unicode61 import tokens
 
@@ -153,16 +154,16 @@ async def test_import_search_worker_search(backend, tmp_path, redis_url):
     settings = _settings(backend, redis_url)
     pipeline = Pipeline(settings)
     async with Engine(settings=settings, enqueuer=pipeline.reconciler.enqueue) as engine:
-        await engine.append("agent:main:live", chain("live", [("user", "loan talk, live and indexed")]))
+        await engine.append(AppendParams(sessionKey="agent:main:live", events=chain("live", [("user", "loan talk, live and indexed")])))
         await run_import(engine, DEMO)
-        first = await engine.search(query="loan", limit=25)
+        first = await engine.search(SearchParams(query="loan", limit=25))
         assert first["indexing"] is True and ids(first) == ["live1"]  # the partial hits, at once
         pipeline.reconciler.join_senders()  # a loaded machine may answer before the jobs are sent
         assert pipeline.queue_depth()["ready"] == 5  # the windows in scope: all but the incognito one
         worker = Worker(tmp_path / "data", redis_url, tmp_path / "worker.log", **_env(backend))
         try:
             await wait_for_backlog_zero(engine)
-            second = await engine.search(query="loan", limit=25)
+            second = await engine.search(SearchParams(query="loan", limit=25))
             assert "indexing" not in second and len(second["results"]) == 5
             assert "car-plans-01-m1" in ids(second) and "incognito-01-m1" not in ids(second)
         finally:
@@ -177,12 +178,12 @@ async def test_concurrent_searches_enqueue_each_window_once(backend, tmp_path, r
     before = dedup._value.get()
     async with Engine(settings=settings, enqueuer=pipeline.reconciler.enqueue) as engine:
         await run_import(engine, DEMO)
-        results = await asyncio.gather(*(engine.search(query="loan") for _ in range(5)))
+        results = await asyncio.gather(*(engine.search(SearchParams(query="loan")) for _ in range(5)))
         assert all(r["indexing"] for r in results)
         pipeline.reconciler.join_senders()
         assert pipeline.queue_depth()["ready"] == 5  # five windows in scope, five messages
         assert dedup._value.get() - before == 4 * 5
-        await engine.search(query="notary")
+        await engine.search(SearchParams(query="notary"))
         pipeline.reconciler.join_senders()
         assert pipeline.queue_depth()["ready"] == 5
     pipeline.close()
@@ -192,13 +193,13 @@ async def test_many_windows_are_marked_after_the_answer_and_queued_once_across_p
     settings = _settings(backend, redis_url)
     async with Engine(settings=settings) as engine:
         for n in range(60):  # more than a search marks inline: marking and sending go to a thread
-            await engine.append(f"agent:main:s{n}", chain(f"s{n}-", [("user", f"ledger entry {n}")]), index=False)
+            await engine.append(AppendParams(sessionKey=f"agent:main:s{n}", events=chain(f"s{n}-", [("user", f"ledger entry {n}")])), index=False)
     pipelines = [Pipeline(settings), Pipeline(settings)]  # two web processes, each its own dedup cache
     engines = [Engine(settings=settings, enqueuer=p.reconciler.enqueue) for p in pipelines]
     try:
         for engine in engines:
             await engine.open()
-        results = await asyncio.gather(*(e.search(query="ledger") for e in engines for _ in range(3)))
+        results = await asyncio.gather(*(e.search(SearchParams(query="ledger")) for e in engines for _ in range(3)))
         assert all(r["indexing"] is True and r["results"] == [] for r in results)
         for pipeline in pipelines:
             pipeline.reconciler.join_senders()
@@ -216,14 +217,14 @@ async def test_a_rewind_hides_text_at_once_and_the_worker_restores_the_survivor(
     key = "agent:main:plans"
     try:
         async with Engine(settings=settings, enqueuer=pipeline.reconciler.enqueue) as engine:
-            await engine.append(key, chain("m", [("user", "keep the boat"), ("assistant", "selling the boat"),
-                                                 ("user", "boat buyer found")]))
-            await engine.append(key, [leaf("l1", "m3", "m1"), msg("n1", "assistant", "keeping the boat", "l1")])
-            during = await engine.search(query="boat", limit=25)
+            await engine.append(AppendParams(sessionKey=key, events=chain("m", [("user", "keep the boat"), ("assistant", "selling the boat"),
+                                                 ("user", "boat buyer found")])))
+            await engine.append(AppendParams(sessionKey=key, events=[leaf("l1", "m3", "m1"), msg("n1", "assistant", "keeping the boat", "l1")]))
+            during = await engine.search(SearchParams(query="boat", limit=25))
             assert "m2" not in ids(during) and "m3" not in ids(during)
             assert during["indexing"] is True
             await wait_for_backlog_zero(engine)
-            after = await engine.search(query="boat", limit=25)
+            after = await engine.search(SearchParams(query="boat", limit=25))
             assert sorted(ids(after)) == ["m1", "n1"] and "indexing" not in after
     finally:
         assert worker.stop() == 0
@@ -314,18 +315,18 @@ async def test_search_answers_while_redis_is_down_and_enqueues_once_it_is_back(b
     failures = ssmetrics.get().enqueue_failures
     try:
         async with Engine(settings=settings, enqueuer=pipeline.reconciler.enqueue) as engine:
-            await engine.append("agent:main:live", chain("live", [("user", "loan indexed live")]))
+            await engine.append(AppendParams(sessionKey="agent:main:live", events=chain("live", [("user", "loan indexed live")])))
             await run_import(engine, DEMO)
             server.terminate()
             server.wait(10)
             before = failures._value.get()
             started = time.monotonic()
-            down = await engine.search(query="loan")
+            down = await engine.search(SearchParams(query="loan"))
             assert time.monotonic() - started < 10
             assert down["indexing"] is True and ids(down) == ["live1"]
             assert failures._value.get() == before + 1
             server = redis_server(port)
-            back = await engine.search(query="loan")
+            back = await engine.search(SearchParams(query="loan"))
             assert back["indexing"] is True and failures._value.get() == before + 1
             pipeline.reconciler.join_senders()
             assert pipeline.queue_depth()["ready"] == 5  # the next search tried again, and got through
@@ -381,11 +382,11 @@ def test_the_embedded_pipeline_reconciles_in_process_without_redis(backend, tmp_
     async def run():
         async with Engine(settings=settings, enqueuer=pipeline.reconciler.enqueue) as engine:
             await run_import(engine, DEMO)
-            assert (await engine.search(query="notary"))["indexing"] is True
+            assert (await engine.search(SearchParams(query="notary")))["indexing"] is True
             pipeline.start_embedded_worker()
             pipeline.broker.join("reconcile", timeout=30_000)
             pipeline.worker.join()
-            done = await engine.search(query="notary")
+            done = await engine.search(SearchParams(query="notary"))
             assert "indexing" not in done
             assert sorted(ids(done)) == ["main-0001-m3", "main-0001-m6", "main-0001-m7"]
 
@@ -455,8 +456,8 @@ async def test_a_worker_stopped_mid_build_ends_the_build_and_exits(tmp_path, red
     settings = _settings(tmp_path, redis_url)
     async with Engine(settings=settings) as engine:
         for s in range(1_000):  # 100,000 messages of 40 words, each in 500+ of them: a build of seconds
-            await engine.append(f"agent:main:s{s}", chain(f"s{s}m", [
-                ("user", " ".join(f"w{(s * 7 + i * j) % 40}" for j in range(12))) for i in range(100)]))
+            await engine.append(AppendParams(sessionKey=f"agent:main:s{s}", events=chain(f"s{s}m", [
+                ("user", " ".join(f"w{(s * 7 + i * j) % 40}" for j in range(12))) for i in range(100)])))
     worker = Worker(tmp_path / "data", redis_url, tmp_path / "worker.log", SESSIONSEARCH_OPTIMIZE_EVERY_S="0.5")
     try:
         started = await until(lambda: next((e for e in worker.events() if e.get("event") == "optimize.started"),
@@ -477,7 +478,7 @@ async def test_the_worker_rebuilds_common_words_postings_on_its_schedule(tmp_pat
         for s in range(120):  # 12,000 messages, "loan talk" in 87 of every 100, "other words" in 12, "rare" in 120
             texts = [("user", "loan talk" if i % 8 else f"other words {s} {i}") for i in range(100)]
             texts[0] = ("user", "rare mention")
-            await engine.append(f"agent:main:s{s}", chain(f"s{s}m", texts))
+            await engine.append(AppendParams(sessionKey=f"agent:main:s{s}", events=chain(f"s{s}m", texts)))
         worker = Worker(tmp_path / "data", redis_url, tmp_path / "worker.log", SESSIONSEARCH_OPTIMIZE_EVERY_S="0.5")
         try:
             await until(lambda: [e for e in worker.events() if e.get("event") == "optimize.done"], DEADLINE_S,
@@ -489,6 +490,6 @@ async def test_the_worker_rebuilds_common_words_postings_on_its_schedule(tmp_pat
         with sqlite3.connect(tmp_path / "data" / "agents" / "main.db") as db:
             words = {w for (w,) in db.execute("SELECT word FROM hot_words")}
         assert words == {"loan", "talk", "other", "words"}  # in 500+ rows; "rare" in 120 is not
-        first = await engine.search(query="loan", limit=5)
+        first = await engine.search(SearchParams(query="loan", limit=5))
         assert len(first["results"]) == 5 and first["truncated"] is True
-        assert first == await engine.search(query="loan", limit=5)  # the second from the postings
+        assert first == await engine.search(SearchParams(query="loan", limit=5))  # the second from the postings

@@ -15,6 +15,7 @@ from sessionsearch import Engine, Settings
 from sessionsearch.indexer import reconcile
 from sessionsearch.indexer.events import parse_event
 from sessionsearch.indexer.reconcile import reconcile_window
+from sessionsearch.protocol import AppendParams, SearchParams
 from sessionsearch.store.postgres import PgAgentStore
 from sessionsearch.store.rowids import row_id
 from sessionsearch.store.sqlite import reconcile as sqlite_reconcile
@@ -26,7 +27,7 @@ KEY = "agent:main:big"
 
 async def _unindexed_window(engine, n: int = 192) -> int:
     texts = [("user" if i % 2 else "assistant", f"message number {i} about topic{i % 7}") for i in range(n)]
-    await engine.append(KEY, chain("m", texts), index=False)
+    await engine.append(AppendParams(sessionKey=KEY, events=chain("m", texts)), index=False)
     (wid,) = (await engine.pending("main"))["main"]
     return wid
 
@@ -69,13 +70,13 @@ async def _index_count(store) -> int:
 
 async def test_imported_windows_are_reported_with_indexing_until_reconciled(backend):
     async with engine_at(backend) as engine:
-        await engine.append("agent:main:live", chain("l", [("user", "topic3 live")]))
+        await engine.append(AppendParams(sessionKey="agent:main:live", events=chain("l", [("user", "topic3 live")])))
         wid = await _unindexed_window(engine)
-        partial = await engine.search(query="topic3")
+        partial = await engine.search(SearchParams(query="topic3"))
         assert ids(partial) == ["l1"] and partial["indexing"] is True
         result = await engine.reconcile("main", wid)
         assert result.outcome == "published" and result.rows_inserted == 192
-        complete = await engine.search(query="topic3", limit=25)
+        complete = await engine.search(SearchParams(query="topic3", limit=25))
         assert "indexing" not in complete and len(complete["results"]) == 25 and complete["truncated"]
 
 
@@ -108,7 +109,7 @@ async def test_small_windows_waiting_beside_a_job_are_published_in_its_transacti
     async with engine_at(backend, reconcile_batch_rows=100) as engine:
         for n, size in enumerate([10, 10, 10, 10, 95, 10]):
             texts = [("user", f"window{n} row {i} shared") for i in range(size)]
-            await engine.append(f"agent:main:s{n}", chain(f"w{n}-", texts), index=False)
+            await engine.append(AppendParams(sessionKey=f"agent:main:s{n}", events=chain(f"w{n}-", texts)), index=False)
         wids = (await engine.pending("main"))["main"]
         store = await engine.store("main")
         assert await reconcile.claim(store, wids[2], "other-worker", 60.0) is not None  # a live claim is left alone
@@ -121,11 +122,11 @@ async def test_small_windows_waiting_beside_a_job_are_published_in_its_transacti
             assert await _index_rows(engine, wid) == await _branch_ids(engine, wid)
         later = await engine.reconcile("main", wids[1])  # its own job: nothing left to do, nothing written
         assert later.outcome == "clean" and later.rows_inserted == 0
-        result = await engine.search(query="window5 shared", limit=25)
+        result = await engine.search(SearchParams(query="window5 shared", limit=25))
         assert result["indexing"] is True and len(result["results"]) == 10
         await reconcile.release(store, wids[2], "other-worker")
         assert await engine.reconcile_pending() == {"published": 2}
-        complete = await engine.search(query="window4 shared", limit=25)
+        complete = await engine.search(SearchParams(query="window4 shared", limit=25))
         assert "indexing" not in complete and complete["truncated"] and len(complete["results"]) == 25
         for wid in wids:
             assert await _index_rows(engine, wid) == await _branch_ids(engine, wid)
@@ -137,7 +138,7 @@ async def test_a_job_with_time_left_goes_on_with_the_windows_waiting_after_its_o
     async with engine_at(backend, reconcile_batch_rows=25) as engine:
         for n in range(12):  # 10 rows each: a transaction holds two windows and a half
             texts = [("user", f"window{n} row {i} shared") for i in range(10)]
-            await engine.append(f"agent:main:s{n}", chain(f"w{n}-", texts), index=False)
+            await engine.append(AppendParams(sessionKey=f"agent:main:s{n}", events=chain(f"w{n}-", texts)), index=False)
         wids = (await engine.pending("main"))["main"]
         store = await engine.store("main")
         assert await reconcile.claim(store, wids[7], "other-worker", 60.0) is not None  # left to its holder
@@ -157,8 +158,7 @@ async def test_a_job_with_time_left_goes_on_with_the_windows_waiting_after_its_o
 async def test_a_job_stops_going_on_once_another_process_holds_the_write_lock_first(tmp_path, monkeypatch):
     async with engine_at(tmp_path, reconcile_batch_rows=25) as engine:
         for n in range(12):
-            await engine.append(f"agent:main:s{n}", chain(f"w{n}-", [("user", f"w{n} r{i}") for i in range(10)]),
-                                index=False)
+            await engine.append(AppendParams(sessionKey=f"agent:main:s{n}", events=chain(f"w{n}-", [("user", f"w{n} r{i}") for i in range(10)])), index=False)
         wids = (await engine.pending("main"))["main"]
         store = await engine.store("main")
         other = sqlite3.connect(store.path, isolation_level=None, check_same_thread=False)  # another writer
@@ -209,12 +209,12 @@ async def test_both_ways_of_inserting_rows_leave_the_index_equal_to_the_branch(t
         imported = await _unindexed_window(engine, 30)  # batches of 7 rows: the claimed path
         result = await engine.reconcile("main", imported)
         assert (result.outcome, result.rows_inserted, result.rows_deleted) == ("published", 30, 0)
-        await engine.append(KEY, [leaf("l1", "m30", "m12"), msg("x1", "user", "new branch words", "l1")])
+        await engine.append(AppendParams(sessionKey=KEY, events=[leaf("l1", "m30", "m12"), msg("x1", "user", "new branch words", "l1")]))
         result = await engine.reconcile("main", imported)  # a rewind: the diff deletes and inserts
         assert (result.outcome, result.rows_inserted, result.rows_deleted) == ("published", 1, 18)
         assert await _index_rows(engine, imported) == await _branch_ids(engine, imported)
-        assert ids(await engine.search(query="branch words")) == ["x1"]
-        assert ids(await engine.search(query="number 20")) == []
+        assert ids(await engine.search(SearchParams(query="branch words"))) == ["x1"]
+        assert ids(await engine.search(SearchParams(query="number 20"))) == []
     finally:
         await engine.close()
 
@@ -225,12 +225,12 @@ async def test_publish_waits_for_a_rewind_that_arrived_meanwhile(backend):
         store = await engine.store("main")
         claim = await reconcile.claim(store, wid, "me", 60.0)
         await reconcile.reconcile_batch(store, wid, "me", 0, (1 << 30) - 1, 60.0)
-        await engine.append(KEY, [leaf("l1", "m10", "m3"), msg("x1", "user", "new branch", "l1")])
+        await engine.append(AppendParams(sessionKey=KEY, events=[leaf("l1", "m10", "m3"), msg("x1", "user", "new branch", "l1")]))
         assert await reconcile.publish(store, wid, "me", claim.rebuild_gen) == "changed"
         await reconcile.release(store, wid, "me")
         assert (await engine.reconcile("main", wid)).outcome == "published"
         assert await _index_rows(engine, wid) == await _branch_ids(engine, wid)
-        assert ids(await engine.search(query="number 9")) == []
+        assert ids(await engine.search(SearchParams(query="number 9"))) == []
 
 
 async def test_linear_appends_during_reconciliation_do_not_restart_it(backend):
@@ -239,31 +239,31 @@ async def test_linear_appends_during_reconciliation_do_not_restart_it(backend):
         store = await engine.store("main")
         claim = await reconcile.claim(store, wid, "me", 60.0)
         await reconcile.reconcile_batch(store, wid, "me", 0, (1 << 30) - 1, 60.0)
-        await engine.append(KEY, [msg("m11", "user", "late linear message", "m10")])
+        await engine.append(AppendParams(sessionKey=KEY, events=[msg("m11", "user", "late linear message", "m10")]))
         assert await reconcile.publish(store, wid, "me", claim.rebuild_gen) == "published"
-        assert ids(await engine.search(query="late linear")) == ["m11"]
+        assert ids(await engine.search(SearchParams(query="late linear"))) == ["m11"]
         assert await _index_rows(engine, wid) == await _branch_ids(engine, wid)
 
 
 async def test_sweep_removes_index_rows_whose_transcript_is_gone(backend):
     async with engine_at(backend) as engine:
-        await engine.append("agent:main:a", chain("a", [("user", "real row")]))
+        await engine.append(AppendParams(sessionKey="agent:main:a", events=chain("a", [("user", "real row")])))
         store = await engine.store("main")
         await _ghost_row(store, 999, 1)
-        assert ids(await engine.search(query="row")) == ["a1"]  # no window: never a hit
+        assert ids(await engine.search(SearchParams(query="row"))) == ["a1"]  # no window: never a hit
         assert (await engine.reconcile_pending())["swept"] == 1
         assert await _index_count(store) == 1
 
 
 async def test_an_index_row_whose_transcript_row_is_gone_is_never_a_hit(backend):
     async with engine_at(backend) as engine:
-        await engine.append("agent:main:a", chain("a", [("user", "real row")]))
+        await engine.append(AppendParams(sessionKey="agent:main:a", events=chain("a", [("user", "real row")])))
         store = await engine.store("main")
         async with store.reader() as reader:
             ((wid, _, _),) = await store.windows_of(reader, "agent:main:a")
         await _ghost_row(store, wid, 50)
         for order in ("relevance", "recent"):
-            found = await engine.search(query="row", order=order)
+            found = await engine.search(SearchParams(query="row", order=order))
             assert ids(found) == ["a1"], order
             json.dumps(found, allow_nan=False)  # no score of an infinite rank either
 
@@ -305,7 +305,7 @@ async def test_an_append_takes_its_turn_between_another_process_s_back_to_back_t
     keeps it from another that sleeps between tries (a worker draining a backlog starved gateway
     appends for seconds)."""
     async with engine_at(tmp_path) as engine:
-        await engine.append("agent:main:live", chain("a", [("user", "first")]))
+        await engine.append(AppendParams(sessionKey="agent:main:live", events=chain("a", [("user", "first")])))
         store = await engine.store("main")
         stop, started = tmp_path / "stop", tmp_path / "started"
         hammer = subprocess.Popen([sys.executable, "-c", HAMMER, str(store.path), str(stop), str(started)],
@@ -318,8 +318,7 @@ async def test_an_append_takes_its_turn_between_another_process_s_back_to_back_t
 
             await until(writing, 60, "the other writer to start", every=0.01)
             for n in range(10):
-                await engine.append("agent:main:live",
-                                    [msg(f"b{n}", "user", f"turn {n}", parent=f"b{n - 1}" if n else "a1")])
+                await engine.append(AppendParams(sessionKey="agent:main:live", events=[msg(f"b{n}", "user", f"turn {n}", parent=f"b{n - 1}" if n else "a1")]))
             stop.touch()
             count, stopped = hammer.communicate(timeout=60)[0].split()
         finally:
@@ -328,4 +327,4 @@ async def test_an_append_takes_its_turn_between_another_process_s_back_to_back_t
         # and it kept writing while they ran (10-30 transactions on an idle machine; on a loaded
         # one, a run saw 6: asserting 10 made the test fail for the load, not for the turns)
         assert int(count) >= 2
-        assert sorted(ids(await engine.search(query="turn", limit=25))) == [f"b{n}" for n in range(10)]
+        assert sorted(ids(await engine.search(SearchParams(query="turn", limit=25)))) == [f"b{n}" for n in range(10)]

@@ -15,6 +15,7 @@ import threading
 import time
 
 from sessionsearch import Engine, Settings
+from sessionsearch.protocol import AppendParams
 from sessionsearch.queue import Pipeline
 from sessionsearch.queue.actors import Markers
 from sessionsearch.worker import sweep
@@ -28,7 +29,7 @@ WINDOWS = 12
 async def _dirty_windows(settings: Settings) -> None:
     async with Engine(settings=settings) as engine:
         for n in range(WINDOWS):
-            await engine.append(f"agent:main:s{n}", chain(f"s{n}-", [("user", f"ledger entry {n}")]), index=False)
+            await engine.append(AppendParams(sessionKey=f"agent:main:s{n}", events=chain(f"s{n}-", [("user", f"ledger entry {n}")])), index=False)
 
 
 async def test_workers_starting_together_send_each_dirty_window_once(tmp_path, redis_url, monkeypatch):

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sessionsearch import Engine, Settings
+from sessionsearch.protocol import AppendParams, SearchParams
 from sessionsearch.store.sqlite import top as store_module
 from sessionsearch.text.cjk import index_text
 from sessionsearch.text.utf16 import utf16_len
@@ -26,12 +27,12 @@ KEY = "agent:main:main"
 
 
 async def _found(engine, query: str, **body) -> list[str]:
-    return sorted(ids(await engine.search(query=query, limit=25, **body)))
+    return sorted(ids(await engine.search(SearchParams.of({"query": query, "limit": 25, **body}))))
 
 
 async def test_a_run_is_found_by_any_substring_never_across_two_runs(backend):
     async with engine_at(backend) as engine:
-        await engine.append(KEY, chain("m", [("user", "开会 x 会议"), ("user", "明天开会议程"), ("user", "会議室")]))
+        await engine.append(AppendParams(sessionKey=KEY, events=chain("m", [("user", "开会 x 会议"), ("user", "明天开会议程"), ("user", "会議室")])))
         assert await _found(engine, "开会议") == ["m2"]  # not m1: its runs are 开会 and 会议
         assert await _found(engine, "会议") == ["m1", "m2"]
         assert await _found(engine, "議") == ["m3"]
@@ -42,9 +43,9 @@ async def test_a_run_is_found_by_any_substring_never_across_two_runs(backend):
 
 async def test_a_mixed_query_is_an_and_of_its_words_each_matched_its_own_way(backend):
     async with engine_at(backend) as engine:
-        await engine.append(KEY, chain("m", [("user", "Redis 部署失败了"), ("user", "部署失败"),
+        await engine.append(AppendParams(sessionKey=KEY, events=chain("m", [("user", "Redis 部署失败了"), ("user", "部署失败"),
                                              ("user", "Redis is down"), ("user", "東京で meeting します"),
-                                             ("user", "東京タワー"), ("user", "meetings in 東京")]))
+                                             ("user", "東京タワー"), ("user", "meetings in 東京")])))
         assert await _found(engine, "Redis 部署失败") == ["m1"]
         assert await _found(engine, "東京 meeting") == ["m4"]  # `meetings` is another word
         assert await _found(engine, "部署失败 down") == []
@@ -52,7 +53,7 @@ async def test_a_mixed_query_is_an_and_of_its_words_each_matched_its_own_way(bac
 
 async def test_cjk_glued_to_latin_is_found_by_either_part(backend):
     async with engine_at(backend) as engine:
-        await engine.append(KEY, chain("m", [("user", "明天去东京meeting吧"), ("user", "a meeting"), ("user", "东京")]))
+        await engine.append(AppendParams(sessionKey=KEY, events=chain("m", [("user", "明天去东京meeting吧"), ("user", "a meeting"), ("user", "东京")])))
         assert await _found(engine, "东京") == ["m1", "m3"]
         assert await _found(engine, "meeting") == ["m1", "m2"]
         assert await _found(engine, "东京meeting") == ["m1"]  # both parts
@@ -61,8 +62,8 @@ async def test_cjk_glued_to_latin_is_found_by_either_part(backend):
 
 async def test_full_width_latin_and_half_width_katakana_fold_like_their_usual_forms(backend):
     async with engine_at(backend) as engine:
-        await engine.append(KEY, chain("m", [("user", "Ｒｅｄｉｓ を再起動"), ("user", "redis restarted"),
-                                             ("user", "ｶﾞｲﾄﾞを読む"), ("user", "ガイドブック")]))
+        await engine.append(AppendParams(sessionKey=KEY, events=chain("m", [("user", "Ｒｅｄｉｓ を再起動"), ("user", "redis restarted"),
+                                             ("user", "ｶﾞｲﾄﾞを読む"), ("user", "ガイドブック")])))
         assert await _found(engine, "redis") == ["m1", "m2"]
         assert await _found(engine, "ＲＥＤＩＳ") == ["m1", "m2"]
         assert await _found(engine, "ガイド") == ["m3", "m4"]
@@ -74,26 +75,26 @@ async def test_full_width_latin_and_half_width_katakana_fold_like_their_usual_fo
 async def test_cjk_hits_are_ranked_by_bm25_over_their_shadow_terms(backend):
     async with engine_at(backend) as engine:
         filler = "。".join(["今日は天気がいいですね"] * 6)
-        await engine.append(KEY, chain("m", [("user", f"{filler}東京"), ("user", "東京、東京、東京"), ("user", "京都")]))
-        result = await engine.search(query="東京")
+        await engine.append(AppendParams(sessionKey=KEY, events=chain("m", [("user", f"{filler}東京"), ("user", "東京、東京、東京"), ("user", "京都")])))
+        result = await engine.search(SearchParams(query="東京"))
         assert ids(result) == ["m2", "m1"]  # more occurrences in a shorter row first
         scores = [hit["score"] for hit in result["results"]]
         assert scores[0] > scores[1] > 0
-        assert ids(await engine.search(query="東京", order="recent")) == ["m2", "m1"]
+        assert ids(await engine.search(SearchParams(query="東京", order="recent"))) == ["m2", "m1"]
 
 
 async def test_a_cjk_snippet_centres_on_the_match_within_the_budget(backend):
     async with engine_at(backend) as engine:
         text = "あ" * 500 + "東京タワー" + "い" * 500
-        await engine.append(KEY, chain("m", [("user", text)]))
-        snippet = (await engine.search(query="京タ"))["results"][0]["snippet"]
+        await engine.append(AppendParams(sessionKey=KEY, events=chain("m", [("user", text)])))
+        snippet = (await engine.search(SearchParams(query="京タ")))["results"][0]["snippet"]
         assert "東京タワー" in snippet and utf16_len(snippet) <= 300
         assert snippet.startswith("… ") and snippet.endswith(" …")
 
 
 async def test_prefix_search_keeps_cjk_as_substrings_and_the_latin_tail_as_a_prefix(backend):
     async with engine_at(backend) as engine:
-        await engine.append(KEY, chain("m", [("user", "東京meeting"), ("user", "東京 meet"), ("user", "京都")]))
+        await engine.append(AppendParams(sessionKey=KEY, events=chain("m", [("user", "東京meeting"), ("user", "東京 meet"), ("user", "京都")])))
         assert await _found(engine, "東京mee", match="prefix") == ["m1", "m2"]
         assert await _found(engine, "京", match="prefix") == ["m1", "m2", "m3"]
         assert await _found(engine, "東京mee") == []
@@ -101,9 +102,9 @@ async def test_prefix_search_keeps_cjk_as_substrings_and_the_latin_tail_as_a_pre
 
 async def test_sessions_mode_and_ranges_count_cjk_hits_through_the_index(backend):
     async with engine_at(backend) as engine:
-        await engine.append("agent:main:a", chain("a", [("user", "東京開会"), ("user", "東京駅に"), ("user", "開会")]))
-        await engine.append("agent:main:b", chain("b", [("user", "明日東京へ")]))
-        result = await engine.search(query="東京", resultMode="sessions")
+        await engine.append(AppendParams(sessionKey="agent:main:a", events=chain("a", [("user", "東京開会"), ("user", "東京駅に"), ("user", "開会")])))
+        await engine.append(AppendParams(sessionKey="agent:main:b", events=chain("b", [("user", "明日東京へ")])))
+        result = await engine.search(SearchParams(query="東京", resultMode="sessions"))
         assert sorted((s["sessionKey"], s["hits"]) for s in result["results"]) == \
             [("agent:main:a", 2), ("agent:main:b", 1)]
 
@@ -122,19 +123,19 @@ async def test_common_cjk_unigrams_and_bigrams_get_postings_that_answer_their_se
     texts = [("user", "".join(rng.choice("東京大阪ガイ") for _ in range(rng.choice([1, 2, 5, 12, 30])))
               + rng.choice(["", " report", "・東京"])) for _ in range(150)]
     async with engine_at(tmp_path) as engine:
-        await engine.append(KEY, chain("m", texts))
+        await engine.append(AppendParams(sessionKey=KEY, events=chain("m", texts)))
         built = set((await engine.optimize(min_docs=20, min_share=0.0))["agents"]["main"]["words"])
         assert {"東", "東京", "ガ", "ガイ", "report"} <= built and all(len(w) <= 2 for w in built if w != "report")
         # after the build: rows only the index log knows of, one of them above any other for 東京
-        await engine.append("agent:main:late", chain("late", [("user", "東京東京東京"), ("user", "大阪")]))
+        await engine.append(AppendParams(sessionKey="agent:main:late", events=chain("late", [("user", "東京東京東京"), ("user", "大阪")])))
         store = await engine.store("main")
         for query in ("東", "東京", "「東京」", "ｶﾞｲ", "阪", "report", "京大阪", "東京 report", "東京report"):
-            await engine.search(query=query, limit=25)  # the store learns which words have postings
-            hot = await engine.search(query=query, limit=25)
+            await engine.search(SearchParams(query=query, limit=25))  # the store learns which words have postings
+            hot = await engine.search(SearchParams(query=query, limit=25))
             store._hot_seen = (None, frozenset())  # this one search ranks with FTS5 alone
-            assert hot == await engine.search(query=query, limit=25), query
+            assert hot == await engine.search(SearchParams(query=query, limit=25)), query
             assert hot["results"], query
-        assert ids(await engine.search(query="東京", limit=1)) == ["late1"]
+        assert ids(await engine.search(SearchParams(query="東京", limit=1))) == ["late1"]
         # one or two characters (quoted, half-width or not) from postings; longer runs are phrases,
         # several words an AND, both for FTS5
         assert set(calls["answered"]) == {"東", "東京", "ガイ", "阪", "report"} and not calls["fell_back"]
@@ -145,8 +146,8 @@ async def test_reconciliation_indexes_the_shadow_tokens_either_way_it_inserts(tm
     engine = await Engine(tmp_path, settings=Settings(data_dir=str(tmp_path), reconcile_batch_rows=2),
                           reconcile_rows_in_sql=rows_in_sql).open()
     try:
-        await engine.append(KEY, chain("m", [("user", "开会 x 会议"), ("user", "明天开会议程"), ("user", "plain words"),
-                                             ("user", "Ｒｅｄｉｓ ｶﾞｲﾄﾞ")]), index=False)
+        await engine.append(AppendParams(sessionKey=KEY, events=chain("m", [("user", "开会 x 会议"), ("user", "明天开会议程"), ("user", "plain words"),
+                                             ("user", "Ｒｅｄｉｓ ｶﾞｲﾄﾞ")])), index=False)
         await engine.reconcile_pending()
         assert await _found(engine, "开会议") == ["m2"]
         assert await _found(engine, "会议") == ["m1", "m2"]
@@ -158,8 +159,8 @@ async def test_reconciliation_indexes_the_shadow_tokens_either_way_it_inserts(tm
 
 async def test_reconciliation_indexes_the_shadow_tokens_on_either_backend(backend):
     async with engine_at(backend, reconcile_batch_rows=2) as engine:
-        await engine.append(KEY, chain("m", [("user", "开会 x 会议"), ("user", "明天开会议程"), ("user", "plain words"),
-                                             ("user", "Ｒｅｄｉｓ ｶﾞｲﾄﾞ")]), index=False)
+        await engine.append(AppendParams(sessionKey=KEY, events=chain("m", [("user", "开会 x 会议"), ("user", "明天开会议程"), ("user", "plain words"),
+                                             ("user", "Ｒｅｄｉｓ ｶﾞｲﾄﾞ")])), index=False)
         await engine.reconcile_pending()
         assert await _found(engine, "开会议") == ["m2"]
         assert await _found(engine, "会议") == ["m1", "m2"]
@@ -230,10 +231,10 @@ def test_cjk_search_finds_exactly_what_python_in_finds(backend):
     @given(data=st.data(), corpus=st.lists(texts, min_size=1, max_size=10))
     def check(data, corpus):
         key = f"agent:main:p{next(keys)}"
-        loop.run_until_complete(engine.append(key, chain("m", [("user", t) for t in corpus])))
+        loop.run_until_complete(engine.append(AppendParams(sessionKey=key, events=chain("m", [("user", t) for t in corpus]))))
         for _ in range(4):
             query = data.draw(queries(corpus))
-            result = loop.run_until_complete(engine.search(query=query, sessionKeys=[key], limit=25))
+            result = loop.run_until_complete(engine.search(SearchParams(query=query, sessionKeys=[key], limit=25)))
             expected = {f"m{i}" for i, text in enumerate(corpus, 1) if oracle(text, query)}
             assert set(ids(result)) == expected, (query, corpus, [index_text(t) for t in corpus])
 
@@ -269,8 +270,8 @@ def _to_schema_8(db) -> None:
 
 async def _old_store(data_dir) -> None:
     async with engine_at(data_dir) as engine:
-        await engine.append("agent:main:latin", chain("l", [("user", "deploy the api"), ("user", "api down")]))
-        await engine.append("agent:main:cjk", chain("c", [("user", "明天开会议程"), ("user", "deploy 部署失败")]))
+        await engine.append(AppendParams(sessionKey="agent:main:latin", events=chain("l", [("user", "deploy the api"), ("user", "api down")])))
+        await engine.append(AppendParams(sessionKey="agent:main:cjk", events=chain("c", [("user", "明天开会议程"), ("user", "deploy 部署失败")])))
     _to_schema_8(data_dir / "agents" / "main.db")
     with sqlite3.connect(data_dir / "agents" / "main.db") as conn:  # the old layout: a whole run is one word
         assert conn.execute("SELECT rowid FROM msg_fts WHERE msg_fts MATCH '\"明天开会议程\"'").fetchall()
@@ -281,12 +282,12 @@ async def test_an_upgraded_store_hands_its_cjk_windows_to_reconciliation(tmp_pat
     async with engine_at(tmp_path) as engine:
         store = await engine.store("main")
         assert [v for v, _ in await store.applied_migrations()][-9:] == [9, 10, 11, 12, 13, 14, 15, 16, 17]
-        first = await engine.search(query="deploy")
+        first = await engine.search(SearchParams(query="deploy"))
         assert first["indexing"] is True and ids(first) == ["l1"]  # the Latin-only window stays searchable
-        assert (await engine.search(query="开会"))["results"] == []
+        assert (await engine.search(SearchParams(query="开会")))["results"] == []
         await engine.reconcile_pending()
         assert await _found(engine, "开会") == ["c1"]
-        second = await engine.search(query="deploy")
+        second = await engine.search(SearchParams(query="deploy"))
         assert "indexing" not in second and sorted(ids(second)) == ["c2", "l1"]
         assert await _found(engine, "deploy 失败") == ["c2"]
 

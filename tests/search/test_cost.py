@@ -11,7 +11,8 @@ import random
 from sessionsearch import SearchTimeout
 from sessionsearch.api.tools import run_tool
 from sessionsearch.auth import OPERATOR, Caller
-from sessionsearch.search.query import Requester, parse_search
+from sessionsearch.protocol import AppendParams, SearchParams, parse_search
+from sessionsearch.search.query import Requester
 
 from ..helpers import chain, engine_at, ids
 
@@ -24,7 +25,7 @@ async def _corpus(engine, messages: int = 250) -> None:
     rng = random.Random(7)
     texts = [("user" if i % 2 == 0 else "assistant", "loan " + " ".join(rng.choice(VOCAB) for _ in range(12)))
              for i in range(messages)]
-    await engine.append(KEY, chain("m", texts), sessionId="s1")
+    await engine.append(AppendParams(sessionKey=KEY, events=chain("m", texts), sessionId="s1"))
 
 
 def test_repeated_words_are_merged_into_one_condition():
@@ -40,8 +41,8 @@ def test_a_prefix_query_keeps_its_last_word_last_when_merging():
 async def test_a_repeated_word_finds_what_the_word_finds(backend):
     async with engine_at(backend) as engine:
         await _corpus(engine, 20)
-        once = await engine.search(query="loan", limit=25)
-        assert ids(await engine.search(query="loan " * 682, limit=25)) == ids(once) != []
+        once = await engine.search(SearchParams(query="loan", limit=25))
+        assert ids(await engine.search(SearchParams(query="loan " * 682, limit=25))) == ids(once) != []
 
 
 async def test_the_worst_legal_queries_all_answer(backend):
@@ -74,7 +75,7 @@ async def test_the_worst_legal_queries_all_answer(backend):
         await _corpus(engine)
         for body in worst:
             try:
-                answer = await engine.search(dict(body))
+                answer = await engine.search(SearchParams.of(dict(body)))
             except SearchTimeout:  # the SPEC's timeout is a clear answer too
                 continue
             states = answer["states"] if "queries" in body else [answer]

@@ -13,6 +13,7 @@ import pytest
 from sessionsearch import SearchTimeout, Settings
 from sessionsearch.api.tools import run_tool
 from sessionsearch.auth import OPERATOR
+from sessionsearch.protocol import AppendParams, SearchParams
 from sessionsearch.search.query import parse_query
 from sessionsearch.store.postgres import wide
 from sessionsearch.store.sqlite.fts import fts5_match
@@ -46,7 +47,7 @@ def _texts(rng: random.Random, pasted: list[str]) -> list[tuple[str, str]]:
 
 async def _corpus(engine, rng: random.Random, pasted: list[str]) -> list[tuple[str, str]]:
     texts = _texts(rng, pasted)
-    await engine.append(KEY, chain("m", texts), sessionId="s1")
+    await engine.append(AppendParams(sessionKey=KEY, events=chain("m", texts), sessionId="s1"))
     return texts
 
 
@@ -69,15 +70,15 @@ async def test_an_800_word_query_and_a_batch_of_eight_answer_on_every_store(back
     pasted = [_paragraph(rng, 800) for _ in range(4)]
     async with engine_at(backend) as engine:
         await _corpus(engine, rng, pasted)
-        found = await engine.search(query=pasted[0])
+        found = await engine.search(SearchParams(query=pasted[0]))
         assert ids(found)[0] == "m201"
         nothing = _paragraph(rng, 799) + " r9999"
-        assert ids(await engine.search(query=nothing)) == []
-        batch = await engine.search(queries=pasted + [nothing] + pasted[:3])
+        assert ids(await engine.search(SearchParams(query=nothing))) == []
+        batch = await engine.search(SearchParams(queries=pasted + [nothing] + pasted[:3]))
         assert [ids(state)[:1] for state in batch["states"]] == [["m201"], ["m202"], ["m203"], ["m204"], [],
                                                                 ["m201"], ["m202"], ["m203"]]
         for body in ({"match": "prefix"}, {"order": "recent"}, {"resultMode": "sessions"}, {"role": "user"}):
-            answer = await engine.search(query=pasted[1], **body)
+            answer = await engine.search(SearchParams.of({"query": pasted[1], **body}))
             assert answer["results"] and answer["results"][0]["sessionKey"] == KEY, body
 
 
@@ -87,7 +88,7 @@ async def test_a_pasted_60_word_paragraph_finds_the_message_it_came_from_first(b
     async with engine_at(backend) as engine:
         await _corpus(engine, rng, pasted)
         for i, text in enumerate(pasted):
-            assert ids(await engine.search(query=text))[0] == f"m{201 + i}"
+            assert ids(await engine.search(SearchParams(query=text)))[0] == f"m{201 + i}"
 
 
 async def test_a_long_querys_hits_and_scores_are_the_plain_all_words_querys(backend, tmp_path):
@@ -98,12 +99,12 @@ async def test_a_long_querys_hits_and_scores_are_the_plain_all_words_querys(back
     queries = [" ".join(rng.sample(COMMON, 36)), _text(rng, 120) + " per-session", pasted[0]]
     async with engine_at(backend) as engine:
         texts = await _corpus(engine, rng, pasted)
-        answers = [await engine.search(query=q, limit=25) for q in queries]
+        answers = [await engine.search(SearchParams(query=q, limit=25)) for q in queries]
     sqlite_dir = backend.data_dir
     if backend.database_url:  # the same messages in a SQLite store, whose file answers the plain query
         sqlite_dir = tmp_path / "oracle"
         async with engine_at(sqlite_dir) as oracle_engine:
-            await oracle_engine.append(KEY, chain("m", texts), sessionId="s1")
+            await oracle_engine.append(AppendParams(sessionKey=KEY, events=chain("m", texts), sessionId="s1"))
     assert any(len(a["results"]) > 3 for a in answers)  # the common words' query finds many
     for query, answer in zip(queries, answers, strict=True):
         oracle = _fts5_oracle(sqlite_dir, query)
@@ -122,11 +123,10 @@ async def test_postgres_scores_a_wide_query_as_its_one_statement_does(pg, monkey
               {"query": query, "resultMode": "sessions", "order": "recent"}]
     async with engine_at(pg) as engine:
         await _corpus(engine, rng, pasted)
-        await engine.append(KEY, chain("x", [("user", query.replace("per-session", "per session"))]),
-                            sessionId="s2")
-        wide_answers = [await engine.search(dict(body), limit=25) for body in bodies]
+        await engine.append(AppendParams(sessionKey=KEY, events=chain("x", [("user", query.replace("per-session", "per session"))]), sessionId="s2"))
+        wide_answers = [await engine.search(SearchParams.of({**dict(body), "limit": 25})) for body in bodies]
         monkeypatch.setattr(wide, "WIDE_PHRASES", 10_000)
-        one_statement = [await engine.search(dict(body), limit=25) for body in bodies]
+        one_statement = [await engine.search(SearchParams.of({**dict(body), "limit": 25})) for body in bodies]
     assert wide_answers == one_statement
     assert len(wide_answers[0]["results"]) >= 3
 
@@ -135,10 +135,10 @@ async def test_a_query_past_one_postgres_statement_is_answered_on_every_store(ba
     """1,024 distinct words: more phrases than one PostgreSQL statement may hold columns for."""
     async with engine_at(backend) as engine:
         words = [a + b for a in ALNUM for b in ALNUM]
-        await engine.append(KEY, chain("m", [("user", " ".join(words)), ("user", "aa ab")]), sessionId="s1")
-        assert ids(await engine.search(query=" ".join(words)[:4096])) == ["m1"]
-        assert ids(await engine.search(query=" ".join(words)[:4096] + "x", match="prefix")) == []
-        batch = await engine.search(queries=[" ".join(words[::-1])[:4096]] * 8, limit=1)
+        await engine.append(AppendParams(sessionKey=KEY, events=chain("m", [("user", " ".join(words)), ("user", "aa ab")]), sessionId="s1"))
+        assert ids(await engine.search(SearchParams(query=" ".join(words)[:4096]))) == ["m1"]
+        assert ids(await engine.search(SearchParams(query=" ".join(words)[:4096] + "x", match="prefix"))) == []
+        batch = await engine.search(SearchParams(queries=[" ".join(words[::-1])[:4096]] * 8, limit=1))
         assert ids(batch["states"][7]) == ["m1"]
 
 
@@ -187,26 +187,26 @@ async def test_a_long_query_over_several_agents_ranks_them_together(backend):
     query = " ".join(rng.sample(COMMON, 36))
     async with engine_at(backend) as engine:
         for agent in ("main", "ops", "dev"):
-            await engine.append(f"agent:{agent}:main", chain("m", _texts(rng, pasted)), sessionId=f"s-{agent}")
-        every = await engine.search(query=query, limit=25)
-        alone = {agent: await engine.search(query=query, agentId=agent, limit=25) for agent in ("main", "ops", "dev")}
+            await engine.append(AppendParams(sessionKey=f"agent:{agent}:main", events=chain("m", _texts(rng, pasted)), sessionId=f"s-{agent}"))
+        every = await engine.search(SearchParams(query=query, limit=25))
+        alone = {agent: await engine.search(SearchParams(query=query, agentId=agent, limit=25)) for agent in ("main", "ops", "dev")}
         merged = sorted((h for a in alone.values() for h in a["results"]),
                         key=lambda h: (-h["score"], -h["timestamp"], h["messageId"]))
         assert {h["sessionKey"] for h in every["results"]} == {"agent:main:main", "agent:ops:main", "agent:dev:main"}
         assert [h["score"] for h in every["results"]] == [h["score"] for h in merged[:25]]
-        assert ids(await engine.search(query=pasted[1], order="recent"))[:3] == ["m202"] * 3
+        assert ids(await engine.search(SearchParams(query=pasted[1], order="recent")))[:3] == ["m202"] * 3
 
 
 async def test_postgres_scoring_of_many_matches_stops_at_the_time_budget(pg, monkeypatch):
     """The wide path's scoring in Python is held to the search's deadline, as its statements are."""
     async with engine_at(pg) as engine:
-        await engine.append(KEY, chain("m", [("user", " ".join(COMMON))] * 300), sessionId="s1")
+        await engine.append(AppendParams(sessionKey=KEY, events=chain("m", [("user", " ".join(COMMON))] * 300), sessionId="s1"))
         query = " ".join(COMMON[:36])
-        assert len((await engine.search(query=query))["results"]) == 10
+        assert len((await engine.search(SearchParams(query=query)))["results"]) == 10
         monkeypatch.setattr(wide, "monotonic", lambda: math.inf)  # past any deadline once rows are scored
         with pytest.raises(SearchTimeout):
-            await engine.search(query=query)
-        assert (await engine.search(query=" ".join(COMMON[:32])))["results"]  # 32 words: one statement
+            await engine.search(SearchParams(query=query))
+        assert (await engine.search(SearchParams(query=" ".join(COMMON[:32]))))["results"]  # 32 words: one statement
 
 
 async def test_a_long_query_over_more_agents_than_twice_the_limit_finds_the_best_of_them(backend):
@@ -219,9 +219,9 @@ async def test_a_long_query_over_more_agents_than_twice_the_limit_finds_the_best
         for n, agent in enumerate(agents):
             texts = [("user", _text(rng, 30) + (" " + " ".join(COMMON) + " pad" * n if i == 0 else ""))
                      for i in range(4)]
-            await engine.append(f"agent:{agent}:main", chain("m", texts), sessionId=f"s-{agent}")
-        every = await engine.search(query=query, limit=5)
-        alone = [h for agent in agents for h in (await engine.search(query=query, agentId=agent))["results"]]
+            await engine.append(AppendParams(sessionKey=f"agent:{agent}:main", events=chain("m", texts), sessionId=f"s-{agent}"))
+        every = await engine.search(SearchParams(query=query, limit=5))
+        alone = [h for agent in agents for h in (await engine.search(SearchParams(query=query, agentId=agent)))["results"]]
         best = sorted(alone, key=lambda h: (-h["score"], -h["timestamp"], h["sessionKey"]))[:5]
         assert len(best) == 5
         assert [(h["sessionKey"], h["score"]) for h in every["results"]] == [(h["sessionKey"], h["score"])

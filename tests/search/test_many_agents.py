@@ -10,6 +10,7 @@ import random
 
 import pytest
 
+from sessionsearch.protocol import AppendParams, SearchParams
 from sessionsearch.search import runner
 from sessionsearch.search.runner import bounded
 
@@ -33,7 +34,7 @@ async def _fill(engine) -> None:
                 words = [w for w in WORDS if rnd.random() < 0.2] * rnd.randint(1, 2) + ["filler"] * rnd.randint(1, 8)
                 rnd.shuffle(words)
                 items.append((rnd.choice(["user", "assistant"]), " ".join(words), ts))
-            await engine.append(f"agent:{agent}:s{s}", timed(f"{agent}s{s}m", items))
+            await engine.append(AppendParams(sessionKey=f"agent:{agent}:s{s}", events=timed(f"{agent}s{s}m", items)))
 
 
 def _message_key(order: str):
@@ -57,22 +58,20 @@ async def test_all_agents_answer_is_the_merge_of_every_agents_full_answer(backen
             merged = []
             merged_sessions = []
             for agent in AGENTS:
-                own = await engine.search(query=query, match=match, agentId=agent, order=order, limit=25)
+                own = await engine.search(SearchParams(query=query, match=match, agentId=agent, order=order, limit=25))
                 assert "truncated" not in own  # the agent's full answer
                 merged += own["results"]
-                own_sessions = await engine.search(query=query, match=match, agentId=agent, order=order, limit=25,
-                                                   resultMode="sessions")
+                own_sessions = await engine.search(SearchParams(query=query, match=match, agentId=agent, order=order, limit=25, resultMode="sessions"))
                 assert "truncated" not in own_sessions
                 merged_sessions += own_sessions["results"]
             assert len({h["sessionKey"].split(":")[1] for h in merged}) > 10, query  # the words overlap
             merged.sort(key=_message_key(order))
             merged_sessions.sort(key=_session_key(order))
             for limit in (1, 7, 25):
-                every = await engine.search(query=query, match=match, order=order, limit=limit)
+                every = await engine.search(SearchParams(query=query, match=match, order=order, limit=limit))
                 assert every["results"] == merged[:limit], (query, limit)
                 assert every.get("truncated", False) == (len(merged) > limit)
-                sessions = await engine.search(query=query, match=match, order=order, limit=limit,
-                                               resultMode="sessions")
+                sessions = await engine.search(SearchParams(query=query, match=match, order=order, limit=limit, resultMode="sessions"))
                 assert sessions["results"] == merged_sessions[:limit], (query, limit)
                 assert sessions.get("truncated", False) == (len(merged_sessions) > limit)
 

@@ -11,6 +11,7 @@ import sqlite3
 
 import pytest
 
+from sessionsearch.protocol import AppendParams, SearchParams, SessionRef
 from sessionsearch.search import runner
 from sessionsearch.search.query import parse_query
 from sessionsearch.store.postgres import bounds as pg_bounds
@@ -48,13 +49,13 @@ async def test_an_agents_bound_is_never_below_the_score_of_any_of_its_rows(backe
     async with engine_at(backend) as engine:
         for a in range(6):
             texts = _corpus(rnd, rnd.choice([3, 40, 200]))
-            await engine.append(f"agent:b{a}:main", timed(f"b{a}m", [("user", t, BASE_TS + i) for i, t in enumerate(texts)]))
+            await engine.append(AppendParams(sessionKey=f"agent:b{a}:main", events=timed(f"b{a}m", [("user", t, BASE_TS + i) for i, t in enumerate(texts)])))
         agents = [f"b{a}" for a in range(6)]
         await _fold_all(engine, agents)
         for a in range(6):
             for i, t in enumerate(_corpus(rnd, added)):  # one append each, as a gateway streams them
-                await engine.append(f"agent:b{a}:late", [msg(f"b{a}n{i}", "user", t, f"b{a}n{i - 1}" if i else None,
-                                                             ts=BASE_TS + 999 + i)])
+                await engine.append(AppendParams(sessionKey=f"agent:b{a}:late", events=[msg(f"b{a}n{i}", "user", t, f"b{a}n{i - 1}" if i else None,
+                                                             ts=BASE_TS + 999 + i)]))
         stores = [await engine.store(a) for a in agents]
         logged = backend.kind == "sqlite" and added <= BOUNDS_LOG_MAX
         for word, prefix in QUERIES:
@@ -84,7 +85,7 @@ async def test_a_bound_is_unknown_once_the_index_moved_on_and_known_again_after_
     fold_after = bounds_mod if backend.kind == "sqlite" else pg_bounds
     monkeypatch.setattr(fold_after, "FOLD_AFTER", 0)  # due at once after a fold, however long it took
     async with engine_at(backend) as engine:
-        await engine.append("agent:c0:main", timed("c0m", [("user", "loan river", BASE_TS)]))
+        await engine.append(AppendParams(sessionKey="agent:c0:main", events=timed("c0m", [("user", "loan river", BASE_TS)])))
         store = await engine.store("c0")
         match = parse_query("loan", prefix=False).match
         never = await engine.backend.score_bounds([store], match, math.inf)  # never folded: unknown, or no
@@ -93,7 +94,7 @@ async def test_a_bound_is_unknown_once_the_index_moved_on_and_known_again_after_
         assert 0 < (await engine.backend.score_bounds([store], match, math.inf))[0].bound < math.inf
         absent = parse_query("zephyr", prefix=False).match
         assert (await engine.backend.score_bounds([store], absent, math.inf))[0].bound == -math.inf
-        await engine.append("agent:c0:main", [msg("c0n1", "user", "zephyr", "c0m1", ts=BASE_TS + 1)])
+        await engine.append(AppendParams(sessionKey="agent:c0:main", events=[msg("c0n1", "user", "zephyr", "c0m1", ts=BASE_TS + 1)]))
         after = (await engine.backend.score_bounds([store], absent, math.inf))[0].bound
         if backend.kind == "sqlite":  # the row added since, in the bounds' log, holds the word
             assert -math.inf < after < math.inf
@@ -114,18 +115,18 @@ async def test_all_agents_answer_with_bounds_is_the_merge_of_every_agents_full_a
             rnd = random.Random(26)
             for n, agent in enumerate(AGENTS[::3]):
                 words = [w for w in WORDS if rnd.random() < 0.4] * rnd.randint(1, 3) + ["filler"] * rnd.randint(0, 2)
-                await engine.append(f"agent:{agent}:late", [msg(f"{agent}late", "user", " ".join(words), None,
-                                                                ts=BASE_TS + 10**7 + n)])
+                await engine.append(AppendParams(sessionKey=f"agent:{agent}:late", events=[msg(f"{agent}late", "user", " ".join(words), None,
+                                                                ts=BASE_TS + 10**7 + n)]))
         order = "relevance"
         for query, match in [("loan", "exact"), ("river stone", "exact"), ("cop", "prefix"), ("maple la", "prefix"),
                              ("filler", "exact"), ("fil", "prefix")]:
             merged = []
             for agent in AGENTS:
-                own = await engine.search(query=query, match=match, agentId=agent, order=order, limit=25)
+                own = await engine.search(SearchParams(query=query, match=match, agentId=agent, order=order, limit=25))
                 merged += own["results"]
             merged.sort(key=_message_key(order))
             for limit in (1, 7, 25):
-                every = await engine.search(query=query, match=match, order=order, limit=limit)
+                every = await engine.search(SearchParams(query=query, match=match, order=order, limit=limit))
                 # a word in every row scores at FTS5's IDF floor: the rounded scores tie where the
                 # exact ones do not, so the merge by rounded score is no oracle for it
                 if query not in ("filler", "fil"):
@@ -133,7 +134,7 @@ async def test_all_agents_answer_with_bounds_is_the_merge_of_every_agents_full_a
                     assert every.get("truncated", False) == (len(merged) > limit)
                 with monkeypatch.context() as m:  # every agent visited, as without bounds
                     m.setattr(type(engine.backend), "score_bounds", _no_bounds)
-                    assert (await engine.search(query=query, match=match, order=order, limit=limit)) == every
+                    assert (await engine.search(SearchParams(query=query, match=match, order=order, limit=limit))) == every
 
 
 async def _no_bounds(self, stores, match, deadline):
@@ -170,30 +171,30 @@ async def test_a_search_visits_only_the_agents_that_may_hold_a_top_hit(backend, 
             rows = [("user", " ".join(["common"] + ["pad"] * (a + i)), BASE_TS + 100 * a + i) for i in range(3)]
             if a in (5, 30):
                 rows.append(("assistant", "rare words here", BASE_TS + 100 * a + 50))
-            await engine.append(f"agent:d{a:02d}:main", timed(f"d{a}m", rows))
+            await engine.append(AppendParams(sessionKey=f"agent:d{a:02d}:main", events=timed(f"d{a}m", rows)))
         agents = [f"d{a:02d}" for a in range(40)]
         await _fold_all(engine, agents)
         visited.clear()
-        found = await engine.search(query="rare", limit=5)
+        found = await engine.search(SearchParams(query="rare", limit=5))
         assert {h["sessionKey"] for h in found["results"]} == {"agent:d05:main", "agent:d30:main"}
         assert sorted(visited) == ["d05", "d30"]  # the others hold no "rare"
         visited.clear()
-        found = await engine.search(query="common", limit=2)
+        found = await engine.search(SearchParams(query="common", limit=2))
         # d01's row of two words ties d00's and is newer
         assert [h["messageId"] for h in found["results"]] == ["d0m1", "d1m1"]
         assert len(visited) < 20, visited  # the best agents first; the rest cannot beat them
         # an append leaves that agent's bound unknown: it is visited, and its new best row found
-        await engine.append("agent:d39:main", [msg("d39n", "user", "common", "d39m3", ts=BASE_TS + 99_999)])
+        await engine.append(AppendParams(sessionKey="agent:d39:main", events=[msg("d39n", "user", "common", "d39m3", ts=BASE_TS + 99_999)]))
         visited.clear()
-        found = await engine.search(query="common", limit=2)
+        found = await engine.search(SearchParams(query="common", limit=2))
         assert found["results"][0]["sessionKey"] == "agent:d39:main"
         assert "d39" in visited and len(visited) < 20
 
 
 async def test_the_worker_check_folds_the_bounds_of_agents_whose_index_moved_on(backend):
     async with engine_at(backend) as engine:
-        await engine.append("agent:e0:main", timed("e0m", [("user", "loan river", BASE_TS)]))
-        await engine.append("agent:e1:main", timed("e1m", [("user", "loan", BASE_TS)]))
+        await engine.append(AppendParams(sessionKey="agent:e0:main", events=timed("e0m", [("user", "loan river", BASE_TS)])))
+        await engine.append(AppendParams(sessionKey="agent:e1:main", events=timed("e1m", [("user", "loan", BASE_TS)])))
         due = await engine.postings_due()
         settings = engine.settings
     assert due == {"e0": "bounds", "e1": "bounds"}
@@ -224,7 +225,7 @@ async def test_a_postgres_agent_past_max_rows_is_not_folded_and_a_prefix_is_one_
     async with engine_at(pg) as engine:
         # lexemes on either side of the prefix's range, by code point
         texts = ["loan", "cop", "copω", "copper", "coq", "co", "copé", "coп"]
-        await engine.append("agent:g0:main", timed("g0m", [("user", t, BASE_TS + i) for i, t in enumerate(texts)]))
+        await engine.append(AppendParams(sessionKey="agent:g0:main", events=timed("g0m", [("user", t, BASE_TS + i) for i, t in enumerate(texts)])))
         store = await engine.store("g0")
         assert await pg_bounds.fold(store.db, store.ano, max_rows=6) == {}
         assert await engine.backend.score_bounds([store], parse_query("loan", prefix=False).match, math.inf) is None
@@ -262,19 +263,19 @@ async def test_bounds_of_unchanged_agents_are_not_read_again_and_a_write_is_seen
     monkeypatch.setattr(SqliteAgentStore, "score_bound_direct", counted)
     async with engine_at(tmp_path) as engine:
         for a in range(6):
-            await engine.append(f"agent:f{a}:main", timed(f"f{a}m", [("user", "loan river", BASE_TS + a)]))
+            await engine.append(AppendParams(sessionKey=f"agent:f{a}:main", events=timed(f"f{a}m", [("user", "loan river", BASE_TS + a)])))
         await _fold_all(engine, [f"f{a}" for a in range(6)])
         await asyncio.sleep(0.2)
-        first = await engine.search(query="loan", limit=3)
+        first = await engine.search(SearchParams(query="loan", limit=3))
         assert sorted(reads) == [f"f{a}" for a in range(6)]
         reads.clear()
-        assert await engine.search(query="loan", limit=3) == first
+        assert await engine.search(SearchParams(query="loan", limit=3)) == first
         assert reads == []  # every agent's files unchanged: its rows for "loan" kept
-        await engine.search(query="river", limit=3)
+        await engine.search(SearchParams(query="river", limit=3))
         assert len(reads) == 6  # a term not read yet
         reads.clear()
-        await engine.append("agent:f2:main", [msg("f2n", "user", "loan loan", "f2m1", ts=BASE_TS + 100)])
-        found = await engine.search(query="loan", limit=3)
+        await engine.append(AppendParams(sessionKey="agent:f2:main", events=[msg("f2n", "user", "loan loan", "f2m1", ts=BASE_TS + 100)]))
+        found = await engine.search(SearchParams(query="loan", limit=3))
         assert reads == ["f2"]  # only the agent written since
         assert found["results"][0]["messageId"] == "f2n"
 
@@ -334,26 +335,26 @@ async def test_recent_passes_over_the_agents_kept_bounds_say_match_nothing(tmp_p
             rows = [("user", "pad words", BASE_TS + 1000 * a)]
             if a in (2, 4):
                 rows.append(("assistant", "a rare word", BASE_TS + 1000 * a + 1))
-            await engine.append(f"agent:h{a:02d}:main", timed(f"h{a}m", rows))
+            await engine.append(AppendParams(sessionKey=f"agent:h{a:02d}:main", events=timed(f"h{a}m", rows)))
         await _fold_all(engine, [f"h{a:02d}" for a in range(20)])
         await asyncio.sleep(0.2)
-        before = await engine.search(query="rare", order="recent", limit=5)  # nothing kept yet: agents visited
-        await engine.search(query="rare", limit=5)  # by relevance: every agent's bound read, and kept
+        before = await engine.search(SearchParams(query="rare", order="recent", limit=5))  # nothing kept yet: agents visited
+        await engine.search(SearchParams(query="rare", limit=5))  # by relevance: every agent's bound read, and kept
         visited.clear()
-        after = await engine.search(query="rare", order="recent", limit=5)
+        after = await engine.search(SearchParams(query="rare", order="recent", limit=5))
         assert after == before and [h["messageId"] for h in after["results"]] == ["h4m2", "h2m2"]
         # the newest few visited alone (runner.VISITS_ALONE), then only the agents that may match
         assert sorted(visited) == sorted(["h02", "h04"] + [f"h{a}" for a in range(19, 19 - runner.VISITS_ALONE, -1)])
-        await engine.append("agent:h19:main", [msg("h19n", "user", "rare too", "h19m1", ts=BASE_TS + 99_000)])
-        found = await engine.search(query="rare", order="recent", limit=5)  # h19 written since: visited
+        await engine.append(AppendParams(sessionKey="agent:h19:main", events=[msg("h19n", "user", "rare too", "h19m1", ts=BASE_TS + 99_000)]))
+        found = await engine.search(SearchParams(query="rare", order="recent", limit=5))  # h19 written since: visited
         assert [h["messageId"] for h in found["results"]] == ["h19n", "h4m2", "h2m2"]
 
 
 async def test_the_bounds_log_ends_at_a_deletion_and_starts_again_with_the_next_fold(tmp_path):
     loan = parse_query("loan", prefix=False).match
     async with engine_at(tmp_path) as engine:
-        await engine.append("agent:c0:main", timed("c0m", [("user", "loan river", BASE_TS)]))
-        await engine.append("agent:c0:other", timed("c0o", [("user", "loan stone", BASE_TS + 5)]))
+        await engine.append(AppendParams(sessionKey="agent:c0:main", events=timed("c0m", [("user", "loan river", BASE_TS)])))
+        await engine.append(AppendParams(sessionKey="agent:c0:other", events=timed("c0o", [("user", "loan stone", BASE_TS + 5)])))
         store = await engine.store("c0")
 
         async def bound() -> float:
@@ -367,13 +368,13 @@ async def test_the_bounds_log_ends_at_a_deletion_and_starts_again_with_the_next_
         await store.fold_bounds()
         folded = await bound()
         assert log() == (1, [])
-        await engine.append("agent:c0:main", [msg("c0m2", "user", "loan loan loan", "c0m1", ts=BASE_TS + 9)])
+        await engine.append(AppendParams(sessionKey="agent:c0:main", events=[msg("c0m2", "user", "loan loan loan", "c0m1", ts=BASE_TS + 9)]))
         assert folded < await bound() < math.inf  # the row added holds the word more often than any before
         assert log()[0] == 1 and len(log()[1]) == 1
-        await engine.delete("agent:c0:other")  # its index rows deleted: a document count may have fallen
+        await engine.delete(SessionRef(sessionKey="agent:c0:other"))  # its index rows deleted: a document count may have fallen
         assert await bound() == math.inf
         assert log() == (0, [])
-        await engine.append("agent:c0:main", [msg("c0m3", "user", "loan", "c0m2", ts=BASE_TS + 10)])
+        await engine.append(AppendParams(sessionKey="agent:c0:main", events=[msg("c0m3", "user", "loan", "c0m2", ts=BASE_TS + 10)]))
         assert log() == (0, [])  # nothing is listed until a fold
         await store.fold_bounds()
         assert log() == (1, []) and await bound() < math.inf

@@ -11,6 +11,7 @@ import random
 import psycopg
 import pytest
 
+from sessionsearch.protocol import AppendParams, SearchParams
 from sessionsearch.store.base import Match
 from sessionsearch.store.postgres.search import DfCache
 from sessionsearch.store.rowids import wid_of
@@ -33,7 +34,7 @@ async def test_each_hit_scores_as_its_agents_own_search_to_the_last_bit(pg, orde
                 words = [w for w in WORDS if rnd.random() < 0.4] + ["pad"] * rnd.randint(0, 12)
                 rnd.shuffle(words)
                 items.append(("user", " ".join(words) or "pad", ts))
-            await engine.append(f"agent:{agent}:main", timed(f"{agent}m", items))
+            await engine.append(AppendParams(sessionKey=f"agent:{agent}:main", events=timed(f"{agent}m", items)))
         stores = [await engine.store(a) for a in AGENTS]
         for match in [Match(("amber",)), Match(("birch", "cedar")), Match(("de",), prefix=True),
                       Match(("cedar", "em"), prefix=True), Match(("amber birch",))]:
@@ -59,8 +60,8 @@ async def test_a_sparse_recent_search_reads_only_the_agents_of_its_newest_rows(p
     async with engine_at(pg) as engine:
         for i, agent in enumerate(AGENTS):  # "amber" in every fourth agent, ties on timestamps between them
             items = [("user", "amber pad" if i % 4 == 0 else "pad", BASE_TS + (i // 8) * 1000 + j) for j in range(3)]
-            await engine.append(f"agent:{agent}:main", timed(f"{agent}m", items))
-        await engine.append("agent:b01:imported", timed("i", [("user", "amber", BASE_TS)]), index=False)
+            await engine.append(AppendParams(sessionKey=f"agent:{agent}:main", events=timed(f"{agent}m", items)))
+        await engine.append(AppendParams(sessionKey="agent:b01:imported", events=timed("i", [("user", "amber", BASE_TS)])), index=False)
         stores = [await engine.store(a) for a in AGENTS]
         for match, k in [(Match(("amber",)), 4), (Match(("amber",)), 7), (Match(("am",), prefix=True), 2),
                          (Match(("amber",)), 50), (Match(("nowhere",)), 3)]:
@@ -86,15 +87,15 @@ async def test_tied_scores_across_agents_are_cut_by_timestamp_then_message_id(pg
         for i, agent in enumerate(AGENTS):  # the same corpus in every agent: the same scores
             items = [("user", "quartz " + "filler " * j, BASE_TS + (i % 4) * 1000 + j) for j in range(3)]
             items += [("assistant", "other words here", BASE_TS + 10_000 + j) for j in range(6)]
-            await engine.append(f"agent:{agent}:main", timed(f"m{99 - i}x", items))
+            await engine.append(AppendParams(sessionKey=f"agent:{agent}:main", events=timed(f"m{99 - i}x", items)))
         merged = []
         for agent in AGENTS:
-            own = await engine.search(query="quartz", agentId=agent, limit=25)
+            own = await engine.search(SearchParams(query="quartz", agentId=agent, limit=25))
             merged += own["results"]
         merged.sort(key=lambda h: (-h["score"], -h["timestamp"], h["messageId"]))
         assert len({h["score"] for h in merged}) == 3  # three scores, each shared by every agent
         for limit in (1, 3, 4, 5, 17, 25):
-            every = await engine.search(query="quartz", limit=limit)
+            every = await engine.search(SearchParams(query="quartz", limit=limit))
             assert every["results"] == merged[:limit], limit
             assert every.get("truncated", False) == (len(merged) > limit)
 
@@ -102,10 +103,10 @@ async def test_tied_scores_across_agents_are_cut_by_timestamp_then_message_id(pg
 async def test_a_search_of_many_agents_reports_every_agents_windows_needing_reconciliation(pg):
     async with engine_at(pg) as engine:
         for agent in AGENTS[:5]:
-            await engine.append(f"agent:{agent}:main", timed(f"{agent}m", [("user", "signal", BASE_TS)]))
-        await engine.append("agent:b15:imported", timed("i", [("user", "signal fresh", BASE_TS)]), index=False)
+            await engine.append(AppendParams(sessionKey=f"agent:{agent}:main", events=timed(f"{agent}m", [("user", "signal", BASE_TS)])))
+        await engine.append(AppendParams(sessionKey="agent:b15:imported", events=timed("i", [("user", "signal fresh", BASE_TS)])), index=False)
         for _ in range(2):  # the second with the counts kept: b15, holding no row, has a light head
-            answer = await engine.search(query="signal", limit=2)
+            answer = await engine.search(SearchParams(query="signal", limit=2))
             assert len(answer["results"]) == 2 and answer["truncated"] is True
             assert answer["indexing"] is True
         assert (await engine.pending())["b15"]
@@ -125,7 +126,7 @@ async def test_after_writes_to_some_agents_their_heads_and_counts_are_read_again
                 ts += 1000
                 items.append(("user", " ".join(rnd.choices(WORDS + ["pad", "embers", "emblem", "emit", "empty"], k=rnd.randint(1, 9))),
                               ts))
-            await engine.append(f"agent:{agent}:main", timed(f"{agent}m", items))
+            await engine.append(AppendParams(sessionKey=f"agent:{agent}:main", events=timed(f"{agent}m", items)))
         stores = [await engine.store(a) for a in AGENTS[:8]]
         matches = [Match(("amber",)), Match(("em",), prefix=True), Match(("birch", "emb"), prefix=True)]
 
@@ -134,9 +135,9 @@ async def test_after_writes_to_some_agents_their_heads_and_counts_are_read_again
                                                         since=None, until=None, deadline=math.inf)
         for match in matches:
             await many(match)  # every head and count kept
-        await engine.append("agent:b00:main", timed("b00x", [("user", "amber embers", ts + 1000)]))
-        await engine.append("agent:b01:side", timed("b01x", [("user", "emblem amber", ts + 2000)]))
-        await engine.append("agent:b02:imported", timed("b02x", [("user", "amber", ts + 3000)]), index=False)
+        await engine.append(AppendParams(sessionKey="agent:b00:main", events=timed("b00x", [("user", "amber embers", ts + 1000)])))
+        await engine.append(AppendParams(sessionKey="agent:b01:side", events=timed("b01x", [("user", "emblem amber", ts + 2000)])))
+        await engine.append(AppendParams(sessionKey="agent:b02:imported", events=timed("b02x", [("user", "amber", ts + 3000)])), index=False)
         for match in matches:
             tops = await many(match)
             assert tops is not None
@@ -165,10 +166,10 @@ async def test_rows_of_a_window_gone_are_left_out_before_the_cut_however_many_ra
     async with engine_at(pg) as engine:
         for i, agent in enumerate(AGENTS[:4]):
             items = [("user", f"quartz {'filler ' * (2 + j % 5)}", BASE_TS + i * 100_000 + j * 1000) for j in range(8)]
-            await engine.append(f"agent:{agent}:main", timed(f"{agent}m", items))
+            await engine.append(AppendParams(sessionKey=f"agent:{agent}:main", events=timed(f"{agent}m", items)))
         # the best rows by either order, in a window then deleted under them (orphans awaiting the sweep)
         items = [("user", "quartz quartz", BASE_TS + 900_000 + j * 1000) for j in range(orphans)]
-        await engine.append("agent:b01:gone", timed("gone", items))
+        await engine.append(AppendParams(sessionKey="agent:b01:gone", events=timed("gone", items)))
         stores = [await engine.store(a) for a in AGENTS[:4]]
         with psycopg.connect(pg.database_url, autocommit=True) as conn:
             (gone,) = conn.execute("SELECT wid FROM ss_windows WHERE session_key = 'agent:b01:gone'").fetchone()

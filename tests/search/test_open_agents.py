@@ -14,6 +14,7 @@ import pytest
 
 from sessionsearch import OutOfFiles
 from sessionsearch.limits import derive, files_per_agent, raise_file_limit
+from sessionsearch.protocol import AppendParams, HistoryParams, SearchParams
 
 from ..helpers import BASE_TS, engine_at, timed
 
@@ -33,7 +34,7 @@ async def _fill(engine) -> None:
         for i in range(6):
             ts += 1000
             items.append(("user" if i % 2 else "assistant", f"harbor {'beacon ' * (1 + (n + i) % 3)}note {agent}", ts))
-        await engine.append(f"agent:{agent}:main", timed(f"{agent}m", items))
+        await engine.append(AppendParams(sessionKey=f"agent:{agent}:main", events=timed(f"{agent}m", items)))
 
 
 async def _answers(engine) -> list:
@@ -41,7 +42,7 @@ async def _answers(engine) -> list:
     for query, match, order in [("beacon", "exact", "relevance"), ("harbor note", "exact", "relevance"),
                                 ("bea", "prefix", "relevance"), ("beacon", "exact", "recent")]:
         for mode in ("messages", "sessions"):
-            out.append(await engine.search(query=query, match=match, order=order, limit=25, resultMode=mode))
+            out.append(await engine.search(SearchParams(query=query, match=match, order=order, limit=25, resultMode=mode)))
     return out
 
 
@@ -60,8 +61,8 @@ async def test_a_bounded_store_answers_as_an_unbounded_one_within_its_open_files
         assert await _answers(engine) == unbounded
         assert _open_files() - base <= limit
         # a write to a released store opens it again, and is searchable at once
-        await engine.append(f"agent:{AGENTS[0]}:late", timed("late", [("user", "beacon lighthouse", BASE_TS)]))
-        found = await engine.search(query="lighthouse", match="exact", limit=5)
+        await engine.append(AppendParams(sessionKey=f"agent:{AGENTS[0]}:late", events=timed("late", [("user", "beacon lighthouse", BASE_TS)])))
+        found = await engine.search(SearchParams(query="lighthouse", match="exact", limit=5))
         assert [h["messageId"] for h in found["results"]] == ["late1"]
         await _answers(engine)
         assert _open_files() - base <= limit
@@ -97,9 +98,9 @@ async def test_an_open_that_finds_no_file_left_closes_the_idle_stores_and_succee
         await _fill(engine)  # 20 stores open, each with its writer's files
         assert len(engine.backend.budget) == len(AGENTS)
         with _files_left(2):  # a new agent's database needs more: only the idle stores' files can make room
-            await engine.append("agent:late:main", timed("late", [("user", "beacon lighthouse", BASE_TS)]))
+            await engine.append(AppendParams(sessionKey="agent:late:main", events=timed("late", [("user", "beacon lighthouse", BASE_TS)])))
             assert len(engine.backend.budget) < len(AGENTS)
-            found = await engine.search(query="lighthouse", match="exact", limit=5)
+            found = await engine.search(SearchParams(query="lighthouse", match="exact", limit=5))
         assert [h["messageId"] for h in found["results"]] == ["late1"]
 
 
@@ -111,17 +112,17 @@ async def test_an_open_that_finds_no_file_left_and_nothing_idle_answers_unavaila
         assert len(engine.backend.budget) == 0
         with _files_left(0):
             with pytest.raises(OutOfFiles) as refused:
-                await engine.search(query="beacon", match="exact", limit=5)
+                await engine.search(SearchParams(query="beacon", match="exact", limit=5))
             assert refused.value.code == "UNAVAILABLE"  # 503 at every door, never an internal error
             with pytest.raises(OutOfFiles):
-                await engine.append("agent:late:main", timed("late", [("user", "beacon lighthouse", BASE_TS)]))
+                await engine.append(AppendParams(sessionKey="agent:late:main", events=timed("late", [("user", "beacon lighthouse", BASE_TS)])))
             with pytest.raises(OutOfFiles):
-                await engine.history({"sessionKey": f"agent:{AGENTS[0]}:main"})
+                await engine.history(HistoryParams.of({"sessionKey": f"agent:{AGENTS[0]}:main"}))
         # files free again: the same requests are answered, nothing stuck
-        await engine.append("agent:late:main", timed("late", [("user", "beacon lighthouse", BASE_TS)]))
-        found = await engine.search(query="lighthouse", match="exact", limit=5)
+        await engine.append(AppendParams(sessionKey="agent:late:main", events=timed("late", [("user", "beacon lighthouse", BASE_TS)])))
+        found = await engine.search(SearchParams(query="lighthouse", match="exact", limit=5))
         assert [h["messageId"] for h in found["results"]] == ["late1"]
-        assert (await engine.history({"sessionKey": f"agent:{AGENTS[0]}:main"}))["messages"]
+        assert (await engine.history(HistoryParams.of({"sessionKey": f"agent:{AGENTS[0]}:main"})))["messages"]
 
 
 def test_the_budget_fits_the_open_file_limit_and_keeps_a_configured_bound_below_it():

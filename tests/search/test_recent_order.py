@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import sqlite3
 
+from sessionsearch.protocol import AppendParams, SearchParams, SessionRef
 from sessionsearch.store.base import Match
 from sessionsearch.store.sqlite.recent import RecentScores, _Counter, phrases
 
@@ -25,7 +26,7 @@ async def _corpus(engine, rng: random.Random) -> None:
     span = 100_000
     old = [("user", t, BASE_TS + rng.randrange(span * 4 // 5)) for t in _texts(rng, 150)]
     old.sort(key=lambda r: r[2])
-    await engine.append("agent:main:old", timed("o", old[:100]), sessionId="w-old")
+    await engine.append(AppendParams(sessionKey="agent:main:old", events=timed("o", old[:100]), sessionId="w-old"))
     for n in range(8):
         lo = BASE_TS + n * span // 8
         items = [("assistant" if i % 2 else "user", t, lo + i * 50) for i, t in enumerate(_texts(rng, 60))]
@@ -33,8 +34,8 @@ async def _corpus(engine, rng: random.Random) -> None:
             rng.shuffle(items)
         if n == 5:
             items = [(r, t, lo) for r, t, _ in items]  # every timestamp the same
-        await engine.append(f"agent:main:s{n}", timed(f"s{n}-", items), sessionId=f"w{n}")
-    await engine.append("agent:main:old", timed("o", old)[100:], sessionId="w-old")  # the old window, later
+        await engine.append(AppendParams(sessionKey=f"agent:main:s{n}", events=timed(f"s{n}-", items), sessionId=f"w{n}"))
+    await engine.append(AppendParams(sessionKey="agent:main:old", events=timed("o", old)[100:], sessionId="w-old"))  # the old window, later
 
 
 def _brute(db, query: str, role: str | None = None, keys: list[str] | None = None) -> list[tuple[str, float]]:
@@ -59,15 +60,15 @@ async def test_recent_equals_every_match_sorted_for_each_word_and_scope(tmp_path
     async with engine_at(tmp_path) as engine:
         await _corpus(engine, rng)
         for word in WORDS:
-            assert _got(await engine.search(query=word, order="recent", limit=25)) == _brute(db, f'"{word}"'), word
-            got = await engine.search(query=word, order="recent", limit=25, role="assistant")
+            assert _got(await engine.search(SearchParams(query=word, order="recent", limit=25))) == _brute(db, f'"{word}"'), word
+            got = await engine.search(SearchParams(query=word, order="recent", limit=25, role="assistant"))
             assert _got(got) == _brute(db, f'"{word}"', role="assistant"), word
             keys = ["agent:main:old", "agent:main:s3"]
-            got = await engine.search(query=word, order="recent", limit=25, sessionKeys=keys)
+            got = await engine.search(SearchParams(query=word, order="recent", limit=25, sessionKeys=keys))
             assert _got(got) == _brute(db, f'"{word}"', keys=keys), word
-        assert _got(await engine.search(query="alpha zeta", order="recent", limit=25)) == \
+        assert _got(await engine.search(SearchParams(query="alpha zeta", order="recent", limit=25))) == \
             _brute(db, '"alpha" AND "zeta"')
-        assert _got(await engine.search(query="alpha ze", order="recent", match="prefix", limit=25)) == \
+        assert _got(await engine.search(SearchParams(query="alpha ze", order="recent", match="prefix", limit=25))) == \
             _brute(db, '"alpha" AND "ze" *')
         # the scores came from the counts kept, not from FTS5's bm25 (which would equal them too)
         assert set((await engine.store("main"))._recent_scores._counts) >= {f'"{w}"' for w in WORDS} | {'"ze" *'}
@@ -80,16 +81,16 @@ async def test_recent_scores_follow_the_index_as_it_changes(tmp_path):
     db = tmp_path / "agents" / "main.db"
     async with engine_at(tmp_path) as engine:
         await _corpus(engine, rng)
-        before = _got(await engine.search(query="delta", order="recent", limit=25))
+        before = _got(await engine.search(SearchParams(query="delta", order="recent", limit=25)))
         assert before == _brute(db, '"delta"')
-        await engine.append("agent:main:new", timed("n", [("user", "delta delta", BASE_TS + 10**6)] * 1
+        await engine.append(AppendParams(sessionKey="agent:main:new", events=timed("n", [("user", "delta delta", BASE_TS + 10**6)] * 1
                                                       + [("user", f"delta {w}", BASE_TS + 10**6 + i)
-                                                         for i, w in enumerate(WORDS * 20)]), sessionId="w-new")
-        after = _got(await engine.search(query="delta", order="recent", limit=25))
+                                                         for i, w in enumerate(WORDS * 20)]), sessionId="w-new"))
+        after = _got(await engine.search(SearchParams(query="delta", order="recent", limit=25)))
         assert after == _brute(db, '"delta"')
         assert after[0][0].startswith("n") and dict(before).keys() != dict(after).keys()
-        await engine.delete("agent:main:new")
-        assert _got(await engine.search(query="delta", order="recent", limit=25)) == before
+        await engine.delete(SessionRef(sessionKey="agent:main:new"))
+        assert _got(await engine.search(SearchParams(query="delta", order="recent", limit=25))) == before
 
 
 async def test_recent_scores_equal_fts5_for_text_in_any_script(tmp_path):
@@ -102,7 +103,7 @@ async def test_recent_scores_equal_fts5_for_text_in_any_script(tmp_path):
     rows = [("user", " ".join(rng.choices(forms, k=rng.randint(1, 12))), BASE_TS + i) for i in range(300)]
     db = tmp_path / "agents" / "main.db"
     async with engine_at(tmp_path) as engine:
-        await engine.append("agent:main:mixed", timed("m", rows), sessionId="w-mixed")
+        await engine.append(AppendParams(sessionKey="agent:main:mixed", events=timed("m", rows), sessionId="w-mixed"))
         scorer = (await engine.store("main"))._recent_scores
         answers = []
 
@@ -112,10 +113,10 @@ async def test_recent_scores_equal_fts5_for_text_in_any_script(tmp_path):
 
         scorer.scores = scores
         for query in ("alpha", "beta", "alpha beta", "gamma"):
-            got = await engine.search(query=query, order="recent", limit=25)
+            got = await engine.search(SearchParams(query=query, order="recent", limit=25))
             assert _got(got) == _brute(db, " AND ".join(f'"{w}"' for w in query.split())), query
         for query, expr in (("alph", '"alph" *'), ("beta alp", '"beta" AND "alp" *'), ("x1", '"x1" *')):
-            got = await engine.search(query=query, order="recent", match="prefix", limit=25)
+            got = await engine.search(SearchParams(query=query, order="recent", match="prefix", limit=25))
             assert _got(got) == _brute(db, expr), query
         assert len(answers) == 7 and None not in answers  # scored here, not by FTS5
 
@@ -128,8 +129,8 @@ async def test_a_newest_match_below_hundreds_of_older_messages_is_found(tmp_path
     items += [("user", "needle", BASE_TS + 1000 + i) for i in range(99)]
     db = tmp_path / "agents" / "main.db"
     async with engine_at(tmp_path) as engine:
-        await engine.append("agent:main:long", timed("m", items), sessionId="w-long")
-        got = _got(await engine.search(query="needle", order="recent", limit=25))
+        await engine.append(AppendParams(sessionKey="agent:main:long", events=timed("m", items), sessionId="w-long"))
+        got = _got(await engine.search(SearchParams(query="needle", order="recent", limit=25)))
         assert got == _brute(db, '"needle"') and got[0][0] == "m301"
 
 
@@ -142,16 +143,16 @@ async def test_a_restored_session_is_found_newest_first(tmp_path):
     """ts_max comes back with a restored window's rows, even for one archived before there was one."""
     db = tmp_path / "agents" / "main.db"
     async with engine_at(tmp_path) as engine:
-        await engine.append("agent:main:late", timed("l", [("user", "alpha late", BASE_TS + 10**6)] * 1))
-        await engine.archive("agent:main:late")
+        await engine.append(AppendParams(sessionKey="agent:main:late", events=timed("l", [("user", "alpha late", BASE_TS + 10**6)] * 1)))
+        await engine.archive(SessionRef(sessionKey="agent:main:late"))
         for n in range(3):  # newer windows, many matches: the bound stops above the restored one
-            await engine.append(f"agent:main:s{n}", timed(f"s{n}-", [("user", "alpha", BASE_TS + n * 1000 + i)
-                                                                   for i in range(100)]))
+            await engine.append(AppendParams(sessionKey=f"agent:main:s{n}", events=timed(f"s{n}-", [("user", "alpha", BASE_TS + n * 1000 + i)
+                                                                   for i in range(100)])))
         store = await engine.store("main")
         await store.execute_write("UPDATE windows SET ts_max = NULL WHERE session_key = 'agent:main:late'")
-        await engine.restore("agent:main:late")
+        await engine.restore(SessionRef(sessionKey="agent:main:late"))
         await engine.reconcile_pending()
-        got = _got(await engine.search(query="alpha", order="recent", limit=25))
+        got = _got(await engine.search(SearchParams(query="alpha", order="recent", limit=25)))
         assert got[0][0] == "l1" and got == _brute(db, '"alpha"')
 
 

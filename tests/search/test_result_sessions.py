@@ -12,7 +12,7 @@ import subprocess
 import sys
 from dataclasses import replace
 
-from sessionsearch.search.query import parse_search
+from sessionsearch.protocol import AppendParams, RotateParams, SearchParams, SessionRef, UpsertParams, parse_search
 from sessionsearch.search.runner import search as run_search
 from sessionsearch.store.sqlite import sessions as sessions_sql
 
@@ -24,15 +24,15 @@ A, B, C = "agent:main:a", "agent:main:b", "agent:main:c"
 
 async def _three(engine) -> None:
     """a: three hits, its best the short one; b: one strong hit; c: two weak hits, the newest."""
-    await engine.append(A, timed("a", [("user", "loan approved after a long review of the file", BASE_TS + 1),
+    await engine.append(AppendParams(sessionKey=A, events=timed("a", [("user", "loan approved after a long review of the file", BASE_TS + 1),
                                         ("assistant", "loan", BASE_TS + 2),
                                         ("user", "loan paperwork and other papers to sign today", BASE_TS + 3),
-                                        ("assistant", "nothing here", BASE_TS + 4)]))
-    await engine.append(B, timed("b", [("user", "loan loan", BASE_TS + 10)]))
-    await engine.append(C, timed("c", [("user", "a loan among many other words in a long message here", BASE_TS + 20),
+                                        ("assistant", "nothing here", BASE_TS + 4)])))
+    await engine.append(AppendParams(sessionKey=B, events=timed("b", [("user", "loan loan", BASE_TS + 10)])))
+    await engine.append(AppendParams(sessionKey=C, events=timed("c", [("user", "a loan among many other words in a long message here", BASE_TS + 20),
                                         ("assistant", "and one more loan among many other words in a message",
-                                         BASE_TS + 21)]))
-    await engine.upsert_session(B, label="Bank call")
+                                         BASE_TS + 21)])))
+    await engine.upsert_session(UpsertParams(sessionKey=B, label="Bank call"))
 
 
 def _summary(result: dict) -> list[tuple]:
@@ -42,8 +42,8 @@ def _summary(result: dict) -> list[tuple]:
 async def test_each_session_comes_once_with_its_best_hit_and_hit_count_ordered_by_best(backend):
     async with engine_at(backend) as engine:
         await _three(engine)
-        messages = await engine.search(query="loan", limit=25)
-        result = await engine.search(query="loan", resultMode="sessions")
+        messages = await engine.search(SearchParams(query="loan", limit=25))
+        result = await engine.search(SearchParams(query="loan", resultMode="sessions"))
         assert _summary(result) == [(B, 1, "b1"), (A, 3, "a2"), (C, 2, "c2")]
         # the order is that of the sessions' first hits in the messages order, the best hit that hit
         first_seen = list(dict.fromkeys(h["sessionKey"] for h in messages["results"]))
@@ -60,9 +60,9 @@ async def test_each_session_comes_once_with_its_best_hit_and_hit_count_ordered_b
 async def test_limit_counts_sessions_and_truncated_says_more_sessions_matched(backend):
     async with engine_at(backend) as engine:
         await _three(engine)
-        two = await engine.search(query="loan", resultMode="sessions", limit=2)
+        two = await engine.search(SearchParams(query="loan", resultMode="sessions", limit=2))
         assert len(two["results"]) == 2 and two["truncated"] is True
-        three = await engine.search(query="loan", resultMode="sessions", limit=3)
+        three = await engine.search(SearchParams(query="loan", resultMode="sessions", limit=3))
         assert len(three["results"]) == 3 and "truncated" not in three
         assert [s["sessionKey"] for s in three["results"]][:2] == [s["sessionKey"] for s in two["results"]]
 
@@ -71,50 +71,50 @@ async def test_sessions_found_only_far_down_the_hits_are_reached_exactly(backend
     """150 strong hits in one session come before any other session's: the top hits are taken
     again, more each time, until they hold one session past the limit (with postings too)."""
     async with engine_at(backend) as engine:
-        await engine.append(A, timed("a", [("user", "audit audit", BASE_TS + i) for i in range(150)]))
-        await engine.append(B, timed("b", [("user", "audit of the accounts, a long look at them", BASE_TS + 500),
-                                            ("user", "audit of the accounts, a longer look at all", BASE_TS + 1)]))
-        await engine.append(C, timed("c", [("user", "audit of the accounts, a much longer look at them all",
-                                             BASE_TS + 600)]))
+        await engine.append(AppendParams(sessionKey=A, events=timed("a", [("user", "audit audit", BASE_TS + i) for i in range(150)])))
+        await engine.append(AppendParams(sessionKey=B, events=timed("b", [("user", "audit of the accounts, a long look at them", BASE_TS + 500),
+                                            ("user", "audit of the accounts, a longer look at all", BASE_TS + 1)])))
+        await engine.append(AppendParams(sessionKey=C, events=timed("c", [("user", "audit of the accounts, a much longer look at them all",
+                                             BASE_TS + 600)])))
         expected = [(A, 150, "a150"), (B, 2, "b1")]
-        result = await engine.search(query="audit", resultMode="sessions", limit=2)
+        result = await engine.search(SearchParams(query="audit", resultMode="sessions", limit=2))
         assert _summary(result) == expected and result["truncated"] is True
-        assert _summary(await engine.search(query="audit", resultMode="sessions", limit=3)) == \
+        assert _summary(await engine.search(SearchParams(query="audit", resultMode="sessions", limit=3))) == \
             [*expected, (C, 1, "c1")]
         if backend.kind != "sqlite":  # postings are SQLite's
             return
         await engine.optimize(min_docs=50, min_share=0)
-        await engine.search(query="audit")  # the store learns which words have postings
+        await engine.search(SearchParams(query="audit"))  # the store learns which words have postings
         assert "audit" in (await engine.store("main"))._hot_seen[1]
-        again = await engine.search(query="audit", resultMode="sessions", limit=2)
+        again = await engine.search(SearchParams(query="audit", resultMode="sessions", limit=2))
         assert _summary(again) == expected and again["truncated"] is True
 
 
 async def test_recent_order_ranks_sessions_by_their_newest_hit(backend):
     async with engine_at(backend) as engine:
         await _three(engine)
-        result = await engine.search(query="loan", resultMode="sessions", order="recent")
+        result = await engine.search(SearchParams(query="loan", resultMode="sessions", order="recent"))
         assert _summary(result) == [(C, 2, "c2"), (B, 1, "b1"), (A, 3, "a3")]
 
 
 async def test_counts_and_best_hits_keep_to_the_range_and_the_role(backend):
     async with engine_at(backend) as engine:
         await _three(engine)
-        ranged = await engine.search(query="loan", resultMode="sessions", since=BASE_TS + 3, until=BASE_TS + 21)
+        ranged = await engine.search(SearchParams(query="loan", resultMode="sessions", since=BASE_TS + 3, until=BASE_TS + 21))
         assert sorted(_summary(ranged)) == [(A, 1, "a3"), (B, 1, "b1"), (C, 1, "c1")]
-        users = await engine.search(query="loan", resultMode="sessions", role="assistant")
+        users = await engine.search(SearchParams(query="loan", resultMode="sessions", role="assistant"))
         assert sorted(_summary(users)) == [(A, 1, "a2"), (C, 1, "c2")]
-        assert (await engine.search(query="loan", resultMode="sessions", since=BASE_TS + 100))["results"] == []
+        assert (await engine.search(SearchParams(query="loan", resultMode="sessions", since=BASE_TS + 100)))["results"] == []
 
 
 async def test_a_session_with_several_windows_is_one_result_counting_all_of_them(backend):
     async with engine_at(backend) as engine:
-        await engine.append(A, chain("old", [("user", "budget budget"), ("user", "budget later")]), sessionId="w1")
-        await engine.rotate(A, "w2")
-        await engine.append(A, chain("new", [("user", "budget again now")], ts=BASE_TS + 50), sessionId="w2")
-        result = await engine.search(query="budget", resultMode="sessions")
+        await engine.append(AppendParams(sessionKey=A, events=chain("old", [("user", "budget budget"), ("user", "budget later")]), sessionId="w1"))
+        await engine.rotate(RotateParams(sessionKey=A, sessionId="w2"))
+        await engine.append(AppendParams(sessionKey=A, events=chain("new", [("user", "budget again now")], ts=BASE_TS + 50), sessionId="w2"))
+        result = await engine.search(SearchParams(query="budget", resultMode="sessions"))
         assert _summary(result) == [(A, 3, "old1")] and result["results"][0]["sessionId"] == "w1"
-        narrowed = await engine.search(query="budget", resultMode="sessions", sessionId="w2")
+        narrowed = await engine.search(SearchParams(query="budget", resultMode="sessions", sessionId="w2"))
         assert _summary(narrowed) == [(A, 1, "new1")] and narrowed["results"][0]["sessionId"] == "w2"
 
 
@@ -122,46 +122,45 @@ async def test_sessions_the_requester_may_not_see_are_never_counted(backend):
     main, child, other, secret = "agent:main:main", "agent:main:subagent:c1", "agent:main:dm:x", "agent:main:incognito"
     async with engine_at(backend, visibility="tree") as engine:
         for n, key in enumerate([child, other, secret]):
-            await engine.append(key, chain(f"k{n}-", [("user", "shared secret plan"), ("user", "shared plan")]))
-        await engine.upsert_session(child, spawnedBy="agent:main:dm:y", kind="subagent")
-        await engine.upsert_session(secret, incognito=True)
-        operator = await engine.search(query="shared plan", resultMode="sessions", limit=25)
+            await engine.append(AppendParams(sessionKey=key, events=chain(f"k{n}-", [("user", "shared secret plan"), ("user", "shared plan")])))
+        await engine.upsert_session(UpsertParams(sessionKey=child, spawnedBy="agent:main:dm:y", kind="subagent"))
+        await engine.upsert_session(UpsertParams(sessionKey=secret, incognito=True))
+        operator = await engine.search(SearchParams(query="shared plan", resultMode="sessions", limit=25))
         assert sorted(s["sessionKey"] for s in operator["results"]) == sorted([child, other])  # never incognito
-        as_parent = await engine.search(query="shared plan", resultMode="sessions", limit=1,
-                                        requester={"sessionKey": "agent:main:dm:y"})
+        as_parent = await engine.search(SearchParams(query="shared plan", resultMode="sessions", limit=1, requester={"sessionKey": "agent:main:dm:y"}))
         assert _summary(as_parent) == [(child, 2, "k0-2")] and "truncated" not in as_parent
-        assert (await engine.search(query="plan", resultMode="sessions", requester={"sessionKey": main}))["results"]
+        assert (await engine.search(SearchParams(query="plan", resultMode="sessions", requester={"sessionKey": main})))["results"]
 
 
 async def test_windows_needing_reconciliation_are_left_out_and_the_agent_is_warned(backend):
     async with engine_at(backend) as engine:
         await _three(engine)
-        await engine.append("agent:main:imported", chain("i", [("user", "loan loan loan")]), index=False)
-        result = await engine.search(query="loan", resultMode="sessions", limit=25, agent_facing=True)
+        await engine.append(AppendParams(sessionKey="agent:main:imported", events=chain("i", [("user", "loan loan loan")])), index=False)
+        result = await engine.search(SearchParams(query="loan", resultMode="sessions", limit=25), agent_facing=True)
         assert "agent:main:imported" not in {s["sessionKey"] for s in result["results"]}
         assert result["indexing"] is True and result["warning"].startswith("Transcript indexing is in progress")
         await engine.reconcile_pending()
-        after = await engine.search(query="loan", resultMode="sessions", limit=25)
+        after = await engine.search(SearchParams(query="loan", resultMode="sessions", limit=25))
         assert ("agent:main:imported", 1, "i1") in _summary(after) and "indexing" not in after
 
 
 async def test_a_window_needing_reconciliation_is_not_counted_beside_a_clean_one(backend):
     async with engine_at(backend) as engine:
-        await engine.append(A, chain("old", [("user", "budget old")]), sessionId="w1")
-        await engine.rotate(A, "w2")
-        await engine.append(A, chain("new", [("user", "budget new"), ("assistant", "budget more")]), sessionId="w2")
-        await engine.append(A, [leaf("l1", "new2", "new1")], sessionId="w2")  # a rewind: w2 needs rebuilding
-        result = await engine.search(query="budget", resultMode="sessions")
+        await engine.append(AppendParams(sessionKey=A, events=chain("old", [("user", "budget old")]), sessionId="w1"))
+        await engine.rotate(RotateParams(sessionKey=A, sessionId="w2"))
+        await engine.append(AppendParams(sessionKey=A, events=chain("new", [("user", "budget new"), ("assistant", "budget more")]), sessionId="w2"))
+        await engine.append(AppendParams(sessionKey=A, events=[leaf("l1", "new2", "new1")], sessionId="w2"))  # a rewind: w2 needs rebuilding
+        result = await engine.search(SearchParams(query="budget", resultMode="sessions"))
         assert _summary(result) == [(A, 1, "old1")] and result["indexing"] is True
 
 
 async def test_archived_sessions_are_counted_out_and_the_budget_holds(backend):
     async with engine_at(backend, search_response_max_bytes=2500) as engine:
         for n in range(8):
-            await engine.append(f"agent:main:s{n}", chain(f"s{n}-", [("user", f"report {'x' * 250} {n}")]))
-        await engine.append("agent:main:cold", chain("c", [("user", "report cold")]))
-        await engine.archive("agent:main:cold")
-        result = await engine.search(query="report", resultMode="sessions", limit=25)
+            await engine.append(AppendParams(sessionKey=f"agent:main:s{n}", events=chain(f"s{n}-", [("user", f"report {'x' * 250} {n}")])))
+        await engine.append(AppendParams(sessionKey="agent:main:cold", events=chain("c", [("user", "report cold")])))
+        await engine.archive(SessionRef(sessionKey="agent:main:cold"))
+        result = await engine.search(SearchParams(query="report", resultMode="sessions", limit=25))
         assert len(json.dumps(result, ensure_ascii=False).encode()) <= 2500
         assert 0 < len(result["results"]) < 8 and result["truncated"] is True
         assert result["archivedTranscriptsExcluded"] == 1
@@ -170,15 +169,15 @@ async def test_archived_sessions_are_counted_out_and_the_budget_holds(backend):
 async def test_each_query_of_a_batch_answers_in_sessions(backend):
     async with engine_at(backend) as engine:
         await _three(engine)
-        states = (await engine.search(queries=["paperwork", "among"], resultMode="sessions"))["states"]
+        states = (await engine.search(SearchParams(queries=["paperwork", "among"], resultMode="sessions")))["states"]
         assert [_summary(s) for s in states] == [[(A, 1, "a3")], [(C, 2, "c2")]]  # c's two tie: newest
 
 
 async def test_cjk_substrings_group_by_session_too(backend):
     async with engine_at(backend) as engine:
-        await engine.append(A, chain("a", [("user", "東京開会"), ("user", "東京駅に")]))
-        await engine.append(B, chain("b", [("user", "明日東京へ")]))
-        result = await engine.search(query="東京", resultMode="sessions")
+        await engine.append(AppendParams(sessionKey=A, events=chain("a", [("user", "東京開会"), ("user", "東京駅に")])))
+        await engine.append(AppendParams(sessionKey=B, events=chain("b", [("user", "明日東京へ")])))
+        result = await engine.search(SearchParams(query="東京", resultMode="sessions"))
         assert sorted((s["sessionKey"], s["hits"]) for s in result["results"]) == [(A, 2), (B, 1)]
 
 
@@ -214,9 +213,9 @@ def test_filters_and_sessions_mode_over_http_and_the_agent_tool(tmp_path):
 def test_the_cli_takes_since_until_and_sessions(backend, tmp_path):
     async def seed():
         async with engine_at(backend) as engine:
-            await engine.append(A, chain("a", [("user", "invoice sent"), ("user", "invoice paid")]))
-            await engine.append(B, chain("b", [("user", "invoice late")], ts=BASE_TS + 86_400_000))
-            await engine.upsert_session(B, label="Billing")
+            await engine.append(AppendParams(sessionKey=A, events=chain("a", [("user", "invoice sent"), ("user", "invoice paid")])))
+            await engine.append(AppendParams(sessionKey=B, events=chain("b", [("user", "invoice late")], ts=BASE_TS + 86_400_000)))
+            await engine.upsert_session(UpsertParams(sessionKey=B, label="Billing"))
     asyncio.run(seed())
     env = {**os.environ, **backend.env()}
 
@@ -243,10 +242,10 @@ async def test_hit_counts_are_read_in_the_snapshot_the_best_hits_came_from(tmp_p
     `hits: 0` beside its best hit: the rewind below lands right after the first statement that
     matches, on whatever reader the search holds."""
     async with engine_at(tmp_path) as engine:
-        await engine.append(A, chain("a", [("user", "budget one"), ("assistant", "budget two")]))
-        await engine.append(B, chain("b", [("user", "budget six")]))
+        await engine.append(AppendParams(sessionKey=A, events=chain("a", [("user", "budget one"), ("assistant", "budget two")])))
+        await engine.append(AppendParams(sessionKey=B, events=chain("b", [("user", "budget six")])))
         store = await engine.store("main")
-        await engine.search(query="budget")  # the readers exist, and the store knows no window is dirty
+        await engine.search(SearchParams(query="budget"))  # the readers exist, and the store knows no window is dirty
         rewound = []
 
         def rewind_after_first_match(original):
@@ -254,16 +253,16 @@ async def test_hit_counts_are_read_in_the_snapshot_the_best_hits_came_from(tmp_p
                 rows = await original(sql, *args, **kwargs)
                 if "MATCH" in sql and not rewound:
                     rewound.append(sql)
-                    await engine.append(A, [leaf("l1", "a2", "a1")])  # a rewind: A's window needs rebuilding
+                    await engine.append(AppendParams(sessionKey=A, events=[leaf("l1", "a2", "a1")]))  # a rewind: A's window needs rebuilding
                 return rows
             return execute_fetchall
 
         for reader in store._all_readers:
             reader.conn.execute_fetchall = rewind_after_first_match(reader.conn.execute_fetchall)
-        result = await engine.search(query="budget", resultMode="sessions")
+        result = await engine.search(SearchParams(query="budget", resultMode="sessions"))
         assert rewound  # the window turned dirty while the search ran
         assert _summary(result) == [(A, 2, "a2"), (B, 1, "b1")]  # as if the search came just before it
-        after = await engine.search(query="budget", resultMode="sessions")
+        after = await engine.search(SearchParams(query="budget", resultMode="sessions"))
         assert _summary(after) == [(B, 1, "b1")] and after["indexing"] is True
 
 
@@ -272,11 +271,11 @@ async def test_counts_of_sessions_read_off_the_top_hits_are_read_in_their_snapsh
     only A's and B's matches are counted, in a second statement; A's window turning dirty between
     the two must not leave A counted at 0 (or missing)."""
     async with engine_at(tmp_path) as engine:
-        await engine.append(A, chain("a", [("user", "budget budget budget")]
-                                     + [("user", "budget of the whole year and more words")] * 11))
-        await engine.append(B, chain("b", [("user", "budget budget")]))
+        await engine.append(AppendParams(sessionKey=A, events=chain("a", [("user", "budget budget budget")]
+                                     + [("user", "budget of the whole year and more words")] * 11)))
+        await engine.append(AppendParams(sessionKey=B, events=chain("b", [("user", "budget budget")])))
         store = await engine.store("main")
-        await engine.search(query="budget")
+        await engine.search(SearchParams(query="budget"))
         rewound = []
 
         def rewind_after_ranking(original):
@@ -284,16 +283,16 @@ async def test_counts_of_sessions_read_off_the_top_hits_are_read_in_their_snapsh
                 rows = await original(sql, *args, **kwargs)
                 if "MATCH" in sql and not rewound:
                     rewound.append(sql)
-                    await engine.append(A, [leaf("l1", "a2", "a1")])
+                    await engine.append(AppendParams(sessionKey=A, events=[leaf("l1", "a2", "a1")]))
                 return rows
             return execute_fetchall
 
         for reader in store._all_readers:
             reader.conn.execute_fetchall = rewind_after_ranking(reader.conn.execute_fetchall)
-        result = await engine.search(query="budget", resultMode="sessions", limit=1)
+        result = await engine.search(SearchParams(query="budget", resultMode="sessions", limit=1))
         assert rewound
         assert _summary(result) == [(A, 12, "a1")] and result["truncated"] is True  # as just before the rewind
-        after = await engine.search(query="budget", resultMode="sessions", limit=1)
+        after = await engine.search(SearchParams(query="budget", resultMode="sessions", limit=1))
         assert _summary(after) == [(B, 1, "b1")] and after["indexing"] is True
 
 
@@ -306,12 +305,12 @@ async def _random_corpus(engine, rng: random.Random) -> list[str]:
     for key in keys:
         for window in range(rng.choice([1, 1, 2, 3])):
             if window:
-                await engine.rotate(key, f"{key}-w{window}")
+                await engine.rotate(RotateParams(sessionKey=key, sessionId=f"{key}-w{window}"))
             items = [(rng.choice(["user", "assistant"]), " ".join(rng.choices(VOCAB, k=rng.randint(1, 5))),
                       BASE_TS + rng.randint(0, 12)) for _ in range(rng.randint(1, 9))]
-            await engine.append(key, timed(f"{key[-2:]}w{window}m", items), sessionId=f"{key}-w{window}")
+            await engine.append(AppendParams(sessionKey=key, events=timed(f"{key[-2:]}w{window}m", items), sessionId=f"{key}-w{window}"))
         if rng.random() < 0.3:
-            await engine.upsert_session(key, label=f"label {key[-2:]}")
+            await engine.upsert_session(UpsertParams(sessionKey=key, label=f"label {key[-2:]}"))
     return keys
 
 
@@ -367,7 +366,7 @@ async def test_sessions_mode_equals_messages_mode_grouped_by_session_on_random_d
             # fewer top hits per session wanted: they settle fewer searches, the aggregate ranks the rest
             monkeypatch.setattr(sessions_sql, "HITS_PER_SESSION", rng.choice([1, 4, 4]))
             expected, more = await _grouped_messages(engine, body)
-            result = await engine.search(body)
+            result = await engine.search(SearchParams.of(body))
             assert result["results"] == expected, body
             assert result.get("truncated", False) is more, body
             compared += 1

@@ -10,6 +10,7 @@ import pytest
 
 from sessionsearch import InvalidRequest
 from sessionsearch.indexer.events import MAX_TS_MS, MIN_TS_MS
+from sessionsearch.protocol import AppendParams, SearchParams, SessionRef
 from sessionsearch.store.rowids import wid_of
 from sessionsearch.store.sqlite.scope import ID_BOUNDS_SQL, id_bounds
 
@@ -22,21 +23,21 @@ JAN_2 = 1767312000000  # 2026-01-02T00:00:00Z
 
 async def test_since_is_inclusive_and_until_exclusive_at_the_exact_millisecond(backend):
     async with engine_at(backend) as engine:
-        await engine.append(KEY, timed("m", [("user", "tick", BASE_TS + i) for i in range(5)]))
-        found = await engine.search(query="tick", since=BASE_TS + 1, until=BASE_TS + 3, limit=25)
+        await engine.append(AppendParams(sessionKey=KEY, events=timed("m", [("user", "tick", BASE_TS + i) for i in range(5)])))
+        found = await engine.search(SearchParams(query="tick", since=BASE_TS + 1, until=BASE_TS + 3, limit=25))
         assert sorted(ids(found)) == ["m2", "m3"]  # BASE_TS + 1 and + 2; + 3 is the exclusive end
-        assert sorted(ids(await engine.search(query="tick", since=BASE_TS + 4))) == ["m5"]
-        assert sorted(ids(await engine.search(query="tick", until=BASE_TS + 1))) == ["m1"]
-        assert ids(await engine.search(query="tick", since=BASE_TS + 5)) == []
+        assert sorted(ids(await engine.search(SearchParams(query="tick", since=BASE_TS + 4)))) == ["m5"]
+        assert sorted(ids(await engine.search(SearchParams(query="tick", until=BASE_TS + 1)))) == ["m1"]
+        assert ids(await engine.search(SearchParams(query="tick", since=BASE_TS + 5))) == []
 
 
 async def test_iso_dates_times_offsets_and_integral_floats_name_the_same_instants(backend):
     async with engine_at(backend) as engine:
         stamps = [JAN_2 - 1, JAN_2, JAN_2 + 3_600_000 + 5, JAN_2 + DAY]
-        await engine.append(KEY, timed("m", [("user", "tick", ts) for ts in stamps]))
+        await engine.append(AppendParams(sessionKey=KEY, events=timed("m", [("user", "tick", ts) for ts in stamps])))
 
         async def between(since, until=None):
-            return sorted(ids(await engine.search(query="tick", since=since, until=until, limit=25)))
+            return sorted(ids(await engine.search(SearchParams(query="tick", since=since, until=until, limit=25))))
 
         assert await between("2026-01-02", "2026-01-03") == ["m2", "m3"]  # a date alone is midnight UTC
         assert await between("2026-01-02T00:00:00Z", "2026-01-03T00:00Z") == ["m2", "m3"]
@@ -67,40 +68,40 @@ async def test_iso_dates_times_offsets_and_integral_floats_name_the_same_instant
 async def test_bad_ranges_and_result_modes_are_refused_naming_the_field(backend, fields, field, message):
     async with engine_at(backend) as engine:
         with pytest.raises(InvalidRequest) as caught:
-            await engine.search(query="tick", **fields)
+            await engine.search(SearchParams.of({"query": "tick", **fields}))
         assert message in caught.value.message and caught.value.field == field
 
 
 async def test_the_range_bounds_are_the_timestamp_range_events_accept(backend):
     async with engine_at(backend) as engine:
-        await engine.append(KEY, timed("m", [("user", "edge", MIN_TS_MS), ("user", "edge", MAX_TS_MS)]))
-        assert sorted(ids(await engine.search(query="edge", since=MIN_TS_MS, until=MAX_TS_MS))) == ["m1"]
-        assert ids(await engine.search(query="edge", since=MAX_TS_MS)) == ["m2"]
+        await engine.append(AppendParams(sessionKey=KEY, events=timed("m", [("user", "edge", MIN_TS_MS), ("user", "edge", MAX_TS_MS)])))
+        assert sorted(ids(await engine.search(SearchParams(query="edge", since=MIN_TS_MS, until=MAX_TS_MS)))) == ["m1"]
+        assert ids(await engine.search(SearchParams(query="edge", since=MAX_TS_MS))) == ["m2"]
         # an offset past the first day's start names no instant any message can have: the nearest one
-        assert sorted(ids(await engine.search(query="edge", since="0001-01-01T00:00+01:00"))) == ["m1", "m2"]
-        assert ids(await engine.search(query="edge", since="9999-12-31T23:59:59.9991Z")) == []
+        assert sorted(ids(await engine.search(SearchParams(query="edge", since="0001-01-01T00:00+01:00")))) == ["m1", "m2"]
+        assert ids(await engine.search(SearchParams(query="edge", since="9999-12-31T23:59:59.9991Z"))) == []
 
 
 async def _outranked(engine) -> None:
     """40 short messages that repeat `needle`, out of range, outrank 5 long ones in range."""
-    await engine.append(KEY, timed("out", [("user", "needle needle needle", BASE_TS + i) for i in range(40)]))
+    await engine.append(AppendParams(sessionKey=KEY, events=timed("out", [("user", "needle needle needle", BASE_TS + i) for i in range(40)])))
     filler = "some longer text around the word so that it ranks below the repeated ones"
-    await engine.append("agent:main:late", timed("in", [("assistant", f"needle {filler} {i}", BASE_TS + DAY + i)
-                                                         for i in range(5)]))
+    await engine.append(AppendParams(sessionKey="agent:main:late", events=timed("in", [("assistant", f"needle {filler} {i}", BASE_TS + DAY + i)
+                                                         for i in range(5)])))
 
 
 async def test_a_range_is_inside_the_ranking_so_limit_counts_only_hits_in_range(backend):
     async with engine_at(backend) as engine:
         await _outranked(engine)
-        everything = await engine.search(query="needle", limit=25)
+        everything = await engine.search(SearchParams(query="needle", limit=25))
         assert all(mid.startswith("out") for mid in ids(everything))  # the in-range hits rank below all 40
-        ranged = await engine.search(query="needle", since=BASE_TS + DAY, limit=3)
+        ranged = await engine.search(SearchParams(query="needle", since=BASE_TS + DAY, limit=3))
         assert ids(ranged) == ["in5", "in4", "in3"] and ranged["truncated"] is True  # ties: newest first
-        recent = await engine.search(query="needle", until=BASE_TS + DAY, order="recent", limit=3)
+        recent = await engine.search(SearchParams(query="needle", until=BASE_TS + DAY, order="recent", limit=3))
         assert ids(recent) == ["out40", "out39", "out38"]
         # a filter does not change a hit's score: the same as over the whole agent
-        whole = {h["messageId"]: h["score"] for h in (await engine.search(query="needle", sessionKeys=[
-            "agent:main:late"], limit=25))["results"]}
+        whole = {h["messageId"]: h["score"] for h in (await engine.search(SearchParams(query="needle", sessionKeys=[
+            "agent:main:late"], limit=25)))["results"]}
         assert {h["messageId"]: h["score"] for h in ranged["results"]} == {m: whole[m] for m in ids(ranged)}
 
 
@@ -109,11 +110,11 @@ async def test_common_words_with_postings_answer_a_range_exactly(tmp_path):  # S
         await _outranked(engine)
         built = await engine.optimize(min_docs=10, min_share=0)
         assert "needle" in built["agents"]["main"]["words"]
-        await engine.search(query="needle")  # the store learns which words have postings
+        await engine.search(SearchParams(query="needle"))  # the store learns which words have postings
         assert "needle" in (await engine.store("main"))._hot_seen[1]
-        ranged = await engine.search(query="needle", since=BASE_TS + DAY, limit=3)
+        ranged = await engine.search(SearchParams(query="needle", since=BASE_TS + DAY, limit=3))
         assert ids(ranged) == ["in5", "in4", "in3"] and ranged["truncated"] is True
-        assert len(ids(await engine.search(query="needle", until=BASE_TS + DAY, limit=25))) == 25
+        assert len(ids(await engine.search(SearchParams(query="needle", until=BASE_TS + DAY, limit=25)))) == 25
 
 
 def _oracle(db, word: str, since: int | None, until: int | None, order: str, limit: int) -> list[tuple]:
@@ -136,7 +137,7 @@ async def test_random_ranges_give_exactly_the_hits_of_ranking_everything_and_fil
         for s in range(6):
             items = [(rng.choice(["user", "assistant"]), " ".join(rng.choices(words, k=rng.randint(1, 6))),
                       BASE_TS + rng.randrange(span)) for _ in range(120)]
-            await engine.append(f"agent:main:s{s}", timed(f"s{s}-", items))
+            await engine.append(AppendParams(sessionKey=f"agent:main:s{s}", events=timed(f"s{s}-", items)))
         store = await engine.store("main")
         kinds = {"narrowed": 0, "whole": 0}
         for phase in ("fts5", "postings"):
@@ -149,7 +150,7 @@ async def test_random_ranges_give_exactly_the_hits_of_ranking_everything_and_fil
                 word, order, limit = rng.choice(words), rng.choice(["relevance", "recent"]), rng.randint(1, 25)
                 async with store.reader() as reader:
                     kinds["narrowed" if await id_bounds(reader.conn, since, until) else "whole"] += 1
-                got = await engine.search(query=word, since=since, until=until, order=order, limit=limit)
+                got = await engine.search(SearchParams(query=word, since=since, until=until, order=order, limit=limit))
                 assert [(h["messageId"], h["score"]) for h in got["results"]] == \
                     _oracle(tmp_path / "agents" / "main.db", word, since, until, order, limit)
         assert kinds["narrowed"] >= 20 and kinds["whole"] >= 20, kinds
@@ -158,8 +159,8 @@ async def test_random_ranges_give_exactly_the_hits_of_ranking_everything_and_fil
 async def test_a_narrow_range_is_an_id_span_holding_every_message_in_it(tmp_path):  # SQLite only: SQLite's id spans (scope.id_bounds)
     async with engine_at(tmp_path) as engine:
         # timestamps falling then rising inside one window: the span comes from the window's bounds
-        await engine.append(KEY, timed("m", [("user", "w", BASE_TS + t) for t in (900, 5, 400, 1000, 1)]))
-        await engine.append("agent:main:b", timed("b", [("user", "w", BASE_TS + 100_000 + i) for i in range(100)]))
+        await engine.append(AppendParams(sessionKey=KEY, events=timed("m", [("user", "w", BASE_TS + t) for t in (900, 5, 400, 1000, 1)])))
+        await engine.append(AppendParams(sessionKey="agent:main:b", events=timed("b", [("user", "w", BASE_TS + 100_000 + i) for i in range(100)])))
         store = await engine.store("main")
         async with store.reader() as reader:
             ids_in = [r[0] for r in await reader.conn.execute_fetchall(
@@ -180,16 +181,16 @@ async def test_windows_are_found_by_their_timestamps_however_they_were_written(t
     async with engine_at(tmp_path) as engine:
         for s in range(40):  # short windows one after another
             base = BASE_TS + s * span // 40
-            await engine.append(f"agent:main:s{s}", timed(f"s{s}-", [
-                ("user", rng.choice(["alpha", "alpha beta", "beta"]), base + i * 97) for i in range(20)]))
+            await engine.append(AppendParams(sessionKey=f"agent:main:s{s}", events=timed(f"s{s}-", [
+                ("user", rng.choice(["alpha", "alpha beta", "beta"]), base + i * 97) for i in range(20)])))
         # one window written over the whole time, its messages appended newest first then oldest
         for n, (text, ts) in enumerate([("alpha", BASE_TS + span // 2), ("alpha late", BASE_TS + span - 1),
                                         ("alpha early", BASE_TS + 3)], 1):
-            await engine.append("agent:main:long", [msg(f"l{n}", "user", text, f"l{n - 1}" if n > 1 else None, ts=ts)])
-        await engine.archive("agent:main:s7")
+            await engine.append(AppendParams(sessionKey="agent:main:long", events=[msg(f"l{n}", "user", text, f"l{n - 1}" if n > 1 else None, ts=ts)]))
+        await engine.archive(SessionRef(sessionKey="agent:main:s7"))
         store = await engine.store("main")
         await store.execute_write("UPDATE windows SET ts_min = NULL, ts_max = NULL WHERE session_key = 'agent:main:s7'")
-        await engine.restore("agent:main:s7")
+        await engine.restore(SessionRef(sessionKey="agent:main:s7"))
         await engine.reconcile_pending()
         async with store.reader() as reader:
             bounds = dict((r[0], r[1:]) for r in await reader.conn.execute_fetchall(
@@ -205,10 +206,10 @@ async def test_windows_are_found_by_their_timestamps_however_they_were_written(t
                 narrowed += (await id_bounds(reader.conn, since, until)) not in (None, (1, 0))
             for word in ("alpha", "beta"):
                 order = rng.choice(["relevance", "recent"])
-                got = await engine.search(query=word, since=since, until=until, order=order, limit=10)
+                got = await engine.search(SearchParams(query=word, since=since, until=until, order=order, limit=10))
                 assert [(h["messageId"], h["score"]) for h in got["results"]] == \
                     _oracle(db, word, since, until, order, 10)
-        early = await engine.search(query="early", since=BASE_TS, until=BASE_TS + 10)
+        early = await engine.search(SearchParams(query="early", since=BASE_TS, until=BASE_TS + 10))
         assert ids(early) == ["l3"]
         assert narrowed >= 40
 
@@ -235,7 +236,7 @@ async def test_an_upgraded_store_answers_ranges_the_same_from_a_covering_index(t
             items = [(rng.choice(["user", "assistant", "toolResult", "toolResult"]),
                       " ".join(rng.choices(words, k=rng.randint(1, 4))), BASE_TS + rng.randrange(span))
                      for _ in range(150)]
-            await engine.append(f"agent:main:s{s}", timed(f"s{s}-", items))
+            await engine.append(AppendParams(sessionKey=f"agent:main:s{s}", events=timed(f"s{s}-", items)))
     db = tmp_path / "agents" / "main.db"
     queries = []
     for _ in range(40):
@@ -246,7 +247,7 @@ async def test_an_upgraded_store_answers_ranges_the_same_from_a_covering_index(t
     async def answers(engine) -> list[list[tuple]]:
         out = []
         for word, since, until, order, limit in queries:
-            got = await engine.search(query=word, since=since, until=until, order=order, limit=limit)
+            got = await engine.search(SearchParams(query=word, since=since, until=until, order=order, limit=limit))
             out.append([(h["messageId"], h["score"]) for h in got["results"]])
             assert out[-1] == _oracle(db, word, since, until, order, limit)
         return out
@@ -274,25 +275,25 @@ async def test_an_upgraded_store_answers_ranges_the_same_from_a_covering_index(t
 
 async def test_every_query_of_a_batch_takes_the_range(backend):
     async with engine_at(backend) as engine:
-        await engine.append(KEY, timed("m", [("user", "red", BASE_TS), ("user", "blue", BASE_TS + 10),
-                                              ("user", "red", BASE_TS + 20), ("user", "blue", BASE_TS + 30)]))
-        states = (await engine.search(queries=["red", "blue"], since=BASE_TS + 10, until=BASE_TS + 21))["states"]
+        await engine.append(AppendParams(sessionKey=KEY, events=timed("m", [("user", "red", BASE_TS), ("user", "blue", BASE_TS + 10),
+                                              ("user", "red", BASE_TS + 20), ("user", "blue", BASE_TS + 30)])))
+        states = (await engine.search(SearchParams(queries=["red", "blue"], since=BASE_TS + 10, until=BASE_TS + 21)))["states"]
         assert [ids(s) for s in states] == [["m3"], ["m2"]]
 
 
 async def test_cjk_substrings_keep_to_the_range(backend):
     async with engine_at(backend) as engine:
-        await engine.append(KEY, timed("m", [("user", "東京開会", BASE_TS), ("user", "明日東京へ", BASE_TS + DAY),
-                                              ("user", "東京駅", BASE_TS + 2 * DAY)]))
-        assert sorted(ids(await engine.search(query="東京", limit=25))) == ["m1", "m2", "m3"]
-        assert ids(await engine.search(query="東京", since=BASE_TS + DAY, until=BASE_TS + 2 * DAY)) == ["m2"]
+        await engine.append(AppendParams(sessionKey=KEY, events=timed("m", [("user", "東京開会", BASE_TS), ("user", "明日東京へ", BASE_TS + DAY),
+                                              ("user", "東京駅", BASE_TS + 2 * DAY)])))
+        assert sorted(ids(await engine.search(SearchParams(query="東京", limit=25)))) == ["m1", "m2", "m3"]
+        assert ids(await engine.search(SearchParams(query="東京", since=BASE_TS + DAY, until=BASE_TS + 2 * DAY))) == ["m2"]
 
 
 async def test_a_range_leaves_dirty_windows_out_and_says_indexing(backend):
     async with engine_at(backend) as engine:
-        await engine.append(KEY, chain("m", [("user", "ledger one")]))
-        await engine.append("agent:main:imported", chain("i", [("user", "ledger two")]), index=False)
-        result = await engine.search(query="ledger", since=BASE_TS)
+        await engine.append(AppendParams(sessionKey=KEY, events=chain("m", [("user", "ledger one")])))
+        await engine.append(AppendParams(sessionKey="agent:main:imported", events=chain("i", [("user", "ledger two")])), index=False)
+        result = await engine.search(SearchParams(query="ledger", since=BASE_TS))
         assert ids(result) == ["m1"] and result["indexing"] is True
 
 
@@ -306,17 +307,17 @@ async def test_recent_over_a_range_scores_its_hits_as_fts5_as_the_index_grows(tm
     async with engine_at(tmp_path) as engine:
         for s in range(8):
             base = BASE_TS + s * span // 8
-            await engine.append(f"agent:main:s{s}", timed(f"s{s}-", [
+            await engine.append(AppendParams(sessionKey=f"agent:main:s{s}", events=timed(f"s{s}-", [
                 ("user", " ".join(rng.choices(["alpha", "per-session", "beta", "gamma"], k=rng.randint(1, 5))),
-                 base + i * 500) for i in range(60)]))
+                 base + i * 500) for i in range(60)])))
         for round_ in range(3):
             for _ in range(10):
                 since = BASE_TS + rng.randrange(span)
                 until = since + rng.randrange(1, span // 20)
                 for word in ("alpha", "per-session"):
-                    got = await engine.search(query=word, since=since, until=until, order="recent", limit=8)
+                    got = await engine.search(SearchParams(query=word, since=since, until=until, order="recent", limit=8))
                     assert [(h["messageId"], h["score"]) for h in got["results"]] == \
                         _oracle(db, word, since, until, "recent", 8)
             # more of both words: every document count changes
-            await engine.append(f"agent:main:more{round_}", timed(f"m{round_}-", [
-                ("user", "alpha per-session alpha", BASE_TS + rng.randrange(span)) for _ in range(30)]))
+            await engine.append(AppendParams(sessionKey=f"agent:main:more{round_}", events=timed(f"m{round_}-", [
+                ("user", "alpha per-session alpha", BASE_TS + rng.randrange(span)) for _ in range(30)])))

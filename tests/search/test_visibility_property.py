@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from sessionsearch import Engine, Forbidden, Settings
+from sessionsearch.protocol import AppendParams, HistoryParams, ListParams, SearchParams, SessionRef, UpsertParams
 
 from ..helpers import BASE_TS, msg
 
@@ -213,16 +214,16 @@ def configs(draw, agents: list[str]) -> Config:
 async def build(engine: Engine, world: dict[str, Session]) -> None:
     for s in world.values():
         # live appends: indexed in the same transaction, so nothing awaits reconciliation
-        await engine.append(s.key, [msg(f"{s.token}-m", "user", f"{SHARED} {s.token} words", None, ts=s.ts)])
+        await engine.append(AppendParams(sessionKey=s.key, events=[msg(f"{s.token}-m", "user", f"{SHARED} {s.token} words", None, ts=s.ts)]))
         meta = {"kind": s.kind, "incognito": s.incognito}
         if s.spawned_by is not None:
             meta["spawnedBy"] = s.spawned_by
         if s.parent is not None:
             meta["parentSessionKey"] = s.parent
-        await engine.upsert_session(s.key, **meta)
+        await engine.upsert_session(UpsertParams.of({"sessionKey": s.key, **meta}))
     for s in world.values():
         if s.archived:
-            await engine.archive(s.key)
+            await engine.archive(SessionRef(sessionKey=s.key))
 
 
 def describe(world: dict[str, Session]) -> str:
@@ -266,7 +267,7 @@ class Checker:
             deny = agent_scope_denied(self.world, self.cfg, requester, scope["agentId"], seen)
         else:
             keys, deny = seen, False
-        was_denied, result = await self.denied(self.engine.search(body))
+        was_denied, result = await self.denied(self.engine.search(SearchParams.of(body)))
         self.expect(was_denied == deny, "denial" if deny else "answer", {**context, "result": result})
         if deny:
             self.stats["denials"] += 1
@@ -285,7 +286,7 @@ class Checker:
         body = {"query": SHARED, "limit": limit, "order": "recent"}
         if requester is not None:
             body["requester"] = requester.wire()
-        result = await self.engine.search(body)
+        result = await self.engine.search(SearchParams.of(body))
         ranked = sorted((s for k, s in self.world.items() if k in seen and not s.archived), key=lambda s: -s.ts)
         expected = [f"{s.token}-m" for s in ranked[:limit]]
         self.expect([h["messageId"] for h in result["results"]] == expected, "limit before visibility",
@@ -296,7 +297,7 @@ class Checker:
         if agent is not None:
             body["agentId"] = agent
         expected = {k for k in seen if agent is None or self.world[k].agent == agent}
-        was_denied, result = await self.denied(self.engine.list_sessions(body))
+        was_denied, result = await self.denied(self.engine.list_sessions(ListParams.of(body)))
         context = {"requester": requester, "agentId": agent, "visible": sorted(seen)}
         if was_denied:
             # the SPEC gives sessions.list no denial of its own; one is acceptable only where the
@@ -312,7 +313,7 @@ class Checker:
         body = {"sessionKey": key}
         if requester is not None:
             body["requester"] = requester.wire()
-        was_denied, result = await self.denied(self.engine.history(body))
+        was_denied, result = await self.denied(self.engine.history(HistoryParams.of(body)))
         context = {"requester": requester, "target": key, "visible": sorted(seen)}
         self.expect(was_denied == (key not in seen), "history denial" if key not in seen else "history answer",
                     {**context, "result": result})

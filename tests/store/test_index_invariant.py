@@ -29,6 +29,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from sessionsearch import Engine, Settings
 from sessionsearch.importer import run_import
+from sessionsearch.protocol import AppendParams, HistoryParams, RotateParams, SearchParams, SessionRef
 from sessionsearch.store.rowids import wid_of
 
 WORDS = ["alpha", "beta", "gamma", "delta", "omega"]
@@ -132,7 +133,7 @@ class IndexMachine(RuleBasedStateMachine):
         if key in self.archived:
             return  # the gateway opens (restores) a session before it writes to it
         window = self._current(key)
-        self.run(self.engine.append(key, events, sessionId=window.session_id))
+        self.run(self.engine.append(AppendParams(sessionKey=key, events=events, sessionId=window.session_id)))
         window.events += events
 
     def _message_ids(self, key: str) -> list[str]:
@@ -196,7 +197,7 @@ class IndexMachine(RuleBasedStateMachine):
     def rotate(self, data):
         key = data.draw(st.sampled_from(self._open_keys()))
         new_id = self._new_id("s")
-        result = self.run(self.engine.rotate(key, sessionId=new_id))
+        result = self.run(self.engine.rotate(RotateParams(sessionKey=key, sessionId=new_id)))
         assert result["previousSessionId"] == self.sessions[key][-1].session_id
         self.sessions[key].append(Window(new_id))
 
@@ -204,7 +205,7 @@ class IndexMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def delete(self, data):
         key = data.draw(st.sampled_from(sorted(self.sessions)))
-        self.run(self.engine.delete(key))
+        self.run(self.engine.delete(SessionRef(sessionKey=key)))
         del self.sessions[key]
         self.archived.discard(key)
 
@@ -283,14 +284,14 @@ class IndexMachine(RuleBasedStateMachine):
         which opens the session as well."""
         key = data.draw(st.sampled_from(sorted(self.sessions)))
         if key not in self.archived:
-            assert self.run(self.engine.archive(key))["archivedWindows"] == len(self.sessions[key])
+            assert self.run(self.engine.archive(SessionRef(sessionKey=key)))["archivedWindows"] == len(self.sessions[key])
             self.archived.add(key)
             return
         if by_history:
-            result = self.run(self.engine.history(sessionKey=key, limit=1000, includeTools=True))
+            result = self.run(self.engine.history(HistoryParams(sessionKey=key, limit=1000, includeTools=True)))
             assert [m["messageId"] for m in result["messages"]] == self._history_expected(key)
         else:
-            assert self.run(self.engine.restore(key))["restoredWindows"] == len(self.sessions[key])
+            assert self.run(self.engine.restore(SessionRef(sessionKey=key)))["restoredWindows"] == len(self.sessions[key])
         self.archived.discard(key)
 
     @rule(data=st.data(), coalescing=st.booleans())
@@ -314,7 +315,7 @@ class IndexMachine(RuleBasedStateMachine):
         assert self._dirty() == set()
         for engine in (self.engine, self.other):
             for word in WORDS:
-                self._check_search(self.run(engine.search(query=word, limit=LIMIT)), word, set())
+                self._check_search(self.run(engine.search(SearchParams(query=word, limit=LIMIT))), word, set())
 
     def _expected(self, word: str, dirty: set[str]) -> set[tuple[str, str, str]]:
         """The hits a search must give: active-branch messages with the word, in windows that are
@@ -384,7 +385,7 @@ class IndexMachine(RuleBasedStateMachine):
         dirty = self._dirty()
         for engine in (self.engine, self.other):
             for word in WORDS:
-                self._check_search(self.run(engine.search(query=word, limit=LIMIT)), word, dirty)
+                self._check_search(self.run(engine.search(SearchParams(query=word, limit=LIMIT))), word, dirty)
 
     @precondition(lambda self: self.optimized)
     @invariant()
@@ -393,11 +394,11 @@ class IndexMachine(RuleBasedStateMachine):
             stores = [self.run(engine.store(a)) for a in engine.agent_ids_on_disk()]
             for word in WORDS:
                 for limit in (2, 25):
-                    self.run(engine.search(query=word, limit=limit))  # learns which words have postings
-                    hot = self.run(engine.search(query=word, limit=limit))
+                    self.run(engine.search(SearchParams(query=word, limit=limit)))  # learns which words have postings
+                    hot = self.run(engine.search(SearchParams(query=word, limit=limit)))
                     for store in stores:
                         store._hot_seen = (None, frozenset())  # this search: FTS5 alone
-                    assert self.run(engine.search(query=word, limit=limit)) == hot
+                    assert self.run(engine.search(SearchParams(query=word, limit=limit))) == hot
 
     def _history_expected(self, key: str) -> list[str]:
         branch = self.sessions[key][-1].active()
@@ -412,7 +413,7 @@ class IndexMachine(RuleBasedStateMachine):
     @invariant()
     def history_tail_is_the_active_branch(self):
         for key in self._open_keys():  # a read would open an archived session: `restore` does that
-            result = self.run(self.engine.history(sessionKey=key, limit=1000, includeTools=True))
+            result = self.run(self.engine.history(HistoryParams(sessionKey=key, limit=1000, includeTools=True)))
             assert [m["messageId"] for m in result["messages"]] == self._history_expected(key)
 
 

@@ -17,6 +17,7 @@ import pytest
 
 from sessionsearch import Engine, Settings
 from sessionsearch.errors import SearchTimeout, Unavailable
+from sessionsearch.protocol import AppendParams, HistoryParams, SearchParams, SessionRef
 from sessionsearch.store.base import Match
 from sessionsearch.store.postgres import search as search_module
 from sessionsearch.store.postgres.lexemes import _index_fields_limited, index_fields, index_tokens
@@ -60,7 +61,7 @@ def test_cjk_index_tokens_are_exactly_sqlites_unicode61_tokens():
 
 async def test_postgresql_indexes_exactly_the_tokens_sqlite_would(pg):
     async with engine_at(pg) as engine:
-        await engine.append(KEY, chain("m", [("user", t) for t in TEXTS]))
+        await engine.append(AppendParams(sessionKey=KEY, events=chain("m", [("user", t) for t in TEXTS])))
         with psycopg.connect(pg.database_url) as conn:
             rows = conn.execute("SELECT i.dl, i.tf, array(SELECT lexeme FROM unnest(i.tsv) ORDER BY 1), e.text "
                                 "FROM ss_index i JOIN ss_events e ON e.id = i.id ORDER BY i.id").fetchall()
@@ -132,8 +133,8 @@ async def test_bm25_scores_and_their_order_equal_sqlites_on_the_same_data(pg, tm
     async with engine_at(pg) as on_pg, engine_at(tmp_path / "sqlite") as on_sqlite:
         for engine in (on_pg, on_sqlite):
             for n, (key, events) in enumerate(corpus):
-                await engine.append(key, events, index=n % 3 != 0)  # some imported, then reconciled
-            await engine.append("agent:main:s1", [leaf("l1", "s1-5", "s1-2"), msg("x1", "user", "alpha rewound", "l1")])
+                await engine.append(AppendParams(sessionKey=key, events=events), index=n % 3 != 0)  # some imported, then reconciled
+            await engine.append(AppendParams(sessionKey="agent:main:s1", events=[leaf("l1", "s1-5", "s1-2"), msg("x1", "user", "alpha rewound", "l1")]))
             await engine.reconcile_pending()
         queries = [Match(("alpha",)), Match(("zeta",)), Match(("DELTA",)), Match(("alpha", "beta")),
                    Match(("per-session",)), Match(("it's", "gamma")), Match(("al",), True), Match(("beta", "al"), True),
@@ -163,7 +164,7 @@ async def test_recent_walks_windows_newest_first_and_equals_sorting_every_match(
     texts: dict[str, tuple[str, int]] = {}  # message id -> (text, ts)
 
     async def append(key: str, events: list[dict], index: bool = True) -> None:
-        await engine.append(key, events, index=index)
+        await engine.append(AppendParams(sessionKey=key, events=events), index=index)
         texts.update((e["id"], (e["message"]["content"], e["message"]["timestamp"])) for e in events)
 
     async with engine_at(pg) as engine:
@@ -198,11 +199,11 @@ async def test_cached_document_counts_follow_every_change_of_the_index(pg):
     """A store reuses the df it counted while the index state it counted at holds (search.py):
     after each kind of write, the scores it ranks with equal those of a store counting afresh."""
     async with engine_at(pg) as engine:
-        await engine.append("agent:main:a", timed("a", [("user", "alpha beta", BASE_TS),
-                                                        ("user", "alpha", BASE_TS + 1)]))
-        await engine.append("agent:main:b", timed("b", [("user", "beta gamma", BASE_TS + 2)]))
+        await engine.append(AppendParams(sessionKey="agent:main:a", events=timed("a", [("user", "alpha beta", BASE_TS),
+                                                        ("user", "alpha", BASE_TS + 1)])))
+        await engine.append(AppendParams(sessionKey="agent:main:b", events=timed("b", [("user", "beta gamma", BASE_TS + 2)])))
         # enough other rows that every word's idf is above FTS5's floor (a stale df changes scores)
-        await engine.append("agent:main:d", timed("d", [("user", f"filler {i}", BASE_TS) for i in range(40)]))
+        await engine.append(AppendParams(sessionKey="agent:main:d", events=timed("d", [("user", f"filler {i}", BASE_TS) for i in range(40)])))
         store = await engine.store("main")
         queries = [Match(("alpha",)), Match(("beta",)), Match(("alpha", "beta")), Match(("al",), True)]
 
@@ -215,19 +216,19 @@ async def test_cached_document_counts_follow_every_change_of_the_index(pg):
                 assert cached == fresh, (step, match)
 
         await check("first")
-        await engine.append("agent:main:a", [msg("a3", "user", "alpha again", "a2", ts=BASE_TS + 3)])
+        await engine.append(AppendParams(sessionKey="agent:main:a", events=[msg("a3", "user", "alpha again", "a2", ts=BASE_TS + 3)]))
         await check("append to a window")
-        await engine.append("agent:main:c", timed("c", [("user", "alpha beta alpha", BASE_TS + 4)]))
+        await engine.append(AppendParams(sessionKey="agent:main:c", events=timed("c", [("user", "alpha beta alpha", BASE_TS + 4)])))
         await check("a new window")
-        await engine.delete("agent:main:b")
+        await engine.delete(SessionRef(sessionKey="agent:main:b"))
         await check("a deleted session")
-        await engine.append("agent:main:a", [msg("a4", "user", "beta rewound", "a1", ts=BASE_TS + 5)])
+        await engine.append(AppendParams(sessionKey="agent:main:a", events=[msg("a4", "user", "beta rewound", "a1", ts=BASE_TS + 5)]))
         await check("a side append")
         await engine.reconcile_pending()  # index rows change, the catalog does not
         await check("reconciled")
-        await engine.archive("agent:main:c")
+        await engine.archive(SessionRef(sessionKey="agent:main:c"))
         await check("archived")
-        await engine.restore("agent:main:c")
+        await engine.restore(SessionRef(sessionKey="agent:main:c"))
         await engine.reconcile_pending()
         await check("restored")
 
@@ -237,9 +238,9 @@ async def test_a_kept_document_count_is_used_only_while_its_index_state_holds(pg
     index state it was kept at is the head's, and counts it from the index otherwise: a count kept
     wrong on purpose comes back as kept with the state, and the true count with any other."""
     async with engine_at(pg) as engine:
-        await engine.append("agent:main:a", timed("a", [("user", "alpha beta", BASE_TS),
+        await engine.append(AppendParams(sessionKey="agent:main:a", events=timed("a", [("user", "alpha beta", BASE_TS),
                                                         ("user", "alpha", BASE_TS + 1),
-                                                        ("user", "gamma", BASE_TS + 2)]))
+                                                        ("user", "gamma", BASE_TS + 2)])))
         store = await engine.store("main")
         sql = ("SELECT dfs FROM ss_search_stats(%s, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, %s::text[], "
                "%s::bigint[], %s::bigint[], %s::bigint[], %s::numeric[], %s::bigint[])")
@@ -269,9 +270,9 @@ async def test_the_kept_head_follows_a_write_in_flight_when_it_was_read(pg, monk
     sum them again (schema migration 6): a write that had not committed when they were summed is
     seen once it has, as a store summing afresh sees it."""
     async with engine_at(pg) as engine:
-        await engine.append("agent:main:a", timed("a", [("user", "alpha beta", BASE_TS),
-                                                        ("user", "alpha", BASE_TS + 1)]))
-        await engine.append("agent:main:d", timed("d", [("user", f"filler {i}", BASE_TS) for i in range(40)]))
+        await engine.append(AppendParams(sessionKey="agent:main:a", events=timed("a", [("user", "alpha beta", BASE_TS),
+                                                        ("user", "alpha", BASE_TS + 1)])))
+        await engine.append(AppendParams(sessionKey="agent:main:d", events=timed("d", [("user", f"filler {i}", BASE_TS) for i in range(40)])))
         store = await engine.store("main")
         async with store.reader() as reader:
             (wid, _, _), = await store.windows_of(reader, "agent:main:a")
@@ -285,7 +286,7 @@ async def test_the_kept_head_follows_a_write_in_flight_when_it_was_read(pg, monk
             assert await _top(engine, match, "relevance", 10) == before  # checked, kept
             # a newer write commits while the older one holds the snapshots' xmin back: its window
             # is among those the kept head has checked (and past KEPT_RECENT of them it is not kept)
-            await engine.append("agent:main:d", [msg("d41", "user", "alpha late", "d40", ts=BASE_TS + 2)])
+            await engine.append(AppendParams(sessionKey="agent:main:d", events=[msg("d41", "user", "alpha late", "d40", ts=BASE_TS + 2)]))
             between = await _top(engine, match, "relevance", 10)
             async with store.reader() as reader:
                 (late, _, _), = await store.windows_of(reader, "agent:main:d")
@@ -304,10 +305,10 @@ async def test_recent_walks_both_id_ranges_of_a_window_past_the_low_region(pg):
     rows of a window that long are there, and are the answer."""
     n = LOW_SEQS + 40
     async with engine_at(pg) as engine:
-        await engine.append("agent:main:old", timed("o", [("user", "word filler", BASE_TS + i) for i in range(30)]))
+        await engine.append(AppendParams(sessionKey="agent:main:old", events=timed("o", [("user", "word filler", BASE_TS + i) for i in range(30)])))
         events = timed("m", [("user", "word filler", BASE_TS + 1000 + i) for i in range(n)])
         for start in range(0, n, 10_000):
-            await engine.append(KEY, events[start:start + 10_000], sessionId="s-long")
+            await engine.append(AppendParams(sessionKey=KEY, events=events[start:start + 10_000], sessionId="s-long"))
         await _top(engine, Match(("word",)), "relevance", 3)  # counts seen: the walk is planned from them
         assert walk_windows_for(engine, "word") > 0
         got = [mid for _, _, mid in await _top(engine, Match(("word",)), "recent", 3)]
@@ -341,13 +342,13 @@ HOSTILE = ["'", "''", "\\", "\\'", "a'b", "it's", "&", "|", "!", "(", ")", ":*",
 
 async def test_hostile_words_are_literal_text_never_tsquery_syntax(pg):
     async with engine_at(pg) as engine:
-        await engine.append(KEY, chain("m", [("user", "it's a b&c back\\slash naive a_b a%b k s"), ("user", "other")]))
+        await engine.append(AppendParams(sessionKey=KEY, events=chain("m", [("user", "it's a b&c back\\slash naive a_b a%b k s"), ("user", "other")])))
         for word in HOSTILE:
             for prefix in (False, True):
-                await engine.search(query=word, match="prefix" if prefix else "exact")  # answers, never an error
-        assert ids(await engine.search(query="it's")) == ["m1"]
-        assert ids(await engine.search(query="a%b")) == ["m1"] and ids(await engine.search(query="a_b")) == ["m1"]
-        assert ids(await engine.search(query="%(k)s")) == ["m1"]  # the words k and s, as SQLite finds them
+                await engine.search(SearchParams(query=word, match="prefix" if prefix else "exact"))  # answers, never an error
+        assert ids(await engine.search(SearchParams(query="it's"))) == ["m1"]
+        assert ids(await engine.search(SearchParams(query="a%b"))) == ["m1"] and ids(await engine.search(SearchParams(query="a_b"))) == ["m1"]
+        assert ids(await engine.search(SearchParams(query="%(k)s"))) == ["m1"]  # the words k and s, as SQLite finds them
         store = await engine.store("main")
         for word in HOSTILE:  # straight to the store too, past the query parser
             async with store.reader() as reader:
@@ -368,11 +369,11 @@ def test_a_list_bound_as_an_array_literal_arrives_as_the_driver_would_send_it(pg
 async def test_underscores_and_percents_in_keys_are_never_wildcards(pg):
     async with engine_at(pg) as engine:
         for key in ("agent:main:a_b", "agent:main:axb", "agent:main:a%b", "agent:main:aXYb"):
-            await engine.append(key, chain(key[-3:], [("user", "shared word")]))
+            await engine.append(AppendParams(sessionKey=key, events=chain(key[-3:], [("user", "shared word")])))
         for key in ("agent:main:a_b", "agent:main:a%b"):
-            hits = (await engine.search(query="shared", sessionKeys=[key]))["results"]
+            hits = (await engine.search(SearchParams(query="shared", sessionKeys=[key])))["results"]
             assert [h["sessionKey"] for h in hits] == [key]
-            assert [m["messageId"] for m in (await engine.history(sessionKey=key))["messages"]] == [f"{key[-3:]}1"]
+            assert [m["messageId"] for m in (await engine.history(HistoryParams(sessionKey=key)))["messages"]] == [f"{key[-3:]}1"]
 
 
 async def test_a_reader_past_its_deadline_stops_the_statement(pg):
@@ -393,15 +394,15 @@ async def test_postgresql_going_away_answers_unavailable_and_the_pool_recovers_b
     url = pg_url(pg.database_url.rpartition("/")[2]).replace(":5432/", f":{proxy.port}/")
     engine = await Engine(pg.data_dir, settings=Settings(database_url=url)).open()
     try:
-        await engine.append(KEY, [msg("a1", "user", "before the outage")])
+        await engine.append(AppendParams(sessionKey=KEY, events=[msg("a1", "user", "before the outage")]))
         await engine.backend.check_ready()
         proxy.stop()
         with pytest.raises(Unavailable):
-            await engine.append(KEY, [msg("a2", "user", "during the outage")])
+            await engine.append(AppendParams(sessionKey=KEY, events=[msg("a2", "user", "during the outage")]))
         with pytest.raises(Unavailable):
             await engine.backend.check_ready()
         with pytest.raises(Unavailable):
-            await engine.search(query="outage")
+            await engine.search(SearchParams(query="outage"))
         proxy.start()  # the same port: as the server coming back
 
         async def ready() -> bool:
@@ -412,8 +413,8 @@ async def test_postgresql_going_away_answers_unavailable_and_the_pool_recovers_b
             return True
 
         await until(ready, 30, "the database to answer again", every=0.1)
-        await engine.append(KEY, [msg("a3", "user", "after the outage")])
-        assert sorted(ids(await engine.search(query="outage"))) == ["a1", "a3"]
+        await engine.append(AppendParams(sessionKey=KEY, events=[msg("a3", "user", "after the outage")]))
+        assert sorted(ids(await engine.search(SearchParams(query="outage")))) == ["a1", "a3"]
     finally:
         await engine.close()
         proxy.stop()

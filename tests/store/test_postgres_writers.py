@@ -12,8 +12,10 @@ import sys
 
 import psycopg
 
+from sessionsearch.api.tools import call
 from sessionsearch.indexer.events import parse_event
 from sessionsearch.indexer.reconcile import reconcile_window
+from sessionsearch.protocol import AppendParams, SearchParams
 from sessionsearch.store.postgres import LATEST, arrays, migrate, schema_version
 from sessionsearch.store.postgres.arrays import Int4Array, Int8Array, TextArray
 from sessionsearch.store.postgres.reconcile import ORPHANS, SLOT_LOCK
@@ -43,7 +45,7 @@ asyncio.run(main())
 async def test_processes_appending_to_one_session_lose_duplicate_and_reorder_nothing(pg):
     procs, batches = 3, 8
     async with engine_at(pg) as engine:
-        await engine.append("agent:main:shared", [msg("first", "user", "start")])
+        await engine.append(AppendParams(sessionKey="agent:main:shared", events=[msg("first", "user", "start")]))
         runs = [subprocess.Popen([sys.executable, "-c", APPENDER, pg.database_url, str(p), str(batches)])
                 for p in range(procs)]
         for run in runs:
@@ -57,10 +59,10 @@ async def test_processes_appending_to_one_session_lose_duplicate_and_reorder_not
         for p in range(procs):  # each process's rows in the order it sent them
             mine = [r[1] for r in branch if r[1].startswith(f"p{p}-")]
             assert mine == [f"p{p}-{b}-{i}" for b in range(batches) for i in range(4)]
-        status = (await engine.call("index.status", {}))["agents"][0]
+        status = (await call(engine, "index.status", {}))["agents"][0]
         assert (status["messages"], status["indexedMessages"], status["backlog"]) == (total, total, 0)
         for p in range(procs):
-            assert len((await engine.search(query=f"word{p}", limit=25))["results"]) == 25
+            assert len((await engine.search(SearchParams(query=f"word{p}", limit=25)))["results"]) == 25
 
 
 NEW_SESSIONS = """
@@ -106,7 +108,7 @@ async def test_processes_making_sessions_at_once_and_a_coalesced_reconciliation_
             versions = conn.execute("SELECT meta_seq FROM ss_windows").fetchall()
             assert len(set(versions)) == procs * batches  # one meta version per transaction that made one
         for p in range(procs):
-            hits = (await engine.search(query=f"word{p} w{batches - 1}", limit=25))["results"]
+            hits = (await engine.search(SearchParams(query=f"word{p} w{batches - 1}", limit=25)))["results"]
             assert len(hits) == 20
 
 
@@ -140,7 +142,7 @@ async def test_import_steps_of_one_transaction_keep_each_windows_rows_in_order_a
             # both windows were made by the first call's one transaction (one meta version), not step by step
             assert conn.execute("SELECT count(DISTINCT meta_seq) FROM ss_windows").fetchone()[0] == 1
         assert (await engine.reconcile_pending("main")) == {"published": 2}
-        assert len((await engine.search(query="text", limit=25))["results"]) == 8
+        assert len((await engine.search(SearchParams(query="text", limit=25)))["results"]) == 8
 
 
 def _pending_pages(url: str) -> int:
@@ -156,17 +158,17 @@ async def test_a_reconciliation_moves_its_index_rows_out_of_the_pending_list_and
     texts = [("user" if i % 2 else "assistant", f"message {i} about topic{i % 13} and w{i} x{i * 7}")
              for i in range(3000)]
     async with engine_at(pg) as engine:
-        await engine.append(KEY, chain("m", texts), index=False)
+        await engine.append(AppendParams(sessionKey=KEY, events=chain("m", texts)), index=False)
         assert _pending_pages(pg.database_url) == 0
         assert (await engine.reconcile_pending("main")) == {"published": 1}
         assert _pending_pages(pg.database_url) == 0  # 3,000 rows went to the tree, not left in the list
         for b in range(20):  # appends alone: each insert that finds the list over 64 kB moves it
-            await engine.append(f"agent:main:live{b}", chain(f"l{b}-", texts[b * 100:(b + 1) * 100]))
+            await engine.append(AppendParams(sessionKey=f"agent:main:live{b}", events=chain(f"l{b}-", texts[b * 100:(b + 1) * 100])))
         with psycopg.connect(pg.database_url) as conn:
             assert conn.execute("SELECT reloptions FROM pg_class WHERE relname = 'ss_index_tsv'").fetchone()[0] == [
                 "fastupdate=on"]
         assert _pending_pages(pg.database_url) <= 64 * 1024 // 8192 + 4  # 64 kB; under the 4 MB default: 35 pages
-        hits = (await engine.search(query="topic3", limit=25))["results"]
+        hits = (await engine.search(SearchParams(query="topic3", limit=25)))["results"]
         assert len(hits) == 25
 
 
@@ -189,7 +191,7 @@ asyncio.run(main())
 async def test_two_processes_reconciling_one_window_leave_exactly_its_branch_indexed(pg):
     async with engine_at(pg, reconcile_batch_rows=16) as engine:
         texts = [("user" if i % 2 else "assistant", f"message number {i} about topic{i % 7}") for i in range(192)]
-        await engine.append(KEY, chain("m", texts), index=False)
+        await engine.append(AppendParams(sessionKey=KEY, events=chain("m", texts)), index=False)
         (wid,) = (await engine.pending("main"))["main"]
         runs = [subprocess.Popen([sys.executable, "-c", RECONCILER, pg.database_url, str(wid)], stderr=subprocess.PIPE,
                                  stdout=subprocess.DEVNULL, text=True) for _ in range(2)]
@@ -207,7 +209,7 @@ async def test_two_processes_reconciling_one_window_leave_exactly_its_branch_ind
             assert (await engine.reconcile("main", wid)).outcome == "published"
         async with store.reader() as reader:
             assert await store.index_rows(reader, wid) == branch and len(branch) == 192
-        assert len((await engine.search(query="topic3", limit=25))["results"]) == 25
+        assert len((await engine.search(SearchParams(query="topic3", limit=25)))["results"]) == 25
 
 
 async def test_a_new_session_waits_for_no_other_open_transaction_and_versions_commit_in_order(pg):
@@ -216,7 +218,7 @@ async def test_a_new_session_waits_for_no_other_open_transaction_and_versions_co
     one committed later has the later version, so a view refreshed at the first one's version
     finds the second's session and window in the changes since."""
     async with engine_at(pg) as engine:
-        await engine.append("agent:main:first", [msg("f", "user", "first")])
+        await engine.append(AppendParams(sessionKey="agent:main:first", events=[msg("f", "user", "first")]))
         store = await engine.store("main")
         written, release = asyncio.Event(), asyncio.Event()
 
@@ -229,7 +231,7 @@ async def test_a_new_session_waits_for_no_other_open_transaction_and_versions_co
         pending = asyncio.create_task(store.db.tx(slow))
         await asyncio.wait_for(written.wait(), 10)
         # before migration 8 this append waited here for the open transaction's commit
-        await asyncio.wait_for(engine.append("agent:main:fast", [msg("q", "user", "fast words")]), 10)
+        await asyncio.wait_for(engine.append(AppendParams(sessionKey="agent:main:fast", events=[msg("q", "user", "fast words")])), 10)
         async with store.reader() as reader:
             version, _, sessions, _, _, _ = await store.meta_snapshot(reader)
         assert {s.session_key for s in sessions} == {"agent:main:first", "agent:main:fast"}
@@ -297,10 +299,10 @@ async def test_the_orphan_sweep_deletes_rows_that_left_the_branch_listing_them_o
     agent's rows (a 40,000-row agent: minutes of CPU in every worker's startup sweep at once)."""
     texts = [("user" if i % 2 else "assistant", f"line {i} about w{i}") for i in range(1, 201)]
     async with engine_at(pg) as engine:
-        await engine.append("agent:main:warm", chain("w", texts[:1]))
+        await engine.append(AppendParams(sessionKey="agent:main:warm", events=chain("w", texts[:1])))
         with psycopg.connect(pg.database_url, autocommit=True) as conn:
             conn.execute("ANALYZE")  # statistics of a near-empty agent, as before an import
-        await engine.append(KEY, chain("m", texts))
+        await engine.append(AppendParams(sessionKey=KEY, events=chain("m", texts)))
         gone = [f"m{i}" for i in range(5, 10)]
         with psycopg.connect(pg.database_url, autocommit=True) as conn:
             ano = conn.execute("SELECT ano FROM ss_agents WHERE agent_id = 'main'").fetchone()[0]
@@ -321,8 +323,8 @@ async def test_the_orphan_sweep_deletes_rows_that_left_the_branch_listing_them_o
             left = conn.execute("SELECT count(*) FROM ss_index WHERE ano = %s", (ano,)).fetchone()[0]
             counted = conn.execute("SELECT sum(idx_rows) FROM ss_windows WHERE ano = %s", (ano,)).fetchone()[0]
         assert left == counted == 201 - 5
-        assert (await engine.search(query="w7", limit=5))["results"] == []
-        assert len((await engine.search(query="w12", limit=5))["results"]) == 1
+        assert (await engine.search(SearchParams(query="w7", limit=5)))["results"] == []
+        assert len((await engine.search(SearchParams(query="w12", limit=5)))["results"]) == 1
 
 
 async def test_a_reconciliation_waits_for_a_free_slot_and_takes_another_when_there_are_more(pg):
@@ -334,7 +336,7 @@ async def test_a_reconciliation_waits_for_a_free_slot_and_takes_another_when_the
     for slots, waits in ((1, True), (2, False)):
         empty_pg_database(pg.database_url)
         async with engine_at(pg, reconcile_slots=slots) as engine:
-            await engine.append(KEY, chain("m", texts), index=False)
+            await engine.append(AppendParams(sessionKey=KEY, events=chain("m", texts)), index=False)
             (wid,) = (await engine.pending("main"))["main"]
             async with await psycopg.AsyncConnection.connect(pg.database_url) as holder:
                 await holder.execute("SELECT pg_advisory_xact_lock(%s, 0)", (SLOT_LOCK,))
@@ -351,7 +353,7 @@ async def test_a_reconciliation_waits_for_a_free_slot_and_takes_another_when_the
                     await holder.rollback()
                 result = await asyncio.wait_for(job, 60)
             assert result.outcome == "published"
-            assert len((await engine.search(query="slot words", limit=25))["results"]) == 20
+            assert len((await engine.search(SearchParams(query="slot words", limit=25)))["results"]) == 20
 
 
 async def _waiting_for_slot(url: str) -> bool:

@@ -7,6 +7,7 @@ import gzip
 import json
 import sqlite3
 
+from sessionsearch.protocol import AppendParams, HistoryParams, SearchParams, SessionRef
 from sessionsearch.store.rowids import HIGH, LOW_SEQS, MAX_SEQ, row_id, seq_of, seq_ranges, wid_of
 
 from ..helpers import chain, engine_at, ids, leaf, msg, undo_meaning_index
@@ -31,7 +32,7 @@ def _v1(rid: int) -> int:
 async def _append_long(engine, key: str = KEY) -> None:
     events = chain("m", _long_texts())
     for start in range(0, len(events), 10_000):  # the most one append takes
-        await engine.append(key, events[start:start + 10_000], sessionId="s-long")
+        await engine.append(AppendParams(sessionKey=key, events=events[start:start + 10_000], sessionId="s-long"))
 
 
 async def _window(engine, key: str) -> int:
@@ -69,46 +70,46 @@ def test_ids_round_trip_on_both_sides_of_the_low_region():
 async def test_a_window_past_the_low_region_is_searched_scoped_paged_rewound_and_deleted(tmp_path):
     async with engine_at(tmp_path, reconcile_batch_rows=500) as engine:
         await _append_long(engine)
-        await engine.append(OTHER, chain("o", [("user", "needle elsewhere")]), sessionId="s-other")
+        await engine.append(AppendParams(sessionKey=OTHER, events=chain("o", [("user", "needle elsewhere")]), sessionId="s-other"))
         wid = await _window(engine, KEY)
-        every = await engine.search(query="needle", limit=25)
+        every = await engine.search(SearchParams(query="needle", limit=25))
         assert sorted(ids(every)) == sorted([f"m{i}" for i in NEEDLES] + ["o1"])
-        scoped = await engine.search(query="needle", sessionId="s-long", limit=25)
+        scoped = await engine.search(SearchParams(query="needle", sessionId="s-long", limit=25))
         assert sorted(ids(scoped)) == sorted(f"m{i}" for i in NEEDLES)
         unscoped_scores = {h["messageId"]: h["score"] for h in every["results"]}
         assert all(h["score"] == unscoped_scores[h["messageId"]] for h in scoped["results"])
-        keyed = await engine.search(query="needle", sessionKeys=[KEY, OTHER], role="user", limit=25)
+        keyed = await engine.search(SearchParams(query="needle", sessionKeys=[KEY, OTHER], role="user", limit=25))
         assert sorted(ids(keyed)) == sorted([f"m{i}" for i in NEEDLES if i % 2] + ["o1"])
-        assert ids(await engine.search(query="needle", sessionId="s-other")) == ["o1"]  # no long window in scope
+        assert ids(await engine.search(SearchParams(query="needle", sessionId="s-other"))) == ["o1"]  # no long window in scope
         # the CJK retry (a literal substring, nothing matched as a word) scans both ranges too
-        assert ids(await engine.search(query="ローン", sessionId="s-long")) == [f"m{N - 5}"]
-        assert ids(await engine.search(query="ローン", sessionId="s-other")) == []
-        recent = await engine.search(query="needle", sessionId="s-long", order="recent")
+        assert ids(await engine.search(SearchParams(query="ローン", sessionId="s-long"))) == [f"m{N - 5}"]
+        assert ids(await engine.search(SearchParams(query="ローン", sessionId="s-other"))) == []
+        recent = await engine.search(SearchParams(query="needle", sessionId="s-long", order="recent"))
         assert ids(recent) == [f"m{i}" for i in sorted(NEEDLES, reverse=True)]
 
-        tail = await engine.history(sessionKey=KEY, limit=3)
+        tail = await engine.history(HistoryParams(sessionKey=KEY, limit=3))
         assert [m["messageId"] for m in tail["messages"]] == [f"m{N - 2}", f"m{N - 1}", f"m{N}"]
-        across = await engine.history(sessionKey=KEY, limit=4, offset=N - LOW_SEQS - 1)
+        across = await engine.history(HistoryParams(sessionKey=KEY, limit=4, offset=N - LOW_SEQS - 1))
         assert [m["messageId"] for m in across["messages"]] == [f"m{i}" for i in range(LOW_SEQS - 2, LOW_SEQS + 2)]
-        anchored = await engine.history(sessionKey=KEY, sessionId="s-long", messageId=f"m{NEEDLES[1]}", limit=3)
+        anchored = await engine.history(HistoryParams(sessionKey=KEY, sessionId="s-long", messageId=f"m{NEEDLES[1]}", limit=3))
         assert [m["messageId"] for m in anchored["messages"]] == [f"m{NEEDLES[1] + d}" for d in (-1, 0, 1)]
 
         # rewind from the high region into the low one: the needles past it leave the branch
-        await engine.append(KEY, [leaf("l1", f"m{N}", "m100"), msg("r1", "user", "needle after rewind", "l1")])
-        assert (await engine.search(query="needle", sessionId="s-long")).get("indexing") is True
+        await engine.append(AppendParams(sessionKey=KEY, events=[leaf("l1", f"m{N}", "m100"), msg("r1", "user", "needle after rewind", "l1")]))
+        assert (await engine.search(SearchParams(query="needle", sessionId="s-long"))).get("indexing") is True
         assert (await engine.reconcile("main", wid)).outcome == "published"
-        assert sorted(ids(await engine.search(query="needle", sessionId="s-long"))) == ["m11", "r1"]
+        assert sorted(ids(await engine.search(SearchParams(query="needle", sessionId="s-long")))) == ["m11", "r1"]
         index, branch = await _rows(engine, wid)
         assert index == branch and len(branch) == 101 and branch[-1] >= HIGH  # r1 is a high row
 
-        await engine.archive(KEY)
-        assert ids(await engine.search(query="needle")) == ["o1"]
-        await engine.history(sessionKey=KEY)  # opening the session restores it
+        await engine.archive(SessionRef(sessionKey=KEY))
+        assert ids(await engine.search(SearchParams(query="needle"))) == ["o1"]
+        await engine.history(HistoryParams(sessionKey=KEY))  # opening the session restores it
         await engine.reconcile_pending()
-        assert sorted(ids(await engine.search(query="needle", sessionId="s-long"))) == ["m11", "r1"]
+        assert sorted(ids(await engine.search(SearchParams(query="needle", sessionId="s-long")))) == ["m11", "r1"]
 
-        await engine.delete(KEY)
-        assert ids(await engine.search(query="needle", limit=25)) == ["o1"]
+        await engine.delete(SessionRef(sessionKey=KEY))
+        assert ids(await engine.search(SearchParams(query="needle", limit=25))) == ["o1"]
     with sqlite3.connect(tmp_path / "agents" / "main.db") as conn:
         assert conn.execute("SELECT count(*) FROM events WHERE wid = ?", (wid,)).fetchone() == (0,)
         assert conn.execute("SELECT count(*) FROM msg_fts WHERE rowid >= ?", (HIGH,)).fetchone() == (0,)
@@ -149,10 +150,10 @@ def _to_schema_5(db, cold_file) -> None:
 async def test_a_store_written_with_the_old_row_ids_is_migrated_on_open(tmp_path):
     async with engine_at(tmp_path) as engine:
         await _append_long(engine)
-        await engine.append(OTHER, chain("o", [("user", "needle elsewhere"), ("assistant", "cold needle")]))
-        await engine.append("agent:main:cold", chain("c", [("user", "archived needle")]))
-        await engine.archive("agent:main:cold")
-        before = await engine.search(query="needle", limit=25)
+        await engine.append(AppendParams(sessionKey=OTHER, events=chain("o", [("user", "needle elsewhere"), ("assistant", "cold needle")])))
+        await engine.append(AppendParams(sessionKey="agent:main:cold", events=chain("c", [("user", "archived needle")])))
+        await engine.archive(SessionRef(sessionKey="agent:main:cold"))
+        before = await engine.search(SearchParams(query="needle", limit=25))
         wid = await _window(engine, KEY)
     (cold_file,) = (tmp_path / "cold" / "main").iterdir()
     _to_schema_5(tmp_path / "agents" / "main.db", cold_file)
@@ -161,25 +162,25 @@ async def test_a_store_written_with_the_old_row_ids_is_migrated_on_open(tmp_path
         store = await engine.store("main")
         assert [v for v, _ in await store.applied_migrations()][-12:] == [6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]
         # migration 9 hands the window with CJK text ("ローン相談") to reconciliation
-        assert (await engine.search(query="needle", limit=25))["indexing"] is True
+        assert (await engine.search(SearchParams(query="needle", limit=25)))["indexing"] is True
         await engine.reconcile_pending()
-        after = await engine.search(query="needle", limit=25)
+        after = await engine.search(SearchParams(query="needle", limit=25))
         assert [(h["messageId"], h["score"]) for h in after["results"]] == \
             [(h["messageId"], h["score"]) for h in before["results"]]
-        assert sorted(ids(await engine.search(query="needle", sessionId="s-long"))) == sorted(f"m{i}" for i in NEEDLES)
+        assert sorted(ids(await engine.search(SearchParams(query="needle", sessionId="s-long")))) == sorted(f"m{i}" for i in NEEDLES)
         index, branch = await _rows(engine, wid)
         assert index == branch and len(branch) == N and sum(r >= HIGH for r in branch) == N - LOW_SEQS + 1
-        tail = await engine.history(sessionKey=KEY, limit=2)
+        tail = await engine.history(HistoryParams(sessionKey=KEY, limit=2))
         assert [m["messageId"] for m in tail["messages"]] == [f"m{N - 1}", f"m{N}"]
         # appends go on at the next seq, and the postings (old ids) are gone
-        await engine.append(KEY, [msg("z1", "user", "needle appended", f"m{N}")])
-        assert "z1" in ids(await engine.search(query="needle", sessionId="s-long", order="recent"))
+        await engine.append(AppendParams(sessionKey=KEY, events=[msg("z1", "user", "needle appended", f"m{N}")]))
+        assert "z1" in ids(await engine.search(SearchParams(query="needle", sessionId="s-long", order="recent")))
         async with store.reader() as reader:
             assert await reader.conn.execute_fetchall("SELECT count(*) FROM hot_postings") == [(0,)]
         # the cold file kept its old ids: restored under the new ones
-        await engine.history(sessionKey="agent:main:cold")
+        await engine.history(HistoryParams(sessionKey="agent:main:cold"))
         await engine.reconcile_pending()
-        assert "c1" in ids(await engine.search(query="archived needle"))
+        assert "c1" in ids(await engine.search(SearchParams(query="archived needle")))
         cold_wid = await _window(engine, "agent:main:cold")
         index, branch = await _rows(engine, cold_wid)
         assert index == branch == [row_id(cold_wid, seq_of(branch[0]), "user")]

@@ -6,6 +6,7 @@ import json
 
 from sessionsearch.errors import InvalidRequest
 from sessionsearch.importer import run_import
+from sessionsearch.protocol import UpsertParams
 
 from ..helpers import engine_at
 
@@ -20,7 +21,7 @@ async def test_an_upsert_with_several_bad_fields_names_the_first_text_field_then
         fields = dict(BAD)
         while True:
             try:
-                await engine.upsert_session("agent:main:s", **fields)
+                await engine.upsert_session(UpsertParams.of({"sessionKey": "agent:main:s", **fields}))
                 break
             except InvalidRequest as exc:
                 seen.append((exc.field, exc.message))

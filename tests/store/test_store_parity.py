@@ -12,6 +12,8 @@ import unicodedata
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sessionsearch.protocol import SearchParams
+
 from ..helpers import chain, engine_at, ids
 
 KEY = "agent:main:parity"
@@ -40,7 +42,7 @@ def corpus(rng: random.Random, n: int) -> list[str]:
 async def _answers(engine, queries: list[str], match: str, key: str) -> list[list[str]]:
     out: list[list[str]] = []
     for i in range(0, len(queries), 8):
-        result = await engine.search(queries=queries[i:i + 8], limit=25, match=match, sessionKeys=[key])
+        result = await engine.search(SearchParams(queries=queries[i:i + 8], limit=25, match=match, sessionKeys=[key]))
         out += [sorted(ids(state)) for state in result["states"]]
     return out
 
