@@ -273,11 +273,20 @@ def _methods_table(methods: dict[str, Any], names: list[str]) -> str:
 def python_api() -> str:
     import sessionsearch
     from sessionsearch.errors import SessionSearchError
+    from sessionsearch.protocol import METHODS, Params
 
     out = []
     for name in sessionsearch.__all__:
         obj = getattr(sessionsearch, name)
         if isinstance(obj, type) and issubclass(obj, SessionSearchError):
+            continue
+        if isinstance(obj, type) and issubclass(obj, Params):
+            methods = ", ".join(f"`{m.name}`" for m in METHODS.values() if m.params is obj)
+            out.append(f"### `{name}`\n\n{_doc(obj)} The request of {methods}: built with the wire's field names "
+                       f"(`{name}(sessionKey=...)`) or from a wire body (`{name}.of(body)`), checked as HTTP checks "
+                       "it.\n")
+            out.append(table(["field", "attribute", "meaning"],
+                             [[code(f.alias or a), code(a), f.description or ""] for a, f in obj.model_fields.items()]))
             continue
         if inspect.isclass(obj):
             out.append(f"### `{name}`\n\n{_doc(obj)}\n")

@@ -69,7 +69,7 @@ class HistoryParams(Params):
     session_id: WindowId = Field(None, description=(
         "the window (one transcript generation) the message is in: a hit's sessionId"))
     include_tools: Flag = Field(None, description="include tool calls and tool results")
-    requester: RequesterField = None
+    requester: RequesterField = Field(None, description="who asks: {sessionKey, sandboxed}; its visibility rules apply")
 
     def request(self, default_limit: int) -> HistoryRequest:
         """The read to run; `default_limit`: the setting history_default_limit."""
@@ -87,7 +87,7 @@ class ListParams(Params):
     limit: ListLimit = Field(None, description=f"how many sessions (1..{MAX_LIST_LIMIT}, default {DEFAULT_LIST_LIMIT})")
     palette: Flag = Field(None, description="the Control UI's scope: the sessions its palette shows")
     include_archived: Flag = Field(None, description="include archived conversations (default true)")
-    requester: RequesterField = None
+    requester: RequesterField = Field(None, description="who asks: {sessionKey, sandboxed}; its visibility rules apply")
 
 
 class StatusParams(Params):

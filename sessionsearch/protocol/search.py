@@ -142,7 +142,7 @@ class SearchParams(Params):
     limit: Limit = Field(None, description=f"how many results (1..{MAX_LIMIT}, default {DEFAULT_LIMIT})")
     since: Instant = Field(None, description=f"hits at or after this time; {INSTANT_FORMS}")
     until: Until = Field(None, description=f"hits before this time, which must be later than since; {INSTANT_FORMS}")
-    requester: RequesterField = None
+    requester: RequesterField = Field(None, description="who asks: {sessionKey, sandboxed}; its visibility rules apply")
 
     @classmethod
     def check_body(cls, body: dict[str, Any]) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from .base import (
 )
 
 MAX_EVENTS_PER_APPEND = 10_000
+KEY_HELP = "the session's key, agent:<agentId>:<rest> (a key without the prefix belongs to agent main)"
 
 EPOCH_MS = {"type": "number", "minimum": MIN_TS_MS, "maximum": MAX_TS_MS}
 BLOCK = {"type": "object", "required": ["type"], "properties": {"type": STRING},
@@ -83,15 +84,15 @@ class UpsertParams(Params):
 
     NULL_IS_ABSENT = False
 
-    session_key: SessionKey = required()
-    session_id: MetaName = None
-    label: MetaName = None
-    display_name: MetaName = None
-    spawned_by: MetaKey = None
-    parent_session_key: MetaKey = None
-    kind: Kind = None
-    group: MetaName = None
-    incognito: Incognito = None
+    session_key: SessionKey = required(description=KEY_HELP)
+    session_id: MetaName = Field(None, description="the session's current window id")
+    label: MetaName = Field(None, description="the session's title")
+    display_name: MetaName = Field(None, description="the name the gateway shows for it")
+    spawned_by: MetaKey = Field(None, description="the session that spawned this one (visibility follows it)")
+    parent_session_key: MetaKey = Field(None, description="the session this one belongs under")
+    kind: Kind = Field(None, description="one of " + ", ".join(KINDS))
+    group: MetaName = Field(None, description="the group chat it belongs to")
+    incognito: Incognito = Field(None, description="true: its text is never given to an embedder; null: unchanged")
 
     @classmethod
     def check_body(cls, body: dict[str, Any]) -> dict[str, Any]:
@@ -115,9 +116,9 @@ class UpsertParams(Params):
 class AppendParams(Params):
     """Transcript events to store under a session key (all or nothing)."""
 
-    session_key: SessionKey = required()
-    session_id: Id = None
-    events: Events = Field(None, validate_default=True)
+    session_key: SessionKey = required(description=KEY_HELP)
+    session_id: Id = Field(None, description="the window the events belong to (a new one starts a new window)")
+    events: Events = required(description=f"transcript rows in the gateway's format, at most {MAX_EVENTS_PER_APPEND}")
 
     @classmethod
     def check_body(cls, body: dict[str, Any]) -> dict[str, Any]:
@@ -129,15 +130,15 @@ class AppendParams(Params):
 class RotateParams(Params):
     """Start a new window of a session (the key stays)."""
 
-    session_key: SessionKey = required()
-    session_id: Id = None
-    reason: Text = None
+    session_key: SessionKey = required(description=KEY_HELP)
+    session_id: Id = Field(None, description="the new window's id (default: a fresh one)")
+    reason: Text = Field(None, description="why (checked, not stored)")
 
 
 class SessionRef(Params):
     """One session, by its key: what delete, archive and restore take."""
 
-    session_key: SessionKey = required()
+    session_key: SessionKey = required(description=KEY_HELP)
 
 
 class UpsertResult(TypedDict):
