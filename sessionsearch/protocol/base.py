@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cache
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationInfo, WithJsonSchema, model_validator
 from pydantic.alias_generators import to_camel
@@ -195,17 +195,9 @@ class Params(BaseModel):
         return body
 
     @classmethod
-    def of(cls, body: object) -> Any:
+    def of(cls, body: object) -> Self:
         """The request a wire body makes; raises InvalidRequest naming the field at fault."""
         return cls.model_validate(body)
-
-    def wire(self) -> dict[str, Any]:
-        """The fields given, by their wire names (a requester as its wire object)."""
-        out = self.model_dump(by_alias=True, exclude_unset=True)
-        requester = getattr(self, "requester", None)
-        if isinstance(requester, Requester):
-            out["requester"] = {"sessionKey": requester.session_key, "sandboxed": requester.sandboxed}
-        return out
 
 
 @cache

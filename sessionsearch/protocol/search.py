@@ -163,8 +163,7 @@ class SearchParams(Params):
 
 def parse_search(body: object) -> SearchRequest:
     """A `sessions.search` wire body as the search to run; raises InvalidRequest naming the field at fault."""
-    params: SearchParams = SearchParams.of(body)
-    return params.request()
+    return SearchParams.of(body).request()
 
 
 # --- the answer -------------------------------------------------------------------------------------
