@@ -74,14 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
         return sub.add_parser(name, help=help, parents=list(groups))
 
     p = command("search", "search transcripts", STORE, OUTPUT)
-    p.add_argument("query", nargs="+", help="words to find (keyword: literal, all must match), or a question "
-                                            "(semantic, hybrid)")
+    p.add_argument("query", nargs="+", help=_help(SearchParams, "query"))
     p.add_argument("--mode", choices=["keyword", "semantic", "hybrid"], default="keyword",
-                   help="keyword (default): the words; semantic: the meaning, no word needing to match; "
-                        "hybrid: both, fused")
+                   help=_help(SearchParams, "mode"))
     p.add_argument("--agent", dest="agentId", help=_help(SearchParams, "agent_id"))
     p.add_argument("--session-key", dest="sessionKeys", action="append",
-                   help="only this conversation (repeatable; " + _help(SearchParams, "session_keys") + ")")
+                   help=_help(SearchParams, "session_keys") + "; the flag once for each")
     p.add_argument("--session-id", dest="sessionId", help=_help(SearchParams, "session_id"))
     p.add_argument("--role", choices=["user", "assistant"], help=_help(SearchParams, "role"))
     p.add_argument("--limit", type=int, default=10, help=_help(SearchParams, "limit"))
