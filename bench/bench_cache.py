@@ -47,7 +47,7 @@ ROOT = HERE.parent
 # appends one message per transaction through the product's writer, every `interval` seconds
 WRITER = """
 import asyncio, sys, time
-from sessionsearch import Engine, Settings
+from sessionsearch import AppendParams, Engine, Settings
 from sessionsearch import logging as sslogging
 data_dir, interval = sys.argv[1], float(sys.argv[2])
 async def main():
@@ -56,9 +56,10 @@ async def main():
         i, parent = 0, None
         while True:
             mid = f"w-{i}"
-            await engine.append("agent:main:cache-bench:writer", [{"type": "message", "id": mid, "parentId": parent,
-                                "message": {"role": "user", "content": f"steady stream message {i} tastamor",
-                                            "timestamp": 1_800_000_000_000 + i}}], sessionId="cache-writer")
+            await engine.append(AppendParams(sessionKey="agent:main:cache-bench:writer", sessionId="cache-writer",
+                                             events=[{"type": "message", "id": mid, "parentId": parent, "message": {
+                                                 "role": "user", "content": f"steady stream message {i} tastamor",
+                                                 "timestamp": 1_800_000_000_000 + i}}]))
             print("x", flush=True) if i == 0 else None
             i, parent = i + 1, mid
             time.sleep(interval)

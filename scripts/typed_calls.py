@@ -16,7 +16,8 @@ import ast
 import sys
 from pathlib import Path
 
-RECEIVERS = {"engine", "reader_engine", "oracle_engine", "self.engine", "serving", "writer", "e", "w"}
+RECEIVERS = {"engine", "reader_engine", "oracle_engine", "self.engine", "serving", "writer", "e", "w", "other",
+             "other_process", "lite", "post", "again", "importer", "fresh"}
 # method: (its request class, the wire names of its positional arguments, the keywords that stay the engine's)
 METHODS = {
     "search": ("SearchParams", [], {"agent_facing", "time_limit_ms"}),
@@ -38,6 +39,9 @@ def _rewrite(src: str, call: ast.Call, receiver: str, method: str) -> tuple[str,
     if method == "call":
         return f"call({receiver}, {', '.join(seg(a) for a in call.args)})", "call"
     cls, positional, engine_kws = METHODS[method]
+    first = call.args[0] if call.args else None
+    if isinstance(first, ast.Call) and (seg(first.func) or "").split(".")[0] in {c for c, _, _ in METHODS.values()}:
+        return None  # already a typed call
     if method == "append" and len(call.args) < 2 and not any(k.arg == "events" for k in call.keywords):
         return None  # a list's append
     if method in ("search", "history") and len(call.args) > 1:

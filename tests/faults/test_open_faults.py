@@ -87,13 +87,14 @@ def test_appends_retried_to_a_new_agent_on_a_full_disk_answer_503_and_leak_no_th
 
 MAKE_OTHER = """
 import asyncio, sys
-from sessionsearch import Engine, Settings
+from sessionsearch import AppendParams, Engine, Settings
 async def main():
     engine = Engine(sys.argv[1], settings=Settings(data_dir=sys.argv[1]))
     await engine.open()
     try:
-        await engine.append("agent:ops:theirs", [{"type": "message", "id": "t1", "parentId": None,
-            "timestamp": "2026-01-01T00:00:00.000Z", "message": {"role": "user", "content": "theirs"}}])
+        await engine.append(AppendParams(sessionKey="agent:ops:theirs", events=[{"type": "message", "id": "t1",
+            "parentId": None, "timestamp": "2026-01-01T00:00:00.000Z",
+            "message": {"role": "user", "content": "theirs"}}]))
     finally:
         await engine.close()
 asyncio.run(main())

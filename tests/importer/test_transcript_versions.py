@@ -76,7 +76,7 @@ async def test_a_version_1_file_gets_stable_ids_parents_and_its_kept_entry_as_th
     async with engine_at(tmp_path / "elsewhere") as again:  # another machine: the same ids
         await run_import(again, tmp_path / "state")
         await again.reconcile_pending()
-        assert sorted(ids(await again.search(query="walrus"))) == [f"{V1_ID}:1", f"{V1_ID}:2"]
+        assert sorted(ids(await again.search(SearchParams(query="walrus")))) == [f"{V1_ID}:1", f"{V1_ID}:2"]
 
 
 async def test_version_1_positions_skip_blank_and_malformed_lines_and_a_reimport_of_a_grown_file_keeps_them(tmp_path):

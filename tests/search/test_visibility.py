@@ -199,5 +199,5 @@ async def test_sessions_list_orders_by_latest_activity_including_appends(backend
         listed = (await engine.list_sessions())["sessions"]
         assert [s["sessionKey"] for s in listed] == ["agent:main:a", "agent:main:b"]
         assert listed[0]["updatedAt"] > listed[1]["updatedAt"]
-        await other_process.upsert_session("agent:main:c", label="made elsewhere")
+        await other_process.upsert_session(UpsertParams(sessionKey="agent:main:c", label="made elsewhere"))
         assert "agent:main:c" in [s["sessionKey"] for s in (await engine.list_sessions())["sessions"]]

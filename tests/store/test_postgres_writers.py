@@ -30,14 +30,14 @@ KEY = "agent:main:pg"
 
 APPENDER = """
 import asyncio, sys
-from sessionsearch import Engine, Settings
+from sessionsearch import AppendParams, Engine, Settings
 url, proc, batches = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 async def main():
     async with Engine("/nonexistent", settings=Settings(database_url=url)) as engine:
         for b in range(batches):
             events = [{"type": "message", "id": f"p{proc}-{b}-{i}", "timestamp": "2026-01-02T03:04:05Z",
                        "message": {"role": "user", "content": f"concurrent word{proc} batch{b}"}} for i in range(4)]
-            await engine.append("agent:main:shared", events)
+            await engine.append(AppendParams(sessionKey="agent:main:shared", events=events))
 asyncio.run(main())
 """
 
@@ -67,7 +67,7 @@ async def test_processes_appending_to_one_session_lose_duplicate_and_reorder_not
 
 NEW_SESSIONS = """
 import asyncio, sys
-from sessionsearch import Engine, Settings
+from sessionsearch import AppendParams, Engine, Settings
 url, proc, batches = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 async def main():
     async with Engine("/nonexistent", settings=Settings(database_url=url)) as engine:
@@ -75,7 +75,8 @@ async def main():
             events = [{"type": "message", "id": f"p{proc}-{b}-{i}", "timestamp": "2026-01-02T03:04:05Z",
                        "message": {"role": "user", "content": f"fresh word{proc} w{b} n{i} " * (1 + i % 3)}}
                       for i in range(20)]
-            await engine.append(f"agent:main:new-{proc}-{b}", events, sessionId=f"new-{proc}-{b}", index=b % 2 == 0)
+            await engine.append(AppendParams(sessionKey=f"agent:main:new-{proc}-{b}", events=events,
+                                             sessionId=f"new-{proc}-{b}"), index=b % 2 == 0)
 asyncio.run(main())
 """
 

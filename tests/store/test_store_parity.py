@@ -12,7 +12,7 @@ import unicodedata
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sessionsearch.protocol import SearchParams
+from sessionsearch.protocol import AppendParams, SearchParams
 
 from ..helpers import chain, engine_at, ids
 
@@ -52,8 +52,8 @@ async def _both(tmp_path, pg, texts: list[str], queries: list[str], key: str = K
     events = chain(f"{key[-4:]}-", [("user", t) for t in texts])
     out: dict[str, list] = {}
     async with engine_at(tmp_path / "sqlite") as lite, engine_at(pg) as post:
-        await lite.append(key, events)
-        await post.append(key, events)
+        await lite.append(AppendParams(sessionKey=key, events=events))
+        await post.append(AppendParams(sessionKey=key, events=events))
         for match in ("exact", "prefix"):
             a, b = await _answers(lite, queries, match, key), await _answers(post, queries, match, key)
             out[match] = list(zip(queries, a, b, strict=True))

@@ -461,14 +461,14 @@ async def test_a_search_finds_sessions_and_agents_another_process_created(backen
     async with engine_at(backend) as serving, engine_at(backend) as importer:
         assert (await serving.search(SearchParams(query="alpha")))["results"] == []  # nothing anywhere yet
         # a new agent's database appears, then a session in an agent the serving view holds empty
-        await importer.append("agent:ops:a", chain("o", [("user", "alpha from ops")]))
+        await importer.append(AppendParams(sessionKey="agent:ops:a", events=chain("o", [("user", "alpha from ops")])))
         assert ids(await serving.search(SearchParams(query="alpha"))) == ["o1"]
-        await importer.append("agent:main:b", chain("b", [("user", "alpha beta")]))
-        await importer.delete("agent:main:b")
+        await importer.append(AppendParams(sessionKey="agent:main:b", events=chain("b", [("user", "alpha beta")])))
+        await importer.delete(SessionRef(sessionKey="agent:main:b"))
         assert ids(await serving.search(SearchParams(query="beta"))) == []
-        await importer.append("agent:main:b", chain("n", [("user", "beta again")]), sessionId="b-new")
+        await importer.append(AppendParams(sessionKey="agent:main:b", events=chain("n", [("user", "beta again")]), sessionId="b-new"))
         assert ids(await serving.search(SearchParams(query="beta"))) == ["n1"]  # re-created after its deletion
-        await importer.append("agent:main:c", chain("c", [("user", "gamma")]))
+        await importer.append(AppendParams(sessionKey="agent:main:c", events=chain("c", [("user", "gamma")])))
         assert ids(await serving.search(SearchParams(query="gamma", sessionKeys=["agent:main:c"]))) == ["c1"]
 
 
@@ -478,15 +478,15 @@ async def test_an_agent_another_process_just_created_is_searched_read_and_listed
     async with engine_at(backend) as serving, engine_at(backend) as other:
         await serving.append(AppendParams(sessionKey="agent:main:a", events=chain("a", [("user", "alpha here")])))
         assert ids(await serving.search(SearchParams(query="alpha"))) == ["a1"]
-        await other.append("agent:ops:o", chain("o", [("user", "alpha from ops")]))
+        await other.append(AppendParams(sessionKey="agent:ops:o", events=chain("o", [("user", "alpha from ops")])))
         assert ids(await serving.search(SearchParams(query="alpha", agentId="ops"))) == ["o1"]
-        await other.append("agent:qa:q", chain("q", [("user", "alpha from qa")]))
+        await other.append(AppendParams(sessionKey="agent:qa:q", events=chain("q", [("user", "alpha from qa")])))
         assert [m["messageId"] for m in (await serving.history(HistoryParams(sessionKey="agent:qa:q")))["messages"]] == ["q1"]
-        await other.append("agent:dev:d", chain("d", [("user", "alpha from dev")]))
+        await other.append(AppendParams(sessionKey="agent:dev:d", events=chain("d", [("user", "alpha from dev")])))
         assert ids(await serving.search(SearchParams(query="alpha", sessionKeys=["agent:dev:d"]))) == ["d1"]
-        await other.append("agent:ux:u", chain("u", [("user", "alpha from ux")]))
+        await other.append(AppendParams(sessionKey="agent:ux:u", events=chain("u", [("user", "alpha from ux")])))
         assert "agent:ux:u" in [s["sessionKey"] for s in (await serving.list_sessions())["sessions"]]
-        await other.append("agent:web:w", chain("w", [("user", "alpha from web")]))
+        await other.append(AppendParams(sessionKey="agent:web:w", events=chain("w", [("user", "alpha from web")])))
         assert sorted(ids(await serving.search(SearchParams(query="alpha")))) == ["a1", "d1", "o1", "q1", "u1", "w1"]
 
 
@@ -494,8 +494,8 @@ async def test_history_decides_on_metadata_another_process_just_wrote(backend):
     async with engine_at(backend) as serving, engine_at(backend) as other:
         await serving.append(AppendParams(sessionKey="agent:main:x", events=chain("x", [("user", "private words")])))
         assert [m["messageId"] for m in (await serving.history(HistoryParams(sessionKey="agent:main:x")))["messages"]] == ["x1"]
-        await other.upsert_session("agent:main:x", incognito=True)
+        await other.upsert_session(UpsertParams(sessionKey="agent:main:x", incognito=True))
         with pytest.raises(Forbidden):
             await serving.history(HistoryParams(sessionKey="agent:main:x"))
-        await other.append("agent:main:y", chain("y", [("user", "new elsewhere")]))
+        await other.append(AppendParams(sessionKey="agent:main:y", events=chain("y", [("user", "new elsewhere")])))
         assert [m["messageId"] for m in (await serving.history(HistoryParams(sessionKey="agent:main:y")))["messages"]] == ["y1"]
