@@ -7,6 +7,7 @@ An agent-facing answer carries denials and errors in its body (`{"status": "forb
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import structlog
@@ -14,7 +15,7 @@ import structlog
 from ..auth import Caller, bind_requester
 from ..engine import Engine
 from ..errors import Forbidden, NotFound, SessionSearchError
-from ..protocol import METHODS, HistoryParams, ListParams, SearchParams
+from ..protocol import METHODS, HistoryParams, ListParams, Params, SearchParams
 
 log = structlog.get_logger("sessionsearch.tools")
 
@@ -22,13 +23,13 @@ AGENT_TOOLS = ("sessions_search", "sessions_history")  # at POST /v1/tools/<name
 MCP_TOOLS = (*AGENT_TOOLS, "sessions_list")
 
 
-async def call(engine: Engine, method: str, body: object) -> Any:
+async def call(engine: Engine, method: str, body: object) -> Mapping[str, Any]:
     """Run the HTTP method `method` on a wire body: its declaration checks the body (InvalidRequest
-    naming the field at fault), the engine method it names answers."""
+    naming the field at fault), the engine method it names answers (its declared TypedDict)."""
     declared = METHODS.get(method)
     if declared is None:
         raise NotFound(f"unknown method {method!r}")
-    run = getattr(engine, declared.engine_method)
+    run: Callable[[Params], Awaitable[Mapping[str, Any]]] = getattr(engine, declared.engine_method)
     return await run(declared.params.of(body))
 
 
