@@ -25,6 +25,7 @@ from . import bounded, unit_rows
 
 CONFIG = "l2_supercat"
 DIMENSIONS = 256
+MIN_SCORE = 0.175  # calibrated by bench/bench_meaning.py
 # token vectors gathered at once (4 bytes x 256 each: 32 MiB), whatever the batch's texts hold
 CHUNK_TOKENS = 32_768
 # texts tokenized at once: their token ids are Python lists for a while (up to ~30 MB for 1,024 cut texts)
@@ -41,6 +42,7 @@ class BuiltinEmbedder:
         self._encode = getattr(self._tokenizer, "encode_batch_fast", self._tokenizer.encode_batch)
         self.model = f"builtin:{CONFIG}_{DIMENSIONS}"
         self.dimensions = DIMENSIONS
+        self.min_score = MIN_SCORE
 
     @classmethod
     def load(cls) -> BuiltinEmbedder:
@@ -90,6 +92,10 @@ class BuiltinEmbedder:
 
     async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         return await asyncio.to_thread(self.embed_now, texts)
+
+    async def embed_query(self, text: str) -> npt.NDArray[np.float32]:
+        vector: npt.NDArray[np.float32] = (await self.embed([text]))[0]
+        return vector
 
     async def aclose(self) -> None:
         return None

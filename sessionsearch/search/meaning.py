@@ -44,6 +44,10 @@ SESSIONS_DEPTH = 100  # hits a resultMode "sessions" search groups
 # endpoint's own time-out and retries are for the workers' batches, not for a caller waiting
 EMBED_WAIT_S = 10.0
 THREADED_ROWS = 100_000  # an agent with more rows than this is scored on a thread
+# rows this close to the best one answer whatever the floor: a search with neighbours is never
+# emptied (a question in one language about messages in another still gets its nearest);
+# measured by bench/bench_quality.py
+NEAR_BEST = 0.05
 
 
 class Vectors:
@@ -76,7 +80,7 @@ class Meaning:
     embedder: Callable[[], Awaitable[Embedder | None]]
     vectors: Vectors
     enqueue: Callable[[dict[str, set[int]]], Awaitable[bool]]
-    min_score: float = 0.3
+    min_score: float | None = None  # None: the embedder's own
 
 
 @dataclass
@@ -111,8 +115,7 @@ async def query_vector(embedder: Embedder, text: str, deadline: float = math.inf
     wait = embed_wait_s(deadline)
     try:
         async with asyncio.timeout(wait):
-            vector: npt.NDArray[np.float32] = (await embedder.embed([text]))[0]
-            return vector
+            return await embedder.embed_query(text)
     except EmbedderFailed as exc:
         log.warning("search.embed_failed", error=str(exc))
     except TimeoutError:
@@ -179,7 +182,8 @@ async def _agent_semantic(open_store: StoreLookup, embedder: Embedder, meaning: 
         above = 0
         while True:
             args = dict(allowed=allowed, role=req.role, since=req.since, until=req.until,
-                        floor=meaning.min_score, k=want)
+                        floor=embedder.min_score if meaning.min_score is None else meaning.min_score,
+                        near=NEAR_BEST, k=want)
             if held.n > THREADED_ROWS:
                 rids, sims, above = await asyncio.to_thread(held.top, vector, **args)  # type: ignore[arg-type]
             else:

@@ -35,12 +35,16 @@ class Recording:
 
     def __init__(self) -> None:
         self.inner = BuiltinEmbedder.load()
-        self.model, self.dimensions = self.inner.model, self.inner.dimensions
+        self.model, self.dimensions, self.min_score = self.inner.model, self.inner.dimensions, self.inner.min_score
         self.texts: list[str] = []
 
     async def embed(self, texts):
         self.texts += texts
         return await self.inner.embed(texts)
+
+    async def embed_query(self, text):
+        self.texts.append(text)
+        return await self.inner.embed_query(text)
 
     async def aclose(self) -> None:
         return None
