@@ -24,6 +24,9 @@ class Embedder(Protocol):
     # the model's own similarity floor (`search.semanticMinScore` unset): cosines spread differently
     # per model, so a floor calibrated for one means nothing for another
     min_score: float
+    # rows the embed job gives one call at most: one call must end well inside the claim's lease
+    # (60 s) on a loaded core, and a lost lease loses no more than one call's work
+    batch_rows: int
 
     async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """`(len(texts), dimensions)` unit rows; raises `EmbedderFailed` naming what went wrong."""

@@ -43,6 +43,7 @@ class BuiltinEmbedder:
         self.model = f"builtin:{CONFIG}_{DIMENSIONS}"
         self.dimensions = DIMENSIONS
         self.min_score = MIN_SCORE
+        self.batch_rows = 512  # ~0.1 s of one core
 
     @classmethod
     def load(cls) -> BuiltinEmbedder:

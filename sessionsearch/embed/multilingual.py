@@ -31,6 +31,9 @@ TEXT_MAX_CHARS = 2000
 # texts embedded under the lock at once: the engine spreads them over the cores, and a search's query
 # waits behind one slice at most (~1 s on one loaded core), never behind a whole batch
 SLICE_TEXTS = 8
+# rows one embed job call takes: 32 texts of 2,000 characters are ~25 s of one loaded core (500
+# characters: ~7 s), inside the claim's 60 s lease
+BATCH_ROWS = 32
 MIN_SCORE = 0.8  # calibrated on bench/bench_quality.py's set: see `min_score` in docs/operations/embedder.md
 
 
@@ -42,6 +45,7 @@ class MultilingualEmbedder:
         self.model = f"multilingual:e5-small-q4_{DIMENSIONS}"
         self.dimensions = DIMENSIONS
         self.min_score = MIN_SCORE
+        self.batch_rows = BATCH_ROWS
 
     @classmethod
     def load(cls) -> MultilingualEmbedder:

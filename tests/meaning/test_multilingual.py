@@ -56,3 +56,11 @@ async def test_queries_and_messages_are_embedded_with_their_own_prefix():
     assert abs(float(np.linalg.norm(as_query)) - 1) < 1e-3 and abs(float(np.linalg.norm(as_passage)) - 1) < 1e-3
     assert float(as_query @ as_passage) < 0.999  # "query: " and "passage: " make different vectors
     assert not (await embedder.embed(["   "])).any()  # only whitespace: the zero row, similar to nothing
+
+
+async def test_the_embed_job_gives_the_multilingual_model_small_batches_inside_the_lease(backend):
+    """~12 messages a second per core: 512 rows a call would outlast the claim's 60 s lease."""
+    async with engine_at(backend, embedder="multilingual") as engine:
+        await engine.append(KEY, chain("m", [("assistant", f"nota {i}: pagare la bolletta") for i in range(40)]))
+        result = await engine.embed("main", 1)
+        assert (result.outcome, result.rows, result.batches) == ("embedded", 40, 2)

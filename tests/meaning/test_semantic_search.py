@@ -44,6 +44,7 @@ class Renamed:
 
     def __init__(self, inner: BuiltinEmbedder, model: str) -> None:
         self.inner, self.model, self.dimensions, self.min_score = inner, model, inner.dimensions, inner.min_score
+        self.batch_rows = inner.batch_rows
 
     async def embed(self, texts):
         return await self.inner.embed(texts)
@@ -61,6 +62,7 @@ class Failing:
     model = "builtin:l2_supercat_256"
     dimensions = 256
     min_score = 0.175
+    batch_rows = 512
 
     def __init__(self) -> None:
         self.calls = 0
