@@ -71,6 +71,7 @@ class CachedEmbedder:
     def __init__(self, inner: Embedder, cache_dir: Path | None) -> None:
         self.inner = inner
         self.model, self.dimensions, self.min_score = inner.model, inner.dimensions, inner.min_score
+        self.least_score = inner.least_score
         self.batch_rows = inner.batch_rows
         self.path = None if cache_dir is None else cache_dir / (inner.model.replace(":", "_") + ".npz")
         self.cache: dict[str, npt.NDArray[np.float32]] = {}

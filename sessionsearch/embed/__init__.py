@@ -24,6 +24,10 @@ class Embedder(Protocol):
     # the model's own similarity floor (`search.semanticMinScore` unset): cosines spread differently
     # per model, so a floor calibrated for one means nothing for another
     min_score: float
+    # below this best similarity a search has no near neighbour and finds nothing; between it and
+    # `min_score` only the rows near the best one answer (weak neighbours: a question in one
+    # language about messages in another)
+    least_score: float
     # rows the embed job gives one call at most: one call must end well inside the claim's lease
     # (60 s) on a loaded core, and a lost lease loses no more than one call's work
     batch_rows: int

@@ -35,6 +35,9 @@ SLICE_TEXTS = 8
 # characters: ~7 s), inside the claim's 60 s lease
 BATCH_ROWS = 32
 MIN_SCORE = 0.8  # calibrated on bench/bench_quality.py's set: see `min_score` in docs/operations/embedder.md
+# e5 scores unrelated texts 0.79-0.85 and a cross-language answer 0.79-0.84: no cut tells them
+# apart, so an unrelated query gets its nearest few (docs/reference/deviations.md)
+LEAST_SCORE = 0.75
 
 
 class MultilingualEmbedder:
@@ -45,6 +48,7 @@ class MultilingualEmbedder:
         self.model = f"multilingual:e5-small-q4_{DIMENSIONS}"
         self.dimensions = DIMENSIONS
         self.min_score = MIN_SCORE
+        self.least_score = LEAST_SCORE
         self.batch_rows = BATCH_ROWS
 
     @classmethod

@@ -87,6 +87,7 @@ class OpenAIEmbedder:
         # an endpoint's model is unknown here: the floor calibrated for the builtin one, until the
         # operator sets search.semanticMinScore for theirs
         self.min_score = 0.175
+        self.least_score = 0.16
         self.batch_rows = 512  # several requests of batch_texts, each with its own time-out
         self._send_dimensions = True
         self.batch_texts = batch_texts

@@ -45,9 +45,9 @@ SESSIONS_DEPTH = 100  # hits a resultMode "sessions" search groups
 # endpoint's own time-out and retries are for the workers' batches, not for a caller waiting
 EMBED_WAIT_S = 10.0
 THREADED_ROWS = 100_000  # an agent with more rows than this is scored on a thread
-# rows this close to the best one answer whatever the floor: a search with neighbours is never
-# emptied (a question in one language about messages in another still gets its nearest);
-# measured by bench/bench_quality.py
+# rows this close to the best one answer whatever the floor, when the best reaches the model's
+# `least_score`: a search with weak neighbours is never emptied (a question in one language about
+# messages in another still gets its nearest); measured by bench/bench_quality.py
 NEAR_BEST = 0.05
 # hybrid's keyword half as the messages holding any of the query's words (search/anyword.py), off:
 # on bench/bench_quality.py's set it cost the multilingual model 16 points of recall@5 (0.908 to
@@ -189,7 +189,7 @@ async def _agent_semantic(open_store: StoreLookup, embedder: Embedder, meaning: 
         while True:
             args = dict(allowed=allowed, role=req.role, since=req.since, until=req.until,
                         floor=embedder.min_score if meaning.min_score is None else meaning.min_score,
-                        near=NEAR_BEST, k=want)
+                        near=NEAR_BEST, least=embedder.least_score, k=want)
             if held.n > THREADED_ROWS:
                 rids, sims, above = await asyncio.to_thread(held.top, vector, **args)  # type: ignore[arg-type]
             else:

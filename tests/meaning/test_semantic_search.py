@@ -44,6 +44,7 @@ class Renamed:
 
     def __init__(self, inner: BuiltinEmbedder, model: str) -> None:
         self.inner, self.model, self.dimensions, self.min_score = inner, model, inner.dimensions, inner.min_score
+        self.least_score = inner.least_score
         self.batch_rows = inner.batch_rows
 
     async def embed(self, texts):
@@ -62,6 +63,7 @@ class Failing:
     model = "builtin:l2_supercat_256"
     dimensions = 256
     min_score = 0.175
+    least_score = 0.16
     batch_rows = 512
 
     def __init__(self) -> None:
@@ -90,15 +92,22 @@ async def test_a_paraphrase_is_found_by_semantic_search_but_not_by_keyword(backe
         assert ids(await engine.search(query="when is my visit to the tooth doctor", mode="semantic"))[:1] == ["m2"]
 
 
-async def test_an_unrelated_query_finds_only_its_nearest_few(backend):
-    """Below the floor only the rows near the best one answer: a weak neighbour is still the nearest."""
+async def test_an_unrelated_query_finds_nothing_above_the_similarity_floor(backend):
     async with engine_at(backend) as engine:
         await _corpus(engine)
-        for query in ("quantum chromodynamics gluon flux tensor", "anything"):
-            found = (await engine.search(query=query, mode="semantic", limit=25))["results"]
-            scores = [hit["score"] for hit in found]
-            assert 1 <= len(found) < len(TOPICS) and max(scores) < BuiltinEmbedder.load().min_score
-            assert min(scores) >= max(scores) - meaning.NEAR_BEST - 0.01  # int8 scores: within a rounding
+        assert await engine.search(query="quantum chromodynamics gluon flux tensor", mode="semantic") == {"results": []}
+        assert ids(await engine.search(query="anything", mode="semantic", limit=25)) == []
+
+
+async def test_weak_neighbours_answer_only_near_the_best(backend):
+    """Under the floor but over the model's least score: only the rows near the best one answer."""
+    async with engine_at(backend) as engine:
+        await _corpus(engine)
+        found = (await engine.search(query="piano lessons", mode="semantic", limit=25))["results"]  # best 0.167
+        scores = [hit["score"] for hit in found]
+        builtin = BuiltinEmbedder.load()
+        assert 1 <= len(found) < len(TOPICS) and builtin.least_score <= max(scores) < builtin.min_score
+        assert min(scores) >= max(scores) - meaning.NEAR_BEST - 0.01  # int8 scores: within a rounding
 
 
 async def test_a_floor_no_message_reaches_still_answers_the_nearest(backend):
@@ -329,7 +338,8 @@ async def test_stored_vectors_keep_the_float_neighbours(backend):
         await _corpus(engine)
         query = "computer power problem"
         exact = (await builtin.embed([t for _, t in TOPICS])) @ (await builtin.embed([query]))[0]
-        floor = min(builtin.min_score, float(exact.max()) - meaning.NEAR_BEST)
+        best = float(exact.max())
+        floor = min(builtin.min_score, best - meaning.NEAR_BEST) if best >= builtin.least_score else builtin.min_score
         expected = [f"m{i + 1}" for i in np.argsort(-exact) if exact[i] >= floor]
         found = await engine.search(query=query, mode="semantic", limit=25)
         assert ids(found) == expected
