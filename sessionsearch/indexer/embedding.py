@@ -135,6 +135,7 @@ async def embed_window(store: AgentStore[Any], embedder: Embedder, wid: int, *, 
     a claim each; raises EmbedderFailed (nothing of that batch stored, the claims released) for
     the queue to retry with backoff. `observe(outcome, seconds, rows)` is told each batch (metrics)."""
     started = time.monotonic()
+    batch_rows = min(batch_rows, embedder.batch_rows)
     token = token or uuid.uuid4().hex
     model, dims = embedder.model, embedder.dimensions
     held: dict[int, int] = {}  # windows claimed -> the last row id stored

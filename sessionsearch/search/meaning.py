@@ -26,6 +26,7 @@ from ..embed import EmbedderFailed
 from ..store.base import AgentStore
 from ..store.rowids import wid_of
 from ..text.utf16 import utf16_len
+from .anyword import any_word, keep_in_top
 from .vectors import AgentVectors
 
 if TYPE_CHECKING:
@@ -44,6 +45,15 @@ SESSIONS_DEPTH = 100  # hits a resultMode "sessions" search groups
 # endpoint's own time-out and retries are for the workers' batches, not for a caller waiting
 EMBED_WAIT_S = 10.0
 THREADED_ROWS = 100_000  # an agent with more rows than this is scored on a thread
+# rows this close to the best one answer whatever the floor, when the best reaches the model's
+# `least_score`: a search with weak neighbours is never emptied (a question in one language about
+# messages in another still gets its nearest); measured by bench/bench_quality.py
+NEAR_BEST = 0.05
+# hybrid's keyword half as the messages holding any of the query's words (search/anyword.py), off:
+# on bench/bench_quality.py's set it cost the multilingual model 16 points of recall@5 (0.908 to
+# 0.746, 0.750 to 0.312 across languages) and moved the builtin one by less than a point, whatever
+# the weight (reciprocal rank fusion puts any row found both ways above a semantic-only first)
+ANY_WORD_HALF = False
 
 
 class Vectors:
@@ -76,7 +86,7 @@ class Meaning:
     embedder: Callable[[], Awaitable[Embedder | None]]
     vectors: Vectors
     enqueue: Callable[[dict[str, set[int]]], Awaitable[bool]]
-    min_score: float = 0.3
+    min_score: float | None = None  # None: the embedder's own
 
 
 @dataclass
@@ -111,8 +121,7 @@ async def query_vector(embedder: Embedder, text: str, deadline: float = math.inf
     wait = embed_wait_s(deadline)
     try:
         async with asyncio.timeout(wait):
-            vector: npt.NDArray[np.float32] = (await embedder.embed([text]))[0]
-            return vector
+            return await embedder.embed_query(text)
     except EmbedderFailed as exc:
         log.warning("search.embed_failed", error=str(exc))
     except TimeoutError:
@@ -179,7 +188,8 @@ async def _agent_semantic(open_store: StoreLookup, embedder: Embedder, meaning: 
         above = 0
         while True:
             args = dict(allowed=allowed, role=req.role, since=req.since, until=req.until,
-                        floor=meaning.min_score, k=want)
+                        floor=embedder.min_score if meaning.min_score is None else meaning.min_score,
+                        near=NEAR_BEST, least=embedder.least_score, k=want)
             if held.n > THREADED_ROWS:
                 rids, sims, above = await asyncio.to_thread(held.top, vector, **args)  # type: ignore[arg-type]
             else:
@@ -298,13 +308,17 @@ async def run_meaning(open_store: StoreLookup, catalog: CatalogCache, query: Par
     ranked, more = found.hits, found.more
     out.dirty = {a: set(w) for a, w in found.dirty.items()}
     if req.mode == "hybrid":
-        words = await run_query(open_store, catalog, query,
-                                replace(req, limit=depth, mode="keyword", result_mode="messages"),
-                                scopes, versions, deadline, fanout, many=many,
-                                each_top=each_top, bounds=bounds)
+        async def keyword(q: ParsedQuery) -> Outcome:
+            return await run_query(open_store, catalog, q,
+                                   replace(req, limit=depth, mode="keyword", result_mode="messages"),
+                                   scopes, versions, deadline, fanout, many=many, each_top=each_top, bounds=bounds)
+
+        every_word = await keyword(query)
+        words = await any_word(keyword, query, every_word, depth) if ANY_WORD_HALF else every_word
         for agent_id, wids in words.dirty.items():
             out.dirty.setdefault(agent_id, set()).update(wids)
-        ranked, more = fuse(words.hits, found.hits), more or words.more
+        ranked = keep_in_top(fuse(words.hits, found.hits), every_word.hits[0] if every_word.hits else None)
+        more = more or words.more
     out.pending, out.meaning_failed = found.pending, found.failed
     if sessions:
         groups = [SessionGroup(agent, key, n, best) for agent, key, n, best in group_sessions(ranked, view)]

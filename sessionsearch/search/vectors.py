@@ -123,10 +123,12 @@ class AgentVectors:
         self.tail = {}
 
     def top(self, query: npt.NDArray[np.float32], *, allowed: npt.NDArray[np.bool_], role: str | None,
-            since: int | None, until: int | None, floor: float, k: int
+            since: int | None, until: int | None, floor: float, k: int, near: float = 0.0,
+            least: float = 0.0
             ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], int]:
-        """Row ids and similarities of the best `k` rows in scope at or above `floor`, best first, and
-        how many rows in scope reach `floor`. `allowed[wid]`: whether window `wid` is in scope."""
+        """Row ids and similarities of the best `k` rows in scope at or above `floor` or within `near`
+        of the best row's (when that reaches `least`), best first, and how many rows in scope reach that.
+        `allowed[wid]`: whether window `wid` is in scope."""
         n = self.n
         if n == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float32), 0
@@ -148,6 +150,9 @@ class AgentVectors:
             dots = _dot(q8, self.vec[:n]) * self.scale[:n] * qscale
             dots[~mask] = -np.inf
             rows = np.arange(n)
+        best_dot = float(dots.max(initial=-np.inf))
+        if best_dot >= least:
+            floor = min(floor, best_dot - near)
         reach = int(np.count_nonzero(dots >= floor))
         if reach == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float32), 0

@@ -36,12 +36,18 @@ class Recording:
 
     def __init__(self) -> None:
         self.inner = BuiltinEmbedder.load()
-        self.model, self.dimensions = self.inner.model, self.inner.dimensions
+        self.model, self.dimensions, self.min_score = self.inner.model, self.inner.dimensions, self.inner.min_score
+        self.least_score = self.inner.least_score
+        self.batch_rows = self.inner.batch_rows
         self.texts: list[str] = []
 
     async def embed(self, texts):
         self.texts += texts
         return await self.inner.embed(texts)
+
+    async def embed_query(self, text):
+        self.texts.append(text)
+        return await self.inner.embed_query(text)
 
     async def aclose(self) -> None:
         return None

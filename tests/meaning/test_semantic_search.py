@@ -5,6 +5,7 @@ in-process worker."""
 from __future__ import annotations
 
 import asyncio
+import math
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from sessionsearch.embed.builtin import BuiltinEmbedder
 from sessionsearch.engine import Engine
 from sessionsearch.protocol import AppendParams, SearchParams, SessionRef, UpsertParams
 from sessionsearch.queue import Pipeline
+from sessionsearch.search import meaning
 
 from ..helpers import chain, engine_at, ids, leaf, msg, sql_rows, sweeping
 
@@ -42,10 +44,15 @@ class Renamed:
     """The builtin model under another identity: what changing the configured model looks like."""
 
     def __init__(self, inner: BuiltinEmbedder, model: str) -> None:
-        self.inner, self.model, self.dimensions = inner, model, inner.dimensions
+        self.inner, self.model, self.dimensions, self.min_score = inner, model, inner.dimensions, inner.min_score
+        self.least_score = inner.least_score
+        self.batch_rows = inner.batch_rows
 
     async def embed(self, texts):
         return await self.inner.embed(texts)
+
+    async def embed_query(self, text):
+        return await self.inner.embed_query(text)
 
     async def aclose(self) -> None:
         return None
@@ -56,6 +63,9 @@ class Failing:
 
     model = "builtin:l2_supercat_256"
     dimensions = 256
+    min_score = 0.175
+    least_score = 0.16
+    batch_rows = 512
 
     def __init__(self) -> None:
         self.calls = 0
@@ -63,6 +73,9 @@ class Failing:
     async def embed(self, texts):
         self.calls += 1
         raise EmbedderFailed("connection refused by 127.0.0.1:9 (the endpoint is down)")
+
+    async def embed_query(self, text):
+        return (await self.embed([text]))[0]
 
     async def aclose(self) -> None:
         return None
@@ -76,7 +89,7 @@ async def test_a_paraphrase_is_found_by_semantic_search_but_not_by_keyword(backe
         found = await engine.search(SearchParams(query=question, mode="semantic"))
         assert ids(found)[:1] == ["m1"] and "indexing" not in found
         hit = found["results"][0]
-        assert hit["matchedBy"] == ["semantic"] and engine.settings.semantic_min_score <= hit["score"] <= 1.0
+        assert hit["matchedBy"] == ["semantic"] and BuiltinEmbedder.load().min_score <= hit["score"] <= 1.0
         assert ids(await engine.search(SearchParams(query="when is my visit to the tooth doctor", mode="semantic")))[:1] == ["m2"]
 
 
@@ -85,6 +98,24 @@ async def test_an_unrelated_query_finds_nothing_above_the_similarity_floor(backe
         await _corpus(engine)
         assert await engine.search(SearchParams(query="quantum chromodynamics gluon flux tensor", mode="semantic")) == {"results": []}
         assert ids(await engine.search(SearchParams(query="anything", mode="semantic", limit=25))) == []
+
+
+async def test_weak_neighbours_answer_only_near_the_best(backend):
+    """Under the floor but over the model's least score: only the rows near the best one answer."""
+    async with engine_at(backend) as engine:
+        await _corpus(engine)
+        found = (await engine.search(SearchParams(query="piano lessons", mode="semantic", limit=25)))["results"]  # best 0.167
+        scores = [hit["score"] for hit in found]
+        builtin = BuiltinEmbedder.load()
+        assert 1 <= len(found) < len(TOPICS) and builtin.least_score <= max(scores) < builtin.min_score
+        assert min(scores) >= max(scores) - meaning.NEAR_BEST - 0.01  # int8 scores: within a rounding
+
+
+async def test_a_floor_no_message_reaches_still_answers_the_nearest(backend):
+    async with engine_at(backend, semantic_min_score=0.99) as engine:
+        await _corpus(engine)
+        found = await engine.search(SearchParams(query="what did we decide about the home loan", mode="semantic"))
+        assert ids(found)[:1] == ["m1"] and all(hit["score"] < 0.99 for hit in found["results"])
 
 
 async def test_hybrid_keeps_a_rare_words_keyword_top_hit_in_its_top_three(backend):
@@ -101,12 +132,13 @@ async def test_hybrid_keeps_a_rare_words_keyword_top_hit_in_its_top_three(backen
         assert all(h["matchedBy"] == ["semantic"] for h in hybrid["results"][1:])
 
 
-async def test_hybrid_hits_found_only_by_words_say_keyword(backend):
+async def test_hybrid_hits_found_only_by_words_say_keyword(backend, monkeypatch):
     async with engine_at(backend) as engine:
         await engine.append(AppendParams(sessionKey=KEY, events=chain("m", [("user", "ticket ABC-1234 was closed"),
                                              ("assistant", "lunch was pasta with tomato sauce")])))
         await engine.embed_pending()
         engine.settings = engine.settings.replace(semantic_min_score=0.99)  # no neighbour is that close
+        monkeypatch.setattr(meaning, "NEAR_BEST", -math.inf)  # and none is near enough the best one
         hybrid = await engine.search(SearchParams(query="ABC-1234", mode="hybrid"))
         assert [(h["messageId"], h["matchedBy"]) for h in hybrid["results"]] == [("m1", ["keyword"])]
 
@@ -305,7 +337,9 @@ async def test_stored_vectors_keep_the_float_neighbours(backend):
         await _corpus(engine)
         query = "computer power problem"
         exact = (await builtin.embed([t for _, t in TOPICS])) @ (await builtin.embed([query]))[0]
-        expected = [f"m{i + 1}" for i in np.argsort(-exact) if exact[i] >= engine.settings.semantic_min_score]
+        best = float(exact.max())
+        floor = min(builtin.min_score, best - meaning.NEAR_BEST) if best >= builtin.least_score else builtin.min_score
+        expected = [f"m{i + 1}" for i in np.argsort(-exact) if exact[i] >= floor]
         found = await engine.search(SearchParams(query=query, mode="semantic", limit=25))
         assert ids(found) == expected
         assert all(abs(h["score"] - exact[int(h["messageId"][1:]) - 1]) < 0.02 for h in found["results"])
