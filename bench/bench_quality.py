@@ -51,6 +51,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from sessionsearch.protocol import AppendParams, SearchParams
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -149,7 +151,7 @@ async def engine_runs(embedder: CachedEmbedder, messages: list[Message], questio
     out: dict[str, list[list[str]]] = {}
     async with Engine(data_dir, settings=Settings(data_dir=str(data_dir)), embedder=embedder) as engine:
         for i, (key, evs) in enumerate(events(messages).items()):
-            await engine.append(key, evs, sessionId=f"quality-{i}")
+            await engine.append(AppendParams(sessionKey=key, events=evs, sessionId=f"quality-{i}"))
         await engine.reconcile_pending()
         await engine.embed_pending()
         shipped, any_word, fuse = meaning_mod.NEAR_BEST, meaning_mod.any_word, meaning_mod.fuse
@@ -192,7 +194,7 @@ async def engine_runs(embedder: CachedEmbedder, messages: list[Message], questio
                 setattr(meaning_mod, name, value)
             ranked = []
             for q in questions:
-                found = await engine.search({"query": q.text, "agentId": "main", "limit": DEPTH, "mode": mode})
+                found = await engine.search(SearchParams(query=q.text, agentId="main", limit=DEPTH, mode=mode))
                 assert not found.get("indexing"), f"still indexing: {found}"
                 ranked.append([hit["messageId"] for hit in found["results"]])
             out[mode + label] = ranked
