@@ -294,6 +294,7 @@ async def main() -> None:
                         help="with --written: e.g. before,after: each shape and store once per variant, "
                              "alternating, in child processes (before: the code of --base)")
     parser.add_argument("--base", default="main", help="the commit the `before` variant runs")
+    parser.add_argument("--after", default=None, help="the commit the `after` variant runs (default this checkout)")
     parser.add_argument("--tree", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--variant", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -330,6 +331,8 @@ def export_base(rev: str) -> tuple[Path, str]:
 def drive(args: argparse.Namespace) -> None:
     """Each shape and store once per variant, alternating, each in a child process of its own."""
     base, sha = export_base(args.base) if "before" in args.variants.split(",") else (None, "")
+    # `after` of a commit too, when named: this checkout may change while the run goes on
+    after, after_sha = export_base(args.after) if args.after else (None, commit())
     shapes = args.shapes or f"{args.agents}x{args.messages}"
     for shape in shapes.split(","):
         for store in args.stores.split(","):
@@ -340,10 +343,10 @@ def drive(args: argparse.Namespace) -> None:
                 if variant == "before":
                     cmd += ["--tree", str(base), "--label", "written-before"]
                 else:
-                    cmd += ["--label", "written-after"]
+                    cmd += ["--label", "written-after"] + (["--tree", str(after)] if after else [])
                 print(f"== {shape} {store} {variant}", flush=True)
                 subprocess.run(cmd, check=True, env={**os.environ, "BENCH_CODE_COMMIT": sha if variant == "before"
-                                                     else commit()})
+                                                     else after_sha})
 
 
 async def run_written(args: argparse.Namespace, extra: dict, path: Path, agents: int, messages: int) -> None:
