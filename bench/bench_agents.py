@@ -296,6 +296,9 @@ async def main() -> None:
     parser.add_argument("--base", default="main", help="the commit the `before` variant runs")
     parser.add_argument("--after", default=None, help="the commit the `after` variant runs (default this checkout)")
     parser.add_argument("--tree", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--timeline", type=float, default=0,
+                        help="with --written: only a fresh process's first SECONDS of searches under --writes, "
+                             "per 5 s (the first-process transient)")
     parser.add_argument("--variant", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.variants:
@@ -339,7 +342,8 @@ def drive(args: argparse.Namespace) -> None:
             for variant in args.variants.split(","):
                 cmd = [sys.executable, __file__, "--written", "--shapes", shape, "--stores", store,
                        "--reps", str(args.reps), "--writes", str(args.writes), "--writes-warm-s", str(args.writes_warm_s),
-                       "--pg", args.pg, "--db-prefix", args.db_prefix, "--gc", args.gc, "--variant", variant]
+                       "--pg", args.pg, "--db-prefix", args.db_prefix, "--gc", args.gc, "--variant", variant,
+                       "--timeline", str(args.timeline)]
                 if variant == "before":
                     cmd += ["--tree", str(base), "--label", "written-before"]
                 else:
@@ -347,6 +351,49 @@ def drive(args: argparse.Namespace) -> None:
                 print(f"== {shape} {store} {variant}", flush=True)
                 subprocess.run(cmd, check=True, env={**os.environ, "BENCH_CODE_COMMIT": sha if variant == "before"
                                                      else after_sha})
+
+
+async def timeline(settings: Settings, agents: int, rate: float, seconds: float) -> dict:
+    """A process's first searches while writes flow: from its first search on, the relevance and
+    `recent` classes over every agent in turn for `seconds`, each search's time and what the
+    SQLite stores' bounds cost it (bound statements read, bounds answered from memory), per 5 s."""
+    from sessionsearch.store.sqlite.top import SqliteAgentStore  # noqa: PLC0415 - the tree under test's
+
+    counts = {"read": 0, "known": 0}
+    read, known = SqliteAgentStore.score_bound_direct, SqliteAgentStore.known_bound
+
+    def counted_read(self, *a, **k):  # type: ignore[no-untyped-def]
+        counts["read"] += 1
+        return read(self, *a, **k)
+
+    def counted_known(self, *a, **k):  # type: ignore[no-untyped-def]
+        found = known(self, *a, **k)
+        counts["known"] += found is not None
+        return found
+
+    SqliteAgentStore.score_bound_direct, SqliteAgentStore.known_bound = counted_read, counted_known  # type: ignore[method-assign]
+    samples: list[tuple[float, str, float, int, int]] = []
+    try:
+        async with Engine(settings=settings) as engine, Writes(engine, agents, rate):
+            t0 = time.perf_counter()
+            while time.perf_counter() - t0 < seconds:
+                for word, match, order in CLASSES:
+                    before = dict(counts)
+                    started = time.perf_counter()
+                    await engine.search(query=word, match=match, order=order, limit=10)
+                    samples.append((started - t0, f"{word} {match} {order}", (time.perf_counter() - started) * 1000,
+                                    counts["read"] - before["read"], counts["known"] - before["known"]))
+    finally:
+        SqliteAgentStore.score_bound_direct, SqliteAgentStore.known_bound = read, known  # type: ignore[method-assign]
+    windows = []
+    for start in range(0, int(seconds), 5):
+        got = [x for x in samples if start <= x[0] < start + 5]
+        if got:
+            windows.append({"from_s": start, "p50_ms": round(pct([x[2] for x in got], 0.5), 1),
+                            "p95_ms": round(pct([x[2] for x in got], 0.95), 1), "n": len(got),
+                            "bounds_read_per_search": round(sum(x[3] for x in got) / len(got), 1),
+                            "bounds_known_per_search": round(sum(x[4] for x in got) / len(got), 1)})
+    return {"windows": windows}
 
 
 async def run_written(args: argparse.Namespace, extra: dict, path: Path, agents: int, messages: int) -> None:
@@ -375,6 +422,13 @@ async def run_written(args: argparse.Namespace, extra: dict, path: Path, agents:
                 with psycopg.connect(settings.database_url, autocommit=True) as conn:
                     conn.execute("ANALYZE")
             load = [round(os.getloadavg()[0], 2)]
+            if args.timeline:  # the process's first searches, while writes flow
+                line = await timeline(settings, agents, args.writes or 10, args.timeline)
+                print(shape, store, variant, "timeline", json.dumps(line["windows"]), flush=True)
+                results = json.loads(path.read_text()) if path.exists() else {}
+                results.setdefault(args.label + "-timeline", {}).setdefault(shape, {})[store] = line
+                path.write_text(json.dumps(results, indent=2) + "\n")
+                return
             written = await measure(settings, args.reps, args.gc, one_agent=True)
             under = None
             if args.writes:

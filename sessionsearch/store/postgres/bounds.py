@@ -2,7 +2,8 @@
 that may hold a top hit (search/visits.py, best_first), as store/sqlite/bounds.py does on SQLite.
 
 A fold keeps, per agent and lexeme, the highest count of the lexeme in one of its index rows
-(max_tf) and the length of its shortest row holding it (min_dl), read in one snapshot with the
+(max_tf) and the length of its shortest row holding it (min_dl; the writes add rows of their own
+since: a lexeme's bounds are the highest and least of its rows), read in one snapshot with the
 agent's index state (meta version, windows, summed idx_gen, idx_epoch: the state a cached df is
 checked by, search.py), and from then on the writes keep them (`kept`: schema migration 14's
 trigger on the index rows raises a lexeme's max_tf and lowers its min_dl with every row inserted;
@@ -126,12 +127,13 @@ def _phrase_sql(q: Query, i: int, params: dict[str, Any]) -> str:
         if end is not None:
             params[f"bu{i}"] = end
             upper = f" AND b.term < %(bu{i})s"
-        return (f"(SELECT sum(r.max_tf) AS tf, min(r.min_dl) AS dl, count(*) AS n FROM (SELECT b.max_tf, b.min_dl "
-                f"FROM ss_term_bounds b WHERE b.ano = st.ag_ano AND b.term >= %(bp{i})s{upper} "
-                f"AND starts_with(b.term, %(bp{i})s) LIMIT {MAX_RANGE + 1}) r)")
+        return (f"(SELECT sum(r.max_tf) AS tf, min(r.min_dl) AS dl, count(*) AS n FROM (SELECT max(b.max_tf) AS "
+                f"max_tf, min(b.min_dl) AS min_dl FROM ss_term_bounds b WHERE b.ano = st.ag_ano AND b.term >= %(bp{i})s"
+                f"{upper} AND starts_with(b.term, %(bp{i})s) GROUP BY b.term LIMIT {MAX_RANGE + 1}) r)")
     params[f"be{i}"] = whole
-    return (f"(SELECT min(b.max_tf) AS tf, max(b.min_dl) AS dl, count(*) AS n FROM ss_term_bounds b "
-            f"WHERE b.ano = st.ag_ano AND b.term = ANY(%(be{i})s::text[]))")
+    return (f"(SELECT min(r.max_tf) AS tf, max(r.min_dl) AS dl, count(*) AS n FROM (SELECT max(b.max_tf) AS max_tf, "
+            f"min(b.min_dl) AS min_dl FROM ss_term_bounds b WHERE b.ano = st.ag_ano AND b.term = ANY(%(be{i})s::text[]) "
+            f"GROUP BY b.term) r)")
 
 
 def bound_sql(q: Query, params: dict[str, Any]) -> tuple[str, str]:
