@@ -132,8 +132,8 @@ def _phrase_sql(q: Query, i: int, params: dict[str, Any]) -> str:
                 f"{upper} AND starts_with(b.term, %(bp{i})s) GROUP BY b.term LIMIT {MAX_RANGE + 1}) r)")
     params[f"be{i}"] = whole
     return (f"(SELECT min(r.max_tf) AS tf, max(r.min_dl) AS dl, count(*) AS n FROM (SELECT max(b.max_tf) AS max_tf, "
-            f"min(b.min_dl) AS min_dl FROM ss_term_bounds b WHERE b.ano = st.ag_ano AND b.term = ANY(%(be{i})s::text[]) "
-            f"GROUP BY b.term) r)")
+            f"min(b.min_dl) AS min_dl FROM ss_term_bounds b WHERE b.ano = st.ag_ano "
+            f"AND b.term = ANY(%(be{i})s::text[]) GROUP BY b.term) r)")
 
 
 def bound_sql(q: Query, params: dict[str, Any]) -> tuple[str, str]:
