@@ -357,7 +357,7 @@ async def timeline(settings: Settings, agents: int, rate: float, seconds: float)
     """A process's first searches while writes flow: from its first search on, the relevance and
     `recent` classes over every agent in turn for `seconds`, each search's time and what the
     SQLite stores' bounds cost it (bound statements read, bounds answered from memory), per 5 s."""
-    from sessionsearch.store.sqlite.top import SqliteAgentStore  # noqa: PLC0415 - the tree under test's
+    from sessionsearch.store.sqlite.store import SqliteAgentStore  # noqa: PLC0415 - the tree under test's
 
     counts = {"read": 0, "known": 0}
     read, known = SqliteAgentStore.score_bound_direct, SqliteAgentStore.known_bound
