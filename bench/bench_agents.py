@@ -22,9 +22,18 @@ shape "NxM" in bench/results/agents.json, with the commit measured and the load 
 after each store's searches (the machine is shared: a ratio means something only between runs at a
 like load).
 
-Before and after a change, side by side: run this script from a checkout of the old code with
-`--label before` (its bench/work linked to this one's), then here with `--label after`, one store
-at a time, alternating; then merge the old checkout's JSON under "before".
+The state users are in (issue 40), the headline: `--written` builds each shape afresh (a scratch
+data dir, a scratch PostgreSQL database) and measures it as a gateway leaves it: right after the
+appends, no fold (`written_classes`), then while `--writes` messages a second stream to random
+agents with the worker's check folding beside them (`writes_classes`), then once every agent is
+folded (`classes`). Each class is measured over every agent and, beside it, in one agent's search
+(`... one`, agent ag0000). Side by side in one run: `--variants before,after --base REV` runs each
+shape and store once per variant, alternating, each in a child process of its own (`before`
+imports the `sessionsearch/` tree of REV, exported to bench/work/), under the labels
+`written-before` and `written-after`:
+
+    .venv/bin/python bench/bench_agents.py --written --variants before,after --base main \
+        --shapes 100x50,1000x50 --writes 10
 """
 
 from __future__ import annotations
@@ -36,6 +45,8 @@ import json
 import os
 import platform
 import random
+import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -43,7 +54,13 @@ from urllib.parse import urlsplit, urlunsplit
 
 from sessionsearch.protocol import AppendParams, SearchParams
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# `--tree DIR`: import sessionsearch from DIR (the `before` variant: the base commit's tree; the
+# editable install's finder, ahead of sys.path, taken out; a child the worker's check spawns runs
+# this module first with the same argv, so it imports from DIR too)
+CODE = sys.argv[sys.argv.index("--tree") + 1] if "--tree" in sys.argv else str(Path(__file__).resolve().parent.parent)
+if "--tree" in sys.argv:
+    sys.meta_path[:] = [f for f in sys.meta_path if "__editable__" not in getattr(f, "__module__", "")]
+sys.path.insert(0, CODE)
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import psycopg  # noqa: E402
@@ -59,6 +76,7 @@ FILLER = "the of report deploy queue window budget meeting server review draft t
 CLASSES = [(word, match, order) for word, match in [("zephyr", "exact"), ("alpha", "exact"), ("zep", "prefix"),
                                                      ("alp", "prefix")]
            for order in ("relevance", "recent")]
+ONE_AGENT = "ag0000"  # holds the rare word (every 20th agent does)
 
 
 def open_files() -> int:
@@ -173,7 +191,8 @@ class Writes:
 
 
 async def measure(settings: Settings, reps: int, gc_mode: str = "serve",
-                  writes: tuple[int, int, float, float] | None = None, settle_s: float = 0.0) -> dict:
+                  writes: tuple[int, int, float, float] | None = None, settle_s: float = 0.0,
+                  one_agent: bool = False) -> dict:
     """The classes' figures; `writes` (agents, messages, rate, warm-up s): searched while the
     agents are written (Writes), from `warm-up` seconds after the writes began; `settle_s`: the
     classes searched that long, untimed, before the timed rounds (a server searched all along)."""
@@ -187,7 +206,11 @@ async def measure(settings: Settings, reps: int, gc_mode: str = "serve",
         out["agents"] = len(engine.agent_ids_on_disk())
         out["open_files_idle"] = open_files() - before_open
         peak_fd, peak_rss = open_files(), rss_mib()
-        times: dict[str, list[float]] = {f"{w} {m} {o}": [] for w, m, o in CLASSES}
+        searched = [(f"{w} {m} {o}", {"query": w, "match": m, "order": o}) for w, m, o in CLASSES]
+        if one_agent:  # one agent's search beside the search of them all
+            searched += [(f"{w} {m} {o} one", {"query": w, "match": m, "order": o, "agentId": ONE_AGENT})
+                         for w, m, o in CLASSES]
+        times: dict[str, list[float]] = {name: [] for name, _ in searched}
         errors: dict[str, dict[str, int]] = {name: {} for name in times}
         first: dict[str, float] = {}
         started = time.perf_counter()
@@ -203,14 +226,13 @@ async def measure(settings: Settings, reps: int, gc_mode: str = "serve",
         out["gc"] = gc_mode
         settled = time.perf_counter() + settle_s
         while time.perf_counter() < settled:
-            for word, match, order in CLASSES:
-                await engine.search(SearchParams(query=word, match=match, order=order, limit=10))
+            for _, body in searched:
+                await engine.search(SearchParams.of({**body, "limit": 10}))
         for rep in range(reps + 1):  # interleaved class by class; round 0 warms up
-            for word, match, order in CLASSES:
-                name = f"{word} {match} {order}"
+            for name, body in searched:
                 started = time.perf_counter()
                 try:
-                    result = await engine.search(SearchParams(query=word, match=match, order=order, limit=10))
+                    result = await engine.search(SearchParams.of({**body, "limit": 10}))
                     assert result["results"], name
                 except Exception as exc:  # noqa: BLE001 - counted: the run measures what fails too
                     label = f"{type(exc).__name__}: {str(exc)[:80]}"
@@ -228,6 +250,7 @@ async def measure(settings: Settings, reps: int, gc_mode: str = "serve",
                                     "first_ms": first.get(name),
                                     "n": len(ms), **({"errors": errors[name]} if errors[name] else {})}
         out["open_files_peak"] = peak_fd - before_open
+        out["open_files_peak_process"] = peak_fd
         out["rss_peak_mib"] = round(peak_rss, 1)
         if writes is not None:
             out["writes"] = streaming.figures()
@@ -265,7 +288,23 @@ async def main() -> None:
                              "searches under writes run 3-4x slower for some 30-40 s, and this measures after")
     parser.add_argument("--db-prefix", default="ss_bench_",
                         help="PostgreSQL database names start with this (a shared server: keep runs apart)")
+    parser.add_argument("--written", action="store_true",
+                        help="the state users are in: each shape built afresh, measured right after the appends "
+                             "(written_classes), under --writes (writes_classes), then folded (classes)")
+    parser.add_argument("--variants", default=None,
+                        help="with --written: e.g. before,after: each shape and store once per variant, "
+                             "alternating, in child processes (before: the code of --base)")
+    parser.add_argument("--base", default="main", help="the commit the `before` variant runs")
+    parser.add_argument("--after", default=None, help="the commit the `after` variant runs (default this checkout)")
+    parser.add_argument("--tree", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--timeline", type=float, default=0,
+                        help="with --written: only a fresh process's first SECONDS of searches under --writes, "
+                             "per 5 s (the first-process transient)")
+    parser.add_argument("--variant", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.variants:
+        drive(args)
+        return
     sslogging.configure("WARNING")
     extra = {}
     if args.concurrency is not None:
@@ -274,7 +313,158 @@ async def main() -> None:
     code = commit()
     path = HERE / "results" / "agents.json"
     for agents, messages in shapes:
-        await run_shape(args, extra, code, path, agents, messages)
+        if args.written:
+            await run_written(args, extra, path, agents, messages)
+        else:
+            await run_shape(args, extra, code, path, agents, messages)
+
+
+def export_base(rev: str) -> tuple[Path, str]:
+    """The `sessionsearch/` tree of `rev` in a scratch dir (imported by the `before` children), and its commit."""
+    sha = subprocess.run(["git", "-C", str(HERE.parent), "rev-parse", "--short", rev], check=True,
+                         capture_output=True, text=True).stdout.strip()
+    root = HERE / "work" / f"base-{sha}"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(HERE.parent), "archive", sha, "sessionsearch"], check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(root)], input=archive, check=True)
+    return root, sha
+
+
+def drive(args: argparse.Namespace) -> None:
+    """Each shape and store once per variant, alternating, each in a child process of its own."""
+    base, sha = export_base(args.base) if "before" in args.variants.split(",") else (None, "")
+    # `after` of a commit too, when named: this checkout may change while the run goes on
+    after, after_sha = export_base(args.after) if args.after else (None, commit())
+    shapes = args.shapes or f"{args.agents}x{args.messages}"
+    for shape in shapes.split(","):
+        for store in args.stores.split(","):
+            for variant in args.variants.split(","):
+                cmd = [sys.executable, __file__, "--written", "--shapes", shape, "--stores", store,
+                       "--reps", str(args.reps), "--writes", str(args.writes), "--writes-warm-s", str(args.writes_warm_s),
+                       "--pg", args.pg, "--db-prefix", args.db_prefix, "--gc", args.gc, "--variant", variant,
+                       "--timeline", str(args.timeline)]
+                if variant == "before":
+                    cmd += ["--tree", str(base), "--label", "written-before"]
+                else:
+                    cmd += ["--label", "written-after"] + (["--tree", str(after)] if after else [])
+                print(f"== {shape} {store} {variant}", flush=True)
+                subprocess.run(cmd, check=True, env={**os.environ, "BENCH_CODE_COMMIT": sha if variant == "before"
+                                                     else after_sha})
+
+
+async def timeline(settings: Settings, agents: int, rate: float, seconds: float) -> dict:
+    """A process's first searches while writes flow: from its first search on, the relevance and
+    `recent` classes over every agent in turn for `seconds`, each search's time and what the
+    SQLite stores' bounds cost it (bound statements read, bounds answered from memory), per 5 s."""
+    from sessionsearch.store.sqlite.store import SqliteAgentStore  # noqa: PLC0415 - the tree under test's
+
+    counts = {"read": 0, "known": 0}
+    read, known = SqliteAgentStore.score_bound_direct, SqliteAgentStore.known_bound
+
+    def counted_read(self, *a, **k):  # type: ignore[no-untyped-def]
+        counts["read"] += 1
+        return read(self, *a, **k)
+
+    def counted_known(self, *a, **k):  # type: ignore[no-untyped-def]
+        found = known(self, *a, **k)
+        counts["known"] += found is not None
+        return found
+
+    SqliteAgentStore.score_bound_direct, SqliteAgentStore.known_bound = counted_read, counted_known  # type: ignore[method-assign]
+    samples: list[tuple[float, str, float, int, int]] = []
+    try:
+        async with Engine(settings=settings) as engine, Writes(engine, agents, rate):
+            t0 = time.perf_counter()
+            while time.perf_counter() - t0 < seconds:
+                for word, match, order in CLASSES:
+                    before = dict(counts)
+                    started = time.perf_counter()
+                    await engine.search(SearchParams(query=word, match=match, order=order, limit=10))
+                    samples.append((started - t0, f"{word} {match} {order}", (time.perf_counter() - started) * 1000,
+                                    counts["read"] - before["read"], counts["known"] - before["known"]))
+    finally:
+        SqliteAgentStore.score_bound_direct, SqliteAgentStore.known_bound = read, known  # type: ignore[method-assign]
+    windows = []
+    for start in range(0, int(seconds), 5):
+        got = [x for x in samples if start <= x[0] < start + 5]
+        if got:
+            windows.append({"from_s": start, "p50_ms": round(pct([x[2] for x in got], 0.5), 1),
+                            "p95_ms": round(pct([x[2] for x in got], 0.95), 1), "n": len(got),
+                            "bounds_read_per_search": round(sum(x[3] for x in got) / len(got), 1),
+                            "bounds_known_per_search": round(sum(x[4] for x in got) / len(got), 1)})
+    return {"windows": windows}
+
+
+async def run_written(args: argparse.Namespace, extra: dict, path: Path, agents: int, messages: int) -> None:
+    """One shape on each store as a gateway leaves it: built afresh, searched right after the
+    appends with no fold (written_classes), then under writes (writes_classes), then folded (classes)."""
+    shape = f"{agents}x{messages}"
+    variant = args.variant or "here"
+    work = HERE / "work" / f"written-{shape}-{variant}"
+    for store in args.stores.split(","):
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        if store == "sqlite":
+            settings = Settings(data_dir=str(work / "data"), **extra)
+            name = None
+        else:
+            name = f"{args.db_prefix}written_{shape}_{variant}"
+            with psycopg.connect(args.pg, autocommit=True) as admin:
+                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                admin.execute(f'CREATE DATABASE "{name}"')
+            settings = Settings(data_dir=str(work / "pg-data"), database_url=url_of(args.pg, name), **extra)
+        try:
+            started = time.perf_counter()
+            await build(settings, agents, messages)
+            built_s = time.perf_counter() - started
+            if name is not None:  # as autovacuum's analyze leaves the tables within a minute of an import
+                with psycopg.connect(settings.database_url, autocommit=True) as conn:
+                    conn.execute("ANALYZE")
+            load = [round(os.getloadavg()[0], 2)]
+            if args.timeline:  # the process's first searches, while writes flow
+                line = await timeline(settings, agents, args.writes or 10, args.timeline)
+                print(shape, store, variant, "timeline", json.dumps(line["windows"]), flush=True)
+                results = json.loads(path.read_text()) if path.exists() else {}
+                results.setdefault(args.label + "-timeline", {}).setdefault(shape, {})[store] = line
+                path.write_text(json.dumps(results, indent=2) + "\n")
+                return
+            written = await measure(settings, args.reps, args.gc, one_agent=True)
+            under = None
+            if args.writes:
+                under = await measure(settings, args.reps, args.gc, (agents, messages, args.writes, args.writes_warm_s),
+                                      one_agent=True)
+            started = time.perf_counter()
+            folded_agents = await fold_due(settings)
+            fold_s = time.perf_counter() - started
+            folded = await measure(settings, args.reps, args.gc, one_agent=True)
+            load.append(round(os.getloadavg()[0], 2))
+        finally:
+            if name is not None:
+                with psycopg.connect(args.pg, autocommit=True) as admin:
+                    admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            shutil.rmtree(work, ignore_errors=True)
+        figures = {"written_classes": written["classes"], "classes": folded["classes"],
+                   "written": {k: v for k, v in written.items() if k != "classes"},
+                   "folded": {k: v for k, v in folded.items() if k != "classes"},
+                   "folded_agents": folded_agents, "fold_s": round(fold_s, 1), "build_s": round(built_s, 1),
+                   "load_avg_1m": load, "reps": args.reps,
+                   "code": os.environ.get("BENCH_CODE_COMMIT") or commit(), "variant": variant}
+        if under is not None:
+            figures.update(writes_classes=under["classes"],
+                           under_writes={k: v for k, v in under.items() if k != "classes"})
+        print(shape, store, variant, json.dumps({k: figures[k] for k in figures if not k.endswith("classes")}),
+              flush=True)
+        for key in ("written_classes", "writes_classes", "classes"):
+            for cls, f in figures.get(key, {}).items():
+                print(f"  {key:16} {cls:34} p50 {f['p50_ms']} p95 {f['p95_ms']} first {f['first_ms']}", flush=True)
+        results = json.loads(path.read_text()) if path.exists() else {}
+        run = results.setdefault(args.label, {}).setdefault(shape, {})
+        run.update(machine=f"{platform.machine()}, {os.cpu_count()} cores")
+        run[store] = figures
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps(results, indent=2) + "\n")
 
 
 async def run_shape(args: argparse.Namespace, extra: dict, code: str, path: Path, agents: int, messages: int) -> None:

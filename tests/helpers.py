@@ -165,6 +165,7 @@ def undo_meaning_index(conn) -> None:
     """Take SQLite migration 15 (the meaning index), and 16 and 17 after it (the score bounds and
     their log), out of a store a test rewrites as an older version."""
     for statement in ("DROP TABLE bounds_log", "DELETE FROM schema_migrations WHERE version = 17",
+                      "DELETE FROM meta WHERE key IN ('bounds_rows', 'bounds_tokens')",
                       "DROP TABLE term_bounds", "DROP TABLE bounds_state",
                       "DELETE FROM schema_migrations WHERE version = 16",
                       "DROP TRIGGER embeddings_gone", "DROP TABLE embed_gone", "DROP TABLE embeddings",
@@ -176,9 +177,12 @@ def undo_meaning_index(conn) -> None:
 
 
 def undo_pg_meaning_index(conn) -> None:
-    """Take PostgreSQL migrations 12 (the meaning index) and 13 (score bounds), which come after it,
-    out of a database a test rewrites as an older version."""
-    for statement in ("DROP TABLE ss_term_bounds, ss_bounds_built", "DELETE FROM ss_schema_migrations WHERE version = 13",
+    """Take PostgreSQL migrations 12 (the meaning index), 13 and 14 (score bounds, kept by the
+    writes), which come after it, out of a database a test rewrites as an older version."""
+    for statement in ("DROP TRIGGER ss_agents_bounds ON ss_agents", "DROP FUNCTION ss_bounds_of_new_agent()",
+                      "DROP TRIGGER ss_index_bounds ON ss_index", "DROP FUNCTION ss_bounds_keep()",
+                      "DELETE FROM ss_schema_migrations WHERE version = 14",
+                      "DROP TABLE ss_term_bounds, ss_bounds_built", "DELETE FROM ss_schema_migrations WHERE version = 13",
                       "DROP TRIGGER ss_embeddings_gone ON ss_embeddings", "DROP FUNCTION ss_embed_gone()",
                       "DROP TABLE ss_embed_gone, ss_embeddings, ss_embed_models",
                       "ALTER TABLE ss_agents DROP COLUMN embed_model, DROP COLUMN embed_seq",

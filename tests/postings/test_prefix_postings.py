@@ -331,7 +331,7 @@ async def test_incremental_builds_fold_the_prefixes_and_redo_them_only_when_give
         monkeypatch.setattr(sqlite_bounds, "FOLD_AFTER", 0)  # the score bounds due at every change of the index
         monkeypatch.setattr(postings_due_module, "FOLD_AFTER", 10)
         await engine.append(AppendParams(sessionKey="agent:main:late", events=chain("late", [("user", "alpha beta")] * 6)))
-        assert await store.postings_due(min_docs=10_000, grow_share=0.2) == "bounds"  # the prefixes: not yet
+        assert await store.postings_due(min_docs=10_000, grow_share=0.2) is None  # the prefixes: not yet
         await engine.append(AppendParams(sessionKey="agent:main:late", events=chain("more", [("user", "alpha beta")] * 4, parent="late6")))
         assert await store.postings_due(min_docs=10_000, grow_share=0.2) == "fold"
         assert (await store.optimize(min_docs=10_000, incremental=True))["prefixes"]["folded"] == 10

@@ -16,8 +16,8 @@ from sessionsearch.search import runner
 from sessionsearch.search.query import parse_query
 from sessionsearch.store.postgres import bounds as pg_bounds
 from sessionsearch.store.postgres.backend import PgBackend
+from sessionsearch.store.sqlite import SqliteBackend
 from sessionsearch.store.sqlite import bounds as bounds_mod
-from sessionsearch.store.sqlite.postings import BOUNDS_LOG_MAX
 from sessionsearch.store.sqlite.store import SqliteAgentStore
 from sessionsearch.worker.optimize import build
 
@@ -36,15 +36,23 @@ def _corpus(rnd: random.Random, n: int) -> list[str]:
     return [" ".join(rnd.choices(VOCAB, k=rnd.randint(1, 12)) * rnd.randint(1, 3)) for _ in range(n)]
 
 
+def _unkept(store) -> None:
+    """A store whose writes did not keep its bounds (as one written before they did)."""
+    with sqlite3.connect(store.path) as db:
+        db.execute("DELETE FROM meta WHERE key IN ('bounds_rows', 'bounds_tokens')")
+
+
 async def _fold_all(engine, agents) -> None:
+    """Each agent's bounds folded, unless its writes kept them (SQLite: from its first row on)."""
     for agent in agents:
-        assert (await (await engine.store(agent)).fold_bounds())["terms"] > 0
+        folded = await (await engine.store(agent)).fold_bounds()
+        assert folded.get("terms", 0) > 0 or isinstance(engine.backend, SqliteBackend)
 
 
-@pytest.mark.parametrize("added", [0, 1, 12, BOUNDS_LOG_MAX + 1])
+@pytest.mark.parametrize("added", [0, 1, 12, 80])
 async def test_an_agents_bound_is_never_below_the_score_of_any_of_its_rows(backend, added):
-    """`added`: rows appended to every agent after the fold (SQLite: its bounds_log, up to
-    BOUNDS_LOG_MAX rows; past it, and on PostgreSQL, the bound is unknown)."""
+    """`added`: rows appended to every agent after the fold, one append each (the writer keeps
+    the bounds: they stay known)."""
     rnd = random.Random(7)
     async with engine_at(backend) as engine:
         for a in range(6):
@@ -57,7 +65,6 @@ async def test_an_agents_bound_is_never_below_the_score_of_any_of_its_rows(backe
                 await engine.append(AppendParams(sessionKey=f"agent:b{a}:late", events=[msg(f"b{a}n{i}", "user", t, f"b{a}n{i - 1}" if i else None,
                                                              ts=BASE_TS + 999 + i)]))
         stores = [await engine.store(a) for a in agents]
-        logged = backend.kind == "sqlite" and added <= BOUNDS_LOG_MAX
         for word, prefix in QUERIES:
             match = parse_query(word, prefix=prefix).match
             found = await engine.backend.score_bounds(stores, match, math.inf)
@@ -67,10 +74,8 @@ async def test_an_agents_bound_is_never_below_the_score_of_any_of_its_rows(backe
                     top = await store.search_top(reader, match, k=10_000, order="relevance", include=None,
                                                  exclude=[], role=None)
                 scores = [-h.score for h in top.hits if h.row_id]
-                if logged and word != "absent":
-                    assert bound.bound < math.inf, (word, store.agent_id)  # known through the log
-                elif backend.kind == "sqlite" and added > BOUNDS_LOG_MAX:  # past what the log keeps: unknown
-                    assert bound.bound == math.inf, (word, store.agent_id)
+                if word != "absent" and not (prefix and backend.kind == "postgres"):
+                    assert bound.bound < math.inf, (word, store.agent_id)  # kept by every write
                 if not scores:
                     continue  # a bound may or may not see that nothing matches
                 assert bound.bound > -math.inf, (word, store.agent_id)
@@ -81,28 +86,35 @@ async def test_an_agents_bound_is_never_below_the_score_of_any_of_its_rows(backe
                     assert bound.bound <= 2.2 * max(scores), (word, bound.bound, max(scores))
 
 
-async def test_a_bound_is_unknown_once_the_index_moved_on_and_known_again_after_a_fold(backend, monkeypatch):
+async def test_a_written_agent_stays_bounded_and_one_not_kept_is_unknown_until_a_fold(backend, monkeypatch):
     fold_after = bounds_mod if backend.kind == "sqlite" else pg_bounds
     monkeypatch.setattr(fold_after, "FOLD_AFTER", 0)  # due at once after a fold, however long it took
     async with engine_at(backend) as engine:
         await engine.append(AppendParams(sessionKey="agent:c0:main", events=timed("c0m", [("user", "loan river", BASE_TS)])))
         store = await engine.store("c0")
         match = parse_query("loan", prefix=False).match
-        never = await engine.backend.score_bounds([store], match, math.inf)  # never folded: unknown, or no
-        assert never is None or never[0].bound == math.inf  # bounds at all (PostgreSQL: most agents unfolded)
-        await store.fold_bounds()
-        assert 0 < (await engine.backend.score_bounds([store], match, math.inf))[0].bound < math.inf
         absent = parse_query("zephyr", prefix=False).match
+        assert 0 < (await engine.backend.score_bounds([store], match, math.inf))[0].bound < math.inf
         assert (await engine.backend.score_bounds([store], absent, math.inf))[0].bound == -math.inf
         await engine.append(AppendParams(sessionKey="agent:c0:main", events=[msg("c0n1", "user", "zephyr", "c0m1", ts=BASE_TS + 1)]))
-        after = (await engine.backend.score_bounds([store], absent, math.inf))[0].bound
-        if backend.kind == "sqlite":  # the row added since, in the bounds' log, holds the word
-            assert -math.inf < after < math.inf
-        else:
-            assert after == math.inf
+        assert -math.inf < (await engine.backend.score_bounds([store], absent, math.inf))[0].bound < math.inf
+        assert await engine.postings_due() == {}  # kept by the writes: no fold due
+        await _not_kept(engine, store)
+        unknown = await engine.backend.score_bounds([store], absent, math.inf)  # PostgreSQL: most agents
+        assert unknown is None or unknown[0].bound == math.inf  # unfolded, no bounds at all
         assert await engine.postings_due() == {"c0": "bounds"}
-        monkeypatch.setattr(fold_after, "FOLD_AFTER", 10**9)  # a fold waits on the last one's time
+        await store.fold_bounds()
+        assert -math.inf < (await engine.backend.score_bounds([store], absent, math.inf))[0].bound < math.inf
         assert await engine.postings_due() == {}
+
+
+async def _not_kept(engine, store) -> None:
+    """The store as one written before writes kept its bounds."""
+    if isinstance(engine.backend, SqliteBackend):
+        _unkept(store)
+    else:
+        await engine.backend.db.tx(lambda conn: conn.execute(
+            "DELETE FROM ss_bounds_built WHERE ano = (SELECT ano FROM ss_agents WHERE agent_id = %s)", (store.agent_id,)))
 
 
 @pytest.mark.parametrize("folded", ["every", "half", "every, then written"])
@@ -191,10 +203,13 @@ async def test_a_search_visits_only_the_agents_that_may_hold_a_top_hit(backend, 
         assert "d39" in visited and len(visited) < 20
 
 
-async def test_the_worker_check_folds_the_bounds_of_agents_whose_index_moved_on(backend):
+async def test_the_worker_check_folds_the_bounds_of_agents_whose_writes_did_not_keep_them(backend):
     async with engine_at(backend) as engine:
         await engine.append(AppendParams(sessionKey="agent:e0:main", events=timed("e0m", [("user", "loan river", BASE_TS)])))
         await engine.append(AppendParams(sessionKey="agent:e1:main", events=timed("e1m", [("user", "loan", BASE_TS)])))
+        assert await engine.postings_due() == {}
+        for agent in ("e0", "e1"):
+            await _not_kept(engine, await engine.store(agent))
         due = await engine.postings_due()
         settings = engine.settings
     assert due == {"e0": "bounds", "e1": "bounds"}
@@ -213,6 +228,7 @@ def test_an_agent_past_max_rows_is_not_folded(tmp_path, monkeypatch):
                  "tokenize = 'unicode61 remove_diacritics 2')")
     conn.execute("CREATE TABLE bounds_state (id INTEGER PRIMARY KEY, structure BLOB, averages BLOB, "
                  "folded_at REAL, fold_s REAL)")
+    conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)")
     conn.executemany("INSERT INTO msg_fts (text) VALUES (?)", [("loan",)] * 5)
     conn.commit()
     conn.close()
@@ -281,8 +297,9 @@ async def test_bounds_of_unchanged_agents_are_not_read_again_and_a_write_is_seen
 
 
 def test_serve_folds_the_bounds_and_answers_every_agent_as_the_merge_of_each(tmp_path):
-    """As a user runs it: `serve` (embedded) takes appends over HTTP, its postings check folds each
-    agent's bounds in a child process, and a search of every agent answers as the merge of each."""
+    """As a user runs it: `serve` (embedded) takes appends over HTTP, its postings check folds the
+    bounds of the agents whose writes did not keep them (half, as stores written before they did)
+    in a child process, and a search of every agent answers as the merge of each."""
     import json
 
     from ..server import Server
@@ -298,12 +315,15 @@ def test_serve_folds_the_bounds_and_answers_every_agent_as_the_merge_of_each(tmp
             status, body = server.post("transcript.append", {"sessionKey": f"agent:{agent}:main", "events": timed(
                 f"{agent}m", [("user", t, BASE_TS + 10 * a + i) for i, t in enumerate(texts)])})
             assert status == 200, body
+        for agent in agents[::2]:
+            with sqlite3.connect(next((tmp_path / "data").rglob(f"{agent}.db"))) as db:
+                db.execute("DELETE FROM meta WHERE key IN ('bounds_rows', 'bounds_tokens')")
 
         def folded() -> set[str]:
             return {agent for line in server.log_path.read_text().splitlines() if "optimize.done" in line
                     for agent in [json.loads(line)["agent"]] if json.loads(line).get("bound_terms")}
 
-        wait_until(lambda: folded() == set(agents), 60, lambda: f"every agent folded: {folded()}", every=0.1)
+        wait_until(lambda: folded() == set(agents[::2]), 60, lambda: f"those not kept folded: {folded()}", every=0.1)
         for query in ["loan", "river stone", "sto"]:
             merged = []
             for agent in agents:
@@ -350,7 +370,7 @@ async def test_recent_passes_over_the_agents_kept_bounds_say_match_nothing(tmp_p
         assert [h["messageId"] for h in found["results"]] == ["h19n", "h4m2", "h2m2"]
 
 
-async def test_the_bounds_log_ends_at_a_deletion_and_starts_again_with_the_next_fold(tmp_path):
+async def test_a_deletion_keeps_the_bounds_with_the_document_counts_left(tmp_path):
     loan = parse_query("loan", prefix=False).match
     async with engine_at(tmp_path) as engine:
         await engine.append(AppendParams(sessionKey="agent:c0:main", events=timed("c0m", [("user", "loan river", BASE_TS)])))
@@ -360,21 +380,15 @@ async def test_the_bounds_log_ends_at_a_deletion_and_starts_again_with_the_next_
         async def bound() -> float:
             return (await engine.backend.score_bounds([store], loan, math.inf))[0].bound
 
-        def log() -> tuple[int, list[int]]:
+        def terms() -> dict[str, tuple[int, int, int]]:
             with sqlite3.connect(store.path) as db:
-                return (db.execute("SELECT logged FROM bounds_state").fetchone()[0],
-                        [r for (r,) in db.execute("SELECT rid FROM bounds_log")])
+                return {t: (d, tf, dl) for t, d, tf, dl in db.execute("SELECT * FROM term_bounds")}
 
-        await store.fold_bounds()
-        folded = await bound()
-        assert log() == (1, [])
+        assert terms() == {"loan": (2, 1, 2), "river": (1, 1, 2), "stone": (1, 1, 2)}
+        before = await bound()
         await engine.append(AppendParams(sessionKey="agent:c0:main", events=[msg("c0m2", "user", "loan loan loan", "c0m1", ts=BASE_TS + 9)]))
-        assert folded < await bound() < math.inf  # the row added holds the word more often than any before
-        assert log()[0] == 1 and len(log()[1]) == 1
-        await engine.delete(SessionRef(sessionKey="agent:c0:other"))  # its index rows deleted: a document count may have fallen
-        assert await bound() == math.inf
-        assert log() == (0, [])
-        await engine.append(AppendParams(sessionKey="agent:c0:main", events=[msg("c0m3", "user", "loan", "c0m2", ts=BASE_TS + 10)]))
-        assert log() == (0, [])  # nothing is listed until a fold
-        await store.fold_bounds()
-        assert log() == (1, []) and await bound() < math.inf
+        assert before < await bound() < math.inf  # the row added holds the word more often than any before
+        await engine.delete(SessionRef(sessionKey="agent:c0:other"))  # its index rows deleted: its terms' documents counted out
+        assert terms() == {"loan": (2, 3, 2), "river": (1, 1, 2)}
+        assert -math.inf < await bound() < math.inf
+        assert await store.fold_bounds() == {}  # kept: nothing to fold

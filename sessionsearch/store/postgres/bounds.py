@@ -2,16 +2,21 @@
 that may hold a top hit (search/visits.py, best_first), as store/sqlite/bounds.py does on SQLite.
 
 A fold keeps, per agent and lexeme, the highest count of the lexeme in one of its index rows
-(max_tf) and the length of its shortest row holding it (min_dl), read in one snapshot with the
+(max_tf) and the length of its shortest row holding it (min_dl; the writes add rows of their own
+since: a lexeme's bounds are the highest and least of its rows), read in one snapshot with the
 agent's index state (meta version, windows, summed idx_gen, idx_epoch: the state a cached df is
-checked by, search.py). While that state holds, every row's BM25 is bounded: a phrase's share of
+checked by, search.py), and from then on the writes keep them (`kept`: schema migration 14's
+trigger on the index rows raises a lexeme's max_tf and lowers its min_dl with every row inserted;
+a deleted row leaves them as loose bounds of the rows left); an agent created since has them kept
+from its first row. While they are kept, every row's BM25 is bounded: a phrase's share of
 the score rises with its count and falls as the row grows longer, and its idf and the average
 length are the search's own (read in the same statement as the bound, for every agent at once).
 A phrase of several lexemes occurs at most as often as each of them; a prefix at most as often as
 the sum of its lexemes' highest counts (up to MAX_RANGE of them; past that the agent is not
-bounded). An agent whose state moved since its fold is not bounded either (it is ranked first).
+bounded). Bounds folded before the writes kept them (not `kept`) hold only while the agent's index
+state is the fold's; an agent whose state moved since is not bounded (it is ranked first).
 
-The worker's postings check folds an agent when its bounds are stale (store.postings_due,
+The worker's postings check folds an agent whose bounds are not kept (store.postings_due,
 "bounds"), up to MAX_ROWS rows; a fold waits FOLD_AFTER times as long as the last one took.
 """
 
@@ -32,7 +37,7 @@ MAX_ROWS = 200_000  # agents of more rows are not folded (their common words hav
 MAX_RANGE = 64  # lexemes a prefix's bound sums; a prefix of more leaves the agent unbounded
 FOLD_AFTER = 20  # a fold waits this many times its last one's duration: a twentieth of a core at most
 MARGIN = 1e-9  # relative, added to a bound: far above the rounding of the search's own expression
-LOCK = 0x626F756E  # advisory lock key space ("boun"), with the agent number as the second key
+LOCK = 0x626F756E  # advisory lock key space ("boun"), with the agent number as the second key (migration 14)
 
 # the agent's index state and indexed rows, as a search's head reads them (search.py's HEAD)
 STATE = ("SELECT a.meta_version AS version, count(w.wid) AS windows, coalesce(sum(w.idx_gen), 0) AS gen, "
@@ -53,11 +58,11 @@ async def fold(db: Db, ano: int, max_rows: int = MAX_ROWS) -> dict[str, Any]:
             f"WITH s AS ({STATE}), t AS (INSERT INTO ss_term_bounds (ano, term, max_tf, min_dl) "
             "SELECT %(ano)s, e.key, max(e.value::integer), min(m.dl) FROM ss_index m, jsonb_each_text(m.tf) e "
             "WHERE m.ano = %(ano)s AND (SELECT s.rows BETWEEN 1 AND %(max)s FROM s) GROUP BY e.key RETURNING 1), "
-            "b AS (INSERT INTO ss_bounds_built (ano, version, windows, gen, epoch, folded_at, fold_s) "
-            "SELECT %(ano)s, s.version, s.windows, s.gen, s.epoch, %(now)s, 0 FROM s "
+            "b AS (INSERT INTO ss_bounds_built (ano, version, windows, gen, epoch, folded_at, fold_s, kept) "
+            "SELECT %(ano)s, s.version, s.windows, s.gen, s.epoch, %(now)s, 0, true FROM s "
             "WHERE s.rows BETWEEN 1 AND %(max)s ON CONFLICT (ano) DO UPDATE SET version = EXCLUDED.version, "
             "windows = EXCLUDED.windows, gen = EXCLUDED.gen, epoch = EXCLUDED.epoch, "
-            "folded_at = EXCLUDED.folded_at RETURNING 1) "
+            "folded_at = EXCLUDED.folded_at, kept = true RETURNING 1) "
             "SELECT (SELECT count(*) FROM t), (SELECT count(*) FROM b)"),
             {"ano": ano, "max": max_rows, "now": time.time()})
         if not row[1]:
@@ -77,8 +82,8 @@ async def bounds_due(reader: Reader, ano: int, max_rows: int = MAX_ROWS) -> bool
     """Whether a fold would give the agent usable bounds it lacks, and the last one was long
     enough ago (FOLD_AFTER); never while windows wait for reconciliation (their rows move)."""
     row = await reader.one(
-        f"SELECT s.backlog, s.rows, b.ano IS NOT NULL AND (s.version, s.windows, s.gen, s.epoch) = "
-        f"(b.version, b.windows, b.gen, b.epoch), b.folded_at, b.fold_s FROM ({STATE}) s "
+        f"SELECT s.backlog, s.rows, b.ano IS NOT NULL AND (b.kept OR (s.version, s.windows, s.gen, s.epoch) = "
+        f"(b.version, b.windows, b.gen, b.epoch)), b.folded_at, b.fold_s FROM ({STATE}) s "
         "LEFT JOIN ss_bounds_built b ON b.ano = %(ano)s", {"ano": ano})
     if row is None:
         return False
@@ -122,12 +127,13 @@ def _phrase_sql(q: Query, i: int, params: dict[str, Any]) -> str:
         if end is not None:
             params[f"bu{i}"] = end
             upper = f" AND b.term < %(bu{i})s"
-        return (f"(SELECT sum(r.max_tf) AS tf, min(r.min_dl) AS dl, count(*) AS n FROM (SELECT b.max_tf, b.min_dl "
-                f"FROM ss_term_bounds b WHERE b.ano = st.ag_ano AND b.term >= %(bp{i})s{upper} "
-                f"AND starts_with(b.term, %(bp{i})s) LIMIT {MAX_RANGE + 1}) r)")
+        return (f"(SELECT sum(r.max_tf) AS tf, min(r.min_dl) AS dl, count(*) AS n FROM (SELECT max(b.max_tf) AS "
+                f"max_tf, min(b.min_dl) AS min_dl FROM ss_term_bounds b WHERE b.ano = st.ag_ano AND b.term >= %(bp{i})s"
+                f"{upper} AND starts_with(b.term, %(bp{i})s) GROUP BY b.term LIMIT {MAX_RANGE + 1}) r)")
     params[f"be{i}"] = whole
-    return (f"(SELECT min(b.max_tf) AS tf, max(b.min_dl) AS dl, count(*) AS n FROM ss_term_bounds b "
-            f"WHERE b.ano = st.ag_ano AND b.term = ANY(%(be{i})s::text[]))")
+    return (f"(SELECT min(r.max_tf) AS tf, max(r.min_dl) AS dl, count(*) AS n FROM (SELECT max(b.max_tf) AS max_tf, "
+            f"min(b.min_dl) AS min_dl FROM ss_term_bounds b WHERE b.ano = st.ag_ano "
+            f"AND b.term = ANY(%(be{i})s::text[]) GROUP BY b.term) r)")
 
 
 def bound_sql(q: Query, params: dict[str, Any]) -> tuple[str, str]:
@@ -138,8 +144,8 @@ def bound_sql(q: Query, params: dict[str, Any]) -> tuple[str, str]:
     phrases = range(len(q.phrases))
     joins = "".join(f" LEFT JOIN LATERAL {_phrase_sql(q, i, params)} p{i} ON u.usable" for i in phrases)
     usable = ("LEFT JOIN LATERAL (SELECT EXISTS (SELECT 1 FROM ss_bounds_built b WHERE b.ano = st.ag_ano AND "
-              "(b.version, b.windows, b.gen, b.epoch) = (st.version, st.windows, st.gen, st.epoch)) AS usable) u "
-              "ON true")
+              "(b.kept OR (b.version, b.windows, b.gen, b.epoch) = (st.version, st.windows, st.gen, st.epoch))) "
+              "AS usable) u ON true")
     wholes = [_whole(q, i) for i in phrases]
     none = " OR ".join(f"p{i}.n = 0" if w is None else f"p{i}.n < {len(w)}" for i, w in enumerate(wholes))
     unbounded = " OR ".join(f"p{i}.n > {MAX_RANGE}" for i, w in enumerate(wholes) if w is None) or "false"

@@ -556,4 +556,36 @@ CREATE TABLE ss_bounds_built (
     fold_s double precision NOT NULL
 );
 """),
+    (14, "bounds_kept_by_writes", """
+-- The writes keep each agent's score bounds (bounds.py): every statement inserting index rows adds
+-- a row for each lexeme whose bounds it moves (a higher count, a shorter row); a lexeme's bounds
+-- are the highest max_tf and least min_dl of its rows. Rows are only added, never updated (one per
+-- lexeme and agent would make appends of the same agent wait on each other's open transaction),
+-- and a fold replaces them all. A deletion leaves them as they were, still bounds of the rows
+-- left, so bounds marked `kept` hold in every index state, and an agent created from now on has
+-- them kept from its first row. A fold takes the agent's lock (bounds.LOCK, 0x626F756E) alone and
+-- the upkeep shares it: a fold reads every row whose upkeep it replaces.
+ALTER TABLE ss_term_bounds DROP CONSTRAINT ss_term_bounds_pkey;
+CREATE INDEX ss_term_bounds_by_term ON ss_term_bounds (ano, term);
+ALTER TABLE ss_bounds_built ADD COLUMN kept boolean NOT NULL DEFAULT false;
+CREATE FUNCTION ss_bounds_keep() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(1651471726, a.ano) FROM (SELECT DISTINCT ano FROM added ORDER BY ano) a;
+    INSERT INTO ss_term_bounds (ano, term, max_tf, min_dl)
+    SELECT n.ano, n.term, n.max_tf, n.min_dl FROM (SELECT c.ano, e.key AS term, max(e.value::integer) AS max_tf,
+        min(c.dl) AS min_dl FROM added c, jsonb_each_text(c.tf) e GROUP BY c.ano, e.key) n
+    WHERE NOT EXISTS (SELECT 1 FROM ss_term_bounds o WHERE o.ano = n.ano AND o.term = n.term
+                      AND o.max_tf >= n.max_tf AND o.min_dl <= n.min_dl);
+    RETURN NULL;
+END $$;
+CREATE TRIGGER ss_index_bounds AFTER INSERT ON ss_index REFERENCING NEW TABLE AS added
+    FOR EACH STATEMENT EXECUTE FUNCTION ss_bounds_keep();
+CREATE FUNCTION ss_bounds_of_new_agent() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO ss_bounds_built (ano, version, windows, gen, epoch, folded_at, fold_s, kept)
+        VALUES (NEW.ano, 0, 0, 0, 0, 0, 0, true);
+    RETURN NULL;
+END $$;
+CREATE TRIGGER ss_agents_bounds AFTER INSERT ON ss_agents FOR EACH ROW EXECUTE FUNCTION ss_bounds_of_new_agent();
+"""),
 )

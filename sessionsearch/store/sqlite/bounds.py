@@ -19,23 +19,26 @@ at most IDF(n) x F(k1+1) / (F + k1(1 - b + b L/avgdl)), with
 and a query at most the sum over its phrases. A term the agent does not hold: no row of it
 matches, and the search passes over it.
 
-Once the index moved on from the folded state, the bounds still hold while only rows were added
-(`bounds_log`, kept by the writer: postings.py, HotWrites): the rows of the fold are all there,
-unchanged, so each phrase's document count is at least the fold's, and IDF falls as it grows: n
-the fold's, with the index's averages now, bounds those rows. Each row added since is bounded by
-its own terms, FTS5's tokens of its indexed text (checked against its length in the docsize
-table), with n the fold's plus the row itself; the agent's bound is the higher of the two. A
-deletion, or more than BOUNDS_LOG_MAX rows added (postings.py), ends the log: the bound is then
-unknown (infinite) until the next fold. The worker's postings check folds an agent whose bounds
-are stale (postings_build.py, "bounds"), up to MAX_ROWS rows; a larger agent is searched whole
-every time, as before bounds. A scope, a role or a time range only leaves rows out, so the
-bound holds for every search of the agent (its scores are the whole agent's, SPEC §4).
+The writer keeps the bounds as the index moves on (`kept`, below): every transaction that
+indexes or deletes rows updates the terms of those rows in the same transaction, counted from
+their indexed text with FTS5's tokens (a document more or less per row holding the term; the highest
+frequency raised, the shortest row lowered, never the other way: a deleted row's frequency and
+length stay as loose bounds), and the row and token totals it expects the index's averages record
+to hold (meta `bounds_rows`, `bounds_tokens`). A search trusts the bounds while the averages
+record holds those totals: a write that left the bounds alone, or tokens counted unlike FTS5's,
+shows as a mismatch, and the agent is then searched whole until a fold. An agent's bounds are
+kept from its first indexed row (an empty index is bounded by no terms) or from a fold; the
+worker's postings check folds an agent whose bounds are not kept (postings_build.py, "bounds"),
+up to MAX_ROWS rows; a larger agent is searched whole every time, as before bounds. A scope, a
+role or a time range only leaves rows out, so the bound holds for every search of the agent (its
+scores are the whole agent's, SPEC §4).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import sqlite3
 import threading
 import time
@@ -58,9 +61,9 @@ FOLD_AFTER = 20
 MAX_RANGE = 64  # terms a prefix's bound sums; a prefix of more is unbounded (the agent is searched)
 UNKNOWN = math.inf  # the bound of an agent whose index moved on since its fold
 NO_MATCH = -math.inf  # the bound of an agent holding none of some phrase's terms
-# bounds_state's fold is of the index's state now
-FRESH_SQL = ("(SELECT block FROM msg_fts_data WHERE id = 10) IS structure "
-             "AND (SELECT block FROM msg_fts_data WHERE id = 1) IS averages")
+# the index's averages record now, and the totals the writer kept the bounds for (None: not kept)
+KEPT_SQL = ("SELECT (SELECT block FROM msg_fts_data WHERE id = 1), "
+            "(SELECT value FROM meta WHERE key = 'bounds_rows'), (SELECT value FROM meta WHERE key = 'bounds_tokens')")
 KNOWN_TERMS = 256  # terms and prefixes whose rows a store keeps (Known)
 
 
@@ -93,14 +96,6 @@ class Folded:
     started: float  # when the read began (time.time)
 
 
-@dataclass(frozen=True, slots=True)
-class Added:
-    """A row indexed since the fold (bounds_log): its tokens counted, and its length."""
-
-    tf: Counter[str]
-    dl: int
-
-
 # -- the query side ------------------------------------------------------------------------------
 
 class _Tokenizer:
@@ -113,7 +108,7 @@ class _Tokenizer:
 
     def tokens(self, text: str) -> tuple[str, ...]:
         if text.isascii():  # unicode61 on ASCII: runs of letters and digits, lower-cased
-            return tuple("".join(ch.lower() if ch.isalnum() else " " for ch in text).split())
+            return tuple(_ASCII_TOKEN.findall(text.lower()))
         with self._lock:
             if self._conn is None:
                 conn = sqlite3.connect(":memory:", check_same_thread=False)
@@ -125,6 +120,7 @@ class _Tokenizer:
             return tuple(t for (t,) in self._conn.execute("SELECT term FROM sv ORDER BY offset"))
 
 
+_ASCII_TOKEN = re.compile(r"[a-z0-9]+")
 _TOKENIZER = _Tokenizer()
 
 
@@ -157,16 +153,8 @@ def bound_query(match: Match | None) -> BoundQuery | None:
         params[f"lo{i}"], params[f"hi{i}"] = lo, lo[:-1] + chr(ord(lo[-1]) + 1)
         arms.append(f"SELECT * FROM (SELECT {i + 1}, term, docs, max_tf, min_dl, NULL, NULL FROM term_bounds "
                     f"WHERE term >= :lo{i} AND term < :hi{i} ORDER BY term LIMIT :range)")
-    # the rows indexed since the fold (none while the index is in its state, or the log ended):
-    # id, indexed text and docsize record
-    arms.append("SELECT -2, l.rid, NULL, NULL, NULL, f.text, d.sz FROM bounds_log l "
-                "CROSS JOIN msg_fts f ON f.rowid = l.rid CROSS JOIN msg_fts_docsize d ON d.id = l.rid")
-    # the index's averages now; whether it is still in the fold's state; whether the log holds every
-    # row since (logged), and the fold's averages (its rows): one row whether or not a fold ran
-    arms.append("SELECT -1, (SELECT block FROM msg_fts_data WHERE id = 1), "
-                "(SELECT block FROM msg_fts_data WHERE id = 10) IS s.structure "
-                "AND (SELECT block FROM msg_fts_data WHERE id = 1) IS s.averages, s.logged, s.averages, NULL, NULL "
-                "FROM (SELECT 1) LEFT JOIN bounds_state s")
+    # the index's averages now, and the totals the bounds were kept for (kept_of)
+    arms.append(f"SELECT -1, {KEPT_SQL[len('SELECT '):]}, NULL, NULL, NULL")
     return BoundQuery(tuple(phrases), exact, prefixes, " UNION ALL ".join(arms), params)
 
 
@@ -180,11 +168,10 @@ class Known:
     again only the agents written since and the terms not yet asked of them."""
 
     stamp: Stamp | None  # None: the files' stamp could not be read (not kept)
-    fresh: bool  # folded, and the index still in the folded state
+    fresh: bool  # the bounds kept for the index as it is (kept_of)
     averages: bytes | None  # the index's averages record now
     version: int  # the meta version and the windows needing reconciliation, as _HEAD_SQL reads them
     dirty: frozenset[int]
-    added: list[Added] | None = None  # not fresh: the rows indexed since the fold, None when unknown
     exact: dict[str, Row | None] = field(default_factory=dict)  # None: the agent holds no such term
     ranges: dict[str, list[Row]] = field(default_factory=dict)  # a prefix's terms, MAX_RANGE + 1 at most
 
@@ -192,7 +179,7 @@ class Known:
 
     def bound(self, query: BoundQuery) -> float | None:
         """The agent's bound for `query`, None when a term of it was not read yet."""
-        if not self.fresh and self.added is None:
+        if not self.fresh:
             return UNKNOWN
         if (bound := self.bounds.get(query.phrases)) is not None:
             return bound
@@ -201,8 +188,6 @@ class Known:
         if len(self.bounds) >= KNOWN_TERMS:
             self.bounds.clear()
         bound = agent_bound(query, self.averages, self.exact, self.ranges)
-        if self.added:
-            bound = max(bound, added_bound(query, self.averages, self.exact, self.ranges, self.added))
         self.bounds[query.phrases] = bound
         return bound
 
@@ -224,27 +209,27 @@ def known_of(query: BoundQuery, stamp: Stamp | None, rows: list[tuple[Any, ...]]
              dirty: frozenset[int]) -> Known:
     """What the rows of query.sql (the state row last) tell of the agent, as of `stamp`."""
     state = rows[-1]
-    known = Known(stamp, bool(state[2]), state[1], version, dirty)
-    if not known.fresh and state[3] == 1:
-        known.added = rows_added([r for r in rows if r[0] == -2], state[1], state[4])
+    known = Known(stamp, kept_of(state[1], state[2], state[3]), state[1], version, dirty)
     known.add(query, rows)
     return known
 
 
-def rows_added(rows: list[tuple[Any, ...]], averages: bytes | None, folded: bytes | None) -> list[Added] | None:
-    """The rows the log lists, tokenized as FTS5 does, or None when they cannot be trusted to be
-    all the rows indexed since the fold: the index's row count (its averages record, now and as
-    folded) is not the fold's plus theirs, or a row's tokens are not as many as FTS5 counted when
-    it indexed the row."""
-    if not averages or not folded or varint(averages, 0)[0] != varint(folded, 0)[0] + len(rows):
-        return None
-    added = []
-    for _, _, _, _, _, text, sz in rows:
-        tokens = _TOKENIZER.tokens(text or "")
-        if len(tokens) != (varint(sz, 0)[0] if sz else 0):  # the text column's size comes first
-            return None
-        added.append(Added(Counter(tokens), len(tokens)))
-    return added
+def totals(averages: bytes | None) -> tuple[int, int]:
+    """The index's rows and tokens (all columns) from its averages record."""
+    if not averages:
+        return 0, 0
+    rows, i = varint(averages, 0)
+    tokens = 0
+    while i < len(averages):
+        n, i = varint(averages, i)
+        tokens += n
+    return rows, tokens
+
+
+def kept_of(averages: bytes | None, rows: int | None, tokens: int | None) -> bool:
+    """Whether the bounds are kept for the index as it is: the writer kept them for the totals the
+    averages record holds."""
+    return rows is not None and totals(averages) == (rows, tokens)
 
 
 def _score(n_rows: int, avgdl: float, docs: int, tf: int, dl: int) -> float:
@@ -286,37 +271,6 @@ def agent_bound(query: BoundQuery, averages: bytes | None, exact: dict[str, Row 
     return total * (1 + EPS)  # never below FTS5's own rounding of the same sum
 
 
-def added_bound(query: BoundQuery, averages: bytes | None, exact: dict[str, Row | None],
-                ranges: dict[str, list[Row]], added: list[Added]) -> float:
-    """The highest score a row indexed since the fold can have for `query`: each phrase's
-    frequency in the row at most its least token's count (a prefix: its terms' counts summed), its
-    document count at least the fold's plus this row (a phrase of several tokens: this row)."""
-    n_rows = varint(averages, 0)[0] if averages else 0
-    if not averages or not n_rows:
-        return NO_MATCH
-    avgdl = average_length(averages)
-    best = NO_MATCH
-    for row in added:
-        total = 0.0
-        for phrase in query.phrases:
-            counts, docs = [], 1  # a phrase of several tokens: the row itself holds it
-            for n, token in enumerate(phrase.tokens):
-                if phrase.prefix and n == len(phrase.tokens) - 1:
-                    counts.append(sum(c for t, c in row.tf.items() if t.startswith(token)))
-                    folded = max((t[0] for t in ranges[token]), default=0)
-                else:
-                    counts.append(row.tf.get(token, 0))
-                    folded = held[0] if (held := exact.get(token)) is not None else 0
-                if len(phrase.tokens) == 1:  # the fold's rows holding its term, and this one
-                    docs = folded + 1
-            if not min(counts):  # the row does not hold the phrase: it does not match the query
-                break
-            total += _score(n_rows, avgdl, docs, min(counts), row.dl)
-        else:
-            best = max(best, total * (1 + EPS))
-    return best
-
-
 # -- the fold --------------------------------------------------------------------------------------
 
 def read_bounds(path: Path, max_rows: int = MAX_ROWS) -> Folded | None:
@@ -333,7 +287,7 @@ def read_bounds(path: Path, max_rows: int = MAX_ROWS) -> Folded | None:
                              "(SELECT block FROM msg_fts_data WHERE id = 1)").fetchone()
         if not state[0] or not state[1] or not 0 < varint(state[1], 0)[0] <= max_rows:
             return None
-        if conn.execute(f"SELECT 1 FROM bounds_state WHERE {FRESH_SQL}").fetchone():
+        if kept_of(*conn.execute(KEPT_SQL).fetchone()):
             return None
         length = {rid: sz[0] if sz[0] < 0x80 else varint(sz, 0)[0]  # the text column's size comes first
                   for rid, sz in conn.execute("SELECT id, sz FROM msg_fts_docsize")}
@@ -356,18 +310,69 @@ def store_bounds(c: sqlite3.Connection, folded: Folded) -> bool:
         return False
     c.execute("DELETE FROM term_bounds")
     c.executemany("INSERT INTO term_bounds VALUES (?, ?, ?, ?)", folded.terms)
-    # the index is in the fold's state: from this transaction on, every row indexed is logged
-    c.execute("DELETE FROM bounds_log")
-    c.execute("INSERT OR REPLACE INTO bounds_state (id, structure, averages, folded_at, fold_s, logged) "
-              "VALUES (1, ?, ?, ?, ?, 1)",
+    c.execute("INSERT OR REPLACE INTO bounds_state (id, structure, averages, folded_at, fold_s) VALUES (1, ?, ?, ?, ?)",
               (folded.structure, folded.averages, folded.started, time.time() - folded.started))
+    # the index is in the fold's state: from this transaction on, every write keeps the bounds
+    _keep_totals(c, *totals(folded.averages))
     return True
 
 
 def bounds_due(conn: sqlite3.Connection, rows: int, max_rows: int = MAX_ROWS) -> bool:
     """Whether a fold would give the agent usable bounds it lacks, and the last one was long enough
     ago (FOLD_AFTER), inside the check's snapshot."""
-    if not 0 < rows <= max_rows:
+    if not 0 < rows <= max_rows or kept_of(*conn.execute(KEPT_SQL).fetchone()):
         return False
-    state = conn.execute(f"SELECT {FRESH_SQL}, folded_at, fold_s FROM bounds_state").fetchone()
-    return state is None or not state[0] and time.time() >= state[1] + (1 + FOLD_AFTER) * state[2]
+    state = conn.execute("SELECT folded_at, fold_s FROM bounds_state").fetchone()
+    return state is None or time.time() >= state[0] + (1 + FOLD_AFTER) * state[1]
+
+
+# -- the writer's upkeep (inside its transactions: postings.HotWrites) -----------------------------
+
+def _keep_totals(c: sqlite3.Connection, rows: int, tokens: int) -> None:
+    c.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", (("bounds_rows", rows), ("bounds_tokens", tokens)))
+
+
+def token_counts(texts: list[str]) -> list[Counter[str]]:
+    """Each indexed text's tokens as FTS5 counts them (unicode61, remove_diacritics 2)."""
+    return [Counter(_TOKENIZER.tokens(text)) for text in texts]
+
+
+def keep_added(c: sqlite3.Connection, texts: list[str], *, only: bool) -> None:
+    """Inside the transaction indexing rows of `texts`: their terms added to the bounds kept.
+    `only`: the index holds no other rows (its bounds are then kept from here on, if they were not)."""
+    kept = c.execute("SELECT value FROM meta WHERE key = 'bounds_rows'").fetchone()
+    if kept is None:
+        if not only:  # rows indexed before: only a fold knows their terms
+            return
+        c.execute("DELETE FROM term_bounds")  # of rows no longer indexed, if any
+        _keep_totals(c, 0, 0)
+    terms: dict[str, tuple[int, int, int]] = {}
+    tokens = 0
+    for tf in token_counts(texts):
+        dl = sum(tf.values())
+        tokens += dl
+        for term, n in tf.items():
+            held = terms.get(term)
+            terms[term] = (1, n, dl) if held is None else (held[0] + 1, max(held[1], n), min(held[2], dl))
+    c.executemany("INSERT INTO term_bounds VALUES (?, ?, ?, ?) ON CONFLICT (term) DO UPDATE SET "
+                  "docs = docs + excluded.docs, max_tf = max(max_tf, excluded.max_tf), "
+                  "min_dl = min(min_dl, excluded.min_dl)", ((t, *v) for t, v in terms.items()))
+    c.execute("UPDATE meta SET value = value + CASE key WHEN 'bounds_rows' THEN ? ELSE ? END "
+              "WHERE key IN ('bounds_rows', 'bounds_tokens')", (len(texts), tokens))
+
+
+def keep_removed(c: sqlite3.Connection, texts: list[str]) -> None:
+    """Inside the transaction deleting index rows of `texts`, before they go: one document fewer
+    for each of their terms (a term in no row left is dropped); the highest frequencies and
+    shortest rows stay, still bounds of the rows left."""
+    if not texts or c.execute("SELECT 1 FROM meta WHERE key = 'bounds_rows'").fetchone() is None:
+        return
+    docs: Counter[str] = Counter()
+    tokens = 0
+    for tf in token_counts(texts):
+        tokens += sum(tf.values())
+        docs.update(tf.keys())
+    c.executemany("UPDATE term_bounds SET docs = docs - ? WHERE term = ?", ((n, t) for t, n in docs.items()))
+    c.executemany("DELETE FROM term_bounds WHERE term = ? AND docs <= 0", ((t,) for t in docs))
+    c.execute("UPDATE meta SET value = value - CASE key WHEN 'bounds_rows' THEN ? ELSE ? END "
+              "WHERE key IN ('bounds_rows', 'bounds_tokens')", (len(texts), tokens))

@@ -36,14 +36,12 @@ from typing import Any
 import aiosqlite
 
 from ...text.cjk import runs
+from . import bounds as kept_bounds  # its upkeep is called at write time: bounds.py imports this module first
 from .fetch import fetch_all
 
 K1, B = 1.2, 0.75  # FTS5's bm25() defaults
 EPS = 1e-9  # relative; far above the rounding difference between this score and FTS5's own
 FRESH_LIMIT = 20_000  # rows indexed since a word's build beyond which its searches use FTS5 alone
-# rows indexed since the score bounds' fold that their log keeps (bounds.py); past it a written agent
-# is read whole until the next fold, as without the log: a search reads at most this many rows' text
-BOUNDS_LOG_MAX = 64
 PAGE = 64  # postings fetched per tf run and round trip
 MAX_ROUNDS = 4  # rescoring rounds before a narrow scope gives up on the postings
 # `optimize` builds postings for the words FTS5 is slow to rank (docs/cjk.md;
@@ -159,7 +157,7 @@ def read_postings(path: Path, words: list[str]) -> tuple[int, list[array[int]]]:
 
 
 class HotWrites:
-    """The writer's part: the index log, the score bounds' log (bounds.py) and the postings, on the
+    """The writer's part: the index log, the score bounds' upkeep (bounds.py) and the postings, on the
     writer's connection `c`, each public method but the logs' one transaction of `tx()`
     (SqliteWriter.tx).
 
@@ -178,42 +176,31 @@ class HotWrites:
         limit: int = self.c.execute("SELECT value FROM meta WHERE key = 'index_log'").fetchone()[0]
         return limit
 
-    def log_indexed(self, rids: list[int]) -> None:
-        """Inside an indexing transaction: list the rows just indexed, while any word has postings
-        and while the score bounds keep their log."""
-        if not rids:
+    def log_indexed(self, rows: list[tuple[Any, ...]]) -> None:
+        """Inside an indexing transaction, just after the rows (id, indexed text, …) went in: list
+        them while any word has postings, and keep the score bounds (bounds.py) with their terms."""
+        if not rows:
             return
         if limit := self.log_limit():
-            self.c.executemany("INSERT INTO index_log (rid) VALUES (?)", ((r,) for r in rids))
+            self.c.executemany("INSERT INTO index_log (rid) VALUES (?)", ((r[0],) for r in rows))
             self._expire_past(limit)
-        self._log_for_bounds("SELECT value AS id FROM json_each(:rids)", {"rids": json.dumps(rids)})
+        only = self.c.execute("SELECT NOT EXISTS (SELECT 1 FROM msg_fts_docsize WHERE id NOT IN "
+                              "(SELECT value FROM json_each(?)))", (json.dumps([r[0] for r in rows]),)).fetchone()[0]
+        kept_bounds.keep_added(self.c, [r[1] or "" for r in rows], only=bool(only))
 
     def log_indexed_sql(self, select: str, params: dict[str, Any]) -> None:
-        """As `log_indexed`, for the rows (id first) a statement selects."""
+        """As `log_indexed`, just before the rows (id, indexed text, …) a statement selects go in."""
         if limit := self.log_limit():
             self.c.execute(f"INSERT INTO index_log (rid) SELECT id FROM ({select})", params)
             self._expire_past(limit)
-        self._log_for_bounds(select, params)
-
-    def _log_for_bounds(self, select: str, params: dict[str, Any]) -> None:
-        # at most one row past the cap is listed: an import's window does not fill the log to end it
-        if self.c.execute(f"INSERT OR IGNORE INTO bounds_log (rid) SELECT id FROM ({select}) "
-                          "WHERE (SELECT logged FROM bounds_state) = 1 LIMIT :bounds_cap",
-                          {**params, "bounds_cap": BOUNDS_LOG_MAX + 1}).rowcount and self.c.execute(
-                "SELECT count(*) > ? FROM bounds_log", (BOUNDS_LOG_MAX,)).fetchone()[0]:
-            self.end_bounds_log()
+        only = self.c.execute("SELECT NOT EXISTS (SELECT 1 FROM msg_fts_docsize)").fetchone()[0]
+        kept_bounds.keep_added(self.c, [r[1] or "" for r in self.c.execute(select, params)], only=bool(only))
 
     def bounds_gone(self, where: str, params: tuple[Any, ...] | dict[str, Any]) -> None:
-        """Inside a transaction, before the index rows `where` selects are deleted: the score bounds'
-        log ends (a deleted row may have held a term, whose document count then falls below the
-        fold's, and the bound with it: only a fold makes them usable again)."""
-        if self.c.execute("SELECT 1 FROM bounds_state WHERE logged = 1 AND EXISTS "
-                          f"(SELECT 1 FROM msg_fts WHERE {where})", params).fetchone():
-            self.end_bounds_log()
-
-    def end_bounds_log(self) -> None:
-        self.c.execute("UPDATE bounds_state SET logged = 0 WHERE logged = 1")
-        self.c.execute("DELETE FROM bounds_log")
+        """Inside a transaction, before the index rows `where` selects are deleted: their terms
+        taken out of the score bounds kept (bounds.py)."""
+        gone = self.c.execute(f"SELECT text FROM msg_fts WHERE {where}", params)
+        kept_bounds.keep_removed(self.c, [text or "" for (text,) in gone])
 
     def _expire_past(self, limit: int) -> None:
         (last,) = self.c.execute("SELECT seq FROM sqlite_sequence WHERE name = 'index_log'").fetchone()

@@ -159,7 +159,7 @@ class SqliteReconcileTx(SqliteEmbedTx):
         rows = [(rid, index_text(body), ts, mid)
                 for rid, body, ts, mid in self.c.execute(select, {"lo": lo, "hi": hi}).fetchall()]
         self.c.executemany("INSERT INTO msg_fts (rowid, text, ts, mid) VALUES (?, ?, ?, ?)", rows)
-        self.w.hot.log_indexed([r[0] for r in rows])
+        self.w.hot.log_indexed(rows)
         return deleted, len(rows)
 
 

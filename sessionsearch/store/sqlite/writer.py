@@ -418,7 +418,7 @@ class SqliteWriter:
             indexed = [(row_id(wid, r.seq, r.event.role), index_text(r.event.text or ""), r.event.ts, r.event.event_id)
                        for r in to_index]  # every one has text (to_index)
             c.executemany("INSERT INTO msg_fts (rowid, text, ts, mid) VALUES (?, ?, ?, ?)", indexed)
-            self.hot.log_indexed([r[0] for r in indexed])
+            self.hot.log_indexed(indexed)
         if not plan.linear:
             self._reproject(wid, plan.leaf_seq)
         self._win[wid] = _WinState(key, st.session_id, plan.last_seq, plan.leaf_seq, plan.leaf_event_id, has_header)
