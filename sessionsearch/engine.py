@@ -20,8 +20,8 @@ import structlog
 
 from .embed import Embedder, open_embedder
 from .errors import InvalidRequest, NotFound, Unavailable
+from .identity import parse_requester
 from .indexer.embedding import EMBED_BATCH_ROWS, EmbedResult, embed_window
-from .indexer.events import parse_event
 from .indexer.reconcile import ReconcileResult, reconcile_window
 from .keys import agent_of, check_agent_id, check_session_key
 from .search.catalog import CatalogCache, CatalogView
@@ -31,7 +31,7 @@ from .search.history import parse_history
 from .search.listing import entry as listing_entry
 from .search.listing import fit_listing
 from .search.meaning import Meaning, Vectors
-from .search.query import check_unknown, int_field, parse_requester, parse_search
+from .search.query import check_unknown, int_field, parse_search
 from .search.runner import search as run_search
 from .search.titles import title_matches
 from .search.visibility import Viewer
@@ -39,6 +39,7 @@ from .session_meta import check_meta
 from .settings import Settings
 from .store import backend_for
 from .store.base import AgentStore, Match, Newest, ScoreBound, TopHits
+from .transcript.events import parse_event
 from .values import check_name, check_stored_name, check_text, without_nulls
 
 log = structlog.get_logger("sessionsearch.engine")

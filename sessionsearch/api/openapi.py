@@ -12,9 +12,9 @@ from functools import lru_cache
 from typing import Any
 
 from .. import __version__
-from ..indexer.events import EVENT_TYPES, MAX_TS_MS, MIN_TS_MS, RESET_REASONS, ROLES, TEXT_BLOCKS
 from ..search.query import MAX_LIMIT, MAX_QUERIES, MAX_QUERY_UNITS, MAX_SESSION_KEYS
 from ..search.timerange import ISO_PATTERN
+from ..transcript.events import EVENT_TYPES, MAX_TS_MS, MIN_TS_MS, RESET_REASONS, ROLES, TEXT_BLOCKS
 
 # The end of the text: `$` in a pattern also matches before a final newline in Python's re, which
 # schema tools use, and would let "main\n" pass for an agent id.

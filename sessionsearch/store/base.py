@@ -15,7 +15,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
-    from ..indexer.events import Event
+    from ..transcript.events import Event
 
 
 # the columns every backend stores a session's metadata and a transcript row in

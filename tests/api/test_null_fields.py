@@ -13,7 +13,7 @@ import pytest
 from sessionsearch.api.openapi import REQUESTS
 from sessionsearch.auth import Caller, bind_requester
 from sessionsearch.errors import InvalidRequest
-from sessionsearch.search.query import Requester
+from sessionsearch.identity import Requester
 
 from ..helpers import chain, engine_at
 

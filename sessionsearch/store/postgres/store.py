@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from ...indexer.events import Event
+from ...transcript.events import Event
 from ..base import (
     AppendResult,
     BranchRow,

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import aiosqlite
 
 from ...errors import SearchTimeout, StorageFull, Unavailable
-from ...indexer.events import Event
+from ...transcript.events import Event
 from ..base import (
     AppendResult,
     BranchRow,

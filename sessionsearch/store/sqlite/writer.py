@@ -24,9 +24,9 @@ from typing import Any
 import structlog
 
 from ...errors import Conflict, InvalidRequest, NotFound, StorageFull, Unavailable
-from ...indexer.events import Event
-from ...indexer.live import ids_to_resolve, plan_append
 from ...text.cjk import index_text, needs_fold
+from ...transcript.append import ids_to_resolve, plan_append
+from ...transcript.events import Event
 from ..base import EVENT_COLUMNS, AppendResult, session_columns
 from ..rowids import MAX_SEQ, MAX_WID, from_v1, id_sql, is_v1, row_id, seq_sql, window_ranges
 from .checkpoint import WalCheckpointer
