@@ -9,12 +9,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import Conflict, Forbidden, InvalidRequest, NotFound
+from ..identity import Requester, parse_requester
 from ..keys import agent_of, check_session_key
 from ..settings import Settings
 from ..store.base import AgentStore, BranchRow, R
 from ..values import check_name, without_nulls
 from .catalog import CatalogCache, StoreLookup
-from .query import Requester, check_unknown, int_field, parse_requester
+from .query import check_unknown, int_field
 from .visibility import Viewer
 
 HISTORY_FIELDS = {"sessionKey", "limit", "offset", "messageId", "sessionId", "includeTools", "requester"}

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InvalidRequest
+from ..identity import Requester, parse_requester
 from ..keys import check_agent_id, check_session_key
 from ..store.base import Match
 from ..text.cjk import query_parts
@@ -29,12 +30,6 @@ _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 SEARCH_FIELDS = {"query", "queries", "agentId", "sessionKeys", "sessionId", "role", "limit", "match", "order",
                  "requester", "palette", "since", "until", "resultMode", "mode"}
-
-
-@dataclass(frozen=True)
-class Requester:
-    session_key: str
-    sandboxed: bool = False
 
 
 @dataclass
@@ -97,22 +92,6 @@ def parse_query(raw: object, *, prefix: bool, where: str = "query") -> ParsedQue
     words = merged_words((w for w in text.split() if tokens(w)), prefix=prefix)
     terms = [t for w in words for t in term_pieces(w)]
     return ParsedQuery(text, words, prefix, build_match(words, prefix), terms)
-
-
-def parse_requester(raw: object) -> Requester | None:
-    if raw is None:
-        return None
-    if not isinstance(raw, dict):
-        raise InvalidRequest("requester must be an object with a sessionKey", field="requester")
-    unknown = set(raw) - {"sessionKey", "sandboxed"}
-    if unknown:
-        raise InvalidRequest(f"requester has unknown field {sorted(unknown)[0]!r}", field="requester")
-    raw = without_nulls(raw, ["sandboxed"])
-    key = check_session_key(raw.get("sessionKey"), field="requester.sessionKey")
-    sandboxed = raw.get("sandboxed", False)
-    if not isinstance(sandboxed, bool):
-        raise InvalidRequest("requester.sandboxed must be a boolean", field="requester.sandboxed")
-    return Requester(key, sandboxed)
 
 
 def check_unknown(body: dict[str, Any], allowed: set[str]) -> None:

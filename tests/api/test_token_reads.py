@@ -7,7 +7,7 @@ import json
 
 from sessionsearch.api.tools import run_tool
 from sessionsearch.auth import OPERATOR, Caller
-from sessionsearch.search.query import Requester
+from sessionsearch.identity import Requester
 
 from ..helpers import chain, engine_at
 

@@ -11,7 +11,8 @@ import random
 from sessionsearch import SearchTimeout
 from sessionsearch.api.tools import run_tool
 from sessionsearch.auth import OPERATOR, Caller
-from sessionsearch.search.query import Requester, parse_search
+from sessionsearch.identity import Requester
+from sessionsearch.search.query import parse_search
 
 from ..helpers import chain, engine_at, ids
 
