@@ -17,7 +17,7 @@ from mcp.client.stdio import stdio_client
 
 from sessionsearch.cli import build_parser
 from sessionsearch.store.postgres.schema import LATEST as PG_LATEST
-from sessionsearch.store.sqlite.schema import MIGRATIONS as SQLITE_MIGRATIONS
+from sessionsearch.store.sqlite.migrations import MIGRATIONS as SQLITE_MIGRATIONS
 
 from ..postgres import scratch_database
 from ..server import Server

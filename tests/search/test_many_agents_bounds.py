@@ -249,7 +249,7 @@ async def test_a_postgres_agent_past_max_rows_is_not_folded_and_a_prefix_is_one_
 
 
 async def test_bounds_of_unchanged_agents_are_not_read_again_and_a_write_is_seen(tmp_path, monkeypatch):
-    import sessionsearch.store.sqlite.top as sqlite_store
+    import sessionsearch.store.sqlite.search as sqlite_store
 
     monkeypatch.setattr(sqlite_store, "QUIET_S", 0.05)  # files quiet 50 ms after their last write
     reads: list[str] = []
@@ -318,7 +318,7 @@ def test_serve_folds_the_bounds_and_answers_every_agent_as_the_merge_of_each(tmp
 
 
 async def test_recent_passes_over_the_agents_kept_bounds_say_match_nothing(tmp_path, monkeypatch):
-    import sessionsearch.store.sqlite.top as sqlite_store
+    import sessionsearch.store.sqlite.search as sqlite_store
 
     monkeypatch.setattr(sqlite_store, "QUIET_S", 0.05)
     visited: list[str] = []

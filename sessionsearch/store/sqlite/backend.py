@@ -15,10 +15,10 @@ from ...settings import BY_NAME, Settings
 from ..base import AgentStore, Match, Newest, ScoreBound, TopHits
 from .bounds import bound_query
 from .files import no_files, out_of_files
-from .many import OpenBudget, score_bounds, search_tops
 from .meaning import embeddable
+from .migrations import MIGRATIONS
 from .newest import stamp_of
-from .schema import MIGRATIONS
+from .search_many import OpenBudget, score_bounds, search_tops
 from .store import SqliteAgentStore
 
 MIN_FREE_BYTES = 1 << 20  # less free on the data dir's disk and /readyz says the disk is full

@@ -43,13 +43,13 @@ from . import meaning, reconcile
 from .bounds import Folded, Known, read_bounds, store_bounds
 from .fetch import fetch_all
 from .files import no_files, out_of_files
-from .many import OpenBudget
 from .newest import NEWEST_SQL, NewestKept
 from .postings import MAX_WORDS, MIN_DOCS, MIN_SHARE, batches, common_words, read_postings
 from .postings_build import BUILT_ROWS_KEY, built_rows, postings_due, prefix_upkeep_at, words_to_build
 from .prefixes import PrefixTop, read_fold, read_prefixes
 from .recent import RecentScores
-from .top import TopReads, _Reader
+from .search import TopReads, _Reader
+from .search_many import OpenBudget
 from .writer import SqliteWriter, create_database, is_full, unwritable
 
 T = TypeVar("T")

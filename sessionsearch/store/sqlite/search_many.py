@@ -18,8 +18,8 @@ from .bounds import BoundQuery
 from .newest import stamp_of
 
 if TYPE_CHECKING:
+    from .search import _Reader
     from .store import SqliteAgentStore
-    from .top import _Reader
 
 T = TypeVar("T")
 A = TypeVar("A")
