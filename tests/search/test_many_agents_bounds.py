@@ -11,7 +11,7 @@ import sqlite3
 
 import pytest
 
-from sessionsearch.search import runner
+from sessionsearch.search import visits
 from sessionsearch.search.query import parse_query
 from sessionsearch.store.postgres import bounds as pg_bounds
 from sessionsearch.store.postgres.backend import PgBackend
@@ -342,8 +342,8 @@ async def test_recent_passes_over_the_agents_kept_bounds_say_match_nothing(tmp_p
         visited.clear()
         after = await engine.search(query="rare", order="recent", limit=5)
         assert after == before and [h["messageId"] for h in after["results"]] == ["h4m2", "h2m2"]
-        # the newest few visited alone (runner.VISITS_ALONE), then only the agents that may match
-        assert sorted(visited) == sorted(["h02", "h04"] + [f"h{a}" for a in range(19, 19 - runner.VISITS_ALONE, -1)])
+        # the newest few visited alone (visits.VISITS_ALONE), then only the agents that may match
+        assert sorted(visited) == sorted(["h02", "h04"] + [f"h{a}" for a in range(19, 19 - visits.VISITS_ALONE, -1)])
         await engine.append("agent:h19:main", [msg("h19n", "user", "rare too", "h19m1", ts=BASE_TS + 99_000)])
         found = await engine.search(query="rare", order="recent", limit=5)  # h19 written since: visited
         assert [h["messageId"] for h in found["results"]] == ["h19n", "h4m2", "h2m2"]
