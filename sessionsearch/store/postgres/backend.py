@@ -35,8 +35,8 @@ from .features import FEATURES, query_features
 from .lexemes import read_text
 from .meaning import embeddable
 from .newest import read_newest
+from .query import Query
 from .schema import LATEST, migrate, migrate_connection, schema_version
-from .search import Query
 from .search_many import search_many
 from .store import PgAgentStore
 from .terms import FRESH_LIMIT

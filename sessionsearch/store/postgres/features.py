@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..base import Features, Match, QueryFeatures
-from .search import Query
+from .query import Query
 from .wide import is_wide
 
 # every agent in one database: one statement reads many agents (search_many.py) and bounds them

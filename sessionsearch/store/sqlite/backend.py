@@ -16,12 +16,13 @@ from ...settings import BY_NAME, Settings
 from ..base import AgentStore, Match, Newest, QueryFeatures, ScoreBound, TopHits
 from ..cut import top_of_all
 from .bounds import bound_query
+from .budget import OpenBudget
 from .features import FEATURES, query_features
 from .files import no_files, out_of_files
 from .meaning import embeddable
 from .newest import stamp_of
 from .schema import LATEST, applied_version
-from .search_many import OpenBudget, score_bounds, search_tops
+from .search_many import score_bounds, search_tops
 from .store import SqliteAgentStore
 
 MIN_FREE_BYTES = 1 << 20  # less free on the data dir's disk and /readyz says the disk is full

@@ -1,15 +1,11 @@
 """Many agents' stores at once: their search statements (search_tops) and score bounds
-(score_bounds) run on one thread a hop, and
-at most open_agents_max stores hold open files and threads (OpenBudget)."""
+(score_bounds) run on one thread a hop (within the stores OpenBudget, budget.py, lets be open)."""
 
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import time
-import weakref
-from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -23,35 +19,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 A = TypeVar("A")
-
-
-class DirectConnection:
-    """aiosqlite's face (what the search modules call) over a borrowed reader's own sqlite3
-    connection, run on the calling thread: a search of many agents runs their statements on one
-    thread in one hop (search_tops) rather than hopping to each reader's thread per statement."""
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self._conn = conn
-
-    @property
-    def in_transaction(self) -> bool:
-        return self._conn.in_transaction
-
-    async def execute(self, sql: str, params: Any = None) -> sqlite3.Cursor:
-        return self._conn.execute(sql, params or ())
-
-    async def execute_fetchall(self, sql: str, params: Any = None) -> list[Any]:
-        return self._conn.execute(sql, params or ()).fetchall()
-
-
-def drive_direct(coro: Coroutine[Any, Any, T]) -> T:
-    """The value of a coroutine that never suspends (its awaits are DirectConnection's), run to its end here."""
-    try:
-        coro.send(None)
-    except StopIteration as done:
-        return cast(T, done.value)
-    coro.close()
-    raise RuntimeError("a direct search awaited something other than its connection")
 
 
 async def search_tops(stores: Sequence[SqliteAgentStore], match: Match, scopes: Sequence[tuple[list[int] | None,
@@ -111,66 +78,3 @@ async def hops(stores: Sequence[SqliteAgentStore], args: list[A], one: Callable[
 
             found += await asyncio.to_thread(run)
     return found
-
-
-_LIVE: weakref.WeakSet[OpenBudget] = weakref.WeakSet()  # this process's budgets, one a SQLite backend
-
-
-class OpenBudget:
-    """At most `most` agent stores hold open files and threads at once: a store about to use its
-    connections is admitted, and the least recently admitted idle ones past the bound release
-    theirs (SqliteAgentStore.release). A store in use (a reader borrowed, a write running) is never
-    released; past the bound while all are in use, the next admission releases the surplus. An
-    open that fails for want of files sheds every idle store (`shed`) and tries once more.
-
-    `room` is what the process's open-file limit leaves room for (limits.py), shared equally by
-    the process's budgets: one process may hold several SQLite backends (`serve`'s engine, its
-    embedded worker's and its sweep's), each with a budget of its own event loop, and the file
-    limit is the process's; `cap` (open_agents_max) bounds each. A budget shares from `enlist` (the
-    backend opened) to `retire` (closed)."""
-
-    def __init__(self, room: int, *, cap: int | None = None) -> None:
-        self.room = max(1, room)
-        self.cap = max(1, cap if cap is not None else room)
-        self._open: OrderedDict[int, SqliteAgentStore] = OrderedDict()
-
-    def enlist(self) -> None:
-        """The backend opened: its share of the process's stores is taken from the others'."""
-        _LIVE.add(self)
-
-    @property
-    def most(self) -> int:
-        """This budget's share of the process's stores."""
-        return max(1, min(self.cap, self.room // max(1, len(_LIVE))))
-
-    def retire(self) -> None:
-        """The backend closed: its share goes to the process's other budgets."""
-        _LIVE.discard(self)
-
-    def __len__(self) -> int:
-        return len(self._open)
-
-    async def admit(self, store: SqliteAgentStore) -> None:
-        self._open[id(store)] = store
-        self._open.move_to_end(id(store))
-        if len(self._open) <= self.most:
-            return
-        for key, other in list(self._open.items()):
-            if len(self._open) <= self.most:
-                break
-            # another admit may have released it while this one awaited a release (hops run at once)
-            if other is not store and not other.busy and self._open.pop(key, None) is not None:
-                await other.release()
-
-    def forget(self, store: SqliteAgentStore) -> None:
-        self._open.pop(id(store), None)
-
-    async def shed(self, keep: SqliteAgentStore | None = None) -> int:
-        """Release every idle store but `keep` (an open just failed for want of files); returns
-        how many were released."""
-        released = 0
-        for key, other in list(self._open.items()):
-            if other is not keep and not other.busy and self._open.pop(key, None) is not None:
-                await other.release()
-                released += 1
-        return released

@@ -41,6 +41,7 @@ from ..base import (
 from ..rowids import row_id, seq_sql, window_ranges
 from . import meaning, reconcile
 from .bounds import Folded, Known, read_bounds, store_bounds
+from .budget import OpenBudget
 from .fetch import fetch_all
 from .files import no_files, out_of_files
 from .newest import NEWEST_SQL, NewestKept
@@ -49,7 +50,6 @@ from .postings_build import BUILT_ROWS_KEY, built_rows, postings_due, prefix_upk
 from .prefixes import PrefixTop, read_fold, read_prefixes
 from .recent import RecentScores
 from .search import TopReads, _Reader
-from .search_many import OpenBudget
 from .writer import SqliteWriter, create_database, is_full, unwritable
 
 T = TypeVar("T")

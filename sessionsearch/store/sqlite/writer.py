@@ -30,10 +30,10 @@ from ...transcript.events import Event
 from ..base import EVENT_COLUMNS, AppendResult, session_columns
 from ..rowids import MAX_SEQ, MAX_WID, from_v1, id_sql, is_v1, row_id, seq_sql, window_ranges
 from .checkpoint import WalCheckpointer
+from .fts import INDEXABLE
 from .migrations import TS_MAX_SQL
 from .postings import HotWrites
 from .prefixes import PrefixWrites
-from .reconcile import INDEXABLE
 from .schema import applied_migrations, migrate
 from .turnstile import Turnstile
 
