@@ -177,7 +177,7 @@ class TopHits(NamedTuple):
 
 
 class Newest(NamedTuple):
-    """What a search of many agents orders them by and passes them over with (search/runner.py):
+    """What a search of many agents orders them by and passes them over with (search/visits.py):
     the meta version, a bound on the timestamps of every message of the clean hot windows (None:
     no such message, so no hit), and the windows needing reconciliation, read now."""
 
@@ -188,7 +188,7 @@ class Newest(NamedTuple):
 
 class ScoreBound(NamedTuple):
     """What a search of many agents by relevance orders them by and passes them over with
-    (search/best_first.py): the meta version, the windows needing reconciliation, and the highest
+    (search/visits.py, best_first): the meta version, the windows needing reconciliation, and the highest
     score (-bm25) a row of the agent can have for the query, read now (inf: not known, -inf: no
     row matches)."""
 
@@ -261,7 +261,7 @@ class PendingRow(NamedTuple):
 
 
 class Embedded(NamedTuple):
-    """An embedding as stored: int8 components scaled by `scale` (store/sqlite/schema.py, 15)."""
+    """An embedding as stored: int8 components scaled by `scale` (store/sqlite/migrations.py, 15)."""
 
     rid: int
     ts: int

@@ -1,7 +1,7 @@
 """The SQLite backend: one database per agent, one writer thread, a pool of reader connections.
 
 Writes run whole on the writer's thread (see writer.py), one job per transaction.
-Searches (top.py, TopReads) and history reads run on aiosqlite reader connections (WAL lets them
+Searches (search.py, TopReads) and history reads run on aiosqlite reader connections (WAL lets them
 proceed while the writer commits), each with a progress handler that interrupts a statement past
 its deadline.
 """
