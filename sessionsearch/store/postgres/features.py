@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from ..base import Features, Match, QueryFeatures
 from .query import Query
 from .wide import is_wide
@@ -11,6 +13,7 @@ from .wide import is_wide
 FEATURES = Features(many_in_one_statement=True, batches_agents=False, bounds_in_memory=False)
 
 
+@lru_cache(maxsize=1024)  # asked once per search of many agents: a query repeats
 def query_features(match: Match) -> QueryFeatures:
     """One statement of many agents, and bounds, for a query with lexemes and not very many words
     (wide.py: those search each agent by itself)."""

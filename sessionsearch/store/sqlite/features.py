@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from ..base import Features, Match, QueryFeatures
 from .bounds import bound_query
 
@@ -10,6 +12,7 @@ from .bounds import bound_query
 FEATURES = Features(many_in_one_statement=False, batches_agents=True, bounds_in_memory=True)
 
 
+@lru_cache(maxsize=1024)  # asked once per search of many agents: a query repeats
 def query_features(match: Match) -> QueryFeatures:
     """Bounds for a query whose every phrase has a token (bounds.bound_query)."""
     return QueryFeatures(many_in_one_statement=False, score_bounds=bound_query(match) is not None)
