@@ -15,8 +15,8 @@ import psycopg
 from sessionsearch.indexer.reconcile import reconcile_window
 from sessionsearch.store.postgres import LATEST, arrays, migrate, schema_version
 from sessionsearch.store.postgres.arrays import Int4Array, Int8Array, TextArray
+from sessionsearch.store.postgres.migrate import MIGRATIONS
 from sessionsearch.store.postgres.reconcile import ORPHANS, SLOT_LOCK
-from sessionsearch.store.postgres.schema import MIGRATIONS
 from sessionsearch.store.postgres.writer import DELETE_INDEX
 from sessionsearch.transcript.events import parse_event
 

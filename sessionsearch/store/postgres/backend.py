@@ -1,6 +1,6 @@
 """The PostgreSQL shape: every agent in one database, one connection pool per process.
 
-`open` applies the pending migrations (schema.py, under an advisory lock) and opens the pool.
+`open` applies the pending migrations (migrate.py, under an advisory lock) and opens the pool.
 The agent listing is read with a short synchronous query (the Backend interface reads it without
 an event loop), on one small connection of its own that is remade after a failure; when the
 database does not answer, the last listing read is kept.
@@ -34,9 +34,9 @@ from .db import CONNECT_TIMEOUT_S, Db, connect_kwargs, unavailable
 from .features import FEATURES, query_features
 from .lexemes import read_text
 from .meaning import embeddable
+from .migrate import LATEST, migrate, migrate_connection, schema_version
 from .newest import read_newest
 from .query import Query
-from .schema import LATEST, migrate, migrate_connection, schema_version
 from .search_many import search_many
 from .store import PgAgentStore
 from .terms import FRESH_LIMIT

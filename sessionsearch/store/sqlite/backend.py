@@ -20,8 +20,8 @@ from .budget import OpenBudget
 from .features import FEATURES, query_features
 from .files import no_files, out_of_files
 from .meaning import embeddable
+from .migrate import LATEST, applied_version
 from .newest import stamp_of
-from .schema import LATEST, applied_version
 from .search_many import score_bounds, search_tops
 from .store import SqliteAgentStore
 

@@ -15,7 +15,6 @@ import aiosqlite
 
 from ..base import MORE, Match, RowHit, ScoreBound, SessionTop, SessionTops, TopHits
 from .bounds import BoundQuery, Known, known_of
-from .direct import DirectConnection, drive_direct
 from .fetch import fetch_all
 from .fts import fts5_match
 from .newest import QUIET_S, Stamp
@@ -24,6 +23,7 @@ from .prefixes import PrefixTop, is_prefix_query
 from .ranking import TS_JOIN, materialized, ranked_shown
 from .recent import RecentScores, ShownIndex, phrases
 from .scope import id_bounds, range_conditions, scope_arms, scope_conditions
+from .search_many import DirectConnection, drive_direct
 from .sessions import search_sessions
 
 # A reader maps the database into memory only after this many searches in a row found it unchanged

@@ -1,31 +1,77 @@
 """Many agents' stores at once: their search statements (search_tops) and score bounds
-(score_bounds) run on one thread a hop (within the stores OpenBudget, budget.py, lets be open)."""
+(score_bounds) run on one thread a hop, and at most open_agents_max stores hold open files and
+threads (OpenBudget, budget.py)."""
 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
-from collections.abc import Callable, Sequence
-from contextlib import AsyncExitStack
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from collections.abc import Callable, Coroutine, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from pathlib import Path
+from typing import Any, Protocol, TypeVar, cast
 
 from ..base import Match, ScoreBound, TopHits
 from .bounds import BoundQuery
-from .newest import stamp_of
-
-if TYPE_CHECKING:
-    from .search import _Reader
-    from .store import SqliteAgentStore
+from .newest import Stamp, stamp_of
 
 T = TypeVar("T")
 A = TypeVar("A")
+# a store's reader (search.py's _Reader), handed back to the store's direct reads
+_Reader = Any
 
 
-async def search_tops(stores: Sequence[SqliteAgentStore], match: Match, scopes: Sequence[tuple[list[int] | None,
+class HopStore(Protocol):
+    """What a hop reads of an agent's store (store.py's HopStore)."""
+
+    path: Path
+
+    def reader(self, deadline: float = ...) -> AbstractAsyncContextManager[_Reader]: ...
+
+    def search_top_direct(self, reader: _Reader, match: Match, **args: Any) -> TopHits | None: ...
+
+    def known_bound(self, query: BoundQuery, stamp: Stamp | None) -> ScoreBound | None: ...
+
+    def score_bound_direct(self, reader: _Reader, query: BoundQuery, stamp: Stamp | None,
+                           stamped_at: float) -> ScoreBound: ...
+
+
+class DirectConnection:
+    """aiosqlite's face (what the search modules call) over a borrowed reader's own sqlite3
+    connection, run on the calling thread: a search of many agents runs their statements on one
+    thread in one hop (search_tops) rather than hopping to each reader's thread per statement."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._conn.in_transaction
+
+    async def execute(self, sql: str, params: Any = None) -> sqlite3.Cursor:
+        return self._conn.execute(sql, params or ())
+
+    async def execute_fetchall(self, sql: str, params: Any = None) -> list[Any]:
+        return self._conn.execute(sql, params or ()).fetchall()
+
+
+def drive_direct(coro: Coroutine[Any, Any, T]) -> T:
+    """The value of a coroutine that never suspends (its awaits are DirectConnection's), run to its end here."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return cast(T, done.value)
+    coro.close()
+    raise RuntimeError("a direct search awaited something other than its connection")
+
+
+
+async def search_tops(stores: Sequence[HopStore], match: Match, scopes: Sequence[tuple[list[int] | None,
                       list[int]]], *, deadline: float, at_once: int, **same: Any) -> list[TopHits]:
     """`search_top` of each store with its (include, exclude) scope and the `same` arguments, on
     one worker thread, `at_once` stores a hop (hops)."""
-    def one(store: SqliteAgentStore, reader: _Reader, scope: tuple[list[int] | None, list[int]]) -> TopHits:
+    def one(store: HopStore, reader: _Reader, scope: tuple[list[int] | None, list[int]]) -> TopHits:
         top = store.search_top_direct(reader, match, include=scope[0], exclude=scope[1], **same)
         assert top is not None  # None only where `ties` is False
         return top
@@ -33,7 +79,7 @@ async def search_tops(stores: Sequence[SqliteAgentStore], match: Match, scopes: 
     return await hops(stores, list(scopes), one, deadline=deadline, at_once=at_once)
 
 
-async def score_bounds(stores: Sequence[SqliteAgentStore], query: BoundQuery, *, deadline: float,
+async def score_bounds(stores: Sequence[HopStore], query: BoundQuery, *, deadline: float,
                        at_once: int, threads: int) -> list[ScoreBound]:
     """Each store's ScoreBound for `query` (bounds.py): from what the store keeps while its files
     are unchanged (bounds.Known), else read, the stores to read split in `threads` parts whose hops
@@ -62,7 +108,7 @@ async def score_bounds(stores: Sequence[SqliteAgentStore], query: BoundQuery, *,
     return cast(list[ScoreBound], found)  # every one known or read
 
 
-async def hops(stores: Sequence[SqliteAgentStore], args: list[A], one: Callable[[SqliteAgentStore, _Reader, A], T],
+async def hops(stores: Sequence[HopStore], args: list[A], one: Callable[[HopStore, _Reader, A], T],
                *, deadline: float, at_once: int) -> list[T]:
     """`one(store, reader, arg)` of each store and its arg, on one worker thread, `at_once` stores
     a hop, each over a reader borrowed from its store for the hop (so at most `at_once` stores are
@@ -73,7 +119,7 @@ async def hops(stores: Sequence[SqliteAgentStore], args: list[A], one: Callable[
         async with AsyncExitStack() as stack:  # an interrupt leaves through every reader: SearchTimeout
             readers = [await stack.enter_async_context(store.reader(deadline)) for store, _ in chunk]
 
-            def run(chunk: list[tuple[SqliteAgentStore, A]] = chunk, readers: list[_Reader] = readers) -> list[T]:
+            def run(chunk: list[tuple[HopStore, A]] = chunk, readers: list[_Reader] = readers) -> list[T]:
                 return [one(store, reader, arg) for (store, arg), reader in zip(chunk, readers, strict=True)]
 
             found += await asyncio.to_thread(run)

@@ -31,10 +31,10 @@ from ..base import EVENT_COLUMNS, AppendResult, session_columns
 from ..rowids import MAX_SEQ, MAX_WID, from_v1, id_sql, is_v1, row_id, seq_sql, window_ranges
 from .checkpoint import WalCheckpointer
 from .fts import INDEXABLE
+from .migrate import applied_migrations, migrate
 from .migrations import TS_MAX_SQL
 from .postings import HotWrites
 from .prefixes import PrefixWrites
-from .schema import applied_migrations, migrate
 from .turnstile import Turnstile
 
 INSERT_EVENT = f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
