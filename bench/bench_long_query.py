@@ -50,7 +50,7 @@ from sessionsearch import Engine, Settings  # noqa: E402
 from sessionsearch import logging as sslogging  # noqa: E402
 from sessionsearch.search.query import parse_query  # noqa: E402
 from sessionsearch.store.postgres.lexemes import query_phrases  # noqa: E402
-from sessionsearch.store.postgres.search import tsquery_text  # noqa: E402
+from sessionsearch.store.postgres.query import tsquery_text  # noqa: E402
 from sessionsearch.store.sqlite.fts import fts5_match  # noqa: E402
 
 HERE = Path(__file__).resolve().parent

@@ -36,7 +36,7 @@ from stats import pct  # noqa: E402
 
 from sessionsearch import Engine, Settings  # noqa: E402
 from sessionsearch import logging as sslogging  # noqa: E402
-from sessionsearch.store.postgres import search as pg_search  # noqa: E402
+from sessionsearch.store.postgres import query as pg_search  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 

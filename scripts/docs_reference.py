@@ -328,7 +328,7 @@ def errors_table(errors: list[type] | None = None) -> str:
 # --- migrations -------------------------------------------------------------------------------
 
 def migrations() -> str:
-    from sessionsearch.store.sqlite.schema import MIGRATIONS
+    from sessionsearch.store.sqlite.migrations import MIGRATIONS
 
     rows = [[number, code(name)] for number, name, _ in MIGRATIONS]
     return table(["number", "name"], rows)

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import Forbidden, InvalidRequest
+from .identity import Requester, parse_requester
 from .keys import check_session_key
-from .search.query import Requester, parse_requester
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}\Z")
 TOKEN_FIELDS = {"token_sha256", "requester", "sandboxed"}

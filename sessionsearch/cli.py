@@ -292,7 +292,7 @@ def _demo(args: argparse.Namespace) -> int:
 def _mcp(args: argparse.Namespace) -> int:
     from .api.mcp_server import serve_stdio
     from .auth import OPERATOR, Caller
-    from .search.query import parse_requester
+    from .identity import parse_requester
 
     if args.sandboxed and not args.requester:
         raise InvalidRequest("--sandboxed needs --requester", field="sandboxed")

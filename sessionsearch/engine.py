@@ -22,7 +22,6 @@ import structlog
 from .embed import Embedder, open_embedder
 from .errors import InvalidRequest, NotFound, Unavailable
 from .indexer.embedding import EMBED_BATCH_ROWS, EmbedResult, embed_window
-from .indexer.events import parse_event
 from .indexer.reconcile import ReconcileResult, reconcile_window
 from .keys import agent_of, check_agent_id
 from .protocol import (
@@ -48,17 +47,19 @@ from .protocol import (
 )
 from .protocol.reads import DEFAULT_LIST_LIMIT
 from .search.catalog import CatalogCache, CatalogView
+from .search.context import SearchContext
 from .search.cost import CredentialGate
 from .search.history import history as run_history
 from .search.listing import entry as listing_entry
 from .search.listing import fit_listing
-from .search.meaning import Meaning, Vectors
 from .search.runner import search as run_search
 from .search.titles import title_matches
+from .search.vectors import Meaning, Vectors
 from .search.visibility import Viewer
 from .settings import Settings
 from .store import backend_for
-from .store.base import AgentStore, Match, Newest, ScoreBound, TopHits
+from .store.base import AgentStore
+from .transcript.events import parse_event
 from .values import check_stored_name
 
 log = structlog.get_logger("sessionsearch.engine")
@@ -154,36 +155,6 @@ class Engine:
             await self.store(agent_id)
         return dict(self._stores)
 
-    async def _newest(self, agent_ids: list[str], deadline: float) -> dict[str, Newest]:
-        """The agents' Newest as committed now (a search of many agents orders and skips them by it)."""
-        stores = [await self.store(a) for a in agent_ids]
-        return dict(zip(agent_ids, await self.backend.newest(stores, deadline), strict=True))
-
-    async def _search_many(self, agent_ids: list[str], match: Match, *, k: int, order: str, exclude: list[int],
-                           role: str | None, since: int | None, until: int | None,
-                           deadline: float, sparse: bool = False) -> list[TopHits | None] | None:
-        """Backend.search_top_many over these agents' stores."""
-        stores = [await self.store(a) for a in agent_ids]
-        return await self.backend.search_top_many(stores, match, k=k, order=order, exclude=exclude, role=role,
-                                                  since=since, until=until, deadline=deadline, sparse=sparse)
-
-    async def _score_bounds(self, agent_ids: list[str], match: Match, deadline: float) -> list[ScoreBound] | None:
-        """Backend.score_bounds over these agents' stores."""
-        return await self.backend.score_bounds([await self.store(a) for a in agent_ids], match, deadline)
-
-    async def _kept_bounds(self, agent_ids: list[str], match: Match) -> list[ScoreBound | None]:
-        """Backend.kept_bounds over these agents' stores."""
-        return self.backend.kept_bounds([await self.store(a) for a in agent_ids], match)
-
-    async def _search_each(self, agent_ids: list[str], match: Match, scopes: list[tuple[list[int] | None, list[int]]],
-                           *, k: int, order: str, role: str | None, hot: str | None, since: int | None,
-                           until: int | None, deadline: float) -> list[TopHits]:
-        """The backend's search_top_each (SQLite's: the agents' statements a batch a thread hop)."""
-        stores = [await self.store(a) for a in agent_ids]
-        tops: list[TopHits] = await cast(Any, self.backend).search_top_each(
-            stores, match, scopes, deadline=deadline, k=k, order=order, role=role, hot=hot, since=since, until=until)
-        return tops
-
     def _meta_changed(self, agent_id: str) -> None:
         self._catalog.invalidate(agent_id)
 
@@ -270,13 +241,9 @@ class Engine:
         settings = self.settings
         if time_limit_ms is not None and time_limit_ms < settings.search_time_limit_ms:
             settings = settings.replace(search_time_limit_ms=time_limit_ms)
-        found = await run_search(req, settings=settings, catalog=self._catalog, open_store=self.store,
-                                 enqueue=self.enqueue_reconcile, observe=self.observe_search,
-                                 agent_facing=agent_facing, newest=self._newest, many=self._search_many,
-                                 each_top=self._search_each if hasattr(self.backend, "search_top_each") else None,
-                                 bounds=self._score_bounds, kept=self._kept_bounds,
-                                 meaning=Meaning(self.embedder, self._vectors, self.enqueue_embed,
-                                                 self.settings.semantic_min_score))
+        context = SearchContext(settings, self._catalog, self.backend, self,
+                                Meaning(self._vectors, self.settings.semantic_min_score))
+        found = await run_search(req, context, agent_facing=agent_facing)
         return cast(SearchResult, found)  # search/runner.py builds the wire shape as a dict
 
     async def history(self, params: HistoryParams, *, restore: bool = True) -> HistoryResult:

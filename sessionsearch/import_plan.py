@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from .errors import InvalidRequest
-from .indexer.events import epoch_ms
 from .keys import AGENT_ID_RE, agent_of, check_session_key
 from .session_meta import KEY_FIELDS, check_meta
+from .transcript.events import epoch_ms
 from .values import unpaired_surrogate
 
 INDEX_MAX_BYTES = 64 << 20  # the import_index_max_mib setting's default

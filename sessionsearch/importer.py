@@ -21,10 +21,10 @@ import structlog
 
 from .errors import InvalidRequest, Unavailable
 from .import_plan import ImportJob, Problem, Source, describe_error, entry_meta, open_checked, plan_import, shown
-from .indexer.events import ROLES, Event, parse_event
 from .indexer.versions import Migration
 from .session_meta import check_meta
 from .store.base import AgentStore, AppendResult
+from .transcript.events import ROLES, Event, parse_event
 
 if TYPE_CHECKING:
     from .engine import Engine

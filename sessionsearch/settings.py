@@ -15,14 +15,12 @@ import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import structlog
 
+from .auth import ScopedToken, parse_scoped_tokens
 from .errors import InvalidRequest
-
-if TYPE_CHECKING:
-    from .auth import ScopedToken
 
 T = TypeVar("T")
 
@@ -92,8 +90,6 @@ def _seconds(text: str) -> float:
 
 
 def _scoped_tokens(value: Any, where: str) -> tuple[ScopedToken, ...]:
-    from .auth import parse_scoped_tokens  # here: auth needs the search package, which needs settings
-
     return parse_scoped_tokens(value, where)
 
 

@@ -22,9 +22,9 @@ from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationInf
 from pydantic.alias_generators import to_camel
 
 from ..errors import InvalidRequest
+from ..identity import Requester, parse_requester
 from ..indexer.events import MAX_TS_MS, MIN_TS_MS
 from ..keys import check_agent_id, check_session_key
-from ..search.query import Requester, parse_requester
 from ..search.timerange import ISO_PATTERN, parse_instant
 from ..values import check_name, check_text
 

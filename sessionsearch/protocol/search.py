@@ -12,6 +12,7 @@ from pydantic import Field, PlainValidator, ValidationInfo, WithJsonSchema
 from typing_extensions import TypedDict
 
 from ..errors import InvalidRequest
+from ..identity import Requester
 from ..keys import check_session_key
 from ..search.query import (
     DEFAULT_LIMIT,
@@ -19,7 +20,6 @@ from ..search.query import (
     MAX_QUERIES,
     MAX_QUERY_UNITS,
     MAX_SESSION_KEYS,
-    Requester,
     SearchRequest,
     clean_query,
     query_words,

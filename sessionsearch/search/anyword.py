@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 from .query import build_match
 
 if TYPE_CHECKING:
+    from .outcome import Hit, Outcome
     from .query import ParsedQuery
-    from .runner import Hit, Outcome
 
 ANY_WORDS_MAX = 12
 
@@ -43,7 +43,7 @@ async def any_word(run: Callable[[ParsedQuery], Awaitable[Outcome]], query: Pars
     """The best `depth` rows holding any of the query's words, by summed BM25 (`rank`: lower is
     better); `run` is keyword search of one query over the same scopes. `all_words` is keyword
     search of the whole query, already run: a query of one word is that."""
-    from .runner import Outcome
+    from .outcome import Outcome
 
     parts = word_queries(query)
     if len(parts) <= 1:

@@ -9,38 +9,11 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..store.base import AgentStore, Match, Newest, ScoreBound, SessionMeta, TopHits, WindowMeta
+from ..store.base import AgentStore, SessionMeta, WindowMeta
 from .visibility import Catalog
 
 # an agent's store, opened on first use; raises NotFound for an agent without one
 StoreLookup = Callable[[str], Awaitable[AgentStore[Any]]]
-# the agents' Newest by agent id, read now, within a deadline (Backend.newest)
-NewestLookup = Callable[[list[str], float], Awaitable[dict[str, Newest]]]
-
-
-class ManyTop(Protocol):
-    def __call__(self, agent_ids: list[str], match: Match, *, k: int, order: str, exclude: list[int],
-                 role: str | None, since: int | None, until: int | None,
-                 deadline: float, sparse: bool = False) -> Awaitable[list[TopHits | None] | None]:
-        """Backend.search_top_many over these agents' stores."""
-
-
-class EachTop(Protocol):
-    def __call__(self, agent_ids: list[str], match: Match, scopes: list[tuple[list[int] | None, list[int]]], *,
-                 k: int, order: str, role: str | None, hot: str | None, since: int | None, until: int | None,
-                 deadline: float) -> Awaitable[list[TopHits]]:
-        """Each agent's search_top with its (include, exclude) scope, the agents batched (SQLite's
-        search_tops: their statements on one thread in one hop)."""
-
-
-class BoundsLookup(Protocol):
-    def __call__(self, agent_ids: list[str], match: Match, deadline: float) -> Awaitable[list[ScoreBound] | None]:
-        """Backend.score_bounds over these agents' stores."""
-
-
-class KeptBounds(Protocol):
-    def __call__(self, agent_ids: list[str], match: Match) -> Awaitable[list[ScoreBound | None]]:
-        """Backend.kept_bounds over these agents' stores."""
 
 
 class ListingVersion(Protocol):

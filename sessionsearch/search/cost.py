@@ -28,7 +28,7 @@ from ..settings import Settings
 from ..text.unicode61 import tokens
 
 if TYPE_CHECKING:
-    from .query import Requester
+    from ..identity import Requester
 
 
 def merged_words(words: Iterable[str], *, prefix: bool) -> list[str]:

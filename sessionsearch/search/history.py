@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import Conflict, Forbidden, InvalidRequest, NotFound
+from ..identity import Requester
 from ..keys import agent_of
 from ..settings import Settings
 from ..store.base import AgentStore, BranchRow, R
 from .catalog import CatalogCache, StoreLookup
-from .query import Requester
 from .visibility import Viewer
 
 TOOL_ROLES = frozenset({"toolResult", "tool"})

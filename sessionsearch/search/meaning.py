@@ -14,27 +14,28 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 import structlog
 
 from ..embed import EmbedderFailed
-from ..store.base import AgentStore
 from ..store.rowids import wid_of
 from ..text.utf16 import utf16_len
 from .anyword import any_word, keep_in_top
-from .vectors import AgentVectors
+from .catalog import CatalogView
+from .context import SearchContext
+from .execute import check_empty_scopes, run_query
+from .outcome import Hit, Outcome, SessionGroup
+from .plan import Scope
+from .query import ParsedQuery, SearchRequest
+from .vectors import AgentVectors, Meaning
+from .visits import MetaChanged, bounded
 
 if TYPE_CHECKING:
     from ..embed import Embedder
-    from ..settings import Settings
-    from .catalog import BoundsLookup, CatalogCache, CatalogView, EachTop, ManyTop, StoreLookup
-    from .query import ParsedQuery, SearchRequest
-    from .runner import Hit, Outcome, Scope
 
 log = structlog.get_logger("sessionsearch.search")
 
@@ -54,39 +55,6 @@ NEAR_BEST = 0.05
 # 0.746, 0.750 to 0.312 across languages) and moved the builtin one by less than a point, whatever
 # the weight (reciprocal rank fusion puts any row found both ways above a semantic-only first)
 ANY_WORD_HALF = False
-
-
-class Vectors:
-    """The search process's vectors, per agent store, with a lock each: a refresh and a scoring
-    of the same agent never overlap."""
-
-    def __init__(self) -> None:
-        self._by_store: dict[int, tuple[AgentStore[Any], AgentVectors | None, asyncio.Lock]] = {}
-
-    def slot(self, store: AgentStore[Any]) -> tuple[AgentVectors | None, asyncio.Lock]:
-        entry = self._by_store.get(id(store))
-        if entry is None or entry[0] is not store:
-            entry = (store, None, asyncio.Lock())
-            self._by_store[id(store)] = entry
-        return entry[1], entry[2]
-
-    def keep(self, store: AgentStore[Any], vectors: AgentVectors) -> None:
-        entry = self._by_store[id(store)]
-        self._by_store[id(store)] = (store, vectors, entry[2])
-
-    def clear(self) -> None:
-        self._by_store.clear()
-
-
-@dataclass
-class Meaning:
-    """What a semantic search needs beyond the keyword one: the embedder (None: disabled), the
-    vectors, and the embed job's enqueue (False: the queue was not reached)."""
-
-    embedder: Callable[[], Awaitable[Embedder | None]]
-    vectors: Vectors
-    enqueue: Callable[[dict[str, set[int]]], Awaitable[bool]]
-    min_score: float | None = None  # None: the embedder's own
 
 
 @dataclass
@@ -129,17 +97,15 @@ async def query_vector(embedder: Embedder, text: str, deadline: float = math.inf
     return None
 
 
-async def semantic(open_store: StoreLookup, embedder: Embedder, meaning: Meaning, vector: npt.NDArray[np.float32],
-                   req: SearchRequest, scopes: dict[str, Scope], versions: dict[str, int] | None, deadline: float,
-                   k: int, fanout: int) -> MeaningOutcome:
+async def semantic(ctx: SearchContext, embedder: Embedder, vector: npt.NDArray[np.float32], req: SearchRequest,
+                   scopes: dict[str, Scope], versions: dict[str, int] | None, deadline: float, k: int
+                   ) -> MeaningOutcome:
     """The best `k` rows by similarity over the scopes (merged across agents)."""
-    from .visits import bounded
-
     async def agent(scope: Scope) -> Found:
-        return await _agent_semantic(open_store, embedder, meaning, vector, req, scope, versions, deadline, k)
+        return await _agent_semantic(ctx, embedder, ctx.meaning, vector, req, scope, versions, deadline, k)
 
     out = MeaningOutcome()
-    for found in await bounded(agent, [s for s in scopes.values() if s.wids], fanout):
+    for found in await bounded(agent, [s for s in scopes.values() if s.wids], ctx.fanout):
         out.hits += found.hits
         out.more |= found.above > len(found.hits)
         if found.dirty:
@@ -153,13 +119,10 @@ async def semantic(open_store: StoreLookup, embedder: Embedder, meaning: Meaning
     return out
 
 
-async def _agent_semantic(open_store: StoreLookup, embedder: Embedder, meaning: Meaning,
+async def _agent_semantic(ctx: SearchContext, embedder: Embedder, meaning: Meaning,
                           vector: npt.NDArray[np.float32], req: SearchRequest, scope: Scope,
                           versions: dict[str, int] | None, deadline: float, k: int) -> Found:
-    from .runner import Hit
-    from .visits import MetaChanged
-
-    store = await open_store(scope.agent_id)
+    store = await ctx.host.store(scope.agent_id)
     held, lock = meaning.vectors.slot(store)
     async with lock, store.reader(deadline) as reader:
         head = await store.meaning_head(reader, embedder.model)
@@ -286,32 +249,27 @@ def group_sessions(hits: list[Hit], view: CatalogView) -> list[tuple[str, str, i
     return [(agent, key, len(found), found[0]) for (agent, key), found in groups.items()]
 
 
-async def run_meaning(open_store: StoreLookup, catalog: CatalogCache, query: ParsedQuery, req: SearchRequest,
-                      scopes: dict[str, Scope], view: CatalogView, versions: dict[str, int] | None, deadline: float,
-                      fanout: int, meaning: Meaning, settings: Settings, many: ManyTop | None = None,
-                      each_top: EachTop | None = None, bounds: BoundsLookup | None = None) -> Outcome:
+async def run_meaning(ctx: SearchContext, query: ParsedQuery, req: SearchRequest, scopes: dict[str, Scope],
+                      view: CatalogView, versions: dict[str, int] | None, deadline: float) -> Outcome:
     """A `semantic` or `hybrid` query over the scopes, hits or sessions ranked, snippets set;
     raises MetaChanged as run_query does."""
-    from .runner import Outcome, SessionGroup, check_empty_scopes, run_query
-
     out = Outcome()
-    embedder = await meaning.embedder()
+    embedder = await ctx.host.embedder()
     assert embedder is not None  # the engine refuses these modes with the embedder off
-    await check_empty_scopes(catalog, scopes, versions, deadline)
+    await check_empty_scopes(ctx.catalog, scopes, versions, deadline)
     sessions = req.result_mode == "sessions"
     depth = SESSIONS_DEPTH if sessions else (FUSE_DEPTH if req.mode == "hybrid" else req.limit + 1)
     vector = await query_vector(embedder, query.text, deadline)
     found = (MeaningOutcome(failed=True) if vector is None else
-             await semantic(open_store, embedder, meaning, vector, req, scopes, versions, deadline, depth, fanout))
+             await semantic(ctx, embedder, vector, req, scopes, versions, deadline, depth))
     for hit in found.hits:
         hit.matched_by = ("semantic",)
     ranked, more = found.hits, found.more
     out.dirty = {a: set(w) for a, w in found.dirty.items()}
     if req.mode == "hybrid":
         async def keyword(q: ParsedQuery) -> Outcome:
-            return await run_query(open_store, catalog, q,
-                                   replace(req, limit=depth, mode="keyword", result_mode="messages"),
-                                   scopes, versions, deadline, fanout, many=many, each_top=each_top, bounds=bounds)
+            return await run_query(ctx, q, replace(req, limit=depth, mode="keyword", result_mode="messages"),
+                                   scopes, versions, deadline, by_newest=False)
 
         every_word = await keyword(query)
         words = await any_word(keyword, query, every_word, depth) if ANY_WORD_HALF else every_word
@@ -324,9 +282,9 @@ async def run_meaning(open_store: StoreLookup, catalog: CatalogCache, query: Par
         groups = [SessionGroup(agent, key, n, best) for agent, key, n, best in group_sessions(ranked, view)]
         out.more = more or len(groups) > req.limit
         out.groups = groups[:req.limit]
-        await nearest_passages(embedder, vector, [g.best for g in out.groups], settings.snippet_max_units, deadline)
+        await nearest_passages(embedder, vector, [g.best for g in out.groups], ctx.settings.snippet_max_units, deadline)
     else:
         out.more = more or len(ranked) > req.limit
         out.hits = ranked[:req.limit]
-        await nearest_passages(embedder, vector, out.hits, settings.snippet_max_units, deadline)
+        await nearest_passages(embedder, vector, out.hits, ctx.settings.snippet_max_units, deadline)
     return out

@@ -8,12 +8,12 @@ import re
 from dataclasses import dataclass, field
 
 from ..errors import InvalidRequest
-from ..keys import check_session_key
+from ..identity import Requester
 from ..store.base import Match
 from ..text.cjk import query_parts
 from ..text.unicode61 import tokens
 from ..text.utf16 import utf16_len
-from ..values import check_text, without_nulls
+from ..values import check_text
 from .cost import merged_words
 from .text import term_pieces
 
@@ -26,12 +26,6 @@ DEFAULT_LIMIT = 10
 # C0 and C1 control characters separate query words as whitespace does: unicode61 never keeps them
 # inside a token, and a NUL inside an FTS5 string literal would end it ("unterminated string")
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
-
-
-@dataclass(frozen=True)
-class Requester:
-    session_key: str
-    sandboxed: bool = False
 
 
 @dataclass
@@ -104,19 +98,3 @@ def query_words(text: str, *, prefix: bool) -> ParsedQuery:
 
 def parse_query(raw: object, *, prefix: bool, where: str = "query") -> ParsedQuery:
     return query_words(clean_query(raw, where=where), prefix=prefix)
-
-
-def parse_requester(raw: object) -> Requester | None:
-    if raw is None:
-        return None
-    if not isinstance(raw, dict):
-        raise InvalidRequest("requester must be an object with a sessionKey", field="requester")
-    unknown = set(raw) - {"sessionKey", "sandboxed"}
-    if unknown:
-        raise InvalidRequest(f"requester has unknown field {sorted(unknown)[0]!r}", field="requester")
-    raw = without_nulls(raw, ["sandboxed"])
-    key = check_session_key(raw.get("sessionKey"), field="requester.sessionKey")
-    sandboxed = raw.get("sandboxed", False)
-    if not isinstance(sandboxed, bool):
-        raise InvalidRequest("requester.sandboxed must be a boolean", field="requester.sandboxed")
-    return Requester(key, sandboxed)

@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..errors import InvalidRequest
-from ..indexer.events import MAX_TS_MS, MIN_TS_MS
+from ..transcript.events import MAX_TS_MS, MIN_TS_MS
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _TIME = (r"[Tt ](?P<hh>[01][0-9]|2[0-3]):(?P<mi>[0-5][0-9])(?::(?P<ss>[0-5][0-9])(?:\.(?P<frac>[0-9]{1,9}))?)?"

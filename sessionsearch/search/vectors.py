@@ -11,13 +11,15 @@ over every row in scope (simsimd's SIMD kernels), exact up to the quantization.
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import simsimd
 
-from ..store.base import EmbeddingChanges
+from ..store.base import AgentStore, EmbeddingChanges
 from ..store.rowids import HIGH, LOW_BITS, SEQ_BITS
 
 MIN_TAIL = 50_000  # rows the tail holds before it is merged, at least
@@ -175,3 +177,35 @@ def _dot(q8: npt.NDArray[np.int8], vecs: npt.NDArray[np.int8]) -> npt.NDArray[np
     out = simsimd.cdist(q8[None, :], np.ascontiguousarray(vecs), metric="dot", dtype="int8", out_dtype="float32")
     scores: npt.NDArray[np.float32] = np.asarray(out, dtype=np.float32)[0]
     return scores
+
+
+class Vectors:
+    """The search process's vectors, per agent store, with a lock each: a refresh and a scoring
+    of the same agent never overlap."""
+
+    def __init__(self) -> None:
+        self._by_store: dict[int, tuple[AgentStore[Any], AgentVectors | None, asyncio.Lock]] = {}
+
+    def slot(self, store: AgentStore[Any]) -> tuple[AgentVectors | None, asyncio.Lock]:
+        entry = self._by_store.get(id(store))
+        if entry is None or entry[0] is not store:
+            entry = (store, None, asyncio.Lock())
+            self._by_store[id(store)] = entry
+        return entry[1], entry[2]
+
+    def keep(self, store: AgentStore[Any], vectors: AgentVectors) -> None:
+        entry = self._by_store[id(store)]
+        self._by_store[id(store)] = (store, vectors, entry[2])
+
+    def clear(self) -> None:
+        self._by_store.clear()
+
+
+@dataclass
+class Meaning:
+    """What a semantic search keeps beyond the keyword one: the vectors held in memory, and the
+    similarity below which a row is no neighbour (the embedder and the embed queue are the
+    host's: search/context.py)."""
+
+    vectors: Vectors
+    min_score: float | None = None  # None: the embedder's own floor

@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from ..identity import Requester
 from ..keys import agent_of, main_key
 from ..settings import Settings
 from ..store.base import SessionMeta
-from .query import Requester
 
 
 @lru_cache(maxsize=256)

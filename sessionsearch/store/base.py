@@ -1,302 +1,68 @@
-"""The store's seam: the interface every backend implements (`AgentStore`), and what it returns.
+"""The store's seam: what every backend implements, by role, and what it declares it can do.
 
-Engine, search/, indexer/ and the importer call only these methods; SQLite (store/sqlite/) is one
-implementation, chosen in store/__init__.py.
+An agent's store is read and written through four roles (typing.Protocol, checked by mypy and by
+tests/store/test_roles.py): SessionWrites (the doors' writes), TranscriptReads (history),
+SearchReads (the catalog, search and meaning reads) and Maintenance (reconciliation, postings,
+bounds, sweeps); AgentStore is all four. A Backend lists and opens the stores, searches many of
+them at once, and declares what it can do in `features` (as Django's DatabaseFeatures), which the
+search plan (search/plan.py) reads instead of probing for methods. The data the seam takes and
+returns is in records.py.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field
-from enum import StrEnum
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar, runtime_checkable
 
+from .records import (  # the seam's data, re-exported: importers name store.base alone
+    EVENT_COLUMNS,
+    MORE,
+    SESSION_COLUMNS,
+    AppendResult,
+    BesideBatch,
+    BranchRow,
+    ClaimInfo,
+    EmbedClaim,
+    Embedded,
+    EmbeddingChanges,
+    Match,
+    MeaningHead,
+    MessageRow,
+    MetaSnapshot,
+    Newest,
+    PendingRow,
+    ReconcileOutcome,
+    RowChanges,
+    RowHit,
+    ScoreBound,
+    SessionMeta,
+    SessionTop,
+    SessionTops,
+    SmallReconcile,
+    TopHits,
+    Waiting,
+    WindowGen,
+    WindowMeta,
+    WindowRef,
+    WindowState,
+    session_columns,
+)
+
 if TYPE_CHECKING:
-    from ..indexer.events import Event
-
-
-# the columns every backend stores a session's metadata and a transcript row in
-SESSION_COLUMNS = {  # wire name -> column
-    "label": "label", "displayName": "display_name", "spawnedBy": "spawned_by",
-    "parentSessionKey": "parent_session_key", "kind": "kind", "group": "grp",
-    "incognito": "incognito", "archivedAt": "archived_at", "updatedAt": "updated_at",
-}
-EVENT_COLUMNS = "id, wid, event_id, parent_seq, node_seq, type, role, ts, on_branch, text, body"
-
-
-def session_columns(fields: dict[str, Any], now: int) -> dict[str, Any]:
-    """A session upsert's wire fields as column values: known fields in their columns, the rest
-    (but the session id) as JSON in `extra`, `updated_at` now unless given."""
-    cols = {SESSION_COLUMNS[k]: (int(bool(v)) if k == "incognito" else v)
-            for k, v in fields.items() if k in SESSION_COLUMNS}
-    extra = {k: v for k, v in fields.items() if k not in SESSION_COLUMNS and k != "sessionId"}
-    if extra:
-        cols["extra"] = json.dumps(extra, ensure_ascii=False)
-    cols.setdefault("updated_at", now)
-    return cols
-
-
-@dataclass(frozen=True, slots=True)
-class Match:
-    """What a query matches, in no backend's syntax: every word (as the user typed it), the last
-    one also as a prefix when `prefix`. Each store turns it into its own query (SQLite: quoted FTS5
-    strings), so no user text ever reaches a query language; a word's CJK runs match as substrings
-    and the rest as words (store/cjk.py, the scheme every backend indexes by)."""
-
-    words: tuple[str, ...]
-    prefix: bool = False
-
-
-@dataclass(slots=True)
-class AppendResult:
-    appended: int
-    indexed: int
-    needs_reconcile: bool
-    session_id: str
-    duplicates: int = 0
-    unknown_parents: list[int] = field(default_factory=list)
-
-
-class ReconcileOutcome(StrEnum):
-    """How a reconciliation step or job ended (compared and logged as its string)."""
-
-    CLAIMED = "claimed"  # a window too large for one transaction: the claim is held for batches
-    PUBLISHED = "published"
-    CLEAN = "clean"  # nothing to do: indexed and unclaimed
-    BESIDE = "beside"  # being rebuilt beside another window in this process right now
-    BUSY = "busy"  # another holder's claim is live
-    LOST = "lost"  # the claim was taken over meanwhile
-    MISSING = "missing"  # the window is gone
-    CHANGED = "changed"  # a non-linear write came meanwhile, round after round
-    COLD = "cold"  # archived: nothing is indexed
-    STOPPED = "stopped"  # the worker is shutting down
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimInfo:
-    """A window's state as its claim was taken."""
-
-    needs_rebuild: bool
-    rebuild_gen: int
-    last_seq: int
-    cold: bool
-
-
-class WindowState(NamedTuple):
-    """What deciding to claim a window reads first."""
-
-    needs_rebuild: bool
-    claim_free: bool  # unclaimed, or its lease expired
-
-
-class WindowGen(NamedTuple):
-    rebuild_gen: int
-    last_seq: int
-    needs_rebuild: bool
-
-
-class RowChanges(NamedTuple):
-    """Index rows a rebuild deleted and inserted."""
-
-    deleted: int
-    inserted: int
-
-
-class Waiting(NamedTuple):
-    """A window needing reconciliation, as picked to be rebuilt beside another."""
-
-    wid: int
-    rows: int  # its last seq
-
-
-class SmallReconcile(NamedTuple):
-    """What claiming a window did: see indexer.reconcile.claim_small."""
-
-    outcome: ReconcileOutcome
-    claim: ClaimInfo | None
-    deleted: int
-    inserted: int
-    beside: tuple[int, ...]  # other windows published in the same transaction
-
-
-class BesideBatch(NamedTuple):
-    """What one transaction rebuilding waiting windows did: see indexer.reconcile.reconcile_next."""
-
-    windows: tuple[int, ...]
-    deleted: int
-    inserted: int
-    contended: bool  # its write lock was held by another process first
-
-
-@dataclass(slots=True)
-class SessionMeta:
-    session_key: str
-    session_id: str | None
-    label: str | None
-    display_name: str | None
-    spawned_by: str | None
-    parent_session_key: str | None
-    kind: str | None
-    group: str | None
-    incognito: int
-    archived_at: int | None
-    updated_at: int
-
-
-@dataclass(slots=True)
-class WindowMeta:
-    wid: int
-    session_key: str
-    session_id: str
-    cold: int
-
-
-class MetaSnapshot(NamedTuple):
-    """The catalog as a store answers it: everything (`whole`), or what changed after a version."""
-
-    version: int
-    whole: bool
-    sessions: list[SessionMeta]
-    windows: list[WindowMeta]
-    deleted_keys: list[str]
-    deleted_wids: list[int]
-
-
-class RowHit(NamedTuple):
-    """A matching index row; `row_id` 0 is no row but says more matched than were asked for."""
-
-    row_id: int
-    score: float  # bm25 over the whole agent, lower is better
-    message_id: str
-    ts: int
-    text: str
-
-
-MORE = RowHit(0, math.inf, "", 0, "")
-
-
-class TopHits(NamedTuple):
-    meta_version: int
-    dirty: frozenset[int]  # windows needing reconciliation (never matched)
-    hits: list[RowHit]
-
-
-class Newest(NamedTuple):
-    """What a search of many agents orders them by and passes them over with (search/runner.py):
-    the meta version, a bound on the timestamps of every message of the clean hot windows (None:
-    no such message, so no hit), and the windows needing reconciliation, read now."""
-
-    meta_version: int
-    ts_max: int | None
-    dirty: frozenset[int]
-
-
-class ScoreBound(NamedTuple):
-    """What a search of many agents by relevance orders them by and passes them over with
-    (search/best_first.py): the meta version, the windows needing reconciliation, and the highest
-    score (-bm25) a row of the agent can have for the query, read now (inf: not known, -inf: no
-    row matches)."""
-
-    meta_version: int
-    dirty: frozenset[int]
-    bound: float
-
-
-class SessionTop(NamedTuple):
-    session_key: str
-    matched: int  # rows matched in scope
-    best: RowHit
-
-
-class SessionTops(NamedTuple):
-    meta_version: int
-    dirty: frozenset[int]
-    sessions: list[SessionTop]
-
-
-class WindowRef(NamedTuple):
-    wid: int
-    session_id: str
-    cold: int
-
-
-class BranchRow(NamedTuple):
-    """A structural row of the active branch."""
-
-    seq: int
-    event_id: str
-    type: str
-    role: str | None
-    first_kept_id: str | None  # a reset's firstKeptEntryId
-
-
-class MessageRow(NamedTuple):
-    seq: int
-    event_id: str
-    role: str | None
-    ts: int
-    body: str  # JSON
-
-
-class EmbedClaim(StrEnum):
-    """What asking for a window's embed claim found."""
-
-    CLAIMED = "claimed"
-    BUSY = "busy"  # another embed job's lease is live
-    MISSING = "missing"
-    COLD = "cold"
-    INCOGNITO = "incognito"  # never embedded: its text goes to no embedder, and it never answers
-
-    @classmethod
-    def refused(cls, state: tuple[Any, Any] | None) -> EmbedClaim:
-        """Why a claim was not taken, from the window's `(cold, incognito)` row (None: no window)."""
-        if state is None:
-            return cls.MISSING
-        if state[1]:
-            return cls.INCOGNITO
-        return cls.COLD if state[0] else cls.BUSY
-
-
-class PendingRow(NamedTuple):
-    """A word-index row without an embedding of the current model."""
-
-    rid: int
-    ts: int
-    text: str
-
-
-class Embedded(NamedTuple):
-    """An embedding as stored: int8 components scaled by `scale` (store/sqlite/schema.py, 15)."""
-
-    rid: int
-    ts: int
-    scale: float
-    vec: bytes
-
-
-class MeaningHead(NamedTuple):
-    """What a semantic search reads first, in one snapshot."""
-
-    meta_version: int
-    model_no: int | None  # the number of the searcher's model, None when the store has never seen it
-    current_no: int  # the model the workers embed with now (0: none yet)
-    embed_seq: int  # moved by every transaction storing embeddings
-    gone_seq: int  # moved by every deletion of embeddings
-    dirty: frozenset[int]  # windows needing reconciliation
-    pending: frozenset[int]  # windows with rows waiting for an embedding
-
-
-class EmbeddingChanges(NamedTuple):
-    """Embeddings of one model stored after `embed_seq`, and deleted after `gone_seq`."""
-
-    rows: list[Embedded]
-    other_model: list[int]  # rows stored since under another model (they replace what was there)
-    gone: list[int]
-    embed_seq: int
-    gone_seq: int
+    from ..transcript.events import Event
+
+__all__ = [
+    "AppendResult", "BesideBatch", "BranchRow", "ClaimInfo", "EVENT_COLUMNS", "EmbedClaim", "Embedded",
+    "EmbeddingChanges", "MORE", "Match", "MeaningHead", "MessageRow", "MetaSnapshot", "Newest",
+    "PendingRow", "ReconcileOutcome", "RowChanges", "RowHit", "SESSION_COLUMNS", "ScoreBound",
+    "SessionMeta", "SessionTop", "SessionTops", "SmallReconcile", "TopHits", "Waiting", "WindowGen",
+    "WindowMeta", "WindowRef", "WindowState", "session_columns", "EmbedTx", "ReconcileTx",
+    "SessionWrites", "TranscriptReads", "SearchReads", "Maintenance", "AgentStore", "Features",
+    "QueryFeatures", "ManySearch", "Backend", "AgentRole", "R", "T",
+]
 
 
 class EmbedTx(Protocol):
@@ -380,27 +146,23 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-@runtime_checkable
-class AgentStore(Protocol[R]):
-    """The transcripts, index and index state of one agent: what Engine, search/, indexer/ and the
-    importer call. Windows are ids (`wid`); a window's rows are numbered by `seq` from 1; a row id
-    packs both with the role (rowids.py), and index rows and hits carry it. Times are epoch ms
-    unless a name says `_s` (seconds); deadlines are `time.monotonic()` seconds. `R` is the
-    backend's reader, borrowed with `reader()`; every read through it stops at the block's deadline."""
+class AgentRole(Protocol):
+    """What every role of an agent's store has: its agent. Windows are ids
+    (`wid`); a window's rows are numbered by `seq` from 1; a row id packs both with the role
+    (rowids.py), and index rows and hits carry it. Times are epoch ms unless a name says `_s`
+    (seconds); deadlines are `time.monotonic()` seconds."""
 
     agent_id: str
+
+
+@runtime_checkable
+class SessionWrites(AgentRole, Protocol):
+    """The writes the doors and the importer make, each one transaction."""
+
     # True where a write waits on a database server through the event loop (an import's parse then
     # gives the loop turns, so the server works beside it); False where writes run on a thread of
     # this process, whose Python would only contend with the parse for the GIL
     writes_await_server: bool
-
-    async def close(self) -> None:
-        """Release the store's connections and threads; it answers nothing after."""
-
-    def reader(self, deadline: float = math.inf) -> AbstractAsyncContextManager[R]:
-        """Borrow a reader for a block; waiting for one and its reads raise SearchTimeout past `deadline`."""
-
-    # -- writes: each one transaction ---------------------------------------------------------
 
     async def upsert_session(self, key: str, fields: dict[str, Any]) -> bool:
         """Create or update a session's metadata (wire field names); True when the session is new."""
@@ -428,6 +190,95 @@ class AgentStore(Protocol[R]):
         """Import steps (key, fields, events, session_id, lines) unindexed, one AppendResult or
         exception per step; together in one transaction when none fails."""
 
+
+@runtime_checkable
+class TranscriptReads(AgentRole, Protocol[R]):
+    """A session's windows and its active branch, through a borrowed reader (search/history.py). `R`
+    is the backend's reader, borrowed with `reader()`; every read through it stops at the block's
+    deadline."""
+
+    def reader(self, deadline: float = math.inf) -> AbstractAsyncContextManager[R]:
+        """Borrow a reader for a block; waiting for one and its reads raise SearchTimeout past `deadline`."""
+
+    async def window_of(self, reader: R, key: str, session_id: str | None) -> WindowRef | None:
+        """The key's current window, or `session_id`'s if it is the key's."""
+
+    async def windows_of(self, reader: R, key: str) -> list[WindowRef]:
+        """Every window of a key, current first, then newest first."""
+
+    async def branch_rows(self, reader: R, wid: int) -> list[BranchRow]:
+        """The active branch's structural rows in order."""
+
+    async def message_rows(self, reader: R, wid: int, seqs: list[int]) -> list[MessageRow]:
+        """The given seqs' rows, in seq order."""
+
+
+@runtime_checkable
+class SearchReads(AgentRole, Protocol[R]):
+    """The catalog, the word index and the meaning index, through a borrowed reader (search/). `R`
+    is the backend's reader, borrowed with `reader()`; every read through it stops at the block's
+    deadline."""
+
+    def reader(self, deadline: float = math.inf) -> AbstractAsyncContextManager[R]:
+        """Borrow a reader for a block; waiting for one and its reads raise SearchTimeout past `deadline`."""
+
+    async def ping(self, reader: R) -> None:
+        """Read one catalog row; raises when the database does not answer."""
+
+    async def meta_version(self, reader: R) -> int:
+        """The agent's meta version, which every metadata change moves."""
+
+    async def meta_snapshot(self, reader: R, since: int | None = None) -> MetaSnapshot:
+        """Everything, or only what changed after meta version `since` (whole False) while the
+        store still knows."""
+
+    async def activity(self, reader: R) -> tuple[int, dict[str, int]]:
+        """The meta version, and each session's latest activity (ms) by key, read now."""
+
+    async def search_top(self, reader: R, match: Match, *, k: int, order: str,
+                         include: list[int] | None, exclude: list[int] | None,
+                         role: str | None, hot: str | None = None, since: int | None = None,
+                         until: int | None = None, ties: bool = True) -> TopHits | None:
+        """At least the top `k` of `match` over the clean windows in scope with a timestamp in
+        [`since`, `until`) (epoch ms), by `order` ("relevance" or "recent"); a hit `MORE` (row id
+        0) says more matched. `ties` False: None where settling ties at the cut would take ranking
+        every match (search_sessions then ranks them its own way)."""
+
+    async def search_sessions(self, reader: R, match: Match, *, k: int,
+                              order: str, include: list[int] | None, exclude: list[int] | None, role: str | None,
+                              since: int | None = None, until: int | None = None, hot: str | None = None
+                              ) -> SessionTops:
+        """In one snapshot, for resultMode "sessions": the best `k` sessions over the clean windows
+        in scope, ordered by best hit (`order`, then newer, then message id), then key.
+        `hot`: as search_top's, for the top hits the sessions may be read off."""
+
+    async def meaning_head(self, reader: R, model: str) -> MeaningHead:
+        """The model numbers, change counters, and windows needing reconciliation or embeddings."""
+
+    async def embedding_changes(self, reader: R, model_no: int, embed_seq: int, gone_seq: int
+                                ) -> EmbeddingChanges:
+        """Embeddings of `model_no` stored after `embed_seq`, rows re-stored under another model, and
+        embeddings deleted after `gone_seq` (0, 0: every one)."""
+
+    async def indexed_rows(self, reader: R, rids: list[int]) -> list[RowHit]:
+        """Those of `rids` that are word-index rows now, with their text (score 0), in no order."""
+
+    async def status(self, reader: R) -> dict[str, int]:
+        """Counts: windows, indexedWindows, backlog, messages, indexedMessages, coldWindows."""
+
+    async def embed_status(self, reader: R, model: str) -> dict[str, int]:
+        """embeddedMessages (word-index rows with an embedding of `model`) and embeddingBacklog
+        (those without), of embeddable windows only: an incognito session's rows are neither."""
+
+
+@runtime_checkable
+class Maintenance(AgentRole, Protocol):
+    """Reconciliation (indexer/reconcile.py holds the algorithm), postings, bounds and sweeps, as the
+    workers and the CLI run them; and closing the store."""
+
+    async def close(self) -> None:
+        """Release the store's connections and threads; it answers nothing after."""
+
     async def dirty_windows(self) -> list[int]:
         """Ids of the windows needing reconciliation, ascending."""
 
@@ -447,8 +298,6 @@ class AgentStore(Protocol[R]):
         """Why `optimize` would pay off now (no reconciliation backlog, and a first build, the
         index grown by `grow_share`, or words about to go back to the slow path), or None."""
 
-    # -- reconciliation (indexer/reconcile.py holds the algorithm) -------------------------------
-
     async def reconcile_tx(self, step: Callable[[ReconcileTx], Awaitable[T]]) -> T:
         """Run `step` over the reconciliation primitives as one write transaction, then clear what
         it marked `rebuilding`. On SQLite the step runs on the writer's thread and must not
@@ -463,75 +312,83 @@ class AgentStore(Protocol[R]):
     async def sweep_orphans(self) -> int:
         """Delete index rows whose window is gone or cold or whose row left the branch; returns how many."""
 
-    # -- reads: through a borrowed reader --------------------------------------------------------
 
-    async def ping(self, reader: R) -> None:
-        """Read one catalog row; raises when the database does not answer."""
+@runtime_checkable
+class AgentStore(SessionWrites, TranscriptReads[R], SearchReads[R], Maintenance, Protocol[R]):
+    """The transcripts, index and index state of one agent: every role at once (what the engine
+    holds and hands to each part the role it needs)."""
 
-    async def meta_version(self, reader: R) -> int:
-        """The agent's meta version, which every metadata change moves."""
 
-    async def meta_snapshot(self, reader: R, since: int | None = None) -> MetaSnapshot:
-        """Everything, or only what changed after meta version `since` (whole False) while the
-        store still knows."""
+@dataclass(frozen=True, slots=True)
+class Features:
+    """What a backend can do, declared once (as Django's DatabaseFeatures) and read by the search
+    plan (search/plan.py): every method below is always there, these say which path pays off."""
 
-    async def search_top(self, reader: R, match: Match, *, k: int, order: str,
-                         include: list[int] | None, exclude: list[int] | None,
-                         role: str | None, hot: str | None = None, since: int | None = None,
-                         until: int | None = None, ties: bool = True) -> TopHits | None:
-        """At least the top `k` of `match` over the clean windows in scope with a timestamp in
-        [`since`, `until`) (epoch ms), by `order` ("relevance" or "recent"); a hit `MORE` (row id
-        0) says more matched. `ties` False: None where settling ties at the cut would take ranking
-        every match (search_sessions then ranks them its own way)."""
+    # search_top_many reads many whole agents in one statement (PostgreSQL); else the agents are
+    # searched each by itself
+    many_in_one_statement: bool
+    # search_top_each runs a batch of agents' statements in one hop (SQLite: one thread); else
+    # the search sends each agent's statement by itself, a few at once
+    batches_agents: bool
+    # kept_bounds answers from memory, without a read (SQLite: bounds folded per file stamp)
+    bounds_in_memory: bool
 
-    async def search_sessions(self, reader: R, match: Match, *, k: int,
-                              order: str, include: list[int] | None, exclude: list[int] | None, role: str | None,
-                              since: int | None = None, until: int | None = None, hot: str | None = None
-                              ) -> SessionTops:
-        """In one snapshot, for resultMode "sessions": the best `k` sessions over the clean windows
-        in scope, ordered by best hit (`order`, then newer, then message id), then key.
-        `hot`: as search_top's, for the top hits the sessions may be read off."""
 
-    async def window_of(self, reader: R, key: str, session_id: str | None) -> WindowRef | None:
-        """The key's current window, or `session_id`'s if it is the key's."""
+class QueryFeatures(NamedTuple):
+    """What a backend can do for one query (Backend.query_features): a statement of many agents
+    or score bounds can need what the query has (words with tokens) or lacks (very many words)."""
 
-    async def windows_of(self, reader: R, key: str) -> list[WindowRef]:
-        """Every window of a key, current first, then newest first."""
+    many_in_one_statement: bool  # search_top_many answers this query in one statement
+    score_bounds: bool  # score_bounds bounds this query's scores
 
-    async def branch_rows(self, reader: R, wid: int) -> list[BranchRow]:
-        """The active branch's structural rows in order."""
 
-    async def message_rows(self, reader: R, wid: int, seqs: list[int]) -> list[MessageRow]:
-        """The given seqs' rows, in seq order."""
+class ManySearch(Protocol):
+    """Searching many agents' stores at once: what search/execute.py calls, as `features` and
+    `query_features` choose (search/plan.py)."""
 
-    async def activity(self, reader: R) -> tuple[int, dict[str, int]]:
-        """The meta version, and each session's latest activity (ms) by key, read now."""
+    features: Features
 
-    async def status(self, reader: R) -> dict[str, int]:
-        """Counts: windows, indexedWindows, backlog, messages, indexedMessages, coldWindows."""
+    def query_features(self, match: Match) -> QueryFeatures:
+        """What this backend can do for `match` (cheap: no read)."""
 
-    # -- the meaning index (search/meaning.py reads, indexer/embedding.py writes) ---------------
+    async def search_top_each(self, stores: Sequence[AgentStore[Any]], match: Match,
+                              scopes: Sequence[tuple[list[int] | None, list[int]]], *, deadline: float, k: int,
+                              order: str, role: str | None, hot: str | None, since: int | None,
+                              until: int | None) -> list[TopHits]:
+        """Each store's search_top with its (include, exclude) scope, in their order (SQLite: their
+        statements a batch a thread hop; features.batches_agents says whether that pays)."""
 
-    async def meaning_head(self, reader: R, model: str) -> MeaningHead:
-        """The model numbers, change counters, and windows needing reconciliation or embeddings."""
+    async def search_top_many(self, stores: Sequence[AgentStore[Any]], match: Match, *, k: int, order: str,
+                              exclude: list[int], role: str | None, since: int | None, until: int | None,
+                              deadline: float, sparse: bool = False) -> list[TopHits | None]:
+        """By `order` over whole agents (less the windows in `exclude`): per store, its meta
+        version, dirty windows and those of its hits that are among the top `k` of all the
+        stores', as each store's search_top scores them (where query_features says it answers
+        in one statement; else each store searched by itself). `sparse` (order "recent", for a
+        caller that read every store's Newest): a store with no hit among them may be left
+        unread, None in its place."""
 
-    async def embedding_changes(self, reader: R, model_no: int, embed_seq: int, gone_seq: int
-                                ) -> EmbeddingChanges:
-        """Embeddings of `model_no` stored after `embed_seq`, rows re-stored under another model, and
-        embeddings deleted after `gone_seq` (0, 0: every one)."""
+    async def score_bounds(self, stores: Sequence[AgentStore[Any]], match: Match,
+                           deadline: float) -> list[ScoreBound] | None:
+        """Each store's ScoreBound for the query (where query_features says it bounds it; else each
+        unknown, inf, with the store's Newest read); None when reading bounds would not pay off
+        for these stores now (PostgreSQL: most of them never folded, so the one statement of them
+        all is the whole search)."""
 
-    async def indexed_rows(self, reader: R, rids: list[int]) -> list[RowHit]:
-        """Those of `rids` that are word-index rows now, with their text (score 0), in no order."""
+    def kept_bounds(self, stores: Sequence[AgentStore[Any]], match: Match) -> list[ScoreBound | None]:
+        """Each store's ScoreBound for the query as far as it is kept in memory, without a read
+        (None: not kept; every one None where features.bounds_in_memory is False)."""
 
-    async def embed_status(self, reader: R, model: str) -> dict[str, int]:
-        """embeddedMessages (word-index rows with an embedding of `model`) and embeddingBacklog
-        (those without), of embeddable windows only: an incognito session's rows are neither."""
+    async def newest(self, stores: Sequence[AgentStore[Any]], deadline: float) -> list[Newest]:
+        """Each store's Newest, in their order, as committed now (cheap for many stores at once:
+        PostgreSQL reads them in one statement, SQLite answers unchanged files from memory)."""
 
 
 @runtime_checkable
-class Backend(Protocol):
-    """Where a process's agent stores live: it lists the agents and opens their stores. Chosen once,
-    from the settings, by `backend_for` (store/__init__.py)."""
+class Backend(ManySearch, Protocol):
+    """Where a process's agent stores live: it lists the agents, opens their stores and searches
+    many of them at once (ManySearch). Chosen once, from the settings, by `backend_for`
+    (store/__init__.py)."""
 
     # every agent's rows in one database, so that `check_ready` answering covers every agent's store
     shared_database: bool
@@ -551,29 +408,6 @@ class Backend(Protocol):
 
     async def open_store(self, agent_id: str, *, create: bool = False) -> AgentStore[Any]:
         """Open an agent's store, creating it when `create`; raises NotFound when it has none."""
-
-    async def search_top_many(self, stores: Sequence[AgentStore[Any]], match: Match, *, k: int, order: str,
-                              exclude: list[int], role: str | None, since: int | None, until: int | None,
-                              deadline: float, sparse: bool = False) -> list[TopHits | None] | None:
-        """By `order` over whole agents (less the windows in `exclude`): per store, its meta
-        version, dirty windows and those of its hits that are among the top `k` of all the
-        stores', as each store's search_top scores them; None where the backend has no such
-        search (then each store is searched by itself). `sparse` (order "recent", for a caller
-        that read every store's Newest): a store with no hit among them may be left unread,
-        None in its place."""
-
-    async def score_bounds(self, stores: Sequence[AgentStore[Any]], match: Match,
-                           deadline: float) -> list[ScoreBound] | None:
-        """Each store's ScoreBound for the query, or None where the backend keeps no bounds (it
-        ranks many agents otherwise: search_top_many)."""
-
-    def kept_bounds(self, stores: Sequence[AgentStore[Any]], match: Match) -> list[ScoreBound | None]:
-        """Each store's ScoreBound for the query as far as it is kept in memory, without a read
-        (None: not kept; every one None where the backend keeps no bounds)."""
-
-    async def newest(self, stores: Sequence[AgentStore[Any]], deadline: float) -> list[Newest]:
-        """Each store's Newest, in their order, as committed now (cheap for many stores at once:
-        PostgreSQL reads them in one statement, SQLite answers unchanged files from memory)."""
 
     async def check_ready(self) -> None:
         """Raise Unavailable unless writes can be stored now (each agent's store answers `ping`)."""

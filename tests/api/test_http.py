@@ -14,7 +14,7 @@ from sessionsearch import gcpause
 from sessionsearch.api.app import create_app
 from sessionsearch.api.server import is_loopback
 from sessionsearch.protocol import AppendParams
-from sessionsearch.search.runner import INDEXING_WARNING
+from sessionsearch.search.render import INDEXING_WARNING
 from sessionsearch.settings import Settings
 
 from ..helpers import chain, engine_at, leaf, msg

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from sessionsearch import values
 from sessionsearch.errors import InvalidRequest
-from sessionsearch.indexer.events import MAX_EVENT_DEPTH, MAX_TS_MS, MIN_TS_MS, parse_event
 from sessionsearch.protocol import AppendParams, HistoryParams, ListParams, SearchParams, UpsertParams
+from sessionsearch.transcript.events import MAX_EVENT_DEPTH, MAX_TS_MS, MIN_TS_MS, parse_event
 
 from ..helpers import chain, engine_at, msg
 

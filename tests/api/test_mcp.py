@@ -15,7 +15,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from sessionsearch.auth import sha256_hex
 from sessionsearch.protocol import AppendParams, UpsertParams
-from sessionsearch.search.runner import INDEXING_WARNING
+from sessionsearch.search.render import INDEXING_WARNING
 
 from ..helpers import chain, engine_at, leaf, msg
 from ..server import Server

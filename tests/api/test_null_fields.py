@@ -14,8 +14,8 @@ from sessionsearch.api.openapi import REQUESTS
 from sessionsearch.api.tools import call
 from sessionsearch.auth import Caller, bind_requester
 from sessionsearch.errors import InvalidRequest
+from sessionsearch.identity import Requester
 from sessionsearch.protocol import AppendParams
-from sessionsearch.search.query import Requester
 
 from ..helpers import chain, engine_at
 

@@ -11,7 +11,7 @@ import pytest
 
 from sessionsearch import Forbidden, InvalidRequest, Settings
 from sessionsearch.auth import OPERATOR, Caller, Credentials, bind_requester, parse_scoped_tokens, sha256_hex
-from sessionsearch.search.query import Requester
+from sessionsearch.identity import Requester
 
 MAIN = "agent:main:main"
 

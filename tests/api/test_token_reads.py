@@ -7,8 +7,8 @@ import json
 
 from sessionsearch.api.tools import run_tool
 from sessionsearch.auth import OPERATOR, Caller
+from sessionsearch.identity import Requester
 from sessionsearch.protocol import AppendParams, ListParams, SearchParams, SessionRef, UpsertParams
-from sessionsearch.search.query import Requester
 
 from ..helpers import chain, engine_at
 

@@ -16,8 +16,8 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from sessionsearch.cli import build_parser
-from sessionsearch.store.postgres.schema import LATEST as PG_LATEST
-from sessionsearch.store.sqlite.schema import MIGRATIONS as SQLITE_MIGRATIONS
+from sessionsearch.store.postgres.migrate import LATEST as PG_LATEST
+from sessionsearch.store.sqlite.migrations import MIGRATIONS as SQLITE_MIGRATIONS
 
 from ..postgres import scratch_database
 from ..server import Server

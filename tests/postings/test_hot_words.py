@@ -13,7 +13,7 @@ import pytest
 
 from sessionsearch.protocol import AppendParams, SearchParams, SessionRef
 from sessionsearch.store.sqlite import postings as sqlite_hot
-from sessionsearch.store.sqlite import top as store_module
+from sessionsearch.store.sqlite import search as store_module
 
 from ..helpers import chain, engine_at, ids, leaf, msg
 

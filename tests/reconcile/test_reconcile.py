@@ -13,12 +13,12 @@ import pytest
 
 from sessionsearch import Engine, Settings
 from sessionsearch.indexer import reconcile
-from sessionsearch.indexer.events import parse_event
 from sessionsearch.indexer.reconcile import reconcile_window
 from sessionsearch.protocol import AppendParams, SearchParams
 from sessionsearch.store.postgres import PgAgentStore
 from sessionsearch.store.rowids import row_id
 from sessionsearch.store.sqlite import reconcile as sqlite_reconcile
+from sessionsearch.transcript.events import parse_event
 
 from ..helpers import chain, engine_at, ids, leaf, msg, until
 

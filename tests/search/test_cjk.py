@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from sessionsearch import Engine, Settings
 from sessionsearch.protocol import AppendParams, SearchParams
-from sessionsearch.store.sqlite import top as store_module
+from sessionsearch.store.sqlite import search as store_module
 from sessionsearch.text.cjk import index_text
 from sessionsearch.text.utf16 import utf16_len
 

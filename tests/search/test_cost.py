@@ -11,8 +11,8 @@ import random
 from sessionsearch import SearchTimeout
 from sessionsearch.api.tools import run_tool
 from sessionsearch.auth import OPERATOR, Caller
+from sessionsearch.identity import Requester
 from sessionsearch.protocol import AppendParams, SearchParams, parse_search
-from sessionsearch.search.query import Requester
 
 from ..helpers import chain, engine_at, ids
 
@@ -149,9 +149,9 @@ async def test_a_scoped_tokens_search_has_its_own_time_budget_and_the_operators_
     budgets: list[int] = []
     original = engine_module.run_search
 
-    async def spying(req, *, settings, **kw):
-        budgets.append(settings.search_time_limit_ms)
-        return await original(req, settings=settings, **kw)
+    async def spying(req, context, **kw):
+        budgets.append(context.settings.search_time_limit_ms)
+        return await original(req, context, **kw)
 
     monkeypatch.setattr(engine_module, "run_search", spying)
     async with engine_at(backend, credential_search_time_limit_ms=750, search_time_limit_ms=60_000) as engine:

@@ -11,8 +11,8 @@ import random
 import pytest
 
 from sessionsearch.protocol import AppendParams, SearchParams
-from sessionsearch.search import runner
-from sessionsearch.search.runner import bounded
+from sessionsearch.search import execute
+from sessionsearch.search.visits import bounded
 
 from ..helpers import BASE_TS, engine_at, timed
 
@@ -51,7 +51,7 @@ def _session_key(order: str):
 @pytest.mark.parametrize("batch", [4, 50])  # SQLite's agents per thread hop: several batches, or one
 @pytest.mark.parametrize("order", ["relevance", "recent"])
 async def test_all_agents_answer_is_the_merge_of_every_agents_full_answer(backend, order, batch, monkeypatch):
-    monkeypatch.setattr(runner, "BATCH", batch)
+    monkeypatch.setattr(execute, "BATCH", batch)
     async with engine_at(backend, search_agents_concurrency=3) as engine:
         await _fill(engine)
         for query, match in [("loan", "exact"), ("river stone", "exact"), ("cop", "prefix"), ("maple la", "prefix")]:

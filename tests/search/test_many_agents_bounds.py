@@ -12,7 +12,7 @@ import sqlite3
 import pytest
 
 from sessionsearch.protocol import AppendParams, SearchParams, SessionRef
-from sessionsearch.search import runner
+from sessionsearch.search import visits
 from sessionsearch.search.query import parse_query
 from sessionsearch.store.postgres import bounds as pg_bounds
 from sessionsearch.store.postgres.backend import PgBackend
@@ -266,7 +266,7 @@ async def test_a_postgres_agent_past_max_rows_is_not_folded_and_a_prefix_is_one_
 
 
 async def test_bounds_of_unchanged_agents_are_not_read_again_and_a_write_is_seen(tmp_path, monkeypatch):
-    import sessionsearch.store.sqlite.top as sqlite_store
+    import sessionsearch.store.sqlite.search as sqlite_store
 
     monkeypatch.setattr(sqlite_store, "QUIET_S", 0.05)  # files quiet 50 ms after their last write
     reads: list[str] = []
@@ -339,7 +339,7 @@ def test_serve_folds_the_bounds_and_answers_every_agent_as_the_merge_of_each(tmp
 
 
 async def test_recent_passes_over_the_agents_kept_bounds_say_match_nothing(tmp_path, monkeypatch):
-    import sessionsearch.store.sqlite.top as sqlite_store
+    import sessionsearch.store.sqlite.search as sqlite_store
 
     monkeypatch.setattr(sqlite_store, "QUIET_S", 0.05)
     visited: list[str] = []
@@ -363,8 +363,8 @@ async def test_recent_passes_over_the_agents_kept_bounds_say_match_nothing(tmp_p
         visited.clear()
         after = await engine.search(SearchParams(query="rare", order="recent", limit=5))
         assert after == before and [h["messageId"] for h in after["results"]] == ["h4m2", "h2m2"]
-        # the newest few visited alone (runner.VISITS_ALONE), then only the agents that may match
-        assert sorted(visited) == sorted(["h02", "h04"] + [f"h{a}" for a in range(19, 19 - runner.VISITS_ALONE, -1)])
+        # the newest few visited alone (visits.VISITS_ALONE), then only the agents that may match
+        assert sorted(visited) == sorted(["h02", "h04"] + [f"h{a}" for a in range(19, 19 - visits.VISITS_ALONE, -1)])
         await engine.append(AppendParams(sessionKey="agent:h19:main", events=[msg("h19n", "user", "rare too", "h19m1", ts=BASE_TS + 99_000)]))
         found = await engine.search(SearchParams(query="rare", order="recent", limit=5))  # h19 written since: visited
         assert [h["messageId"] for h in found["results"]] == ["h19n", "h4m2", "h2m2"]

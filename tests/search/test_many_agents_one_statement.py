@@ -13,7 +13,7 @@ import pytest
 
 from sessionsearch.protocol import AppendParams, SearchParams
 from sessionsearch.store.base import Match
-from sessionsearch.store.postgres.search import DfCache
+from sessionsearch.store.postgres.query import DfCache
 from sessionsearch.store.rowids import wid_of
 
 from ..helpers import BASE_TS, engine_at, timed

@@ -1,5 +1,5 @@
 """`order: "recent"` over many agents visits them newest first and stops once the hits in hand are
-newer than every agent not visited (search/runner.py, newest_first): the answer is still exactly
+newer than every agent not visited (search/visits.py, newest_first): the answer is still exactly
 the merge of every agent's full answer, ties at the cut included, and what it passes over still
 counts (windows needing reconciliation, metadata changes, messages appended since)."""
 
@@ -11,7 +11,7 @@ import time
 import pytest
 
 from sessionsearch.protocol import AppendParams, SearchParams
-from sessionsearch.search import runner
+from sessionsearch.search import visits
 
 from ..helpers import BASE_TS, engine_at, msg, timed
 
@@ -127,7 +127,7 @@ async def test_a_message_appended_to_a_quiet_agent_is_found_by_the_next_recent_s
 
 
 async def test_a_word_only_old_agents_hold_is_found_past_the_agents_searched_one_by_one(backend):
-    many = [f"w{i:02d}" for i in range(40)]  # more than runner.VISITS_ALONE
+    many = [f"w{i:02d}" for i in range(40)]  # more than visits.VISITS_ALONE
     async with engine_at(backend, search_agents_concurrency=2) as engine:
         for i, agent in enumerate(many):  # every agent newer than the one before; the word in the oldest six,
             # two by two at the same timestamps
@@ -144,7 +144,7 @@ async def test_a_word_only_old_agents_hold_is_found_past_the_agents_searched_one
             assert every["results"] == merged[:limit], limit
             assert every.get("truncated", False) == (len(merged) > limit)
         # on PostgreSQL the agents past the first VISITS_ALONE are searched together, in one statement
-        assert len(seen) == 6 * (40 if backend.kind == "sqlite" else runner.VISITS_ALONE), len(seen)
+        assert len(seen) == 6 * (40 if backend.kind == "sqlite" else visits.VISITS_ALONE), len(seen)
 
 
 async def test_a_time_range_passes_over_the_agents_without_a_message_in_it(backend):

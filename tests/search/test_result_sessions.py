@@ -13,7 +13,9 @@ import sys
 from dataclasses import replace
 
 from sessionsearch.protocol import AppendParams, RotateParams, SearchParams, SessionRef, UpsertParams, parse_search
+from sessionsearch.search.context import SearchContext
 from sessionsearch.search.runner import search as run_search
+from sessionsearch.search.vectors import Meaning, Vectors
 from sessionsearch.store.sqlite import sessions as sessions_sql
 
 from ..helpers import BASE_TS, chain, engine_at, ids, leaf, timed
@@ -318,8 +320,8 @@ async def _grouped_messages(engine, body: dict) -> tuple[list[dict], bool]:
     """The oracle: every hit in messages mode, in its order, grouped by session (the first hit of a
     session is its best), the limit applied to the sessions."""
     req = replace(parse_search({**body, "limit": 1}), limit=100_000, result_mode="messages")
-    answer = await run_search(req, settings=engine.settings, catalog=engine._catalog, open_store=engine.store,
-                              enqueue=engine.enqueue_reconcile)
+    context = SearchContext(engine.settings, engine._catalog, engine.backend, engine, Meaning(Vectors()))
+    answer = await run_search(req, context)
     assert "truncated" not in answer  # every hit came back
     sessions: dict[str, dict] = {}
     for hit in answer["results"]:

@@ -9,10 +9,10 @@ import sqlite3
 import pytest
 
 from sessionsearch import InvalidRequest
-from sessionsearch.indexer.events import MAX_TS_MS, MIN_TS_MS
 from sessionsearch.protocol import AppendParams, SearchParams, SessionRef
 from sessionsearch.store.rowids import wid_of
 from sessionsearch.store.sqlite.scope import ID_BOUNDS_SQL, id_bounds
+from sessionsearch.transcript.events import MAX_TS_MS, MIN_TS_MS
 
 from ..helpers import BASE_TS, chain, engine_at, ids, msg, timed, undo_meaning_index
 

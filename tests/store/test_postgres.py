@@ -19,10 +19,10 @@ from sessionsearch import Engine, Settings
 from sessionsearch.errors import SearchTimeout, Unavailable
 from sessionsearch.protocol import AppendParams, HistoryParams, SearchParams, SessionRef
 from sessionsearch.store.base import Match
-from sessionsearch.store.postgres import search as search_module
+from sessionsearch.store.postgres import query as query_module
 from sessionsearch.store.postgres.lexemes import _index_fields_limited, index_fields, index_tokens
+from sessionsearch.store.postgres.query import DfCache, Query
 from sessionsearch.store.postgres.recent import walk_sql, walk_windows
-from sessionsearch.store.postgres.search import DfCache, Query
 from sessionsearch.store.postgres.search_many import array_literal
 from sessionsearch.store.rowids import LOW_SEQS
 from sessionsearch.text.cjk import index_text
@@ -292,7 +292,7 @@ async def test_the_kept_head_follows_a_write_in_flight_when_it_was_read(pg, monk
                 (late, _, _), = await store.windows_of(reader, "agent:main:d")
             assert store._dfs.kept_head is not None
             assert any(w.startswith(f"{late}:") for w in store._dfs.kept_head[3])  # (others' xmin may add more)
-            monkeypatch.setattr(search_module, "KEPT_RECENT", 0)
+            monkeypatch.setattr(query_module, "KEPT_RECENT", 0)
             assert await _top(engine, match, "relevance", 10) == between and store._dfs.kept_head is None
             monkeypatch.undo()
         kept = await _top(engine, match, "relevance", 10)  # committed now

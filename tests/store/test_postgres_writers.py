@@ -13,14 +13,14 @@ import sys
 import psycopg
 
 from sessionsearch.api.tools import call
-from sessionsearch.indexer.events import parse_event
 from sessionsearch.indexer.reconcile import reconcile_window
 from sessionsearch.protocol import AppendParams, SearchParams
 from sessionsearch.store.postgres import LATEST, arrays, migrate, schema_version
 from sessionsearch.store.postgres.arrays import Int4Array, Int8Array, TextArray
+from sessionsearch.store.postgres.migrate import MIGRATIONS
 from sessionsearch.store.postgres.reconcile import ORPHANS, SLOT_LOCK
-from sessionsearch.store.postgres.schema import MIGRATIONS
 from sessionsearch.store.postgres.writer import DELETE_INDEX
+from sessionsearch.transcript.events import parse_event
 
 from ..helpers import chain, engine_at, msg, until
 from ..services import create_pg_database, drop_pg_database, empty_pg_database
@@ -176,7 +176,7 @@ async def test_a_reconciliation_moves_its_index_rows_out_of_the_pending_list_and
 RECONCILER = """
 import asyncio, sys
 from sessionsearch import Engine, Settings
-from sessionsearch.indexer.events import parse_event
+from sessionsearch.transcript.events import parse_event
 from sessionsearch.indexer.reconcile import reconcile_window
 url, wid = sys.argv[1], int(sys.argv[2])
 async def main():

@@ -16,7 +16,9 @@ from sessionsearch.store.sqlite.backend import SqliteBackend
 
 
 def _interface_methods(interface: type) -> dict[str, object]:
-    return {name: value for name, value in vars(interface).items() if callable(value) and not name.startswith("_")}
+    """The methods the interface declares, its roles' included (store/base.py)."""
+    return {name: value for klass in reversed(interface.__mro__) if klass.__module__ == "sessionsearch.store.base"
+            for name, value in vars(klass).items() if callable(value) and not name.startswith("_")}
 
 
 @pytest.mark.parametrize(("interface", "implementation", "some"), [

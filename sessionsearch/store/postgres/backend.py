@@ -1,6 +1,6 @@
 """The PostgreSQL shape: every agent in one database, one connection pool per process.
 
-`open` applies the pending migrations (schema.py, under an advisory lock) and opens the pool.
+`open` applies the pending migrations (migrate.py, under an advisory lock) and opens the pool.
 The agent listing is read with a short synchronous query (the Backend interface reads it without
 an event loop), on one small connection of its own that is remade after a failure; when the
 database does not answer, the last listing read is kept.
@@ -26,26 +26,21 @@ import psycopg
 
 from ...errors import NotFound
 from ...settings import Settings
-from ..base import AgentStore, Match, Newest, RowHit, ScoreBound, TopHits
+from ..base import AgentStore, Match, Newest, QueryFeatures, RowHit, ScoreBound, TopHits
+from ..cut import top_of_all
 from ..urls import redact
 from .bounds import score_bounds
 from .db import CONNECT_TIMEOUT_S, Db, connect_kwargs, unavailable
+from .features import FEATURES, query_features
 from .lexemes import read_text
 from .meaning import embeddable
-from .schema import LATEST, migrate, migrate_connection, schema_version
-from .search import Query
-from .search_many import array_literal, search_many
+from .migrate import LATEST, migrate, migrate_connection, schema_version
+from .newest import read_newest
+from .query import Query
+from .search_many import search_many
 from .store import PgAgentStore
 from .terms import FRESH_LIMIT
 from .wide import is_wide
-
-# each agent's meta version, the bound on its clean hot windows' index rows' timestamps (ts_max,
-# migration 3; NULL when none holds a row: the column's floor), its windows needing
-# reconciliation, and the listing's version
-NEWEST_SQL = ("SELECT a.ano, a.meta_version, (SELECT nullif(max(w.ts_max), -9223372036854775808) "
-              "FROM ss_windows w WHERE w.ano = a.ano AND w.needs_rebuild = 0 AND w.cold = 0), "
-              "ARRAY(SELECT w.wid FROM ss_windows w WHERE w.ano = a.ano AND w.needs_rebuild = 1), "
-              "(SELECT coalesce(max(ano), 0) FROM ss_agents) FROM ss_agents a WHERE a.ano = ANY(%s::bigint[])")
 
 POOL_SIZE = 10  # connections per process at most (docs/postgres.md)
 RETRY_S = 1.0  # after a failed listing read, the cached listing is answered this long
@@ -88,6 +83,7 @@ class PgBackend:
     """The agents of one PostgreSQL database (a Backend, store/base.py)."""
 
     shared_database = True
+    features = FEATURES
 
     def __init__(self, url: str, settings: Settings, *, pool_size: int = POOL_SIZE) -> None:
         self.url = url
@@ -173,14 +169,35 @@ class PgBackend:
         return PgAgentStore(self.db, agent_id, ano, listing_seen=self.listing_seen,
                             reconcile_slots=self.settings.reconcile_slots)
 
+    def query_features(self, match: Match) -> QueryFeatures:
+        return query_features(match)
+
+    async def search_top_each(self, stores: Sequence[AgentStore[Any]], match: Match,
+                              scopes: Sequence[tuple[list[int] | None, list[int]]], *, deadline: float, k: int,
+                              order: str, role: str | None, hot: str | None, since: int | None,
+                              until: int | None) -> list[TopHits]:
+        """Each store's own statement in turn (features: the search plan sends each agent's as a
+        task of its own instead, a few at once)."""
+        tops = []
+        for store, (include, exclude) in zip(stores, scopes, strict=True):
+            async with store.reader(deadline) as reader:
+                top = await store.search_top(reader, match, k=k, order=order, include=include, exclude=exclude,
+                                             role=role, hot=hot, since=since, until=until)
+            assert top is not None  # None only where `ties` is False
+            tops.append(top)
+        return tops
+
     async def search_top_many(self, stores: Sequence[AgentStore[Any]], match: Match, *, k: int, order: str,
                               exclude: list[int], role: str | None, since: int | None, until: int | None,
-                              deadline: float, sparse: bool = False) -> list[TopHits | None] | None:
-        """One statement for every store (search_many.py)."""
+                              deadline: float, sparse: bool = False) -> list[TopHits | None]:
+        """One statement for every store (search_many.py); a query it does not fit
+        (query_features) searches each store by itself, cut to the top `k` of them all."""
         pg = [cast(PgAgentStore, store) for store in stores]
         q = Query(match)
         if not q.lexemes or is_wide(q):  # nothing to match, or many words (wide.py): each store's own search
-            return None
+            tops = await self.search_top_each(stores, match, [(None, exclude)] * len(stores), deadline=deadline,
+                                              k=k, order=order, role=role, hot=None, since=since, until=until)
+            return list(top_of_all(tops, k, order))
         at = time.monotonic()
         async with self.db.reader(deadline) as reader:
             found = await search_many(reader, [s.ano for s in pg], [s.dfs for s in pg], q, k=k, order=order,
@@ -192,11 +209,15 @@ class PgBackend:
 
     async def score_bounds(self, stores: Sequence[AgentStore[Any]], match: Match,
                            deadline: float) -> list[ScoreBound] | None:
-        """Every store's bound in one statement (bounds.py); None for a query of no lexemes."""
+        """Every store's bound in one statement (bounds.py; None while most were never folded); a
+        query of no lexemes, or of many words (wide.py), has none (each unknown, as its Newest
+        reads)."""
         pg = [cast(PgAgentStore, store) for store in stores]
         q = Query(match)
-        if not q.lexemes or not pg or is_wide(q):  # many words: no bound (each agent searched, wide.py)
-            return None
+        if not pg:
+            return []
+        if not q.lexemes or is_wide(q):
+            return [ScoreBound(n.meta_version, n.dirty, math.inf) for n in await self.newest(stores, deadline)]
         at = time.monotonic()
         async with self.db.reader(deadline) as reader:
             found = await score_bounds(reader, [s.ano for s in pg], [s.dfs for s in pg], q)
@@ -213,11 +234,10 @@ class PgBackend:
             return []
         at = time.monotonic()
         async with self.db.reader(deadline) as reader:
-            rows = await reader.all(NEWEST_SQL, (array_literal(anos),), last=True)
-        found = {ano: Newest(version, ts_max, frozenset(dirty)) for ano, version, ts_max, dirty, _ in rows}
-        if rows:
-            self.listing_seen(rows[0][4], at)
-        return [found[ano] for ano in anos]
+            found, listing = await read_newest(reader, anos)
+        if listing is not None:
+            self.listing_seen(listing, at)
+        return found
 
     async def check_ready(self) -> None:
         """One statement on a connection of its own: the pool's may all be lent to searches, and a

@@ -30,7 +30,7 @@ import psycopg
 
 from ..base import ScoreBound
 from .db import Db, Reader, the_row
-from .search import DfCache, Query
+from .query import DfCache, Query
 from .search_many import agent_params, array_literal, remember_all, stats_ctes
 
 MAX_ROWS = 200_000  # agents of more rows are not folded (their common words have postings)

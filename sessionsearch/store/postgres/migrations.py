@@ -1,4 +1,4 @@
-"""The PostgreSQL store's schema as numbered migrations, in the order they apply (schema.py
+"""The PostgreSQL store's schema as numbered migrations, in the order they apply (migrate.py
 applies and records them). Each script is the change it made and why; a migration once
 released is never edited, only followed by another.
 

@@ -26,7 +26,8 @@ import math
 from typing import Any
 
 from .db import Reader
-from .search import HEAD, HEAD_COLUMNS, MID, DfCache, Query, has_postings, head_params, scope_sql
+from .query import HEAD, HEAD_COLUMNS, MID, DfCache, Query, head_params
+from .search import has_postings, scope_sql
 from .terms import FRESH_LIMIT, K1, PREFIX, PREFIX_FRESH_LIMIT, WORD, B, is_prefix_key
 
 EPS = 1e-9  # relative; far above the rounding difference between this score and the SQL's

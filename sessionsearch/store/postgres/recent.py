@@ -35,7 +35,7 @@ from ..rowids import HIGH, LOW_BITS, LOW_SEQS, SEQ_BITS
 from .terms import FRESH_LIMIT, RECENT
 
 if TYPE_CHECKING:
-    from .search import DfCache, Query
+    from .query import DfCache, Query
 
 ROWS_PER_MATCH = 4  # rows a walk may read per match that sorting every match would fetch
 WALK_MARGIN = 3  # a walk is expected to need this many times k + 1 over the word's share

@@ -21,7 +21,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from .db import Reader
-from .search import CACHED, HEAD_COLUMNS, KNOWN, MID, DfCache, Query, scope_sql
+from .query import CACHED, HEAD_COLUMNS, KNOWN, MID, DfCache, Query
+from .search import scope_sql
 
 # per agent: its number, the head it kept (search.HEAD_ARGS's order), then per phrase the count
 # it kept and that count's index state (search.CACHED)

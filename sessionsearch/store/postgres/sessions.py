@@ -11,7 +11,8 @@ from typing import Any
 
 from ..base import Match
 from .db import Reader
-from .search import HEAD, HEAD_COLUMNS, MID, DfCache, Query, head_params, scope_sql
+from .query import HEAD, HEAD_COLUMNS, MID, DfCache, Query, head_params
+from .search import scope_sql
 
 
 def _matches(query: Query, *, order: str, include: list[int] | None, exclude: list[int] | None, role: str | None,

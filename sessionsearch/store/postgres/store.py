@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from ...indexer.events import Event
+from ...transcript.events import Event
 from ..base import (
     AppendResult,
     BranchRow,
@@ -30,8 +30,9 @@ from ..base import (
 from . import bounds, meaning, postings, postings_build, reads
 from .db import Db, Reader
 from .lexemes import read_text
+from .query import DfCache, Query
 from .reconcile import Reconciler
-from .search import DfCache, Query, search_top
+from .search import search_top
 from .sessions import search_sessions
 from .wide import is_wide, wide_sessions, wide_top
 from .writer import Writes

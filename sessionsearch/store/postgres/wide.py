@@ -23,7 +23,8 @@ from typing import Any
 
 from ...errors import SearchTimeout
 from .db import Reader
-from .search import HEAD_ARGS, HEAD_COLUMNS, DfCache, Query, head_params, scope_sql
+from .query import HEAD_ARGS, HEAD_COLUMNS, DfCache, Query, head_params
+from .search import scope_sql
 from .terms import K1, B
 
 # Past this many phrases a query is searched here: search.py's statement costs more to plan than

@@ -21,8 +21,8 @@ import psycopg
 from psycopg.rows import TupleRow
 
 from ...errors import Conflict, InvalidRequest, NotFound, Unavailable
-from ...indexer.events import Event
-from ...indexer.live import ids_to_resolve, plan_append
+from ...transcript.append import ids_to_resolve, plan_append
+from ...transcript.events import Event
 from ..base import EVENT_COLUMNS, AppendResult, session_columns
 from ..rowids import MAX_SEQ, MAX_WID, id_sql, row_id, seq_sql, window_ranges
 from . import arrays

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sqlite3
 from collections.abc import Iterable, Sequence
@@ -12,13 +13,16 @@ from ...errors import NotFound, Unavailable
 from ...keys import AGENT_ID_RE
 from ...limits import announce, derive
 from ...settings import BY_NAME, Settings
-from ..base import AgentStore, Match, Newest, ScoreBound, TopHits
+from ..base import AgentStore, Match, Newest, QueryFeatures, ScoreBound, TopHits
+from ..cut import top_of_all
 from .bounds import bound_query
+from .budget import OpenBudget
+from .features import FEATURES, query_features
 from .files import no_files, out_of_files
-from .many import OpenBudget, score_bounds, search_tops
 from .meaning import embeddable
+from .migrate import LATEST, applied_version
 from .newest import stamp_of
-from .schema import MIGRATIONS
+from .search_many import score_bounds, search_tops
 from .store import SqliteAgentStore
 
 MIN_FREE_BYTES = 1 << 20  # less free on the data dir's disk and /readyz says the disk is full
@@ -28,6 +32,7 @@ class SqliteBackend:
     """The agents of one data dir: lists them and opens their stores (a Backend, store/base.py)."""
 
     shared_database = False
+    features = FEATURES
 
     def __init__(self, data_dir: Path, settings: Settings, *, rows_in_sql: bool = False) -> None:
         """`rows_in_sql`: reconciliation inserts index rows with one INSERT … SELECT (what a worker
@@ -77,22 +82,27 @@ class SqliteBackend:
                                       rows_in_sql=self.rows_in_sql,
                                       cold_dir=self.data_dir / "cold" / agent_id, budget=self.budget).open()
 
-    async def search_top_each(self, stores: Sequence[SqliteAgentStore], match: Match,
-                              scopes: Sequence[tuple[list[int] | None, list[int]]], *, deadline: float,
-                              **same: Any) -> list[TopHits]:
+    def query_features(self, match: Match) -> QueryFeatures:
+        return query_features(match)
+
+    async def search_top_each(self, stores: Sequence[AgentStore[Any]], match: Match,
+                              scopes: Sequence[tuple[list[int] | None, list[int]]], *, deadline: float, k: int,
+                              order: str, role: str | None, hot: str | None, since: int | None,
+                              until: int | None) -> list[TopHits]:
         """Each store's search_top with its (include, exclude) scope: their statements on one thread
         a hop (search_tops), as many stores a hop as keeps the concurrent batches of one search
         within open_agents_max."""
         at_once = max(1, self.budget.most // max(1, self.settings.search_agents_concurrency))
-        return await search_tops(stores, match, scopes, deadline=deadline, at_once=at_once, **same)
+        return await search_tops([cast(SqliteAgentStore, s) for s in stores], match, scopes, deadline=deadline,
+                                 at_once=at_once, k=k, order=order, role=role, hot=hot, since=since, until=until)
 
     async def score_bounds(self, stores: Sequence[AgentStore[Any]], match: Match,
                            deadline: float) -> list[ScoreBound] | None:
         """The stores' bounds for the query (bounds.py), a hop as many stores as search_top_each's;
-        None when the query has a phrase without tokens."""
+        a query with a phrase without tokens has none (each unknown, as its Newest reads)."""
         query = bound_query(match)
         if query is None:
-            return None
+            return [ScoreBound(n.meta_version, n.dirty, math.inf) for n in await self.newest(stores, deadline)]
         fanout = max(1, self.settings.search_agents_concurrency)
         return await score_bounds([cast(SqliteAgentStore, s) for s in stores], query, deadline=deadline,
                                   at_once=max(1, self.budget.most // fanout), threads=min(fanout, os.cpu_count() or 1))
@@ -107,9 +117,12 @@ class SqliteBackend:
 
     async def search_top_many(self, stores: Sequence[AgentStore[Any]], match: Match, *, k: int, order: str,
                               exclude: list[int], role: str | None, since: int | None, until: int | None,
-                              deadline: float, sparse: bool = False) -> list[TopHits | None] | None:
-        """None: a database per agent, so each store is searched by itself."""
-        return None
+                              deadline: float, sparse: bool = False) -> list[TopHits | None]:
+        """A database per agent: each store searched by itself (search_top_each), then cut to the
+        top `k` of them all (features: the search plan sends such searches there instead)."""
+        tops = await self.search_top_each(stores, match, [(None, exclude)] * len(stores), deadline=deadline, k=k,
+                                          order=order, role=role, hot=None, since=since, until=until)
+        return list(top_of_all(tops, k, order))
 
     async def newest(self, stores: Sequence[AgentStore[Any]], deadline: float) -> list[Newest]:
         """Store by store: those whose files are unchanged answer without a read (newest.py)."""
@@ -128,7 +141,7 @@ class SqliteBackend:
 
     async def schema_version(self) -> dict[str, Any]:
         """The oldest schema version among the agent databases (each its own), read without migrating."""
-        versions = {agent: _applied_version(self.folder / f"{agent}.db") for agent in self.agent_ids()}
+        versions = {agent: applied_version(self.folder / f"{agent}.db") for agent in self.agent_ids()}
         return {"store": "sqlite", "database": self.describe(), "version": min(versions.values(), default=LATEST),
                 "latest": LATEST, "databases": versions}
 
@@ -138,10 +151,10 @@ class SqliteBackend:
         done = []
         for agent in self.agent_ids():
             path = self.folder / f"{agent}.db"
-            before = _applied_version(path)
+            before = applied_version(path)
             store = await self.open_store(agent)
             await store.close()
-            done.append({"database": str(path), "from": before, "to": _applied_version(path)})
+            done.append({"database": str(path), "from": before, "to": applied_version(path)})
         return done
 
     def agent_status(self) -> Iterable[tuple[str, dict[str, int]]]:
@@ -173,22 +186,6 @@ class SqliteBackend:
             yield agent_id, {"windows": row[0], "pending": row[1], "messages": row[2], "indexed_messages": row[3],
                              "postings_usable": hot[0], "postings_stale": hot[1], "index_log_rows": hot[2],
                              "embedded": meaning[0], "embed_pending": meaning[1]}
-
-
-LATEST = MIGRATIONS[-1][0]
-
-
-def _applied_version(path: Path) -> int:
-    """The highest migration recorded in a database (0: none yet), read with a read-only connection."""
-    try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
-        try:
-            version: int = conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()[0]
-            return version
-        finally:
-            conn.close()
-    except sqlite3.Error:  # no migrations table yet (or not a database this version can read)
-        return 0
 
 
 def _free_bytes(folder: Path) -> int:

@@ -50,9 +50,9 @@ from pathlib import Path
 from typing import Any
 
 from ..base import Match
+from .bm25 import EPS, K1, B, average_length, varint
 from .fts import word_terms
 from .newest import Stamp
-from .postings import EPS, K1, B, average_length, varint
 
 MAX_ROWS = 200_000  # agents of more rows are not folded: ~5 s of reading the index a fold
 # a fold waits this many times as long as the last one took after it: an agent written all the time

@@ -44,3 +44,6 @@ def fts5_match(match: Match | None) -> str | None:
         return None
     last = len(match.words) - 1
     return " AND ".join(t for n, w in enumerate(match.words) for t in word_terms(w, match.prefix and n == last))
+
+# the event rows the word index holds: the active branch's, with text
+INDEXABLE = "on_branch = 1 AND text IS NOT NULL"

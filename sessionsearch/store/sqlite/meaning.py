@@ -1,4 +1,4 @@
-"""The meaning index on SQLite: embeddings beside the word index (schema.py, migration 15).
+"""The meaning index on SQLite: embeddings beside the word index (migrations.py, 15).
 
 Writes are primitives of the writer's reconciliation transaction (store.base.EmbedTx), for
 indexer/embedding.py; reads answer search/meaning.py on a reader connection.

@@ -1,6 +1,6 @@
 """An agent's Newest (store/base.py) on SQLite, answered from memory while its files are unchanged.
 
-A search of many agents reads every agent's Newest (search/runner.py); through a reader that is a
+A search of many agents reads every agent's Newest (search/visits.py); through a reader that is a
 thread hop per agent, what a rare word's whole search costs. Every commit in WAL mode writes the
 `-wal` file and a checkpoint writes the database file, so while both keep their inode, size and
 mtime the Newest read last still holds. The mtime comes from a clock that advances in ticks: a

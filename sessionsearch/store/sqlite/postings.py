@@ -36,11 +36,10 @@ from typing import Any
 import aiosqlite
 
 from ...text.cjk import runs
-from . import bounds as kept_bounds  # its upkeep is called at write time: bounds.py imports this module first
+from . import bounds as kept_bounds
+from .bm25 import EPS, K1, B, average_length, varint, varint_sum
 from .fetch import fetch_all
 
-K1, B = 1.2, 0.75  # FTS5's bm25() defaults
-EPS = 1e-9  # relative; far above the rounding difference between this score and FTS5's own
 FRESH_LIMIT = 20_000  # rows indexed since a word's build beyond which its searches use FTS5 alone
 PAGE = 64  # postings fetched per tf run and round trip
 MAX_ROUNDS = 4  # rescoring rounds before a narrow scope gives up on the postings
@@ -52,34 +51,6 @@ MIN_SHARE = 0.0005  # … and this share of them,
 # of them CJK unigrams and bigrams, 12.1 million postings)
 MAX_WORDS = 4096
 BATCH_ROWS = 1_000_000  # a build reads words in one snapshot until they hold this many postings (24 MB)
-
-
-def varint(buf: bytes, i: int) -> tuple[int, int]:
-    """SQLite's varint at buf[i] (big-endian groups of 7 bits; a 9th byte gives 8): (value, next i)."""
-    value = 0
-    for _ in range(8):
-        byte = buf[i]
-        i += 1
-        value = (value << 7) | (byte & 0x7F)
-        if byte < 0x80:
-            return value, i
-    return (value << 8) | buf[i], i + 1
-
-
-def varint_sum(blob: bytes, start: int = 0) -> int:
-    if blob and max(blob) < 0x80:  # every varint one byte (a row's sizes under 128 tokens): in C
-        return sum(blob[start:])
-    i, total = start, 0
-    while i < len(blob):
-        n, i = varint(blob, i)
-        total += n
-    return total
-
-
-def average_length(averages: bytes) -> float:
-    """FTS5's average row length in tokens, from its averages record (rows, then tokens per column)."""
-    rows, i = varint(averages, 0)
-    return varint_sum(averages, i) / rows if rows else 1.0
 
 
 # -- building (a connection of its own, on a thread) ---------------------------------------------

@@ -24,8 +24,9 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+from .bm25 import varint
 from .bounds import bounds_due
-from .postings import FRESH_LIMIT, varint
+from .postings import FRESH_LIMIT
 from .prefixes import FOLD_AFTER, LOG_LIMIT, positions
 
 BUILT_ROWS_KEY = "hot_built_rows"  # meta: the index's rows when the last build started

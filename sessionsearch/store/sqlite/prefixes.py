@@ -41,8 +41,9 @@ from typing import Any
 
 import aiosqlite
 
+from .bm25 import K1, B, average_length, varint, varint_sum
 from .fetch import fetch_all
-from .postings import FRESH_LIMIT, K1, B, HotWrites, average_length, varint, varint_sum
+from .postings import FRESH_LIMIT, HotWrites
 from .recent import _Counter
 
 CAP = 128  # rows kept per tf run: an unscoped top 25 rarely reaches past the first few dozen

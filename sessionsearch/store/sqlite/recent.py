@@ -45,9 +45,9 @@ from dataclasses import dataclass, field
 import aiosqlite
 
 from ..base import Match
+from .bm25 import average_length, varint, varint_sum
 from .fetch import fetch_all
 from .fts import ascii_sql, fts5_match, quote
-from .postings import average_length, varint, varint_sum
 
 K1, B = 1.2, 0.75  # FTS5's bm25() defaults
 MIN_TS = -(1 << 63)

@@ -15,14 +15,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ...text.cjk import index_text
 from ..base import ClaimInfo, ReconcileTx, RowChanges, Waiting, WindowGen, WindowState
 from ..rowids import MAX_SEQ, seq_ranges, wid_sql
-from .fts import INDEX_TEXT_SQL
+from .fts import INDEX_TEXT_SQL, INDEXABLE
 from .meaning import SqliteEmbedTx
 
 if TYPE_CHECKING:
     from .writer import SqliteWriter
 
 T = TypeVar("T")
-INDEXABLE = "on_branch = 1 AND text IS NOT NULL"
 CONTENDED_S = 0.002  # a BEGIN that waited this long met another process's writer
 
 

@@ -10,7 +10,7 @@ import aiosqlite
 
 from ..rowids import LOW_BITS, LOW_SEQS, wid_sql, window_ranges
 from .fetch import fetch_all
-from .schema import SPAN_DIGITS
+from .migrations import SPAN_DIGITS
 
 # One row if a window between :wlo and :whi has rows in the high id region, else none: joined
 # first, it keeps FTS5 from opening a cursor on that range at all (a constant WHERE term does not:

@@ -1,7 +1,7 @@
 """The SQLite backend: one database per agent, one writer thread, a pool of reader connections.
 
 Writes run whole on the writer's thread (see writer.py), one job per transaction.
-Searches (top.py, TopReads) and history reads run on aiosqlite reader connections (WAL lets them
+Searches (search.py, TopReads) and history reads run on aiosqlite reader connections (WAL lets them
 proceed while the writer commits), each with a progress handler that interrupts a statement past
 its deadline.
 """
@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import aiosqlite
 
 from ...errors import SearchTimeout, StorageFull, Unavailable
-from ...indexer.events import Event
+from ...transcript.events import Event
 from ..base import (
     AppendResult,
     BranchRow,
@@ -41,15 +41,15 @@ from ..base import (
 from ..rowids import row_id, seq_sql, window_ranges
 from . import meaning, reconcile
 from .bounds import Folded, Known, read_bounds, store_bounds
+from .budget import OpenBudget
 from .fetch import fetch_all
 from .files import no_files, out_of_files
-from .many import OpenBudget
 from .newest import NEWEST_SQL, NewestKept
 from .postings import MAX_WORDS, MIN_DOCS, MIN_SHARE, batches, common_words, read_postings
 from .postings_build import BUILT_ROWS_KEY, built_rows, postings_due, prefix_upkeep_at, words_to_build
 from .prefixes import PrefixTop, read_fold, read_prefixes
 from .recent import RecentScores
-from .top import TopReads, _Reader
+from .search import TopReads, _Reader
 from .writer import SqliteWriter, create_database, is_full, unwritable
 
 T = TypeVar("T")

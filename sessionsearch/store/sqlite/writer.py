@@ -24,16 +24,17 @@ from typing import Any
 import structlog
 
 from ...errors import Conflict, InvalidRequest, NotFound, StorageFull, Unavailable
-from ...indexer.events import Event
-from ...indexer.live import ids_to_resolve, plan_append
 from ...text.cjk import index_text, needs_fold
+from ...transcript.append import ids_to_resolve, plan_append
+from ...transcript.events import Event
 from ..base import EVENT_COLUMNS, AppendResult, session_columns
 from ..rowids import MAX_SEQ, MAX_WID, from_v1, id_sql, is_v1, row_id, seq_sql, window_ranges
 from .checkpoint import WalCheckpointer
+from .fts import INDEXABLE
+from .migrate import applied_migrations, migrate
+from .migrations import TS_MAX_SQL
 from .postings import HotWrites
 from .prefixes import PrefixWrites
-from .reconcile import INDEXABLE
-from .schema import MIGRATIONS, TS_MAX_SQL
 from .turnstile import Turnstile
 
 INSERT_EVENT = f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -170,18 +171,10 @@ class SqliteWriter:
                     log.warning("checkpoint.failed", path=str(self._checkpoints.path), error=str(exc))
 
     def migrate(self) -> None:
-        self.c.execute("CREATE TABLE IF NOT EXISTS schema_migrations ("
-                       "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)")
-        for version, name, script in MIGRATIONS:
-            with self.tx() as c:
-                if c.execute("SELECT 1 FROM schema_migrations WHERE version = ?", (version,)).fetchone():
-                    continue
-                for statement in _statements(script):
-                    c.execute(statement)
-                c.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)", (version, name, now_ms()))
+        migrate(self.c, self.tx)
 
     def applied_migrations(self) -> list[tuple[int, str]]:
-        return [tuple(r) for r in self.c.execute("SELECT version, name FROM schema_migrations ORDER BY version")]
+        return applied_migrations(self.c)
 
     # -- sessions and windows ----------------------------------------------------------------
 
@@ -542,18 +535,3 @@ def _current_ids(row: list[Any]) -> tuple[Any, ...]:
     if is_v1(row[0], row[1]):
         row[0] = from_v1(row[0])
     return tuple(row)
-
-
-def _statements(script: str) -> list[str]:
-    out, buf = [], []
-    for line in script.splitlines():
-        if line.strip().startswith("--"):
-            continue
-        buf.append(line)
-        joined = "\n".join(buf)
-        if joined.rstrip().endswith(";") and sqlite3.complete_statement(joined):
-            out.append(joined.strip())
-            buf = []
-    if "\n".join(buf).strip():
-        out.append("\n".join(buf).strip())
-    return out

@@ -17,13 +17,13 @@ from ..base import MORE, Match, RowHit, ScoreBound, SessionTop, SessionTops, Top
 from .bounds import BoundQuery, Known, known_of
 from .fetch import fetch_all
 from .fts import fts5_match
-from .many import DirectConnection, drive_direct
 from .newest import QUIET_S, Stamp
 from .postings import hot_top
 from .prefixes import PrefixTop, is_prefix_query
 from .ranking import TS_JOIN, materialized, ranked_shown
 from .recent import RecentScores, ShownIndex, phrases
 from .scope import id_bounds, range_conditions, scope_arms, scope_conditions
+from .search_many import DirectConnection, drive_direct
 from .sessions import search_sessions
 
 # A reader maps the database into memory only after this many searches in a row found it unchanged
@@ -113,19 +113,10 @@ class TopReads:
         in_range = range_conditions(since, until, bounds, params, "t.ts")
         arms = [(source, where + in_range)  # ranked by a sorter each
                 for source, where in scope_arms(include, exclude, role, params, dirty=filtered)]
-        top: list[Any] | None = None
         shown: dict[int, Any] = {}
         head: Any = None
-        # from postings only over the whole agent (less excluded windows) at any time: they are
-        # merged in the agent's score order, and a narrow scope would pass over most of what they hold
-        if (hot is not None and order != "recent" and include is None and not ranged
-                and hot in self._hot_seen[1]):
-            await reader.conn.execute("SAVEPOINT hot")  # one snapshot for postings, log and FTS5 (or the caller's)
-            try:
-                top = await hot_top(reader.conn, hot, expr, k, arms[0][1], params)  # one arm: no include
-            finally:
-                if reader.conn.in_transaction:
-                    await reader.conn.execute("RELEASE hot")
+        top = (None if order == "recent" or include is not None or ranged else
+               await self._postings_top(reader, match, expr, hot, k, arms[0][1], params))
         # `recent` scores the rows it shows from what its ranking statement reads of them
         # (recent.py, RecentScores: the words' document counts kept per index state); a query of
         # other words over a short range scores the few rows in it as it sorts them instead, sparing
@@ -133,14 +124,6 @@ class TopReads:
         # the documents on each statement)
         scores: dict[int, float] | None = (
             {} if order == "recent" and bounds is not None and phrases(match) is None else None)
-        if (top is None and order != "recent" and include is None and not ranged and not arms[0][1]
-                and match.prefix and len(match.words) == 1 and is_prefix_query(match.words[0])):
-            await reader.conn.execute("SAVEPOINT prefix")  # one snapshot for postings, log and rows
-            try:
-                top = await self._prefix_top.top(reader.conn, match.words[0].lower(), k)
-            finally:
-                if reader.conn.in_transaction:
-                    await reader.conn.execute("RELEASE prefix")
         index = ShownIndex() if order == "recent" and scores is None else None
         if top is None:
             top, shown, head = await ranked_shown(reader.conn, self._HEAD_SQL,
@@ -154,12 +137,7 @@ class TopReads:
             top = await materialized(reader.conn, expr, k, order, where, params)
             index = None  # it read other rows than these
         if head is None:
-            ids = json.dumps([r[0] for r in top if r[0]])
-            rows = await fetch_all(reader.conn,
-                f"{self._HEAD_SQL} UNION ALL SELECT e.id, e.event_id, e.ts, e.text, NULL, NULL, NULL "
-                "FROM json_each(:ids) j JOIN events e ON e.id = j.value",
-                {"ids": ids, "seen": seen_version, "hot_seen": self._hot_seen[0]})
-            head, shown = rows[0], {r[0]: r[:4] for r in rows[1:]}
+            head, shown = await self._head_and_shown(reader, top, seen_version)
         if head[5] is not None:  # the usable words changed: the next search knows them
             self._hot_seen = (head[4], frozenset(json.loads(head[5])))
         dirty_version, dirty_json = head[2], head[3]
@@ -170,7 +148,55 @@ class TopReads:
                 return await self.search_top(reader, match, k=k, order=order, include=include, exclude=exclude,
                                              role=role, hot=hot, since=since, until=until, ties=ties)
         await self._fit_mapping(reader, head[6])  # after the retry above, which fits it itself
-        ranks = {r[0]: r[1] for r in top}
+        ranks = await self._ranks(reader, match, expr, order, top, shown, scores, index)
+        # a row id of 0 is a sentinel (no window has id 0): it says more matched than the top k; an
+        # index row whose transcript row is gone (an orphan awaiting the sweep) is no hit
+        hits = [RowHit(rid, ranks.get(rid, 0.0), *shown[rid][1:]) if rid else MORE
+                for rid, _ in top if rid in shown or not rid]
+        return TopHits(head[1], seen_dirty, hits)
+
+    async def _head_and_shown(self, reader: _Reader, top: list[Any], seen_version: Any
+                              ) -> tuple[Any, dict[int, Any]]:
+        """The head row (_HEAD_SQL) and the rows the hits show, in one statement (for a ranking
+        that did not read them itself)."""
+        ids = json.dumps([r[0] for r in top if r[0]])
+        rows = await fetch_all(reader.conn,
+            f"{self._HEAD_SQL} UNION ALL SELECT e.id, e.event_id, e.ts, e.text, NULL, NULL, NULL "
+            "FROM json_each(:ids) j JOIN events e ON e.id = j.value",
+            {"ids": ids, "seen": seen_version, "hot_seen": self._hot_seen[0]})
+        return rows[0], {r[0]: r[:4] for r in rows[1:]}
+
+    async def _postings_top(self, reader: _Reader, match: Match, expr: str | None, hot: str | None, k: int,
+                            where: list[str], params: dict[str, Any]) -> list[Any] | None:
+        """The ranking by relevance over the whole agent (less the excluded windows, `where`) from
+        the postings of its common word (`hot`, postings.py) or of its 2-4 letter prefix
+        (prefixes.py), None when neither answers. Postings only over the whole agent at any time:
+        they are merged in the agent's score order, and a narrow scope would pass over most of
+        what they hold."""
+        top: list[Any] | None = None
+        if hot is not None and hot in self._hot_seen[1]:
+            await reader.conn.execute("SAVEPOINT hot")  # one snapshot for postings, log and FTS5 (or the caller's)
+            try:
+                top = await hot_top(reader.conn, hot, expr, k, where, params)  # one arm: no include
+            finally:
+                if reader.conn.in_transaction:
+                    await reader.conn.execute("RELEASE hot")
+        if (top is None and not where and match.prefix and len(match.words) == 1
+                and is_prefix_query(match.words[0])):
+            await reader.conn.execute("SAVEPOINT prefix")  # one snapshot for postings, log and rows
+            try:
+                top = await self._prefix_top.top(reader.conn, match.words[0].lower(), k)
+            finally:
+                if reader.conn.in_transaction:
+                    await reader.conn.execute("RELEASE prefix")
+        return top
+
+    async def _ranks(self, reader: _Reader, match: Match, expr: str | None, order: str, top: list[Any],
+                     shown: dict[int, Any], scores: dict[int, float] | None,
+                     index: ShownIndex | None) -> dict[int, float]:
+        """The bm25 of the ranked rows: as ranked, or (`recent`, which ranks by time) as scored
+        beside the ranking, from the words' kept counts, or read for the shown rows."""
+        ranks: dict[int, float] = {r[0]: r[1] for r in top}
         if scores and all(rid in scores for rid, _ in top if rid):
             ranks = scores
         elif order == "recent" and top and index is not None and (fast := await self._recent_scores.scores(
@@ -184,11 +210,7 @@ class TopReads:
                 "SELECT rowid, bm25(msg_fts) FROM msg_fts WHERE msg_fts MATCH :match "
                 "AND +rowid IN (SELECT value FROM json_each(:ids))",
                 {"match": expr, "ids": json.dumps([rid for rid, _ in top if rid])}))
-        # a row id of 0 is a sentinel (no window has id 0): it says more matched than the top k; an
-        # index row whose transcript row is gone (an orphan awaiting the sweep) is no hit
-        hits = [RowHit(rid, ranks.get(rid, 0.0), *shown[rid][1:]) if rid else MORE
-                for rid, _ in top if rid in shown or not rid]
-        return TopHits(head[1], seen_dirty, hits)
+        return ranks
 
     def search_top_direct(self, reader: _Reader, match: Match, **args: Any) -> TopHits | None:
         """search_top run on the calling thread over the borrowed `reader`'s own connection (its
@@ -214,7 +236,7 @@ class TopReads:
         in the same statement (_HEAD_SQL), on the calling thread over the reader's own connection;
         what it read is kept for `stamp`, taken at `stamped_at` (time.time) before the read, when
         the files were quiet then (newest.py's rule)."""
-        conn = reader.conn._conn  # borrowed for a hop of many agents (many.py)
+        conn = reader.conn._conn  # borrowed for a hop of many agents (search_many.py)
         rows = conn.execute(f"{query.sql} UNION ALL {self._HEAD_SQL}",
                             {**query.params, "seen": self._dirty_seen[0], "hot_seen": self._hot_seen[0]}).fetchall()
         head = rows[-1]

@@ -1,28 +1,40 @@
 """Many agents' stores at once: their search statements (search_tops) and score bounds
-(score_bounds) run on one thread a hop, and
-at most open_agents_max stores hold open files and threads (OpenBudget)."""
+(score_bounds) run on one thread a hop, and at most open_agents_max stores hold open files and
+threads (OpenBudget, budget.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
 import time
-import weakref
-from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Sequence
-from contextlib import AsyncExitStack
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from pathlib import Path
+from typing import Any, Protocol, TypeVar, cast
 
 from ..base import Match, ScoreBound, TopHits
 from .bounds import BoundQuery
-from .newest import stamp_of
-
-if TYPE_CHECKING:
-    from .store import SqliteAgentStore
-    from .top import _Reader
+from .newest import Stamp, stamp_of
 
 T = TypeVar("T")
 A = TypeVar("A")
+# a store's reader (search.py's _Reader), handed back to the store's direct reads
+_Reader = Any
+
+
+class HopStore(Protocol):
+    """What a hop reads of an agent's store (store.py's HopStore)."""
+
+    path: Path
+
+    def reader(self, deadline: float = ...) -> AbstractAsyncContextManager[_Reader]: ...
+
+    def search_top_direct(self, reader: _Reader, match: Match, **args: Any) -> TopHits | None: ...
+
+    def known_bound(self, query: BoundQuery, stamp: Stamp | None) -> ScoreBound | None: ...
+
+    def score_bound_direct(self, reader: _Reader, query: BoundQuery, stamp: Stamp | None,
+                           stamped_at: float) -> ScoreBound: ...
 
 
 class DirectConnection:
@@ -54,11 +66,12 @@ def drive_direct(coro: Coroutine[Any, Any, T]) -> T:
     raise RuntimeError("a direct search awaited something other than its connection")
 
 
-async def search_tops(stores: Sequence[SqliteAgentStore], match: Match, scopes: Sequence[tuple[list[int] | None,
+
+async def search_tops(stores: Sequence[HopStore], match: Match, scopes: Sequence[tuple[list[int] | None,
                       list[int]]], *, deadline: float, at_once: int, **same: Any) -> list[TopHits]:
     """`search_top` of each store with its (include, exclude) scope and the `same` arguments, on
     one worker thread, `at_once` stores a hop (hops)."""
-    def one(store: SqliteAgentStore, reader: _Reader, scope: tuple[list[int] | None, list[int]]) -> TopHits:
+    def one(store: HopStore, reader: _Reader, scope: tuple[list[int] | None, list[int]]) -> TopHits:
         top = store.search_top_direct(reader, match, include=scope[0], exclude=scope[1], **same)
         assert top is not None  # None only where `ties` is False
         return top
@@ -66,7 +79,7 @@ async def search_tops(stores: Sequence[SqliteAgentStore], match: Match, scopes: 
     return await hops(stores, list(scopes), one, deadline=deadline, at_once=at_once)
 
 
-async def score_bounds(stores: Sequence[SqliteAgentStore], query: BoundQuery, *, deadline: float,
+async def score_bounds(stores: Sequence[HopStore], query: BoundQuery, *, deadline: float,
                        at_once: int, threads: int) -> list[ScoreBound]:
     """Each store's ScoreBound for `query` (bounds.py): from what the store keeps while its files
     are unchanged (bounds.Known), else read, the stores to read split in `threads` parts whose hops
@@ -95,7 +108,7 @@ async def score_bounds(stores: Sequence[SqliteAgentStore], query: BoundQuery, *,
     return cast(list[ScoreBound], found)  # every one known or read
 
 
-async def hops(stores: Sequence[SqliteAgentStore], args: list[A], one: Callable[[SqliteAgentStore, _Reader, A], T],
+async def hops(stores: Sequence[HopStore], args: list[A], one: Callable[[HopStore, _Reader, A], T],
                *, deadline: float, at_once: int) -> list[T]:
     """`one(store, reader, arg)` of each store and its arg, on one worker thread, `at_once` stores
     a hop, each over a reader borrowed from its store for the hop (so at most `at_once` stores are
@@ -106,71 +119,8 @@ async def hops(stores: Sequence[SqliteAgentStore], args: list[A], one: Callable[
         async with AsyncExitStack() as stack:  # an interrupt leaves through every reader: SearchTimeout
             readers = [await stack.enter_async_context(store.reader(deadline)) for store, _ in chunk]
 
-            def run(chunk: list[tuple[SqliteAgentStore, A]] = chunk, readers: list[_Reader] = readers) -> list[T]:
+            def run(chunk: list[tuple[HopStore, A]] = chunk, readers: list[_Reader] = readers) -> list[T]:
                 return [one(store, reader, arg) for (store, arg), reader in zip(chunk, readers, strict=True)]
 
             found += await asyncio.to_thread(run)
     return found
-
-
-_LIVE: weakref.WeakSet[OpenBudget] = weakref.WeakSet()  # this process's budgets, one a SQLite backend
-
-
-class OpenBudget:
-    """At most `most` agent stores hold open files and threads at once: a store about to use its
-    connections is admitted, and the least recently admitted idle ones past the bound release
-    theirs (SqliteAgentStore.release). A store in use (a reader borrowed, a write running) is never
-    released; past the bound while all are in use, the next admission releases the surplus. An
-    open that fails for want of files sheds every idle store (`shed`) and tries once more.
-
-    `room` is what the process's open-file limit leaves room for (limits.py), shared equally by
-    the process's budgets: one process may hold several SQLite backends (`serve`'s engine, its
-    embedded worker's and its sweep's), each with a budget of its own event loop, and the file
-    limit is the process's; `cap` (open_agents_max) bounds each. A budget shares from `enlist` (the
-    backend opened) to `retire` (closed)."""
-
-    def __init__(self, room: int, *, cap: int | None = None) -> None:
-        self.room = max(1, room)
-        self.cap = max(1, cap if cap is not None else room)
-        self._open: OrderedDict[int, SqliteAgentStore] = OrderedDict()
-
-    def enlist(self) -> None:
-        """The backend opened: its share of the process's stores is taken from the others'."""
-        _LIVE.add(self)
-
-    @property
-    def most(self) -> int:
-        """This budget's share of the process's stores."""
-        return max(1, min(self.cap, self.room // max(1, len(_LIVE))))
-
-    def retire(self) -> None:
-        """The backend closed: its share goes to the process's other budgets."""
-        _LIVE.discard(self)
-
-    def __len__(self) -> int:
-        return len(self._open)
-
-    async def admit(self, store: SqliteAgentStore) -> None:
-        self._open[id(store)] = store
-        self._open.move_to_end(id(store))
-        if len(self._open) <= self.most:
-            return
-        for key, other in list(self._open.items()):
-            if len(self._open) <= self.most:
-                break
-            # another admit may have released it while this one awaited a release (hops run at once)
-            if other is not store and not other.busy and self._open.pop(key, None) is not None:
-                await other.release()
-
-    def forget(self, store: SqliteAgentStore) -> None:
-        self._open.pop(id(store), None)
-
-    async def shed(self, keep: SqliteAgentStore | None = None) -> int:
-        """Release every idle store but `keep` (an open just failed for want of files); returns
-        how many were released."""
-        released = 0
-        for key, other in list(self._open.items()):
-            if other is not keep and not other.busy and self._open.pop(key, None) is not None:
-                await other.release()
-                released += 1
-        return released
