@@ -23,9 +23,9 @@ from pydantic.alias_generators import to_camel
 
 from ..errors import InvalidRequest
 from ..identity import Requester, parse_requester
-from ..indexer.events import MAX_TS_MS, MIN_TS_MS
 from ..keys import check_agent_id, check_session_key
 from ..search.timerange import ISO_PATTERN, parse_instant
+from ..transcript.events import MAX_TS_MS, MIN_TS_MS
 from ..values import check_name, check_text
 
 # The end of the text: `$` in a pattern also matches before a final newline in Python's re, which

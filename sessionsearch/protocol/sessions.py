@@ -9,9 +9,9 @@ from pydantic import Field, PlainValidator, WithJsonSchema
 from typing_extensions import TypedDict
 
 from ..errors import InvalidRequest
-from ..indexer.events import EVENT_TYPES, MAX_TS_MS, MIN_TS_MS, RESET_REASONS, ROLES, TEXT_BLOCKS
 from ..keys import check_session_key
 from ..session_meta import KINDS, check_meta
+from ..transcript.events import EVENT_TYPES, MAX_TS_MS, MIN_TS_MS, RESET_REASONS, ROLES, TEXT_BLOCKS
 from .base import (
     ID_SCHEMA,
     NAME_SCHEMA,
