@@ -7,8 +7,8 @@ from __future__ import annotations
 from sessionsearch.protocol import AppendParams, SearchParams
 from sessionsearch.search import meaning
 from sessionsearch.search.anyword import ANY_WORDS_MAX, keep_in_top, word_queries
-from sessionsearch.search.query import parse_query
 from sessionsearch.search.outcome import Hit
+from sessionsearch.search.query import parse_query
 
 from ..helpers import chain, engine_at, ids
 from .test_semantic_search import KEY, _corpus
