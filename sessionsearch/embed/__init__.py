@@ -8,69 +8,12 @@ CPU or network work: it runs on the workers and for each semantic query, never o
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
+
+from .base import TEXT_MAX_CHARS, Embedder, EmbedderFailed, bounded, unit_rows
 
 if TYPE_CHECKING:
-    import numpy as np
-    import numpy.typing as npt
-
     from ..settings import Settings
-
-
-class Embedder(Protocol):
-    model: str  # e.g. "builtin:l2_supercat_256" or "openai:nomic-embed-text:768"
-    dimensions: int
-    # the model's own similarity floor (`search.semanticMinScore` unset): cosines spread differently
-    # per model, so a floor calibrated for one means nothing for another
-    min_score: float
-    # below this best similarity a search has no near neighbour and finds nothing; between it and
-    # `min_score` only the rows near the best one answer (weak neighbours: a question in one
-    # language about messages in another)
-    least_score: float
-    # rows the embed job gives one call at most: one call must end well inside the claim's lease
-    # (60 s) on a loaded core, and a lost lease loses no more than one call's work
-    batch_rows: int
-
-    async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        """`(len(texts), dimensions)` unit rows; raises `EmbedderFailed` naming what went wrong."""
-        ...
-
-    async def embed_query(self, text: str) -> npt.NDArray[np.float32]:
-        """A search query's unit vector (a model trained with query and passage prefixes embeds it as
-        a query; the others as any text)."""
-        ...
-
-    async def aclose(self) -> None: ...
-
-
-class EmbedderFailed(Exception):
-    """The embedder could not embed a batch (the endpoint down, slow, or answering something wrong):
-    the message says what it did. Nothing of that batch is stored."""
-
-
-# Texts are cut to this many characters before they are embedded. A message's subject is set by its
-# start, and a bag-of-tokens or a model's window blurs or refuses thousands of tokens anyway; the cut
-# bounds one message's cost (a pasted 10 MB log would cost what ~30,000 ordinary messages cost) and
-# keeps every text inside an endpoint's input window: 4,096 characters is ~1,000 English tokens and at
-# most ~4,500 CJK ones, under the 8,192 of nomic-embed-text and OpenAI's models.
-TEXT_MAX_CHARS = 4096
-
-
-def bounded(text: str) -> str:
-    """The text as it is embedded: at most TEXT_MAX_CHARS characters."""
-    return text[:TEXT_MAX_CHARS]
-
-
-def unit_rows(vectors: npt.NDArray[np.floating[Any]]) -> npt.NDArray[np.float32]:
-    """Rows scaled to length 1, as float32; a row of no known token (all zeros) stays zero, similar to
-    nothing."""
-    import numpy as np
-
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    units: npt.NDArray[np.float32] = np.divide(vectors, norms, out=np.zeros_like(vectors),
-                                               where=norms > 0).astype(np.float32, copy=False)
-    return units
 
 
 def open_embedder(settings: Settings) -> Embedder | None:
@@ -142,3 +85,6 @@ def _openai(settings: Settings) -> Embedder:
     except ValueError as exc:  # the URL's, or the key's (never shown)
         field = "SESSIONSEARCH_EMBEDDER_API_KEY" if "API key" in str(exc) else "search.embedderUrl"
         raise InvalidRequest(f"{field}: {exc}", field=field) from None
+
+
+__all__ = ["TEXT_MAX_CHARS", "Embedder", "EmbedderFailed", "bounded", "check_settings", "open_embedder", "unit_rows"]

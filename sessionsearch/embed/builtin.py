@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from . import bounded, unit_rows
+from .base import bounded, unit_rows
 
 CONFIG = "l2_supercat"
 DIMENSIONS = 256

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from . import EmbedderFailed, unit_rows
+from .base import EmbedderFailed, unit_rows
 
 DIMENSIONS = 384
 # a message's subject is set by its start, and the model reads 512 tokens at once (~2,000 characters

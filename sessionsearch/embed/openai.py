@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 import structlog
 
-from . import EmbedderFailed, bounded, unit_rows
+from .base import EmbedderFailed, bounded, unit_rows
 
 MAX_BODY_BYTES = 64 * 1024 * 1024  # ~10,000 vectors of 1,536 floats as JSON text; more is not an answer
 BODY_SHOWN_CHARS = 200  # of an error body, in a message
