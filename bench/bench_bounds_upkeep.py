@@ -81,6 +81,29 @@ def events(prefix: str, batch: list[str], ts: int) -> list[Any]:
     return out
 
 
+def wal_pages(seed: Path, work: Path, variants: dict[str, types.ModuleType], pool: list[str]) -> dict[str, Any]:
+    """The pages an append's commit writes to the WAL (what the upkeep's scattered upserts add),
+    on a fresh copy of the seed per variant, no checkpoint between."""
+    out: dict[str, Any] = {}
+    for name, module in variants.items():
+        shutil.copy(seed, work / f"wal-{name}.sqlite")
+        w = SqliteWriter(work / f"wal-{name}.sqlite", work / "cold", busy_timeout_ms=5000, checkpoint_beside=False)
+        w.c.execute("PRAGMA wal_autocheckpoint = 0")
+        postings.kept_bounds = module  # type: ignore[assignment]
+        for size in (1, 100):
+            got = []
+            for r in range(5):
+                w.c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                batch = pool[r * 200:r * 200 + size]
+                w.append(f"agent:a:wal{size}-{r}", events(f"w{size}-{r}", batch, 1_900_000_000_000 + r * 1000),
+                         None, True, None)
+                got.append(w.c.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1])
+            out.setdefault(name, {})[f"append_{size}"] = sorted(got)[2]
+        w.close()
+    postings.kept_bounds = new_bounds
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=20_000, help="messages in the database before the writes")
@@ -93,7 +116,7 @@ def main() -> None:
     work = HERE / "work" / "bounds-upkeep"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    pool = texts(args.messages + args.rounds * (ONES + 100))
+    pool = texts(args.messages + args.rounds * (ONES + 100) + 1000)
     seed = work / "seed.sqlite"
     w = SqliteWriter(seed, work / "cold", busy_timeout_ms=5000, checkpoint_beside=False)
     for start in range(0, args.messages, 1000):
@@ -136,9 +159,11 @@ def main() -> None:
     postings.kept_bounds = new_bounds
     for w in writers.values():
         w.close()
+    pages = wal_pages(seed, work, variants, pool[at:])
     shutil.rmtree(work, ignore_errors=True)
     out: dict[str, Any] = {"commit": commit(), "base": args.base, "messages": args.messages, "rounds": args.rounds,
                            "distinct_terms_per_100": round(sum(distinct) / len(distinct)), "ms": {}}
+    out["wal_pages_a_commit"] = pages
     print(f"{args.messages} messages, {args.rounds} rounds, ~{out['distinct_terms_per_100']} distinct terms per 100")
     for op in ("append_1", "append_100", "delete_100"):
         for name in variants:
@@ -148,6 +173,8 @@ def main() -> None:
         print(f"{op:>11}: " + "  ".join(f"{n} {row[n]['p50']:.2f}/{row[n]['p95']:.2f}" for n in variants)
               + f"  (p50/p95 ms; new/none {row['new']['p50'] / row['none']['p50']:.2f}x,"
                 f" base/none {row['base']['p50'] / row['none']['p50']:.2f}x)")
+    print("WAL pages a commit (median of 5; 1 message, 100 messages): "
+          + "  ".join(f"{n} {p['append_1']}, {p['append_100']}" for n, p in pages.items()))
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
 
 
