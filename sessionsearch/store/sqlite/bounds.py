@@ -42,6 +42,7 @@ import re
 import sqlite3
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import groupby
 from operator import itemgetter
@@ -325,20 +326,31 @@ def token_counts(texts: list[str]) -> list[Counter[str]]:
     return [Counter(fts_tokens(text)) for text in texts]
 
 
-def keep_added(c: sqlite3.Connection, texts: list[str], *, only: bool) -> None:
+def keep_added(c: sqlite3.Connection, texts: list[str], *, only: Callable[[], bool]) -> None:
     """Inside the transaction indexing rows of `texts`: their terms added to the bounds kept.
-    `only`: the index holds no other rows (its bounds are then kept from here on, if they were not)."""
-    kept = c.execute("SELECT value FROM meta WHERE key = 'bounds_rows'").fetchone()
-    if kept is None:
-        if not only:  # rows indexed before: only a fold knows their terms
+    `only()`: whether the index holds no other rows (its bounds are then kept from here on, if they
+    were not); asked only then, so a write to an agent whose bounds are kept reads no more rows."""
+    terms, tokens = _added(token_counts(texts))
+    kept = c.execute("UPDATE meta SET value = value + CASE key WHEN 'bounds_rows' THEN ? ELSE ? END "
+                     "WHERE key IN ('bounds_rows', 'bounds_tokens') RETURNING key", (len(texts), tokens)).fetchall()
+    if not kept:
+        if not only():  # rows indexed before: only a fold knows their terms
             return
         c.execute("DELETE FROM term_bounds")  # of rows no longer indexed, if any
-        _keep_totals(c, 0, 0)
+        _keep_totals(c, len(texts), tokens)
+    c.executemany("INSERT INTO term_bounds VALUES (?, ?, ?, ?) ON CONFLICT (term) DO UPDATE SET "
+                  "docs = docs + excluded.docs, max_tf = max(max_tf, excluded.max_tf), "
+                  "min_dl = min(min_dl, excluded.min_dl)", ((t, *v) for t, v in terms.items()))
+
+
+def _added(counts: list[Counter[str]]) -> tuple[dict[str, tuple[int, int, int]], int]:
+    """Per term of rows with these token counts: the rows holding it, its highest frequency in one,
+    the shortest of them; and the rows' tokens in all."""
     docs: Counter[str] = Counter()
     max_tf: dict[str, int] = {}
     min_dl: dict[str, int] = {}
     tokens = 0
-    for tf in token_counts(texts):
+    for tf in counts:
         dl = sum(tf.values())
         tokens += dl
         docs.update(tf.keys())
@@ -347,12 +359,7 @@ def keep_added(c: sqlite3.Connection, texts: list[str], *, only: bool) -> None:
                 max_tf[term] = n
             if dl < min_dl.get(term, dl + 1):
                 min_dl[term] = dl
-    terms = {term: (n, max_tf[term], min_dl[term]) for term, n in docs.items()}
-    c.executemany("INSERT INTO term_bounds VALUES (?, ?, ?, ?) ON CONFLICT (term) DO UPDATE SET "
-                  "docs = docs + excluded.docs, max_tf = max(max_tf, excluded.max_tf), "
-                  "min_dl = min(min_dl, excluded.min_dl)", ((t, *v) for t, v in terms.items()))
-    c.execute("UPDATE meta SET value = value + CASE key WHEN 'bounds_rows' THEN ? ELSE ? END "
-              "WHERE key IN ('bounds_rows', 'bounds_tokens')", (len(texts), tokens))
+    return {term: (n, max_tf[term], min_dl[term]) for term, n in docs.items()}, tokens
 
 
 def keep_removed(c: sqlite3.Connection, texts: list[str]) -> None:
