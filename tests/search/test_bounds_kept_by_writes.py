@@ -104,3 +104,30 @@ def test_the_bounds_a_writer_keeps_are_those_a_fold_reads(tmp_path):
         db.execute("DELETE FROM meta WHERE key IN ('bounds_rows', 'bounds_tokens')")
     folded = bounds.read_bounds(store.path)
     assert folded is not None and kept and sorted(folded.terms) == kept
+
+
+def test_after_deletions_the_kept_terms_and_counts_are_a_folds_and_the_rest_still_bounds(tmp_path):
+    """Rows deleted between writes: the kept terms and document counts stay exact (a term in no
+    row left is gone), the highest frequencies and shortest rows at least as loose as a fold's."""
+    import asyncio
+
+    from sessionsearch.store.sqlite import bounds
+
+    async def fill() -> object:
+        rnd = random.Random(42)
+        async with engine_at(tmp_path) as engine:
+            await _write(engine, rnd, 0, 80)
+            await engine.delete(SessionRef(sessionKey=f"agent:{AGENTS[1]}:r0"))
+            await _write(engine, rnd, 1, 60)
+            await engine.delete(SessionRef(sessionKey=f"agent:{AGENTS[1]}:r1"))
+            await _write(engine, rnd, 2, 40)
+            return await engine.store(AGENTS[1])
+
+    store = asyncio.run(fill())
+    with sqlite3.connect(store.path) as db:
+        kept = {t: (docs, tf, dl) for t, docs, tf, dl in db.execute("SELECT term, docs, max_tf, min_dl FROM term_bounds")}
+        db.execute("DELETE FROM meta WHERE key IN ('bounds_rows', 'bounds_tokens')")
+    folded = bounds.read_bounds(store.path)
+    assert folded is not None and kept
+    assert {t: docs for t, docs, _, _ in folded.terms} == {t: v[0] for t, v in kept.items()}
+    assert all(kept[t][1] >= tf and kept[t][2] <= dl for t, _, tf, dl in folded.terms)

@@ -40,15 +40,16 @@ import json
 import math
 import re
 import sqlite3
-import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import groupby
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
+from ...text import unicode61
 from ..base import Match
 from .bm25 import EPS, K1, B, average_length, varint
 from .fts import word_terms
@@ -98,30 +99,18 @@ class Folded:
 
 # -- the query side ------------------------------------------------------------------------------
 
-class _Tokenizer:
-    """FTS5's own tokens of a query phrase, from a scratch table of the index's tokenizer: the
-    bounds are looked up by the terms FTS5 will look up, whatever the text."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._conn: sqlite3.Connection | None = None
-
-    def tokens(self, text: str) -> tuple[str, ...]:
-        if text.isascii():  # unicode61 on ASCII: runs of letters and digits, lower-cased
-            return tuple(_ASCII_TOKEN.findall(text.lower()))
-        with self._lock:
-            if self._conn is None:
-                conn = sqlite3.connect(":memory:", check_same_thread=False)
-                conn.execute("CREATE VIRTUAL TABLE s USING fts5 (text, tokenize = 'unicode61 remove_diacritics 2')")
-                conn.execute("CREATE VIRTUAL TABLE sv USING fts5vocab(s, 'instance')")
-                self._conn = conn
-            self._conn.execute("DELETE FROM s")
-            self._conn.execute("INSERT INTO s (rowid, text) VALUES (1, ?)", (text,))
-            return tuple(t for (t,) in self._conn.execute("SELECT term FROM sv ORDER BY offset"))
+def fts_tokens(text: str) -> list[str]:
+    """FTS5's tokens of `text` (unicode61 remove_diacritics 2), in order: the bounds are kept and
+    looked up by the terms FTS5 indexes and looks up. The Python port (text/unicode61.py, tested
+    against SQLite at every code point) rather than a scratch FTS5 table: a write tokenizes every
+    text it indexes, and the table's three statements per text cost the writer more than the bounds'
+    upserts (bench/bench_bounds_upkeep.py)."""
+    if text.isascii():  # unicode61 on ASCII: runs of letters and digits, lower-cased (2x the port's speed)
+        return _ASCII_TOKEN.findall(text.lower())
+    return unicode61.tokens(text)
 
 
 _ASCII_TOKEN = re.compile(r"[a-z0-9]+")
-_TOKENIZER = _Tokenizer()
 
 
 def _unquote(term: str) -> tuple[str, bool]:
@@ -140,7 +129,7 @@ def bound_query(match: Match | None) -> BoundQuery | None:
     for n, word in enumerate(match.words):
         for term in word_terms(word, match.prefix and n == last):
             text, prefix = _unquote(term)
-            tokens = _TOKENIZER.tokens(text)
+            tokens = tuple(fts_tokens(text))
             if not tokens:
                 return None
             phrases.append(Phrase(tokens, prefix))
@@ -334,31 +323,43 @@ def _keep_totals(c: sqlite3.Connection, rows: int, tokens: int) -> None:
 
 def token_counts(texts: list[str]) -> list[Counter[str]]:
     """Each indexed text's tokens as FTS5 counts them (unicode61, remove_diacritics 2)."""
-    return [Counter(_TOKENIZER.tokens(text)) for text in texts]
+    return [Counter(fts_tokens(text)) for text in texts]
 
 
-def keep_added(c: sqlite3.Connection, texts: list[str], *, only: bool) -> None:
+def keep_added(c: sqlite3.Connection, texts: list[str], *, only: Callable[[], bool]) -> None:
     """Inside the transaction indexing rows of `texts`: their terms added to the bounds kept.
-    `only`: the index holds no other rows (its bounds are then kept from here on, if they were not)."""
-    kept = c.execute("SELECT value FROM meta WHERE key = 'bounds_rows'").fetchone()
-    if kept is None:
-        if not only:  # rows indexed before: only a fold knows their terms
+    `only()`: whether the index holds no other rows (its bounds are then kept from here on, if they
+    were not); asked only then, so a write to an agent whose bounds are kept reads no more rows."""
+    terms, tokens = _added(token_counts(texts))
+    kept = c.execute("UPDATE meta SET value = value + CASE key WHEN 'bounds_rows' THEN ? ELSE ? END "
+                     "WHERE key IN ('bounds_rows', 'bounds_tokens') RETURNING key", (len(texts), tokens)).fetchall()
+    if not kept:
+        if not only():  # rows indexed before: only a fold knows their terms
             return
         c.execute("DELETE FROM term_bounds")  # of rows no longer indexed, if any
-        _keep_totals(c, 0, 0)
-    terms: dict[str, tuple[int, int, int]] = {}
-    tokens = 0
-    for tf in token_counts(texts):
-        dl = sum(tf.values())
-        tokens += dl
-        for term, n in tf.items():
-            held = terms.get(term)
-            terms[term] = (1, n, dl) if held is None else (held[0] + 1, max(held[1], n), min(held[2], dl))
+        _keep_totals(c, len(texts), tokens)
     c.executemany("INSERT INTO term_bounds VALUES (?, ?, ?, ?) ON CONFLICT (term) DO UPDATE SET "
                   "docs = docs + excluded.docs, max_tf = max(max_tf, excluded.max_tf), "
                   "min_dl = min(min_dl, excluded.min_dl)", ((t, *v) for t, v in terms.items()))
-    c.execute("UPDATE meta SET value = value + CASE key WHEN 'bounds_rows' THEN ? ELSE ? END "
-              "WHERE key IN ('bounds_rows', 'bounds_tokens')", (len(texts), tokens))
+
+
+def _added(counts: list[Counter[str]]) -> tuple[dict[str, tuple[int, int, int]], int]:
+    """Per term of rows with these token counts: the rows holding it, its highest frequency in one,
+    the shortest of them; and the rows' tokens in all."""
+    docs: Counter[str] = Counter()
+    max_tf: dict[str, int] = {}
+    min_dl: dict[str, int] = {}
+    tokens = 0
+    for tf in counts:
+        dl = sum(tf.values())
+        tokens += dl
+        docs.update(tf.keys())
+        for term, n in tf.items():  # most terms are seen once a batch: the dicts' get beats max()/min()
+            if n > max_tf.get(term, 0):
+                max_tf[term] = n
+            if dl < min_dl.get(term, dl + 1):
+                min_dl[term] = dl
+    return {term: (n, max_tf[term], min_dl[term]) for term, n in docs.items()}, tokens
 
 
 def keep_removed(c: sqlite3.Connection, texts: list[str]) -> None:
@@ -373,6 +374,8 @@ def keep_removed(c: sqlite3.Connection, texts: list[str]) -> None:
         tokens += sum(tf.values())
         docs.update(tf.keys())
     c.executemany("UPDATE term_bounds SET docs = docs - ? WHERE term = ?", ((n, t) for t, n in docs.items()))
-    c.executemany("DELETE FROM term_bounds WHERE term = ? AND docs <= 0", ((t,) for t in docs))
+    # one statement rather than a lookup per term (the writer's batches hold hundreds of terms)
+    c.execute("DELETE FROM term_bounds WHERE term IN (SELECT value FROM json_each(?)) AND docs <= 0",
+              (json.dumps(list(docs)),))
     c.execute("UPDATE meta SET value = value - CASE key WHEN 'bounds_rows' THEN ? ELSE ? END "
               "WHERE key IN ('bounds_rows', 'bounds_tokens')", (len(texts), tokens))

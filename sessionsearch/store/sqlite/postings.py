@@ -155,17 +155,19 @@ class HotWrites:
         if limit := self.log_limit():
             self.c.executemany("INSERT INTO index_log (rid) VALUES (?)", ((r[0],) for r in rows))
             self._expire_past(limit)
-        only = self.c.execute("SELECT NOT EXISTS (SELECT 1 FROM msg_fts_docsize WHERE id NOT IN "
-                              "(SELECT value FROM json_each(?)))", (json.dumps([r[0] for r in rows]),)).fetchone()[0]
-        kept_bounds.keep_added(self.c, [r[1] or "" for r in rows], only=bool(only))
+        def only() -> bool:
+            return bool(self.c.execute("SELECT NOT EXISTS (SELECT 1 FROM msg_fts_docsize WHERE id NOT IN "
+                                       "(SELECT value FROM json_each(?)))",
+                                       (json.dumps([r[0] for r in rows]),)).fetchone()[0])
+        kept_bounds.keep_added(self.c, [r[1] or "" for r in rows], only=only)
 
     def log_indexed_sql(self, select: str, params: dict[str, Any]) -> None:
         """As `log_indexed`, just before the rows (id, indexed text, …) a statement selects go in."""
         if limit := self.log_limit():
             self.c.execute(f"INSERT INTO index_log (rid) SELECT id FROM ({select})", params)
             self._expire_past(limit)
-        only = self.c.execute("SELECT NOT EXISTS (SELECT 1 FROM msg_fts_docsize)").fetchone()[0]
-        kept_bounds.keep_added(self.c, [r[1] or "" for r in self.c.execute(select, params)], only=bool(only))
+        only = not self.c.execute("SELECT 1 FROM msg_fts_docsize LIMIT 1").fetchone()  # asked before the rows go in
+        kept_bounds.keep_added(self.c, [r[1] or "" for r in self.c.execute(select, params)], only=lambda: only)
 
     def bounds_gone(self, where: str, params: tuple[Any, ...] | dict[str, Any]) -> None:
         """Inside a transaction, before the index rows `where` selects are deleted: their terms
