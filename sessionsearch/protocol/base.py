@@ -24,6 +24,7 @@ from pydantic.alias_generators import to_camel
 from ..errors import InvalidRequest
 from ..identity import Requester, parse_requester
 from ..keys import check_agent_id, check_session_key
+from ..search.scope import COMBINED, SCOPE_SCHEMA, SessionScope, parse_scope
 from ..search.timerange import ISO_PATTERN, parse_instant
 from ..transcript.events import MAX_TS_MS, MIN_TS_MS
 from ..values import check_name, check_text
@@ -158,6 +159,17 @@ INSTANT_SCHEMA: dict[str, Any] = {"anyOf": [{"type": "integer", "minimum": MIN_T
                                             {"type": "string", "pattern": ISO_PATTERN}]}
 # a time bound: epoch ms or ISO 8601 on the wire, epoch ms in Python
 Instant = Annotated[int | None, checked(_instant), WithJsonSchema(nullable(INSTANT_SCHEMA))]
+
+
+def _scope(value: Any, info: ValidationInfo) -> SessionScope | None:
+    scope = parse_scope(value)
+    if scope is not None and (info.data.get("agent_id") is not None or info.data.get("session_keys") is not None):
+        raise InvalidRequest(COMBINED, field="scope")
+    return scope
+
+
+# the session list's filters (search/scope.py); declared after agentId and sessionKeys, which it excludes
+Scope = Annotated[SessionScope | None, PlainValidator(_scope), WithJsonSchema(nullable(SCOPE_SCHEMA))]
 
 
 class Params(BaseModel):
