@@ -46,9 +46,10 @@ class SessionScope:
         return [a for a in agent_ids if self.agent_ids is None or a in self.agent_ids]
 
     def selects(self, meta: SessionMeta, *, now_ms: int, spawned: frozenset[str] | None,
-                in_palette: bool) -> bool:
+                in_palette: bool, updated_at: int | None = None) -> bool:
         """Whether the session holds every filter. `spawned`: the keys `spawned_by` spawned,
-        transitively (`spawn_tree`); `in_palette`: CatalogView.in_palette of the session."""
+        transitively (`spawn_tree`); `in_palette`: CatalogView.in_palette of the session;
+        `updated_at`: its last activity as read now (the store's `activity`), else the catalog's."""
         if self.agent_ids is not None and agent_of(meta.session_key) not in self.agent_ids:
             return False
         if self.label is not None and (meta.label or "").casefold() != self.label:
@@ -63,7 +64,8 @@ class SessionScope:
             return False
         if spawned is not None and meta.session_key not in spawned:
             return False
-        if self.active_minutes is not None and meta.updated_at < now_ms - self.active_minutes * MINUTE_MS:
+        if self.active_minutes is not None and (
+                meta.updated_at if updated_at is None else updated_at) < now_ms - self.active_minutes * MINUTE_MS:
             return False
         if self.palette and not in_palette:
             return False
