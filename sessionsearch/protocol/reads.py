@@ -10,7 +10,7 @@ from typing_extensions import TypedDict
 from ..errors import InvalidRequest
 from ..search.history import MAX_LIMIT as MAX_HISTORY_LIMIT
 from ..search.history import HistoryRequest
-from ..search.listing import Position, parse_cursor
+from ..search.listing import CURSOR_PATTERN, Position, parse_cursor
 from ..values import check_name
 from .base import (
     ID_SCHEMA,
@@ -26,6 +26,7 @@ from .base import (
     limit_schema,
     nullable,
     required,
+    scope_excludes,
 )
 
 MAX_LIST_LIMIT = 1000
@@ -52,7 +53,7 @@ Offset = Annotated[int | None, checked(integer(0, None)), WithJsonSchema(nullabl
 Anchor = Annotated[str | None, PlainValidator(_message_id), WithJsonSchema(nullable(ID_SCHEMA))]
 WindowId = Annotated[str | None, PlainValidator(_session_id), WithJsonSchema(nullable(ID_SCHEMA))]
 Cursor = Annotated[Position | None, checked(lambda value, field: parse_cursor(value)), WithJsonSchema(nullable(
-    {"type": "string", "description": "an answer's nextCursor: the page after it"}))]
+    {"type": "string", "pattern": CURSOR_PATTERN, "description": "an answer's nextCursor: the page after it"}))]
 ListLimit = Annotated[int | None, checked(integer(1, MAX_LIST_LIMIT)), WithJsonSchema(limit_schema(MAX_LIST_LIMIT))]
 
 
@@ -84,6 +85,8 @@ class HistoryParams(Params):
 
 class ListParams(Params):
     """Which sessions to list: an agent's or all the caller may see, optionally by a title search."""
+
+    SCHEMA_EXTRA = scope_excludes("agentId")
 
     agent_id: AgentId = Field(None, description="only this agent's conversations")
     scope: Scope = Field(None, description="the sessions the session list's filters select (not with agentId)")

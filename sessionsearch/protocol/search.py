@@ -42,6 +42,7 @@ from .base import (
     integer,
     limit_schema,
     nullable,
+    scope_excludes,
 )
 from .reads import ListedSession
 
@@ -121,6 +122,8 @@ class SearchParams(Params):
         # order "recent" is for keyword search only
         "not": {"required": ["order", "mode"],
                 "properties": {"order": {"const": "recent"}, "mode": {"enum": list(MEANING_MODES)}}},
+        # scope never beside agentId or sessionKeys
+        "allOf": [scope_excludes("agentId", "sessionKeys")],
     }
 
     match: Match = Field(None, description="exact (default): whole words; prefix: the last word may be a prefix")

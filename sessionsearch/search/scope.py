@@ -150,26 +150,3 @@ def parse_scope(value: Any) -> SessionScope | None:
         active_minutes=minutes,
         palette=_flag(value.get("palette"), "scope.palette"))
 
-
-# the wire's `scope` object, for the OpenAPI document and the MCP tool schemas
-SCOPE_SCHEMA: dict[str, Any] = {
-    "type": "object", "additionalProperties": False,
-    "description": "sessions selected by what the session list knows; every filter given must hold",
-    "properties": {
-        "agentIds": {"type": "array", "items": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}(?![\\s\\S])"},
-                     "description": "only these agents' sessions"},
-        "label": {"type": ["string", "null"], "description": "the label, equal ignoring case"},
-        "search": {"type": ["string", "null"], "description": "title search: words of the label or display "
-                                                              "name, the last a prefix"},
-        "kinds": {"type": "array", "items": {"enum": list(KINDS)}, "description": "only these kinds"},
-        "excludeSubagents": {"type": ["boolean", "null"]},
-        "excludeCron": {"type": ["boolean", "null"]},
-        "excludeSystem": {"type": ["boolean", "null"]},
-        "group": {"type": ["string", "null"], "description": "the custom sidebar group"},
-        "spawnedBy": {"type": ["string", "null"], "description": "a session key: the sessions it spawned, "
-                                                                 "transitively"},
-        "activeMinutes": {"type": ["integer", "null"], "minimum": 1,
-                          "description": "last append or metadata change within this many minutes"},
-        "palette": {"type": ["boolean", "null"], "description": "the Control UI palette's scope"},
-    },
-}

@@ -123,7 +123,7 @@ def test_errors_name_the_field(body, field, text):
         assert text in raised.value.message and raised.value.field == field
 
 
-@pytest.mark.parametrize("cursor", ["nope", "", 3, "WzEsMl0"])  # the last: [1, 2], a key that is no string
+@pytest.mark.parametrize("cursor", ["nope", "", 3, "12~", "x~agent:main:a", "12345678901234567~k"])
 def test_a_bad_cursor_is_refused(cursor):
     with pytest.raises(InvalidRequest, match="cursor is not valid"):
         ListParams.of({"cursor": cursor})
