@@ -4,6 +4,11 @@ declaration."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 from sessionsearch.api.openapi import openapi_document
 from sessionsearch.search.scope import FIELDS
 
@@ -78,3 +83,25 @@ async def test_the_mcp_tools_take_scope(tmp_path):
         assert not error and [s["sessionKey"] for s in listed["sessions"]] == ["agent:main:main"]
         assert await call(client, "sessions_search", {"query": "loan", "scope": {"nope": True}}) == (
             True, {"status": "error", "error": "scope has unknown field 'nope'"})
+
+
+def _cli(data: Path, *args: str) -> dict:
+    done = subprocess.run([sys.executable, "-m", "sessionsearch.cli", *args, "--data-dir", str(data), "--json"],
+                          capture_output=True, text=True, check=True)
+    return json.loads(done.stdout)
+
+
+async def test_the_cli_takes_scope_and_pages_the_list_by_cursor(tmp_path):
+    await seed(tmp_path / "data")
+    scope = json.dumps({"agentIds": ["main"], "kinds": ["direct"]})
+    found = _cli(tmp_path / "data", "search", "loan", "--scope", scope)
+    assert {h["sessionKey"] for h in found["results"]} == {"agent:main:main"} and len(found["sessions"]) == 1
+    keys, cursor = [], None
+    while True:
+        page = _cli(tmp_path / "data", "list", "--scope", '{"agentIds": ["main"]}', "--limit", "1",
+                    *(["--cursor", cursor] if cursor else []))
+        keys += [s["sessionKey"] for s in page["sessions"]]
+        cursor = page.get("nextCursor")
+        if cursor is None:
+            break
+    assert sorted(keys) == ["agent:main:main", "agent:main:other", "agent:main:rewound"]  # never the incognito one
