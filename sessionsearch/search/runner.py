@@ -6,6 +6,7 @@ seam; render.py makes the answer."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -77,7 +78,7 @@ async def search(req: SearchRequest, ctx: SearchContext, *, agent_facing: bool =
               for o, q in zip(outcomes, req.queries)]
     if req.scope is not None:
         for state in states:
-            state["sessions"] = session_rows(state["results"], view, viewer)
+            state["sessions"] = session_rows(state, view, viewer, settings.search_response_max_bytes)
     log.info("search.done", agents=len(scopes), queries=len(req.queries), indexing=indexing,
              hits=sum(len(s["results"]) for s in states), dirty_windows=sum(len(w) for w in dirty.values()),
              ms=round((time.monotonic() - started) * 1000, 2))
@@ -87,14 +88,23 @@ async def search(req: SearchRequest, ctx: SearchContext, *, agent_facing: bool =
     return states[0]
 
 
-def session_rows(results: list[dict[str, Any]], view: CatalogView, viewer: Viewer) -> list[dict[str, Any]]:
-    """A scoped answer's `sessions`: the rows of the sessions its hits come from, in hit order. Their
-    `updatedAt` is the catalog's (the last metadata change or append the catalog has read)."""
+def session_rows(state: dict[str, Any], view: CatalogView, viewer: Viewer, max_bytes: int) -> list[dict[str, Any]]:
+    """A scoped answer's `sessions`: the rows of the sessions its hits come from, in hit order, while
+    the whole answer stays within `max_bytes` of JSON (a row that does not fit ends them, and sets
+    `truncated`). Their `updatedAt` is the catalog's (its last read of the metadata and appends)."""
     rows: list[dict[str, Any]] = []
-    for key in dict.fromkeys(hit["sessionKey"] for hit in results):
+    used = len(json.dumps({**state, "sessions": [], "truncated": True}, ensure_ascii=False).encode())
+    for key in dict.fromkeys(hit["sessionKey"] for hit in state["results"]):
         meta = view.catalog.sessions.get(key)
-        if meta is not None and len(rows) < MAX_LIMIT:
-            rows.append(entry(meta, viewer, meta.updated_at))
+        if meta is None or len(rows) >= MAX_LIMIT:
+            continue
+        row = entry(meta, viewer, meta.updated_at)
+        size = len(json.dumps(row, ensure_ascii=False).encode()) + 2
+        if used + size > max_bytes:
+            state["truncated"] = True
+            break
+        used += size
+        rows.append(row)
     return rows
 
 

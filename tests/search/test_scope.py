@@ -5,6 +5,7 @@ selects, and the roster paged to its end by cursor."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -188,3 +189,16 @@ async def test_ten_thousand_sessions_a_match_in_the_oldest_is_found(backend):
                 break
         assert len(keys) == len(set(keys)) == many and pages >= 10
         assert oldest in keys
+
+
+async def test_the_rows_keep_the_answer_within_its_byte_budget(backend):
+    async with engine_at(backend) as engine:
+        for i in range(25):
+            key = f"agent:main:long{i:02d}"
+            await engine.append(AppendParams(sessionKey=key, events=chain(f"m{i}-", [("user", "marker")])))
+            await engine.upsert_session(UpsertParams(sessionKey=key, label="é" * 1000, displayName="ü" * 1000))
+        found = await engine.search(SearchParams(query="marker", scope={}, limit=25))
+        assert len(found["results"]) == 25 and 0 < len(found["sessions"]) < 25 and found["truncated"] is True
+        assert len(json.dumps(found, ensure_ascii=False).encode()) <= engine.settings.search_response_max_bytes
+        hit_keys = list(dict.fromkeys(h["sessionKey"] for h in found["results"]))
+        assert [r["sessionKey"] for r in found["sessions"]] == hit_keys[:len(found["sessions"])]
