@@ -23,7 +23,7 @@ from . import logging as sslogging
 from .auth import new_token
 from .engine import Engine
 from .errors import InvalidRequest, NotFound, SessionSearchError
-from .protocol import HistoryParams, Params, SearchParams, StatusParams
+from .protocol import HistoryParams, ListParams, Params, SearchParams, StatusParams
 from .settings import BY_NAME, Settings
 
 Run = Callable[[argparse.Namespace], int]
@@ -66,6 +66,17 @@ def _help(params: type[Params], attribute: str) -> str:
     return (params.model_fields[attribute].description or "").replace("%", "%%")
 
 
+SCOPE_FORM = (': a JSON object, e.g. \'{"kinds": ["direct"], "activeMinutes": 60}\' (fields: agentIds, label, '
+              "search, kinds, excludeSubagents, excludeCron, excludeSystem, group, spawnedBy, activeMinutes, palette)")
+
+
+def _json_object(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("not JSON") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sessionsearch", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -89,7 +100,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--until", help=_help(SearchParams, "until"))
     p.add_argument("--sessions", action="store_true",
                    help="one result per session: its best hit and how many hits it has (limit counts sessions)")
+    p.add_argument("--scope", type=_json_object, help=_help(SearchParams, "scope") + SCOPE_FORM)
     p.add_argument("--requester", help="search as this session key (visibility rules apply)")
+
+    p = command("list", "list sessions, newest activity first", STORE, OUTPUT)
+    p.add_argument("--agent", dest="agentId", help=_help(ListParams, "agent_id"))
+    p.add_argument("--search", help=_help(ListParams, "search"))
+    p.add_argument("--scope", type=_json_object, help=_help(ListParams, "scope") + SCOPE_FORM)
+    p.add_argument("--cursor", help=_help(ListParams, "cursor"))
+    p.add_argument("--limit", type=int, help=_help(ListParams, "limit"))
+    p.add_argument("--requester", help="list as this session key (visibility rules apply)")
 
     p = command("history", "read a session's messages", STORE, OUTPUT)
     p.add_argument("session_key")
@@ -194,8 +214,25 @@ async def _search(args: argparse.Namespace, engine: Engine) -> None:
             body[name] = int(value) if re.fullmatch("-?[0-9]+", value) else value
     if args.sessions:
         body["resultMode"] = "sessions"
+    if args.scope is not None:
+        body["scope"] = args.scope
     result = await engine.search(SearchParams.of({**body, **_requester(args)}))
     _emit(args, dict(result), _print_sessions if args.sessions else _print_search)
+
+
+async def _list(args: argparse.Namespace, engine: Engine) -> None:
+    body = {name: getattr(args, name) for name in ("agentId", "search", "scope", "cursor", "limit")
+            if getattr(args, name) is not None}
+    result = await engine.list_sessions(ListParams.of({**body, **_requester(args)}))
+    _emit(args, dict(result), _print_list)
+
+
+def _print_list(result: dict[str, Any]) -> None:
+    for s in result["sessions"]:
+        title = s["label"] or s["displayName"] or ""
+        print(f"[{_when(s['updatedAt'])}] {s['sessionKey']}  {s['kind'] or ''}  {title}".rstrip())
+    if result.get("nextCursor"):
+        print(f"(more: --cursor {result['nextCursor']})")
 
 
 async def _history(args: argparse.Namespace, engine: Engine) -> None:
@@ -320,7 +357,8 @@ def _worker(args: argparse.Namespace) -> int:
 
 # the subcommands by name (`token` has one of its own, `new`)
 COMMANDS: dict[str, Run] = {
-    "search": _on_engine(_search), "history": _on_engine(_history), "status": _on_engine(_status),
+    "search": _on_engine(_search), "history": _on_engine(_history), "list": _on_engine(_list),
+    "status": _on_engine(_status),
     "migrate": _migrate, "reconcile": _on_engine(_reconcile), "optimize": _on_engine(_optimize),
     "import": _on_engine(_import), "serve": _serve, "demo": _demo, "mcp": _mcp, "token": _token, "worker": _worker,
 }

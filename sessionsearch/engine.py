@@ -50,8 +50,8 @@ from .search.catalog import CatalogCache, CatalogView
 from .search.context import SearchContext
 from .search.cost import CredentialGate
 from .search.history import history as run_history
+from .search.listing import encode_cursor, fit_listing
 from .search.listing import entry as listing_entry
-from .search.listing import fit_listing
 from .search.runner import search as run_search
 from .search.titles import title_matches
 from .search.vectors import Meaning, Vectors
@@ -259,9 +259,10 @@ class Engine:
         return await self.restore(SessionRef(sessionKey=key))
 
     async def list_sessions(self, params: ListParams | None = None) -> ListResult:
-        """`sessions.list`: sessions the caller may see, optionally filtered by a title search."""
+        """`sessions.list`: sessions the caller may see, newest activity first, optionally filtered by a
+        title search or a scope, a page at a time (`cursor`, `nextCursor`)."""
         params = params or ListParams()
-        agent_id, search = params.agent_id, params.search
+        agent_id, search, scope = params.agent_id, params.search, params.scope
         limit = params.limit or DEFAULT_LIST_LIMIT
         palette = bool(params.palette)
         include_archived = params.include_archived is not False
@@ -271,9 +272,12 @@ class Engine:
             if Viewer(self.settings, params.requester, view.catalog).may_target_agent(agent_id):
                 raise NotFound(f"agent {agent_id!r} not found")
             return {"sessions": []}
+        agents = [agent_id] if agent_id is not None else view.agent_ids
+        if scope is not None:
+            agents = scope.agents(agents)
         active: dict[str, int] = {}
         stale = False
-        for agent in ([agent_id] if agent_id is not None else view.agent_ids):
+        for agent in agents:
             store = await self.store(agent)
             async with store.reader() as reader:
                 version, times = await store.activity(reader)
@@ -284,25 +288,37 @@ class Engine:
         if stale:
             view = await self.catalog_view()
         viewer = Viewer(self.settings, params.requester, view.catalog)
+        spawned = None if scope is None else scope.spawned(view.catalog.sessions)
+        now_ms = int(time.time() * 1000)
+        after = params.cursor
         out: list[ListedSession] = []
         more = False
         sessions = [m for m in view.catalog.sessions.values() if m.session_key in active]
         for meta in sorted(sessions, key=lambda m: (-active[m.session_key], m.session_key)):
-            if agent_id is not None and agent_of(meta.session_key) != agent_id:
+            key = meta.session_key
+            if after is not None and (-active[key], key) <= after:
                 continue
-            if not viewer.can_see(meta.session_key):
+            if agent_id is not None and agent_of(key) != agent_id:
                 continue
-            if (palette and not view.in_palette(meta.session_key)) or (
-                    not include_archived and meta.archived_at is not None):
+            if not viewer.can_see(key):
+                continue
+            if (palette and not view.in_palette(key)) or (not include_archived and meta.archived_at is not None):
                 continue
             if search is not None and not title_matches(search, meta):
+                continue
+            if scope is not None and not scope.selects(
+                    meta, now_ms=now_ms, spawned=spawned, in_palette=view.in_palette(key), updated_at=active[key]):
                 continue
             if len(out) >= limit:
                 more = True
                 break
-            out.append(cast(ListedSession, listing_entry(meta, viewer, active[meta.session_key])))
+            out.append(cast(ListedSession, listing_entry(meta, viewer, active[key])))
         listing = fit_listing(cast(list[dict[str, Any]], out), max_bytes=self.settings.list_response_max_bytes,
-                              more=more)
+                              more=more, paged=True)
+        kept = listing["sessions"]
+        if kept and (more or len(kept) < len(out)):
+            last = kept[-1]
+            listing["nextCursor"] = encode_cursor((-last["updatedAt"], last["sessionKey"]))
         return cast(ListResult, listing)
 
     async def index_status(self, params: StatusParams | None = None) -> StatusResult:

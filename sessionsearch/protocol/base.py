@@ -24,7 +24,9 @@ from pydantic.alias_generators import to_camel
 from ..errors import InvalidRequest
 from ..identity import Requester, parse_requester
 from ..keys import check_agent_id, check_session_key
+from ..search.scope import COMBINED, SessionScope, parse_scope
 from ..search.timerange import ISO_PATTERN, parse_instant
+from ..session_meta import KINDS
 from ..transcript.events import MAX_TS_MS, MIN_TS_MS
 from ..values import check_name, check_text
 
@@ -158,6 +160,46 @@ INSTANT_SCHEMA: dict[str, Any] = {"anyOf": [{"type": "integer", "minimum": MIN_T
                                             {"type": "string", "pattern": ISO_PATTERN}]}
 # a time bound: epoch ms or ISO 8601 on the wire, epoch ms in Python
 Instant = Annotated[int | None, checked(_instant), WithJsonSchema(nullable(INSTANT_SCHEMA))]
+
+
+def _scope(value: Any, info: ValidationInfo) -> SessionScope | None:
+    scope = parse_scope(value)
+    if scope is not None and (info.data.get("agent_id") is not None or info.data.get("session_keys") is not None):
+        raise InvalidRequest(COMBINED, field="scope")
+    return scope
+
+
+SCOPE_SCHEMA: dict[str, Any] = {
+    "type": "object", "additionalProperties": False,
+    "description": "sessions selected by what the session list knows; every filter given must hold",
+    "properties": {
+        "agentIds": {"type": ["array", "null"], "items": AGENT_ID_SCHEMA, "description": "only these agents' sessions"},
+        "label": {**NULLABLE_STRING, "description": "the label, equal ignoring case"},
+        "search": {**NULLABLE_STRING, "description": "title search: words of the label or display name, the "
+                                                     "last a prefix"},
+        "kinds": {"type": ["array", "null"], "items": {"enum": list(KINDS)}, "description": "only these kinds"},
+        "excludeSubagents": BOOLEAN_SCHEMA,
+        "excludeCron": BOOLEAN_SCHEMA,
+        "excludeSystem": BOOLEAN_SCHEMA,
+        "group": {**NULLABLE_STRING, "description": "the custom sidebar group"},
+        "spawnedBy": {**nullable(SESSION_KEY_SCHEMA), "description": "a session key: the sessions it spawned, "
+                                                                     "transitively"},
+        "activeMinutes": {"type": ["integer", "null"], "minimum": 1,
+                          "description": "last append or metadata change within this many minutes"},
+        "palette": {**BOOLEAN_SCHEMA, "description": "the Control UI palette's scope"},
+    },
+}
+
+
+def scope_excludes(*fields: str) -> dict[str, Any]:
+    """The schema's rule that `scope` is never given beside one of `fields` (each as its wire type)."""
+    kinds = {"agentId": "string", "sessionKeys": "array"}
+    return {"not": {"anyOf": [{"required": ["scope", f], "properties": {
+        "scope": {"type": "object"}, f: {"type": kinds[f]}}} for f in fields]}}
+
+
+# the session list's filters (search/scope.py); declared after agentId and sessionKeys, which it excludes
+Scope = Annotated[SessionScope | None, PlainValidator(_scope), WithJsonSchema(nullable(SCOPE_SCHEMA))]
 
 
 class Params(BaseModel):

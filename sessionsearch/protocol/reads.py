@@ -10,6 +10,7 @@ from typing_extensions import TypedDict
 from ..errors import InvalidRequest
 from ..search.history import MAX_LIMIT as MAX_HISTORY_LIMIT
 from ..search.history import HistoryRequest
+from ..search.listing import CURSOR_PATTERN, Position, parse_cursor
 from ..values import check_name
 from .base import (
     ID_SCHEMA,
@@ -17,6 +18,7 @@ from .base import (
     Flag,
     Params,
     RequesterField,
+    Scope,
     SessionKey,
     Text,
     checked,
@@ -24,6 +26,7 @@ from .base import (
     limit_schema,
     nullable,
     required,
+    scope_excludes,
 )
 
 MAX_LIST_LIMIT = 1000
@@ -49,6 +52,8 @@ HistoryLimit = Annotated[int | None, checked(integer(1, MAX_HISTORY_LIMIT)),
 Offset = Annotated[int | None, checked(integer(0, None)), WithJsonSchema(nullable({"type": "integer", "minimum": 0}))]
 Anchor = Annotated[str | None, PlainValidator(_message_id), WithJsonSchema(nullable(ID_SCHEMA))]
 WindowId = Annotated[str | None, PlainValidator(_session_id), WithJsonSchema(nullable(ID_SCHEMA))]
+Cursor = Annotated[Position | None, checked(lambda value, field: parse_cursor(value)), WithJsonSchema(nullable(
+    {"type": "string", "pattern": CURSOR_PATTERN, "description": "an answer's nextCursor: the page after it"}))]
 ListLimit = Annotated[int | None, checked(integer(1, MAX_LIST_LIMIT)), WithJsonSchema(limit_schema(MAX_LIST_LIMIT))]
 
 
@@ -81,7 +86,11 @@ class HistoryParams(Params):
 class ListParams(Params):
     """Which sessions to list: an agent's or all the caller may see, optionally by a title search."""
 
+    SCHEMA_EXTRA = scope_excludes("agentId")
+
     agent_id: AgentId = Field(None, description="only this agent's conversations")
+    scope: Scope = Field(None, description="the sessions the session list's filters select (not with agentId)")
+    cursor: Cursor = Field(None, description="the previous page's nextCursor: the sessions after it")
     search: Text = Field(None, description="words of the conversation's label or display name; the last word may "
                                            "be a prefix")
     limit: ListLimit = Field(None, description=f"how many sessions (1..{MAX_LIST_LIMIT}, default {DEFAULT_LIST_LIMIT})")
@@ -145,6 +154,7 @@ class ListedSession(TypedDict):
 class ListResult(TypedDict):
     sessions: list[ListedSession]
     truncated: NotRequired[bool]
+    nextCursor: NotRequired[Annotated[str, Field(description="while more sessions remain: send it as cursor")]]
 
 
 class AgentStatus(TypedDict):

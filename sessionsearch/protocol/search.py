@@ -35,13 +35,16 @@ from .base import (
     Instant,
     Params,
     RequesterField,
+    Scope,
     checked,
     choice,
     enum_schema,
     integer,
     limit_schema,
     nullable,
+    scope_excludes,
 )
+from .reads import ListedSession
 
 MODES = ("keyword", "semantic", "hybrid")
 MEANING_MODES = ("semantic", "hybrid")  # the modes that read the meaning index
@@ -119,6 +122,8 @@ class SearchParams(Params):
         # order "recent" is for keyword search only
         "not": {"required": ["order", "mode"],
                 "properties": {"order": {"const": "recent"}, "mode": {"enum": list(MEANING_MODES)}}},
+        # scope never beside agentId or sessionKeys
+        "allOf": [scope_excludes("agentId", "sessionKeys")],
     }
 
     match: Match = Field(None, description="exact (default): whole words; prefix: the last word may be a prefix")
@@ -135,6 +140,9 @@ class SearchParams(Params):
     agent_id: AgentId = Field(None, description="only this agent's conversations")
     session_keys: SessionKeys = Field(None, description=(
         f"only these conversations (1..{MAX_SESSION_KEYS} session keys, which may span agents)"))
+    scope: Scope = Field(None, description=(
+        "the sessions the session list's filters select, all of them however many (not with agentId or "
+        "sessionKeys)"))
     session_id: Id = Field(None, description="a window (one transcript generation) of the conversation: a hit's "
                                              "sessionId")
     role: Role = Field(None, description="only messages of this role")
@@ -158,7 +166,7 @@ class SearchParams(Params):
             [query_words(text, prefix=prefix) for text in texts], self.queries is not None, self.agent_id,
             self.session_keys, self.session_id, self.role, self.limit or DEFAULT_LIMIT, prefix,
             self.order or "relevance", self.requester, bool(self.palette), self.since, self.until,
-            self.result_mode or "messages", self.mode or "keyword")
+            self.result_mode or "messages", self.mode or "keyword", self.scope)
 
 
 def parse_search(body: object) -> SearchRequest:
@@ -199,6 +207,9 @@ class SearchState(TypedDict):
     truncated: NotRequired[Literal[True]]
     archivedTranscriptsExcluded: NotRequired[Annotated[int, Field(ge=1)]]
     warning: NotRequired[str]
+    sessions: NotRequired[Annotated[list[ListedSession], Field(max_length=MAX_LIMIT, description=(
+        "with scope: the session rows (as sessions.list gives them) of the sessions the hits come from, in hit "
+        "order"))]]
 
 
 class SearchStates(TypedDict):

@@ -11,8 +11,10 @@ costs its entry only that much.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
+from ..errors import InvalidRequest
 from ..store.base import SessionMeta
 from ..text.utf16 import cut_utf16, utf16_len
 from .visibility import Viewer
@@ -39,9 +41,34 @@ def entry(meta: SessionMeta, viewer: Viewer, updated_at: int) -> dict[str, Any]:
             "updatedAt": updated_at, "archived": meta.archived_at is not None}
 
 
-def fit_listing(entries: list[dict[str, Any]], *, max_bytes: int, more: bool) -> dict[str, Any]:
+Position = tuple[int, str]  # a listed session's place in the list's order: (-updatedAt, sessionKey)
+
+
+# a cursor: the last listed session's updatedAt and key. Opaque to callers; readable, so that any
+# string the schema's pattern allows is one (a schema-valid request is never refused)
+CURSOR_PATTERN = "^-?[0-9]{1,16}~[\\s\\S]"
+_CURSOR = re.compile(r"(-?[0-9]{1,16})~([\s\S]+)")
+
+
+def encode_cursor(position: Position) -> str:
+    """The opaque `nextCursor` that resumes the list after `position`."""
+    return f"{-position[0]}~{position[1]}"
+
+
+def parse_cursor(value: object) -> Position | None:
+    """A `cursor` as the position the list resumes after; InvalidRequest when it is none of ours."""
+    if value is None:
+        return None
+    found = _CURSOR.fullmatch(value) if isinstance(value, str) else None
+    if found is None:
+        raise InvalidRequest("cursor is not valid", field="cursor")
+    return -int(found[1]), found[2]
+
+
+def fit_listing(entries: list[dict[str, Any]], *, max_bytes: int, more: bool, paged: bool = False) -> dict[str, Any]:
     """The response holding as many of `entries` as `max_bytes` of JSON do; `more`: entries past the
-    limit existed (which sets `truncated` too)."""
+    limit existed (which sets `truncated` too). `paged`: an entry that does not fit ends the page
+    (the next one resumes from there) instead of being left out."""
     envelope = len(json.dumps({"sessions": [], "truncated": True}, ensure_ascii=False).encode())
     kept: list[dict[str, Any]] = []
     used = envelope
@@ -50,6 +77,8 @@ def fit_listing(entries: list[dict[str, Any]], *, max_bytes: int, more: bool) ->
         size = len(json.dumps(item, ensure_ascii=False, separators=(",", ":")).encode()) + (1 if kept else 0)
         if used + size > max_bytes:
             truncated = True
+            if paged and kept:
+                break
             continue
         used += size
         kept.append(item)

@@ -4,6 +4,7 @@ Features and QueryFeatures). execute.py runs the plan."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from enum import Enum
 
@@ -83,6 +84,10 @@ def plan_scopes(req: SearchRequest, viewer: Viewer, view: CatalogView, agents: l
             by_agent.setdefault(agent_of(key), []).append(key)
         if req.agent_id is not None:
             by_agent = {a: ks for a, ks in by_agent.items() if a == req.agent_id}
+    elif req.scope is not None:
+        # an agent of agentIds that does not exist, or that the requester may not see, selects nothing
+        selected = [a for a in req.scope.agents(agents) if viewer.may_target_agent(a)]
+        by_agent = {a: None for a in selected}  # type: ignore[misc]
     else:
         if req.agent_id is not None:
             # visibility first: a missing agent the requester could not see anyway is denied as a hidden one is
@@ -94,13 +99,17 @@ def plan_scopes(req: SearchRequest, viewer: Viewer, view: CatalogView, agents: l
         else:
             targets = agents
         by_agent = {a: None for a in targets}  # type: ignore[misc]
+    filters = req.scope
+    spawned = None if filters is None else filters.spawned(catalog.sessions)
+    now_ms = int(time.time() * 1000)
     scopes: dict[str, Scope] = {}
     present = set(agents)  # a list's `in` for each of a thousand agents was 25 ms a search
     for agent_id, keys in by_agent.items():
         if agent_id not in present:
             continue
         agent_view = view.agents[agent_id]
-        if keys is None and req.session_id is None and not req.palette and viewer.sees_all_of(agent_id):
+        walk = keys is not None or req.session_id is not None or req.palette or filters is not None
+        if not walk and viewer.sees_all_of(agent_id):
             # the common case: every window of the agent but incognito ones, no per-session walk
             scopes[agent_id] = Scope(agent_id, None, agent_view.incognito_hot, agent_view.visible_hot,
                                      agent_view.visible_cold)
@@ -111,6 +120,11 @@ def plan_scopes(req: SearchRequest, viewer: Viewer, view: CatalogView, agents: l
         for key in candidates:
             if not viewer.can_see(key) or (req.palette and not view.in_palette(key)):
                 continue
+            if filters is not None:
+                meta = catalog.sessions.get(key)
+                if meta is None or not filters.selects(meta, now_ms=now_ms, spawned=spawned,
+                                                       in_palette=view.in_palette(key)):
+                    continue
             for win in agent_view.windows_by_key.get(key, ()):
                 if req.session_id is not None and win.session_id != req.session_id:
                     continue

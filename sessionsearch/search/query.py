@@ -15,6 +15,7 @@ from ..text.unicode61 import tokens
 from ..text.utf16 import utf16_len
 from ..values import check_text
 from .cost import merged_words
+from .scope import SessionScope
 from .text import term_pieces
 
 MAX_QUERY_UNITS = 4096
@@ -71,6 +72,7 @@ class SearchRequest:
     until: int | None = None  # epoch ms, exclusive
     result_mode: str = "messages"  # or "sessions": the best hit per session
     mode: str = "keyword"  # or "semantic", "hybrid" (search/meaning.py)
+    scope: SessionScope | None = None  # the session list's filters (search/scope.py)
 
 
 def build_match(words: list[str], prefix: bool) -> Match | None:

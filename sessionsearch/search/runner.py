@@ -6,6 +6,7 @@ seam; render.py makes the answer."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -13,12 +14,14 @@ from typing import Any
 import structlog
 
 from ..keys import agent_of
+from .catalog import CatalogView
 from .context import SearchContext
 from .execute import run_query, run_sessions_query
+from .listing import entry
 from .meaning import run_meaning
 from .outcome import Outcome
 from .plan import plan_scopes
-from .query import ParsedQuery, SearchRequest
+from .query import MAX_LIMIT, ParsedQuery, SearchRequest
 from .render import render, render_sessions, response_flags
 from .visibility import Viewer
 from .visits import MetaChanged
@@ -73,6 +76,9 @@ async def search(req: SearchRequest, ctx: SearchContext, *, agent_facing: bool =
     flags = response_flags(indexing=indexing, archived=archived, agent_facing=agent_facing)
     states = [(render_sessions if sessions else render)(settings, o, q, view, dict(flags))
               for o, q in zip(outcomes, req.queries)]
+    if req.scope is not None:
+        for state in states:
+            state["sessions"] = session_rows(state, view, viewer, settings.search_response_max_bytes)
     log.info("search.done", agents=len(scopes), queries=len(req.queries), indexing=indexing,
              hits=sum(len(s["results"]) for s in states), dirty_windows=sum(len(w) for w in dirty.values()),
              ms=round((time.monotonic() - started) * 1000, 2))
@@ -80,6 +86,26 @@ async def search(req: SearchRequest, ctx: SearchContext, *, agent_facing: bool =
     if req.batch:
         return {"states": states}
     return states[0]
+
+
+def session_rows(state: dict[str, Any], view: CatalogView, viewer: Viewer, max_bytes: int) -> list[dict[str, Any]]:
+    """A scoped answer's `sessions`: the rows of the sessions its hits come from, in hit order, while
+    the whole answer stays within `max_bytes` of JSON (a row that does not fit ends them, and sets
+    `truncated`). Their `updatedAt` is the catalog's (its last read of the metadata and appends)."""
+    rows: list[dict[str, Any]] = []
+    used = len(json.dumps({**state, "sessions": [], "truncated": True}, ensure_ascii=False).encode())
+    for key in dict.fromkeys(hit["sessionKey"] for hit in state["results"]):
+        meta = view.catalog.sessions.get(key)
+        if meta is None or len(rows) >= MAX_LIMIT:
+            continue
+        row = entry(meta, viewer, meta.updated_at)
+        size = len(json.dumps(row, ensure_ascii=False).encode()) + 2
+        if used + size > max_bytes:
+            state["truncated"] = True
+            break
+        used += size
+        rows.append(row)
+    return rows
 
 
 def _union(by_agent: Iterable[dict[str, set[int]]]) -> dict[str, set[int]]:
