@@ -40,6 +40,15 @@ def check_text(value: str, field: str) -> str:
     return value
 
 
+def optional_text(value: object, field: str) -> str | None:
+    """An optional string field: None, or a string check_text() accepts."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidRequest(f"{field} must be a string", field=field)
+    return check_text(value, field)
+
+
 def check_stored_name(value: str, field: str) -> str:
     """check_text(), and no NUL (U+0000): a key, an id or a label is refused with one on every
     store (PostgreSQL's text holds none; message text keeps its NUL on both, store/postgres/lexemes.py)."""

@@ -28,7 +28,7 @@ from ..search.scope import COMBINED, SessionScope, parse_scope
 from ..search.timerange import ISO_PATTERN, parse_instant
 from ..session_meta import KINDS
 from ..transcript.events import MAX_TS_MS, MIN_TS_MS
-from ..values import check_name, check_text
+from ..values import check_name, optional_text
 
 # The end of the text: `$` in a pattern also matches before a final newline in Python's re, which
 # schema tools use, and would let "main\n" pass for an agent id.
@@ -91,14 +91,6 @@ def _optional_key(value: object, field: str) -> str | None:
     return None if value is None else check_session_key(value, field=field)
 
 
-def _text(value: object, field: str) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise InvalidRequest(f"{field} must be a string", field=field)
-    return check_text(value, field)
-
-
 def _flag(value: object, field: str) -> bool | None:
     if value is not None and not isinstance(value, bool):
         raise InvalidRequest(f"{field} must be a boolean", field=field)
@@ -153,7 +145,7 @@ SessionKey = Annotated[str, checked(_session_key), WithJsonSchema(SESSION_KEY_SC
 OptionalKey = Annotated[str | None, checked(_optional_key), WithJsonSchema(nullable(SESSION_KEY_SCHEMA))]
 AgentId = Annotated[str | None, checked(_agent_id), WithJsonSchema(nullable(AGENT_ID_SCHEMA))]
 Id = Annotated[str | None, checked(check_name), WithJsonSchema(nullable(ID_SCHEMA))]
-Text = Annotated[str | None, checked(_text), WithJsonSchema(NULLABLE_STRING)]
+Text = Annotated[str | None, checked(optional_text), WithJsonSchema(NULLABLE_STRING)]
 Flag = Annotated[bool | None, checked(_flag), WithJsonSchema(BOOLEAN_SCHEMA)]
 RequesterField = Annotated[Requester | None, checked(_requester), WithJsonSchema(nullable(REQUESTER_SCHEMA))]
 INSTANT_SCHEMA: dict[str, Any] = {"anyOf": [{"type": "integer", "minimum": MIN_TS_MS, "maximum": MAX_TS_MS},

@@ -16,7 +16,7 @@ from ..errors import InvalidRequest
 from ..keys import agent_of, check_agent_id, check_session_key
 from ..session_meta import KINDS
 from ..store.base import SessionMeta
-from ..values import check_text
+from ..values import optional_text
 from .titles import title_matches
 
 FIELDS = ("agentIds", "label", "search", "kinds", "excludeSubagents", "excludeCron", "excludeSystem", "group",
@@ -98,14 +98,6 @@ def _flag(value: Any, field: str) -> bool:
     return bool(value)
 
 
-def _string(value: Any, field: str) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise InvalidRequest(f"{field} must be a string", field=field)
-    return check_text(value, field)
-
-
 def _list(value: Any, field: str) -> list[Any] | None:
     if value is None:
         return None
@@ -135,17 +127,17 @@ def parse_scope(value: Any) -> SessionScope | None:
         if isinstance(minutes, bool) or not isinstance(minutes, int) or minutes < 1:
             raise InvalidRequest("scope.activeMinutes must be a positive integer", field="scope.activeMinutes")
     spawned_by = value.get("spawnedBy")
-    label = _string(value.get("label"), "scope.label")
+    label = optional_text(value.get("label"), "scope.label")
     return SessionScope(
         agent_ids=None if agents is None else frozenset(
             check_agent_id(a, field=f"scope.agentIds[{i}]") for i, a in enumerate(agents)),
         label=None if label is None else label.casefold(),
-        search=_string(value.get("search"), "scope.search"),
+        search=optional_text(value.get("search"), "scope.search"),
         kinds=None if kinds is None else frozenset(kinds),
         exclude_subagents=_flag(value.get("excludeSubagents"), "scope.excludeSubagents"),
         exclude_cron=_flag(value.get("excludeCron"), "scope.excludeCron"),
         exclude_system=_flag(value.get("excludeSystem"), "scope.excludeSystem"),
-        group=_string(value.get("group"), "scope.group"),
+        group=optional_text(value.get("group"), "scope.group"),
         spawned_by=None if spawned_by is None else check_session_key(spawned_by, field="scope.spawnedBy"),
         active_minutes=minutes,
         palette=_flag(value.get("palette"), "scope.palette"))
