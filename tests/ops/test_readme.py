@@ -97,7 +97,7 @@ class Shell:
     """A block run by bash in its own process group, its output kept in a log."""
 
     def __init__(self, block: str, cwd: Path, env: dict[str, str], log: Path) -> None:
-        self.log = log
+        self.log, self.cwd = log, cwd
         self.proc = subprocess.Popen(["bash", "-e", "-c", block], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                                      stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -109,16 +109,39 @@ class Shell:
         return True
 
     def stop(self) -> int:
-        """Ctrl-C as a terminal sends it: SIGINT to the whole foreground group."""
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGINT)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(30)
-                pytest.fail(f"the block did not stop on Ctrl-C: {self.output()}")
-        return self.proc.returncode
+        """Ctrl-C as a terminal sends it: SIGINT to the whole foreground group. Whatever the block
+        started and left behind (honcho's children run in sessions of their own, and honcho can
+        die in its own signal handler: "reentrant call" when the SIGINT lands mid-print) is killed
+        after, so one failed stop never holds the next test's ports."""
+        try:
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGINT)
+                try:
+                    self.proc.wait(60)
+                except subprocess.TimeoutExpired:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                    self.proc.wait(30)
+                    pytest.fail(f"the block did not stop on Ctrl-C: {self.output()}")
+            return self.proc.returncode
+        finally:
+            kill_left_in(self.cwd)
+
+
+def kill_left_in(root: Path) -> list[int]:
+    """SIGKILL every process still running with its working directory in `root`; their pids."""
+    root, killed = root.resolve(), []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cwd = Path(os.readlink(entry / "cwd"))
+        except OSError:
+            continue  # gone, or not ours to read
+        if cwd == root or root in cwd.parents:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed.append(int(entry.name))
+    return killed
 
 
 def wait_ready(shell: Shell, port: int, mode: str) -> None:
