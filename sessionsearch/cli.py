@@ -319,9 +319,9 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from .api.server import run_demo
+    from .api.server import demo_settings, run_demo
 
-    settings = _settings(args)
+    settings = demo_settings(_settings(args))
     sslogging.configure("WARNING")
     return asyncio.run(run_demo(settings))
 

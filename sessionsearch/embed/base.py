@@ -20,6 +20,10 @@ class Embedder(Protocol):
     # `min_score` only the rows near the best one answer (weak neighbours: a question in one
     # language about messages in another)
     least_score: float
+    # hybrid search's weight of a row holding the query's rare words, beside a similarity scaled to
+    # [0, 1] (search/meaning.py `fuse`): the weaker the model's neighbours, the more the words count;
+    # measured per model on bench/bench_quality.py's set
+    keyword_weight: float
     # rows the embed job gives one call at most: one call must end well inside the claim's lease
     # (60 s) on a loaded core, and a lost lease loses no more than one call's work
     batch_rows: int

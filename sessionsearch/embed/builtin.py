@@ -29,6 +29,9 @@ MIN_SCORE = 0.175  # calibrated by bench/bench_meaning.py
 # unrelated queries score 0.07-0.15 against a small corpus, a cross-language question's best row
 # 0.15-0.4 (bench/bench_quality.py's set: 5th percentile 0.147, median 0.40)
 LEAST_SCORE = 0.16
+# hybrid: a row holding the query's rare words adds 0.75 to a similarity scaled to [0, 1] (search/meaning.py
+# `fuse`): this model's neighbours are weak outside English (bench/bench_quality.py)
+KEYWORD_WEIGHT = 0.75
 # token vectors gathered at once (4 bytes x 256 each: 32 MiB), whatever the batch's texts hold
 CHUNK_TOKENS = 32_768
 # texts tokenized at once: their token ids are Python lists for a while (up to ~30 MB for 1,024 cut texts)
@@ -47,6 +50,7 @@ class BuiltinEmbedder:
         self.dimensions = DIMENSIONS
         self.min_score = MIN_SCORE
         self.least_score = LEAST_SCORE
+        self.keyword_weight = KEYWORD_WEIGHT
         self.batch_rows = 512  # ~0.1 s of one core
 
     @classmethod

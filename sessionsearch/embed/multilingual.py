@@ -38,6 +38,10 @@ MIN_SCORE = 0.8  # calibrated on bench/bench_quality.py's set: see `min_score` i
 # e5 scores unrelated texts 0.79-0.85 and a cross-language answer 0.79-0.84: no cut tells them
 # apart, so an unrelated query gets its nearest few (docs/reference/deviations.md)
 LEAST_SCORE = 0.75
+# hybrid: a keyword match weighs 0.1 of the similarity's spread (search/meaning.py `fuse`): this model's
+# neighbours are strong, and across languages its answer holds none of the question's words while
+# the answer's neighbours in the question's language do (bench/bench_quality.py)
+KEYWORD_WEIGHT = 0.1
 
 
 class MultilingualEmbedder:
@@ -49,6 +53,7 @@ class MultilingualEmbedder:
         self.dimensions = DIMENSIONS
         self.min_score = MIN_SCORE
         self.least_score = LEAST_SCORE
+        self.keyword_weight = KEYWORD_WEIGHT
         self.batch_rows = BATCH_ROWS
 
     @classmethod

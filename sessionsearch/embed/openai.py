@@ -88,6 +88,8 @@ class OpenAIEmbedder:
         # operator sets search.semanticMinScore for theirs
         self.min_score = 0.175
         self.least_score = 0.16
+        # between the built-in models' weights: their recall@5 at 0.3 is in docs/operations/embedder.md
+        self.keyword_weight = 0.3
         self.batch_rows = 512  # several requests of batch_texts, each with its own time-out
         self._send_dimensions = True
         self.batch_texts = batch_texts

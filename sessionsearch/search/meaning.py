@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("sessionsearch.search")
 
-RRF_K = 60  # reciprocal rank fusion: 1 / (RRF_K + rank)
 FUSE_DEPTH = 50  # hits of each list a hybrid search fuses
 SESSIONS_DEPTH = 100  # hits a resultMode "sessions" search groups
 # the longest a search waits on the embedder (the query's vector, the passages for snippets): an
@@ -50,11 +49,14 @@ THREADED_ROWS = 100_000  # an agent with more rows than this is scored on a thre
 # `least_score`: a search with weak neighbours is never emptied (a question in one language about
 # messages in another still gets its nearest); measured by bench/bench_quality.py
 NEAR_BEST = 0.05
-# hybrid's keyword half as the messages holding any of the query's words (search/anyword.py), off:
-# on bench/bench_quality.py's set it cost the multilingual model 16 points of recall@5 (0.908 to
-# 0.746, 0.750 to 0.312 across languages) and moved the builtin one by less than a point, whatever
-# the weight (reciprocal rank fusion puts any row found both ways above a semantic-only first)
-ANY_WORD_HALF = False
+# hybrid's keyword share falls as the cube of a row's BM25 over the keyword list's best: a row
+# holding the query's rare words keeps most of the embedder's `keyword_weight`, one holding only
+# its common words next to none (bench/bench_quality.py: squared or cubed, cubed lost no recall@5
+# column for either built-in model)
+KEYWORD_POWER = 3
+# a row of the keyword list scoring less than this holds only words found in half the rows or more,
+# which BM25 weighs 1e-6 each (FTS5's floor, PostgreSQL's copy of it): no evidence, left out
+KEYWORD_EVIDENCE = 1e-3
 
 
 @dataclass
@@ -169,17 +171,38 @@ async def _agent_semantic(ctx: SearchContext, embedder: Embedder, meaning: Meani
         return Found(scope.agent_id, hits[:k], max(0, above - gone), dirty, pending)
 
 
-def fuse(keyword: list[Hit], semantic_hits: list[Hit]) -> list[Hit]:
-    """Reciprocal rank fusion of the two ranked lists: rank = minus the fused score."""
+def fuse(keyword: list[Hit], semantic_hits: list[Hit], keyword_weight: float,
+         every_word: frozenset[tuple[str, int]] = frozenset()) -> list[Hit]:
+    """Hybrid's fusion of the two ranked lists (rank = minus the fused score): a row's similarity
+    scaled to [0, 1] over the semantic list (its best 1, its least 0; the only row of a list of one
+    is 1; a row the list lacks 0), plus `keyword_weight` times (its BM25 over the keyword list's
+    best) ** KEYWORD_POWER (0 for a row the keyword list lacks, or that holds only words in half the
+    rows or more, KEYWORD_EVIDENCE, unless it is in `every_word`: it holds every word of the query).
+
+    Scores, not ranks: reciprocal rank fusion gives a row found both ways twice a semantic-only
+    first's score, and a natural question's common words (or, across languages, the answer's
+    neighbours in the question's language) match many rows the embedder also finds near; with the
+    scores, a keyword match moves a row past the ones its similarity barely trails, and past a
+    far better one only when it holds the query's rare words (docs/architecture/decisions.md)."""
     fused: dict[tuple[str, int], Hit] = {}
     score: dict[tuple[str, int], float] = {}
     found: dict[tuple[str, int], list[str]] = {}
-    for how, hits in (("keyword", keyword), ("semantic", semantic_hits)):
-        for rank, hit in enumerate(hits, 1):
+    if semantic_hits:
+        best, least = -min(h.rank for h in semantic_hits), -max(h.rank for h in semantic_hits)
+        spread = best - least
+        for hit in semantic_hits:
+            key = (hit.agent_id, hit.rid)
+            fused[key], found[key] = hit, ["semantic"]
+            score[key] = 1.0 if spread <= 0 else (-hit.rank - least) / spread
+    keyword = [h for h in keyword if h.rank <= -KEYWORD_EVIDENCE or (h.agent_id, h.rid) in every_word]
+    if keyword:
+        top = min(h.rank for h in keyword)  # BM25: lower is better, below 0 for a row that matches
+        for hit in keyword:
             key = (hit.agent_id, hit.rid)
             fused.setdefault(key, hit)
-            score[key] = score.get(key, 0.0) + 1 / (RRF_K + rank)
-            found.setdefault(key, []).append(how)
+            found.setdefault(key, []).insert(0, "keyword")
+            share = hit.rank / top if top < 0 else 1.0
+            score[key] = score.get(key, 0.0) + keyword_weight * share ** KEYWORD_POWER
     out = []
     for key, hit in fused.items():
         hit.rank = -score[key]
@@ -272,10 +295,12 @@ async def run_meaning(ctx: SearchContext, query: ParsedQuery, req: SearchRequest
                                    scopes, versions, deadline, by_newest=False)
 
         every_word = await keyword(query)
-        words = await any_word(keyword, query, every_word, depth) if ANY_WORD_HALF else every_word
+        words = await any_word(keyword, query, every_word, depth)
         for agent_id, wids in words.dirty.items():
             out.dirty.setdefault(agent_id, set()).update(wids)
-        ranked = keep_in_top(fuse(words.hits, found.hits), every_word.hits[0] if every_word.hits else None)
+        holding_all = frozenset((h.agent_id, h.rid) for h in every_word.hits)
+        ranked = keep_in_top(fuse(words.hits, found.hits, embedder.keyword_weight, holding_all),
+                             every_word.hits[0] if every_word.hits else None)
         more = more or words.more
     out.pending, out.meaning_failed = found.pending, found.failed
     if sessions:

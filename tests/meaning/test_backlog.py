@@ -37,7 +37,7 @@ class Recording:
     def __init__(self) -> None:
         self.inner = BuiltinEmbedder.load()
         self.model, self.dimensions, self.min_score = self.inner.model, self.inner.dimensions, self.inner.min_score
-        self.least_score = self.inner.least_score
+        self.least_score, self.keyword_weight = self.inner.least_score, self.inner.keyword_weight
         self.batch_rows = self.inner.batch_rows
         self.texts: list[str] = []
 
