@@ -24,6 +24,7 @@ from ...errors import Conflict, InvalidRequest, NotFound, Unavailable
 from ...transcript.append import ids_to_resolve, plan_append
 from ...transcript.events import Event
 from ..base import EVENT_COLUMNS, AppendResult, session_columns
+from ..branch import moved
 from ..rowids import MAX_SEQ, MAX_WID, id_sql, row_id, seq_sql, window_ranges
 from . import arrays
 from .arrays import Int4Array, Int8Array, TextArray
@@ -354,23 +355,27 @@ class Writes:
         return found
 
     async def _reproject(self, conn: psycopg.AsyncConnection, wid: int, leaf_seq: int | None) -> None:
-        """Recompute the active-branch projection of a window from its leaf (non-linear writes)."""
-        for lo, hi in window_ranges(wid):
-            await conn.execute("UPDATE ss_events SET on_branch = 0 WHERE id BETWEEN %s AND %s AND on_branch = 1",
-                               (lo, hi))
+        """Move the window's active branch to `leaf_seq` (non-linear writes), writing only the rows
+        whose place changes (store/branch.py); two round trips whatever the window's size."""
+        walked: list[tuple[int, int]] = []
         if leaf_seq is not None:
-            first = id_sql("%(wid)s::bigint", "up.s")
-            await conn.execute(
-                "WITH RECURSIVE up(s) AS (SELECT %(leaf)s::integer UNION ALL "
-                f"  SELECT e.parent_seq FROM up JOIN ss_events e ON e.id BETWEEN {first} AND {first} + 1 "
-                "  WHERE e.parent_seq IS NOT NULL) "
-                "UPDATE ss_events SET on_branch = 1 WHERE id IN "
-                f"  (SELECT {id_sql('%(wid)s::bigint', 's')} + b FROM up, (VALUES (0), (1)) AS v(b))",
-                {"leaf": leaf_seq, "wid": wid})
-        (low, high) = window_ranges(wid)
-        await conn.execute("UPDATE ss_windows SET messages = (SELECT count(*) FROM ss_events WHERE "
-                           f"(id BETWEEN %s AND %s OR id BETWEEN %s AND %s) AND {INDEXABLE}) WHERE wid = %s",
-                           (*low, *high, wid))
+            leaf, parent = id_sql("%(wid)s::bigint", "%(leaf)s"), id_sql("%(wid)s::bigint", "up.parent")
+            walked = await all_rows(
+                conn, "WITH RECURSIVE up(id, parent, on_branch) AS (SELECT e.id, e.parent_seq, e.on_branch "
+                      f"FROM ss_events e WHERE e.id BETWEEN {leaf} AND {leaf} + 1 UNION ALL "
+                      "SELECT e.id, e.parent_seq, e.on_branch FROM up JOIN ss_events e "
+                      f"ON e.id BETWEEN {parent} AND {parent} + 1 WHERE up.on_branch = 0 AND up.parent IS NOT NULL) "
+                      "SELECT id, on_branch FROM up", {"leaf": leaf_seq, "wid": wid})
+        move = moved(wid, walked)
+        leaving = " OR ".join("id BETWEEN %s AND %s" for _ in move.leaving)
+        # the window's message count moves by the indexable rows that joined and left (INDEXABLE)
+        await conn.execute(
+            f"WITH gone AS (UPDATE ss_events SET on_branch = 0 WHERE ({leaving}) AND on_branch = 1 "
+            "RETURNING text IS NOT NULL AS m), came AS (UPDATE ss_events SET on_branch = 1 "
+            "WHERE id = ANY(%s::bigint[]) AND on_branch = 0 RETURNING text IS NOT NULL AS m) "
+            "UPDATE ss_windows SET messages = messages - (SELECT count(*) FILTER (WHERE m) FROM gone) "
+            "+ (SELECT count(*) FILTER (WHERE m) FROM came) WHERE wid = %s",
+            (*[v for r in move.leaving for v in r], move.joining, wid))
 
     async def import_step(self, conn: psycopg.AsyncConnection, key: str, fields: dict[str, Any] | None,
                           events: list[Event], session_id: str, lines: int) -> AppendResult:

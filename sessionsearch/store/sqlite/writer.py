@@ -28,9 +28,9 @@ from ...text.cjk import index_text, needs_fold
 from ...transcript.append import ids_to_resolve, plan_append
 from ...transcript.events import Event
 from ..base import EVENT_COLUMNS, AppendResult, session_columns
+from ..branch import moved
 from ..rowids import MAX_SEQ, MAX_WID, from_v1, id_sql, is_v1, row_id, seq_sql, window_ranges
 from .checkpoint import WalCheckpointer
-from .fts import INDEXABLE
 from .migrate import applied_migrations, migrate
 from .migrations import TS_MAX_SQL
 from .postings import HotWrites
@@ -432,23 +432,31 @@ class SqliteWriter:
         return found
 
     def _reproject(self, wid: int, leaf_seq: int | None) -> None:
-        """Recompute the active-branch projection of a window from its leaf (non-linear writes)."""
+        """Move the window's active branch to `leaf_seq` (non-linear writes), writing only the rows
+        whose place changes (store/branch.py)."""
         c = self.c
-        for lo, hi in window_ranges(wid):
-            c.execute("UPDATE events SET on_branch = 0 WHERE id BETWEEN ? AND ? AND on_branch = 1", (lo, hi))
+        walked: list[tuple[int, int]] = []
         if leaf_seq is not None:
-            first = id_sql(":wid", "up.s")
-            c.execute(
-                "WITH RECURSIVE up(s) AS (SELECT :leaf UNION ALL "
-                "  SELECT e.parent_seq FROM up JOIN events e "
-                f"    ON e.id BETWEEN {first} AND {first} + 1 "
-                "  WHERE e.parent_seq IS NOT NULL) "
-                "UPDATE events SET on_branch = 1 WHERE id IN "
-                f"  (SELECT {id_sql(':wid', 's')} + b FROM up, (SELECT 0 AS b UNION ALL SELECT 1))",
-                {"leaf": leaf_seq, "wid": wid})
-        (low, high) = window_ranges(wid)
-        c.execute(f"UPDATE windows SET messages = (SELECT count(*) FROM events WHERE "
-                  f"(id BETWEEN ? AND ? OR id BETWEEN ? AND ?) AND {INDEXABLE}) WHERE wid = ?", (*low, *high, wid))
+            leaf, parent = id_sql(":wid", ":leaf"), id_sql(":wid", "up.parent")
+            walked = c.execute(
+                "WITH RECURSIVE up(id, parent, on_branch) AS (SELECT e.id, e.parent_seq, e.on_branch FROM events e "
+                f"WHERE e.id BETWEEN {leaf} AND {leaf} + 1 UNION ALL "
+                "SELECT e.id, e.parent_seq, e.on_branch FROM up JOIN events e "
+                f"ON e.id BETWEEN {parent} AND {parent} + 1 WHERE up.on_branch = 0 AND up.parent IS NOT NULL) "
+                "SELECT id, on_branch FROM up", {"leaf": leaf_seq, "wid": wid}).fetchall()
+        move = moved(wid, walked)
+        # the window's message count moves by the indexable rows that left and joined (INDEXABLE)
+        change = 0
+        for lo, hi in move.leaving:
+            change -= sum(m for (m,) in c.execute("UPDATE events SET on_branch = 0 WHERE id BETWEEN ? AND ? "
+                                                  "AND on_branch = 1 RETURNING text IS NOT NULL", (lo, hi)))
+        for start in range(0, len(move.joining), 500):
+            chunk = move.joining[start:start + 500]
+            change += sum(m for (m,) in c.execute(
+                f"UPDATE events SET on_branch = 1 WHERE id IN ({','.join('?' * len(chunk))}) AND on_branch = 0 "
+                "RETURNING text IS NOT NULL", chunk))
+        if change:
+            c.execute("UPDATE windows SET messages = messages + ? WHERE wid = ?", (change, wid))
 
     # -- archive -----------------------------------------------------------------------------
 
