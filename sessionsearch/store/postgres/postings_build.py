@@ -1,4 +1,4 @@
-"""Building the postings of an agent's common words and 2-4 letter prefixes (postings.py reads
+"""Building the postings of an agent's common words and 1-8 letter prefixes (postings.py reads
 them), and telling when a build is due.
 
 A build never blocks a writer. It takes a mark from the index rows' sequence (migration 5) and
@@ -36,7 +36,7 @@ from typing import Any
 import psycopg
 
 from .db import Db, Reader, all_rows, the_row
-from .terms import K1, PREFIX, PREFIX_FRESH_LIMIT, RECENT, WORD, B, is_prefix_key
+from .terms import K1, MAX_LEN, MIN_LEN, PREFIX, PREFIX_FRESH_LIMIT, RECENT, WORD, B, is_prefix_key
 
 CAP = 128  # rows kept per run of equal frequency: an unscoped top 25 rarely reaches past a few dozen
 KEEP = 512  # rows kept per word or prefix, the best by score at the build (and each run's first)
@@ -45,7 +45,6 @@ MIN_SHARE = 0.005  # … and this share of them, …
 MAX_WORDS = 512  # … the most frequent first
 PREFIX_MIN_DOCS = 2_000  # a prefix is built when its words are in this many rows (summed) …
 MAX_PREFIXES = 4096  # … the most frequent first
-MIN_LEN, MAX_LEN = 2, 4  # prefix lengths with postings
 WAIT_S = 600.0  # the longest a build waits for the transactions older than its mark
 RECENT_MIN_DOCS = 1_000  # a word (CJK shadow tokens too) in this many rows keeps its newest rows (recent.py) …
 RECENT_MAX_WORDS = 8192  # … the most frequent first, …

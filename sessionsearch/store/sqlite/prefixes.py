@@ -5,7 +5,7 @@ token with that prefix, and a row's frequency is the number of such tokens in it
 one-phrase query is then IDF x tf(k1+1) / (tf + k1(1 - b + b dl/avgdl)): the IDF is the same for
 every row, and at a fixed tf the score falls as the row length dl grows. So the rows of one tf
 run, ordered by (dl, rid), are in score order, and the best rows of a prefix are among the
-shortest rows of each run. A build keeps, per common 2-4 letter prefix, the `CAP` shortest rows
+shortest rows of each run. A build keeps, per common 1-8 letter prefix, the `CAP` shortest rows
 of every tf run (of those, the `KEEP` best by score as of the build, and each run's first), per
 run cut short the length of its first row left out (no row left out is shorter), the prefix's
 document count and the index's row count, as of positions of the index log (postings.py) and of
@@ -48,7 +48,7 @@ from .recent import _Counter
 
 CAP = 128  # rows kept per tf run: an unscoped top 25 rarely reaches past the first few dozen
 KEEP = 512  # rows kept per prefix, the best by score as of the build (a 95% prefix has 100+ tf runs)
-MIN_LEN, MAX_LEN = 2, 4  # prefix lengths with postings (letters); longer prefixes are rare enough
+MIN_LEN, MAX_LEN = 1, 8  # prefix lengths with postings (letters): the palette's last word as it is typed
 MIN_DOCS = 2_000  # a prefix is built when its words are in at least this many rows (summed) …
 MAX_PREFIXES = 4096  # … the most frequent first
 LOG_LIMIT = FRESH_LIMIT  # index changes since a build or fold beyond which its searches use FTS5 alone
@@ -66,7 +66,7 @@ def is_prefix_query(word: str) -> bool:
 # -- building (a connection of its own, on a thread) ---------------------------------------------
 
 def common_prefixes(conn: sqlite3.Connection, min_docs: int, max_prefixes: int) -> set[str]:
-    """The 2-4 letter prefixes whose words are in at least `min_docs` rows, summed over the words
+    """The 1-8 letter prefixes whose words are in at least `min_docs` rows, summed over the words
     (a bound on the rows matching the prefix), the most frequent first."""
     conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.pfx_vr USING fts5vocab(main, msg_fts, 'row')")
     sums: dict[str, int] = {}
