@@ -41,6 +41,7 @@ from typing import Any
 
 import aiosqlite
 
+from ..prefix_choice import choose_prefixes
 from .bm25 import K1, B, average_length, varint, varint_sum
 from .fetch import fetch_all
 from .postings import FRESH_LIMIT, HotWrites
@@ -65,17 +66,13 @@ def is_prefix_query(word: str) -> bool:
 
 # -- building (a connection of its own, on a thread) ---------------------------------------------
 
-def common_prefixes(conn: sqlite3.Connection, min_docs: int, max_prefixes: int) -> set[str]:
+def common_prefixes(conn: sqlite3.Connection, min_docs: int, max_prefixes: int) -> tuple[set[str], dict[str, str]]:
     """The 1-8 letter prefixes whose words are in at least `min_docs` rows, summed over the words
-    (a bound on the rows matching the prefix), the most frequent first."""
+    (a bound on the rows matching the prefix), the most frequent first; and those that begin the
+    same terms as a shorter one, with it (prefix_choice.py)."""
     conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.pfx_vr USING fts5vocab(main, msg_fts, 'row')")
-    sums: dict[str, int] = {}
-    for term, doc in conn.execute("SELECT term, doc FROM temp.pfx_vr"):
-        for n in range(MIN_LEN, min(MAX_LEN, len(term)) + 1):
-            p = term[:n]
-            sums[p] = sums.get(p, 0) + doc
-    common = sorted(((d, p) for p, d in sums.items() if d >= min_docs and is_prefix_query(p)), reverse=True)
-    return {p for _, p in common[:max_prefixes]}
+    return choose_prefixes(conn.execute("SELECT term, doc FROM temp.pfx_vr"), min_len=MIN_LEN, max_len=MAX_LEN,
+                           min_docs=min_docs, max_prefixes=max_prefixes, usable=is_prefix_query)
 
 
 def trim(runs: Runs, cut: dict[int, int], cap: int, keep: int,
@@ -117,11 +114,12 @@ def read_prefixes(path: Path, *, min_docs: int | None = None, max_prefixes: int 
         log_seq, gone_seq = positions(conn)
         (averages,) = conn.execute("SELECT block FROM msg_fts_data WHERE id = 1").fetchone() or (b"",)
         n_rows = varint(averages, 0)[0] if averages else 0
-        wanted = common_prefixes(conn, min_docs, max_prefixes)
+        wanted, same = common_prefixes(conn, min_docs, max_prefixes)
         avgdl = average_length(averages) if averages else 1.0
         # each prefix's rows and tf: per term, the rows of its instances, counted into each wanted
         # prefix of the term in C (Counter.update of an iterable); no loop per instance in Python
-        tf_of: dict[str, Counter[int]] = {p: Counter() for p in wanted}
+        # (a prefix beginning the terms a shorter one begins is not counted: it is a copy of it)
+        tf_of: dict[str, Counter[int]] = {p: Counter() for p in wanted if p not in same}
         first = itemgetter(0)
         for (term,) in conn.execute("SELECT term FROM temp.pfx_vr").fetchall():
             targets = [tf_of[p] for n in range(MIN_LEN, min(MAX_LEN, len(term)) + 1) if (p := term[:n]) in tf_of]
@@ -137,6 +135,7 @@ def read_prefixes(path: Path, *, min_docs: int | None = None, max_prefixes: int 
         for prefix, counts in tf_of.items():
             if counts:
                 out[prefix] = (len(counts), *_shortest(counts, rank, order, cap, keep, avgdl))
+        out.update({prefix: out[shorter] for prefix, shorter in same.items() if shorter in out})
         conn.execute("COMMIT")
         return log_seq, gone_seq, n_rows, out
     finally:
