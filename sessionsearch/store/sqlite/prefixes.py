@@ -35,6 +35,7 @@ from collections import Counter
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from itertools import groupby
 from operator import add, itemgetter
 from pathlib import Path
 from typing import Any
@@ -120,13 +121,15 @@ def read_prefixes(path: Path, *, min_docs: int | None = None, max_prefixes: int 
         # prefix of the term in C (Counter.update of an iterable); no loop per instance in Python
         # (a prefix beginning the terms a shorter one begins is not counted: it is a copy of it)
         tf_of: dict[str, Counter[int]] = {p: Counter() for p in wanted if p not in same}
-        first = itemgetter(0)
-        for (term,) in conn.execute("SELECT term FROM temp.pfx_vr").fetchall():
+        # one walk of every instance in term order, grouped by term in C: a query per term cost
+        # ~0.3 ms of seeking each (11 of 39 s at 50,000 messages, 42,000 terms)
+        first, second = itemgetter(0), itemgetter(1)
+        for term, group in groupby(conn.execute("SELECT term, doc FROM temp.pfx_vi"), key=first):
             targets = [tf_of[p] for n in range(MIN_LEN, min(MAX_LEN, len(term)) + 1) if (p := term[:n]) in tf_of]
             if targets:
-                rows = conn.execute("SELECT doc FROM temp.pfx_vi WHERE term = ?", (term,)).fetchall()
+                docs = list(map(second, group))
                 for counts in targets:
-                    counts.update(map(first, rows))
+                    counts.update(docs)
         # rows by (length, rid) as one small int each, a rank, so that sorting a prefix's rows
         # compares machine-size ints
         order = sorted((varint_sum(sz), rid) for rid, sz in conn.execute("SELECT id, sz FROM msg_fts_docsize"))
