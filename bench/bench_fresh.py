@@ -18,7 +18,8 @@ or one table with a stored `to_tsvector('simple', text)`, a GIN index and an ind
 per prefix length 1-8 the prefix nearest 30% of messages (the last word as the palette types
 it), words in about 10% and 1% of messages, a rare word, two words, and the 10% word by
 `recent`; each of ours next to the bare statement (bm25 / `ts_rank` ORDER BY LIMIT 25; newest
-first by rowid / ts for `recent`). Per state (just ingested, under writes): p50/p95 per class,
+first by rowid / ts for `recent`). Per state (just ingested, under writes, and built: rounds
+after a full `optimize` at the end): p50/p95 per class,
 ours and bare; per 10-second window the p95s, and per class the first second from which every
 later window's p95 is under its goal (prefixes 100 ms, the 10% word 50 ms, `recent` 10 ms). At
 the end the answers are compared with those after a full `optimize`.
@@ -395,6 +396,13 @@ async def run_store(store: str, variant: str, args, sessions, classes: dict[str,
             after = {c: (await timed_search(engine, q["body"]))[1] for c, q in classes.items()}
             out["same_answers_as_after_full_optimize"] = {c: before[c] == after[c] for c in classes}
             print(f"  same answers as after optimize: {out['same_answers_as_after_full_optimize']}", file=sys.stderr)
+            built: list[Sample] = []  # the built state, as the goal compares with: the same rounds
+            for _ in range(args.built_rounds):
+                for cname, q in classes.items():
+                    d, _ = await timed_search(engine, q["body"])
+                    built.append((0.0, cname, d, bare.search(q["body"])))
+            out["built"] = summary(built, classes)
+            print_summary("built (after a full optimize, no writes)", out["built"])
             out["load_avg_at_end"] = os.getloadavg()
     finally:
         bare.close()
@@ -433,6 +441,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--after-s", type=float, default=60.0, help="seconds of searches after the ingest")
     parser.add_argument("--writes-s", type=float, default=60.0, help="then seconds of searches under writes")
+    parser.add_argument("--built-rounds", type=int, default=10, help="rounds after a full optimize, at the end")
     parser.add_argument("--appenders", type=int, default=4, help="concurrent appenders, each its own sessions")
     parser.add_argument("--stores", nargs="+", default=["sqlite", "postgres"])
     parser.add_argument("--variants", nargs="+", default=["after"])
@@ -462,7 +471,7 @@ def main() -> None:
         for variant in args.variants:
             part = HERE / "work" / "fresh" / f"{store}-{variant}.json"
             cmd = [sys.executable, __file__, "--one", store, variant, "--child-out", str(part),
-                   "--messages", str(args.messages), "--after-s", str(args.after_s), "--writes-s", str(args.writes_s), "--pg", args.pg,
+                   "--messages", str(args.messages), "--after-s", str(args.after_s), "--writes-s", str(args.writes_s), "--built-rounds", str(args.built_rounds), "--pg", args.pg,
                    "--appenders", str(args.appenders)]
             if variant == "before":
                 cmd += ["--code", str(base_tree)]
