@@ -403,6 +403,10 @@ def plot_fresh(runs: list[tuple[str, str, dict]], out: Path) -> Path | None:
             windows = run["after"].get(name, {}).get("windows", [])
             ax.plot([w["from_s"] + 5 for w in windows], [w["p95_ms"] for w in windows], marker=".", color=color,
                     label=label)
+        bare = [w for w in run["after"].get("prefix_3", {}).get("windows", []) if "bare_p95_ms" in w]
+        if bare:  # the bare engine (FTS5 / GIN + ts_rank) on the same texts, in the same rounds
+            ax.plot([w["from_s"] + 5 for w in bare], [w["bare_p95_ms"] for w in bare], color="#7f7f7f",
+                    linestyle="--", linewidth=1.0, label="bare engine, 3-letter prefix")
         for goal, style in ((100, "--"), (50, ":"), (10, "-.")):
             ax.axhline(goal, color="#d62728", linestyle=style, linewidth=0.8)
         if run.get("writes_from_s") is not None:  # from here on, 10 messages a second are appended
@@ -416,8 +420,8 @@ def plot_fresh(runs: list[tuple[str, str, dict]], out: Path) -> Path | None:
         notes.append(f"{title}: code {code[:7]}")
     axes[0, 0].legend(fontsize=7, ncol=3)
     axes[-1, 0].set_xlabel("seconds after the last append returned (grey: a postings build running; black line: "
-                           "10 writes a second from there; red: goals, prefixes 100 ms dashed, the 10% word 50 ms "
-                           "dotted, recent 10 ms dash-dot)", fontsize=8)
+                           "10 writes a second from there;\nred: goals, prefixes 100 ms dashed, the 10% word 50 ms "
+                           "dotted, recent 10 ms dash-dot; dashed grey: the bare engine's 3-letter prefix)", fontsize=8)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     return _save(fig, out, "fresh-ingest.png", [*notes, "source: bench/results/fresh.json, fresh-<messages>.json"])
 
