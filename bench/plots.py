@@ -17,9 +17,9 @@ benchmark and then this script redraws the PNGs the Performance page shows.
   (search*.json, pipeline.json);
 - http.png: HTTP latency under concurrency, idle and while a worker reconciles (http.json);
 - readers.png: how readers read while another process writes (cache.json);
-- fresh-ingest.png: p95 per 10-second window after a live ingest, per query class, against its
-  goal: 200,000 messages on both stores (bench_fresh.py: fresh.json, variant "after") and
-  1,000,000 (fresh-1000000.json).
+- fresh-ingest.png: p95 per 10-second window after a live ingest, then under 10 writes a second,
+  per query class, against its goal: 200,000 messages on both stores (bench_fresh.py: fresh.json,
+  variant "after") and 1,000,000 (fresh-1000000.json).
 """
 
 from __future__ import annotations
@@ -365,9 +365,10 @@ def plot_readers(cache: dict | None, out: Path) -> Path | None:
     return _save(fig, out, "readers.png", ["source: bench/results/cache.json"])
 
 
-FRESH_CLASSES = [("prefix_2", "2-letter prefix", "#1f77b4"), ("prefix_3", "3-letter prefix", "#ff7f0e"),
-                 ("prefix_4", "4-letter prefix", "#2ca02c"), ("prefix_5", "5-letter prefix (no postings)", "#bbbbbb"),
-                 ("word_10pct", "10% word", "#d62728"), ("word_rare", "rare word", "#9467bd")]
+FRESH_CLASSES = [("prefix_1", "1-letter prefix", "#17becf"), ("prefix_2", "2-letter prefix", "#1f77b4"),
+                 ("prefix_3", "3-letter prefix", "#ff7f0e"), ("prefix_5", "5-letter prefix", "#2ca02c"),
+                 ("prefix_8", "8-letter prefix", "#8c564b"), ("word_10pct", "10% word", "#d62728"),
+                 ("recent_10pct", "10% word, recent", "#e377c2"), ("word_rare", "rare word", "#9467bd")]
 
 
 def fresh_runs(folder: Path) -> list[tuple[str, str, dict]]:
@@ -379,6 +380,9 @@ def fresh_runs(folder: Path) -> list[tuple[str, str, dict]]:
         for run in by_store["runs"]:
             if run["variant"] == "after":
                 found.append((f"{store}, {run['messages']:,} messages", by_store.get("after_commit") or "?", run))
+    for run in (small or {}).get("runs", []):
+        if run["variant"] == "after":
+            found.append((f"{run['store']}, {run['messages']:,} messages", small.get("after_commit") or "?", run))
     for path in sorted(folder.glob("fresh-*.json")):
         data = json.loads(path.read_text())
         for run in data.get("runs", []):
@@ -399,8 +403,14 @@ def plot_fresh(runs: list[tuple[str, str, dict]], out: Path) -> Path | None:
             windows = run["after"].get(name, {}).get("windows", [])
             ax.plot([w["from_s"] + 5 for w in windows], [w["p95_ms"] for w in windows], marker=".", color=color,
                     label=label)
-        for goal, style in ((100, "--"), (50, ":")):
+        bare = [w for w in run["after"].get("prefix_3", {}).get("windows", []) if "bare_p95_ms" in w]
+        if bare:  # the bare engine (FTS5 / GIN + ts_rank) on the same texts, in the same rounds
+            ax.plot([w["from_s"] + 5 for w in bare], [w["bare_p95_ms"] for w in bare], color="#7f7f7f",
+                    linestyle="--", linewidth=1.0, label="bare engine, 3-letter prefix")
+        for goal, style in ((100, "--"), (50, ":"), (10, "-.")):
             ax.axhline(goal, color="#d62728", linestyle=style, linewidth=0.8)
+        if run.get("writes_from_s") is not None:  # from here on, 10 messages a second are appended
+            ax.axvline(run["writes_from_s"], color="#555555", linewidth=1.0)
         for build in run.get("builds", []):
             if build["end_s"] > 0:  # a build that ended during the ingest is not drawn
                 ax.axvspan(max(0.0, build["start_s"]), build["end_s"], color="#eeeeee", zorder=0)
@@ -409,8 +419,9 @@ def plot_fresh(runs: list[tuple[str, str, dict]], out: Path) -> Path | None:
         ax.set_title(f"{title}: ingest {run['ingest_s']:.0f} s, then searches from its end", fontsize=9)
         notes.append(f"{title}: code {code[:7]}")
     axes[0, 0].legend(fontsize=7, ncol=3)
-    axes[-1, 0].set_xlabel("seconds after the last append returned (grey: a postings build running; "
-                           "red: goals, prefixes 100 ms dashed, the word 50 ms dotted)", fontsize=8)
+    axes[-1, 0].set_xlabel("seconds after the last append returned (grey: a postings build running; black line: "
+                           "10 writes a second from there;\nred: goals, prefixes 100 ms dashed, the 10% word 50 ms "
+                           "dotted, recent 10 ms dash-dot; dashed grey: the bare engine's 3-letter prefix)", fontsize=8)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     return _save(fig, out, "fresh-ingest.png", [*notes, "source: bench/results/fresh.json, fresh-<messages>.json"])
 

@@ -14,8 +14,10 @@ from sessionsearch.store.sqlite.prefixes import PrefixTop
 
 from ..helpers import chain, engine_at
 
-VOCAB = ["alpha", "alpine", "alps", "alto", "also", "album", "beta", "bet", "better", "cat", "cart", "dog"]
-QUERIES = [{"query": q, "match": "prefix"} for q in ("al", "alp", "alph", "be", "bet", "ca", "do")] + [
+VOCAB = ["alpha", "alpine", "alps", "alto", "also", "album", "beta", "bet", "better", "cat", "cart", "dog", "alphabetic"]
+# prefixes as the palette's last word is typed, one letter to eight
+QUERIES = [{"query": q, "match": "prefix"} for q in ("a", "al", "alp", "alph", "alpha", "alphab", "alphabe", "alphabet",
+                                                     "be", "bet", "bett", "bette", "ca", "do")] + [
     {"query": q} for q in ("alpha", "beta", "dog")]
 
 

@@ -50,7 +50,10 @@ async def _corpus(engine, sessions: int = 12, seed: int = 5, name: str = "s") ->
 
 
 QUERIES = [Match(("loan",)), Match(("bank",)), Match(("car",)), Match(("late",)), Match(("lo",), True),
-           Match(("loa",), True), Match(("ban",), True), Match(("band",), True), Match(("ba",), True)]
+           Match(("loa",), True), Match(("ban",), True), Match(("band",), True), Match(("ba",), True),
+           # the palette's last word as typed: one letter, and five to eight
+           Match(("l",), True), Match(("b",), True), Match(("banne",), True), Match(("banner",), True),
+           Match(("lorem",), True)]
 
 
 async def _same_both_ways(store, monkeypatch, *, role=None, include=None, limits=(1, 5, 25, 200)) -> int:
@@ -189,8 +192,8 @@ async def test_a_build_by_another_process_is_used_once_the_terms_are_read_again(
 STATS = ("SELECT dfs FROM ss_search_stats(%(ano)s, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, %(qs)s::text[], "
          "%(none)s::bigint[], %(none)s::bigint[], %(none)s::bigint[], %(none)s::numeric[], %(none)s::bigint[], "
          "%(keys)s::text[], %(limit)s)")
-COUNTED = [("'loan'", "w:loan"), ("'bank'", "w:bank"), ("'lo':*", "p:lo"), ("'ban':*", "p:ban"),
-           ("'loan' <-> 'bank'", None), ("'zebra'", "w:zebra")]
+COUNTED = [("'loan'", "w:loan"), ("'bank'", "w:bank"), ("'lo':*", "p:lo"), ("'ban':*", "p:ban"), ("'l':*", "p:l"),
+           ("'banne':*", "p:banne"), ("'loan' <-> 'bank'", None), ("'zebra'", "w:zebra")]
 
 
 async def test_a_word_or_prefix_the_postings_hold_is_counted_from_them_exactly(pg, monkeypatch):
@@ -214,14 +217,14 @@ async def test_a_word_or_prefix_the_postings_hold_is_counted_from_them_exactly(p
                 return got, want
 
             got, want = counts()
-            assert got == want and min(want[:4]) > 30
+            assert got == want and min(want[:6]) > 30
             await _corpus(engine, sessions=2, seed=9, name="more")
             await engine.append(AppendParams(sessionKey="agent:main:short", events=chain("sh", [("user", "loan loan loan"), ("user", "band")])))
             got, want = counts()
             assert got == want
             conn.execute("UPDATE ss_postings SET docs = docs + 1000 WHERE ano = %s", (store.ano,))
             got, _ = counts()
-            assert [g - w for g, w in zip(got, want)] == [1000, 1000, 1000, 1000, 0, 0]  # from the postings
+            assert [g - w for g, w in zip(got, want)] == [1000] * 6 + [0, 0]  # from the postings
             assert counts(limit=10)[0] == want  # past the fresh limit: every row counted
             # a rewind, reconciled: rows the build counted are gone, so the build is not used
             await engine.append(AppendParams(sessionKey="agent:main:s0", events=[leaf("l1", "s0m20", "s0m2"), msg("x1", "user", "loan bank", "l1")]))

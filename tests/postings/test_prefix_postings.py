@@ -109,6 +109,32 @@ async def test_top_hits_and_scores_equal_fts5_for_prefixes_of_every_frequency(tm
             assert cap != 6 or not any(k >= 25 for _, k in answered)
 
 
+LONG = ["alphabet", "alphabetic", "alphanumeric", "alphorn", "amber", "beta", "betting", "bettor", "cat"]
+
+
+async def test_one_letter_and_five_to_eight_letter_prefixes_are_answered_exactly(tmp_path, prefix_calls):
+    """The palette's last word as typed: a prefix of one letter, or of five to eight, is answered
+    from postings as exactly as FTS5 alone answers it, before and after appends since the build."""
+    async with engine_at(tmp_path) as engine:
+        rng = random.Random(11)
+        for s in range(12):
+            texts = [("user", " ".join(rng.choice(LONG) for _ in range(rng.choice([1, 2, 4, 7, 15])))) for _ in range(20)]
+            await engine.append(AppendParams(sessionKey=f"agent:main:l{s}", events=chain(f"l{s}m", texts, ts=1_000_000 + 1000 * (s % 3))))
+        built = await engine.optimize(min_docs=10_000)
+        path = (await engine.store("main")).path
+        prefixes = ("a", "b", "alpha", "alphab", "alphabe", "alphabet", "betti", "bettor", "alphor")
+        for prefix in prefixes:
+            for k in (1, 5, 25):
+                assert await _top(path, prefix, k) == _fts5_alone(path, prefix, k), (prefix, k)
+        assert built["agents"]["main"]["prefixes"]["count"] >= len(prefixes)
+        await engine.append(AppendParams(sessionKey="agent:main:late", events=chain("late", [("user", "alphabetic " * 6), ("user", "b")])))
+        for prefix in prefixes:
+            for k in (1, 25):
+                await _same_both_ways(engine, {"query": prefix.upper(), "match": "prefix", "limit": k})
+        assert ids(await _same_both_ways(engine, {"query": "alphabe", "match": "prefix", "limit": 1})) == ["late1"]
+        assert prefix_calls["fell_back"] == 0 and prefix_calls["answered"] >= 2 * len(prefixes) + 1
+
+
 async def test_searches_from_postings_equal_fts5_alone_after_appends_deletes_and_reconcile(tmp_path, prefix_calls):
     async with engine_at(tmp_path) as engine:
         await _corpus(engine)
@@ -145,8 +171,8 @@ async def test_other_searches_keep_their_path(tmp_path, prefix_calls):
     async with engine_at(tmp_path) as engine:
         await _corpus(engine, sessions=4)
         await engine.optimize(min_docs=10_000)
-        for body in ({"query": "al"}, {"query": "alpha be", "match": "prefix"}, {"query": "a", "match": "prefix"},
-                     {"query": "alpin", "match": "prefix"}, {"query": "al", "match": "prefix", "order": "recent"},
+        for body in ({"query": "al"}, {"query": "alpha be", "match": "prefix"}, {"query": "alpinexyz", "match": "prefix"},
+                     {"query": "al", "match": "prefix", "order": "recent"},
                      {"query": "al", "match": "prefix", "sessionKeys": ["agent:main:s1"]},
                      {"query": "al", "match": "prefix", "role": "user"}):
             await engine.search(SearchParams.of(body))

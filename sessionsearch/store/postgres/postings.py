@@ -1,4 +1,4 @@
-"""Exact BM25 top hits of a one-word search, or a one-word 2-4 letter prefix search, from postings
+"""Exact BM25 top hits of a one-word search, or a one-word 1-8 letter prefix search, from postings
 (postings_build.py) instead of scoring every row that holds the word.
 
 With one term, BM25 depends on a row only through the term's frequency in it (tf) and the row's
@@ -35,7 +35,7 @@ MAX_ROUNDS = 3  # rounds of taking more kept rows before a narrow scope goes the
 
 
 def postings_key(q: Query) -> tuple[int, str] | None:
-    """(kind, key) of a query the postings can answer: one lexeme, or one 2-4 letter prefix."""
+    """(kind, key) of a query the postings can answer: one lexeme, or one 1-8 letter prefix."""
     if len(q.phrases) != 1 or len(q.phrases[0]) != 1:
         return None
     lex = q.phrases[0][0]

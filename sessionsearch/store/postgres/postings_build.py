@@ -1,4 +1,4 @@
-"""Building the postings of an agent's common words and 2-4 letter prefixes (postings.py reads
+"""Building the postings of an agent's common words and 1-8 letter prefixes (postings.py reads
 them), and telling when a build is due.
 
 A build never blocks a writer. It takes a mark from the index rows' sequence (migration 5) and
@@ -35,8 +35,9 @@ from typing import Any
 
 import psycopg
 
+from ..prefix_choice import choose_prefixes
 from .db import Db, Reader, all_rows, the_row
-from .terms import K1, PREFIX, PREFIX_FRESH_LIMIT, RECENT, WORD, B, is_prefix_key
+from .terms import K1, MAX_LEN, MIN_LEN, PREFIX, PREFIX_FRESH_LIMIT, RECENT, WORD, B, is_prefix_key
 
 CAP = 128  # rows kept per run of equal frequency: an unscoped top 25 rarely reaches past a few dozen
 KEEP = 512  # rows kept per word or prefix, the best by score at the build (and each run's first)
@@ -45,7 +46,6 @@ MIN_SHARE = 0.005  # … and this share of them, …
 MAX_WORDS = 512  # … the most frequent first
 PREFIX_MIN_DOCS = 2_000  # a prefix is built when its words are in this many rows (summed) …
 MAX_PREFIXES = 4096  # … the most frequent first
-MIN_LEN, MAX_LEN = 2, 4  # prefix lengths with postings
 WAIT_S = 600.0  # the longest a build waits for the transactions older than its mark
 RECENT_MIN_DOCS = 1_000  # a word (CJK shadow tokens too) in this many rows keeps its newest rows (recent.py) …
 RECENT_MAX_WORDS = 8192  # … the most frequent first, …
@@ -176,17 +176,14 @@ async def take_mark(db: Db) -> int:
 
 
 def _choose(stats: list[tuple[str, int]], n_rows: int, min_docs: int, min_share: float,
-            max_words: int) -> tuple[set[str], set[str]]:
-    """(common words, common prefixes) from each lexeme's row count."""
+            max_words: int) -> tuple[set[str], set[str], dict[str, str]]:
+    """(common words, common prefixes, {prefix: the shorter one beginning the same lexemes}) from
+    each lexeme's row count (prefix_choice.py)."""
     floor = max(min_docs, int(min_share * n_rows))
     words = [(d, w) for w, d in stats if d >= floor and not w.startswith("~")]
-    sums: dict[str, int] = {}
-    for w, d in stats:
-        for n in range(MIN_LEN, min(MAX_LEN, len(w)) + 1):
-            sums[w[:n]] = sums.get(w[:n], 0) + d
-    prefixes = [(d, p) for p, d in sums.items() if d >= PREFIX_MIN_DOCS and is_prefix_key(p)]
-    return ({w for _, w in sorted(words, reverse=True)[:max_words]},
-            {p for _, p in sorted(prefixes, reverse=True)[:MAX_PREFIXES]})
+    prefixes, same = choose_prefixes(stats, min_len=MIN_LEN, max_len=MAX_LEN, min_docs=PREFIX_MIN_DOCS,
+                                     max_prefixes=MAX_PREFIXES, usable=is_prefix_key)
+    return {w for _, w in sorted(words, reverse=True)[:max_words]}, prefixes, same
 
 
 def _recent_words(stats: list[tuple[str, int]]) -> dict[str, int]:
@@ -233,9 +230,10 @@ async def read_postings(db: Db, ano: int, mark: int, *, min_docs: int, min_share
             # ts_stat reads the text of a query: made of two integers here, never of user text
             stats = await all_rows(conn, "SELECT word, ndoc FROM ts_stat(%s)",
                                    (f"SELECT m.tsv FROM ss_index m WHERE {old}",))
-            words, prefixes = _choose(stats, old_rows, min_docs, min_share, max_words)
+            words, prefixes, same = _choose(stats, old_rows, min_docs, min_share, max_words)
             recent = _recent_words(stats)
-            runs = Runs(words, prefixes, recent, await _cutoff(conn, ano, old_rows) if recent else None)
+            # a prefix beginning the lexemes a shorter one begins is not counted: a copy of it
+            runs = Runs(words, prefixes - same.keys(), recent, await _cutoff(conn, ano, old_rows) if recent else None)
             if words or prefixes or recent:
                 async with conn.cursor(name="ss_postings_build") as cur:
                     await cur.execute(f"SELECT m.id, m.dl, m.tf, m.ts FROM ss_index m WHERE {old}")
@@ -243,7 +241,9 @@ async def read_postings(db: Db, ano: int, mark: int, *, min_docs: int, min_share
                         runs.count(batch)
         finally:
             await conn.execute("COMMIT")
-    return old_rows, runs.finish(old_tokens / old_rows if old_rows else 1.0)
+    built = runs.finish(old_tokens / old_rows if old_rows else 1.0)
+    built.update({(PREFIX, p): built[(PREFIX, shorter)] for p, shorter in same.items() if (PREFIX, shorter) in built})
+    return old_rows, built
 
 
 async def store_postings(db: Db, ano: int, mark: int, old_rows: int,

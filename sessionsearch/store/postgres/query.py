@@ -123,7 +123,7 @@ class Query:
         return self.is_prefix(i) and len(self.phrases[i]) == 1
 
     def _postings_key(self, i: int) -> str | None:
-        """Phrase i as the agent's postings may hold it ('w:' and a word, 'p:' and a 2-4 letter
+        """Phrase i as the agent's postings may hold it ('w:' and a word, 'p:' and a 1-8 letter
         prefix), for its count (schema migration 10); None for a phrase of several words."""
         if len(self.phrases[i]) != 1:
             return None

@@ -95,7 +95,7 @@ class TopReads:
 
         `hot` is the FTS5 token of a one-word query: when the word has postings (postings.py) a
         relevance search over the whole agent (`include` None) ranks from them instead of scoring
-        every row that holds the word. A one-word prefix search of 2-4 letters over the whole agent
+        every row that holds the word. A one-word prefix search of 1-8 letters over the whole agent
         ranks from the prefixes' postings the same way (prefixes.py).
 
         `since` (inclusive) and `until` (exclusive), epoch ms, keep the rows whose timestamp is in
@@ -169,7 +169,7 @@ class TopReads:
     async def _postings_top(self, reader: _Reader, match: Match, expr: str | None, hot: str | None, k: int,
                             where: list[str], params: dict[str, Any]) -> list[Any] | None:
         """The ranking by relevance over the whole agent (less the excluded windows, `where`) from
-        the postings of its common word (`hot`, postings.py) or of its 2-4 letter prefix
+        the postings of its common word (`hot`, postings.py) or of its 1-8 letter prefix
         (prefixes.py), None when neither answers. Postings only over the whole agent at any time:
         they are merged in the agent's score order, and a narrow scope would pass over most of
         what they hold."""

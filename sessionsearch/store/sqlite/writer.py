@@ -133,7 +133,7 @@ class SqliteWriter:
                 self.c.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
             self._win: dict[int, _WinState] = {}
             self.hot = HotWrites(self.c, self.tx)  # the common words' postings and the index log
-            self.prefixes = PrefixWrites(self.c, self.tx, self.hot)  # the 2-4 letter prefixes' postings
+            self.prefixes = PrefixWrites(self.c, self.tx, self.hot)  # the 1-8 letter prefixes' postings
             self._current: dict[str, int] = {}
             self.lock_wait_s = 0.0
             self.migrate()
