@@ -103,4 +103,4 @@ figures: $(STAMP)
 
 # the Control UI screenshots docs/ui.md shows, taken by its browser tests
 screenshots: install
-	SESSIONSEARCH_SAVE_SCREENSHOTS=1 $(BIN)/python -m pytest -q tests/api/test_ui.py
+	SESSIONSEARCH_SAVE_SCREENSHOTS=1 $(BIN)/python -m pytest -q tests/api/test_ui.py tests/api/test_ui_palette.py

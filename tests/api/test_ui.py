@@ -177,12 +177,17 @@ def test_a_hit_opens_its_history_with_the_reset_and_the_rotated_window_marked(se
     expect(hits).to_have_count(1)
     page.locator("#agent").select_option("")
 
-    # keyboard: ArrowDown from the box walks the hits, Enter opens one, Escape comes back to it
+    # keyboard: the focus stays in the box (a combobox); ArrowDown makes each option the active one
+    # in turn, Enter opens it, Escape comes back to the box with that option active again
     page.locator("#q").focus()
     page.keyboard.press("ArrowDown")
     target = hits.filter(has_text="Alfama guesthouse")
-    while not target.evaluate("el => el === document.activeElement"):
+    for _ in range(20):
+        if target.get_attribute("aria-selected") == "true":
+            break
         page.keyboard.press("ArrowDown")
+    expect(page.locator("#q")).to_be_focused()
+    expect(page.locator("#q")).to_have_attribute("aria-activedescendant", target.get_attribute("id"))
     page.keyboard.press("Enter")
     history = page.locator("#history")
     expect(history.locator(".anchor")).to_contain_text("Alfama guesthouse for 690 EUR")
@@ -197,7 +202,8 @@ def test_a_hit_opens_its_history_with_the_reset_and_the_rotated_window_marked(se
     expect(page.locator("#history-newer")).to_be_hidden()
     shot(page, "history")
     page.keyboard.press("Escape")
-    expect(target).to_be_focused()
+    expect(page.locator("#q")).to_be_focused()
+    expect(target).to_have_attribute("aria-selected", "true")
 
     # a long session pages older and newer around the anchor
     page.locator("#q").fill("review")

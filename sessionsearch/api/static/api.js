@@ -87,7 +87,9 @@ export async function api(path, body, { method = "POST", signal } = {}) {
 
 /* ---------- sessions and agents, for labels, kinds and the agent filter ---------- */
 
-export const sessions = new Map();  // sessionKey -> sessions.list entry
+// sessionKey -> its sessions.list row, as the answers brought them: a scoped search carries the rows
+// of the sessions its hits come from, a title search its own. The page never downloads a roster.
+export const sessions = new Map();
 let agentsLoaded = false;
 
 /** Whether the agent filter has been filled once. */
@@ -95,20 +97,17 @@ export function agentsKnown() {
   return agentsLoaded;
 }
 
-const unlisted = new Set();  // keys a reload did not list (past the newest 1,000): not asked again
-
-export async function loadSessions() {
-  const listed = await api("/v1/sessions.list", { limit: 1000 });
-  sessions.clear();
-  for (const s of listed.sessions) sessions.set(s.sessionKey, s);
-}
-
-/** Reload the sessions when a hit names one not seen yet, so that it shows with its label and kind. */
-export async function learnSessions(keys) {
-  const unknown = keys.filter((key) => !sessions.has(key) && !unlisted.has(key));
-  if (!unknown.length) return;
-  await loadSessions();
-  for (const key of unknown) if (!sessions.has(key)) unlisted.add(key);
+/** Keep the rows an answer carried; offer the custom groups they name in the group filter. */
+export function remember(rows) {
+  const groups = $("groups");
+  const known = new Set([...groups.options].map((o) => o.value));
+  for (const row of rows || []) {
+    sessions.set(row.sessionKey, row);
+    if (row.group && !known.has(row.group)) {
+      known.add(row.group);
+      groups.append(el("option", { value: row.group }));
+    }
+  }
 }
 
 export function fillAgents(agentIds) {

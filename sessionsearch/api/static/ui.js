@@ -1,29 +1,53 @@
-// sessionsearch Control UI: search, history around a hit, index status. Plain JS modules, no build step.
+// sessionsearch Control UI: the palette (sessions by title, then messages, within the filters), history
+// around a hit, index status. Plain JS modules, no build step.
 // Untrusted text (snippets, labels, messages, error messages) only ever becomes DOM text nodes.
-import { $, el, isolated, queryTerms, setState, shownKey, snippetNode, when } from "./dom.js";
-import { TOKEN_KEY, agentsKnown, api, fillAgents, learnSessions, loadSessions, sessions, titleOf } from "./api.js";
+import { $, el, highlighted, isolated, queryTerms, setState, shownKey, snippetNode, when } from "./dom.js";
+import { TOKEN_KEY, agentsKnown, api, fillAgents, remember, sessions, titleOf } from "./api.js";
 import { drawChart, startStatus, stopStatus } from "./status.js";
 
 // a session's label as written (isolated where shown), else its key with bidirectional controls made visible
 const titleShown = (key) => (titleOf(key) === key ? shownKey(key) : titleOf(key));
 
 const LIMIT = 25;            // the API's most hits per search
+const SESSION_LIMIT = 8;     // sessions by title above the messages
 const DEBOUNCE_MS = 220;     // typing pause before a prefix search
 const RESEARCH_MS = 1000;    // while `indexing` is true, search again this often
 const HISTORY_LIMIT = 30;    // messages per history read
 
-/* ---------- search ---------- */
+/* ---------- the palette: sessions by title, then messages, within the filters ---------- */
 
-const search = { seq: 0, timer: null, again: null, controller: null, mode: "prefix" };
+const search = { seq: 0, timer: null, again: null, controller: null, mode: "prefix", active: -1 };
+
+const IDLE = "Type a few words: sessions whose title matches come first, then messages; the last word matches "
+  + "as a prefix while you type. Enter searches whole words.";
 
 // how a hit was found, in the words of the mode choice
 const MATCHED = { keyword: "words", semantic: "meaning" };
 
-function searchBody(query, mode) {
-  const body = { query, match: mode, order: $("order").value, limit: LIMIT };
-  if ($("agent").value) body.agentId = $("agent").value;
+/** The filters as one `scope`, sent alike on the title search and on the message search: the server
+ * selects the sessions (the browser never downloads a roster to filter). */
+function currentScope() {
+  const scope = { palette: true };
+  if ($("agent").value) scope.agentIds = [$("agent").value];
+  const kinds = [...document.querySelectorAll("#kinds input:checked")].map((box) => box.value);
+  if (kinds.length) scope.kinds = kinds;
+  const group = $("group").value.trim();
+  if (group) scope.group = group;
+  const label = $("label").value.trim();
+  if (label) scope.label = label;
+  if ($("active").value) scope.activeMinutes = Number($("active").value);
+  return scope;
+}
+
+function searchBody(query, mode, scope) {
+  const body = { query, match: mode, order: $("order").value, limit: LIMIT, scope };
   if ($("mode").value !== "keyword") body.mode = $("mode").value;  // a keyword search sends what it always sent
   return body;
+}
+
+// the title search: sessions.list with the same scope, the query as its `search` (last word a prefix)
+function titleBody(query, scope) {
+  return { scope: { ...scope, search: query }, limit: SESSION_LIMIT };
 }
 
 // newest-first is a keyword ordering (the API refuses it with meaning): the choice follows the mode
@@ -34,24 +58,39 @@ function modeChanged() {
   if (!keyword) $("order").value = "relevance";
 }
 
+function clearPalette() {
+  for (const id of ["palette-sessions", "results"]) {
+    const group = $(id);
+    group.replaceChildren(group.firstElementChild);  // the group's title stays
+    group.hidden = true;
+  }
+  setActive(-1);
+  $("q").setAttribute("aria-expanded", "false");
+}
+
 function scheduleSearch() {
   clearTimeout(search.timer);
+  setActive(-1);  // an edited query: Enter searches it rather than opening what was active
   const query = $("q").value.trim();
   if (!query) {
     cancelSearch();
-    $("results").replaceChildren();
-    setState($("search-state"), "idle", "Type a few words; the last one matches as a prefix while you type. Enter searches whole words.");
+    clearPalette();
+    setState($("search-state"), "idle", IDLE);
     return;
   }
   search.timer = setTimeout(() => runSearch("prefix"), DEBOUNCE_MS);
 }
 
+// a newer search makes every older answer stale: its request is aborted, and `seq` drops an answer
+// that was already on its way (one never overwrites the other)
 function cancelSearch() {
   search.seq++;
   clearTimeout(search.again);
   if (search.controller) search.controller.abort();
   search.controller = null;
 }
+
+const aborted = (outcome) => outcome.status === "rejected" && outcome.reason.name === "AbortError";
 
 async function runSearch(mode, { again = false } = {}) {
   const query = $("q").value.trim();
@@ -63,50 +102,84 @@ async function runSearch(mode, { again = false } = {}) {
   search.controller = controller;
   const stateNode = $("search-state");
   if (!again) stateNode.setAttribute("aria-busy", "true");
-  const body = searchBody(query, mode);
-  let result;
-  try {
-    result = await api("/v1/sessions.search", body, { signal: controller.signal });
-    await learnSessions(result.results.map((hit) => hit.sessionKey));
-  } catch (error) {
-    if (seq !== search.seq || error.name === "AbortError") return;
-    stateNode.removeAttribute("aria-busy");
-    $("results").replaceChildren();
-    setState(stateNode, "error", error.message);
-    return;
-  }
-  if (seq !== search.seq) return;
+  const scope = currentScope();
+  const body = searchBody(query, mode, scope);
+  const [titles, found] = await Promise.allSettled([
+    api("/v1/sessions.list", titleBody(query, scope), { signal: controller.signal }),
+    api("/v1/sessions.search", body, { signal: controller.signal })]);
+  if (seq !== search.seq || aborted(titles) || aborted(found)) return;
   stateNode.removeAttribute("aria-busy");
-  renderResults(result.results, queryTerms(query), mode === "prefix");
+  const rows = titles.status === "fulfilled" ? titles.value.sessions : [];
+  remember(rows);
+  if (found.status === "fulfilled") remember(found.value.sessions);
+  const keep = activeKey();
+  renderSessions(rows, queryTerms(query));
+  if (found.status === "rejected") {
+    renderResults([], [], false);
+    setState(stateNode, "error", found.reason.message);
+  } else {
+    renderResults(found.value.results, queryTerms(query), mode === "prefix");
+    describe(found.value, body, query, mode, rows.length);
+    if (titles.status === "rejected") setState(stateNode, "error", titles.reason.message);
+  }
+  const options = paletteOptions();
+  $("q").setAttribute("aria-expanded", options.length ? "true" : "false");
+  setActive(options.findIndex((option) => option.dataset.key === keep));  // kept across a re-search
+}
+
+function describe(result, body, query, mode, titled) {
+  const stateNode = $("search-state");
   const n = result.results.length;
   const byWords = !body.mode;
   const archived = result.archivedTranscriptsExcluded
     ? ` ${result.archivedTranscriptsExcluded} archived session(s) were left out.` : "";
+  const bySessions = titled ? `${titled} session${titled === 1 ? "" : "s"} by title; ` : "";
   if (result.indexing) {
     setState(stateNode, "indexing", `Indexing in progress: ${n ? `${n} result${n === 1 ? "" : "s"} so far` : "no results yet"}; `
       + (byWords ? "some sessions are still being reconciled" : "some messages are still being indexed or embedded")
       + ", so this search runs again by itself." + archived);
     search.again = setTimeout(() => runSearch(mode, { again: true }), RESEARCH_MS);
   } else if (n === 0) {
-    setState(stateNode, "empty", ({ keyword: `No messages match “${query}”.`, semantic: `No messages come close in meaning to “${query}”.`,
-                                  hybrid: `No messages match or come close in meaning to “${query}”.` }[body.mode || "keyword"])
+    setState(stateNode, "empty", bySessions + ({ keyword: `No messages match “${query}”.`, semantic: `No messages come close in meaning to “${query}”.`,
+                                               hybrid: `No messages match or come close in meaning to “${query}”.` }[body.mode || "keyword"])
       + (mode === "prefix" && byWords ? " Press Enter for an exact search." : "") + archived);
   } else if (result.truncated) {
-    setState(stateNode, "truncated", `Showing the first ${n} results; more matched. Add words or pick an agent to narrow the search.` + archived);
+    setState(stateNode, "truncated", `${bySessions}Showing the first ${n} results; more matched. Add words or set a filter to narrow the search.` + archived);
   } else {
-    setState(stateNode, "results", `${n} result${n === 1 ? "" : "s"}${mode === "prefix" ? " (last word as a prefix; Enter for exact)" : ""}.` + archived);
+    setState(stateNode, "results", `${bySessions}${n} result${n === 1 ? "" : "s"}${mode === "prefix" ? " (last word as a prefix; Enter for exact)" : ""}.` + archived);
   }
+}
+
+function kindBadge(key) {
+  const s = sessions.get(key);
+  return s && s.kind ? el("span", { class: "badge" }, s.kind) : null;
+}
+
+function renderSessions(rows, terms) {
+  const group = $("palette-sessions");
+  group.replaceChildren(group.firstElementChild, ...rows.map((row, i) => {
+    const title = titleOf(row.sessionKey);
+    const option = el("li", { class: "hit session-hit", role: "option", id: `palette-s-${i}`, "aria-selected": "false",
+                              dataset: { key: `s ${row.sessionKey}` } },
+      el("span", { class: "hit-head" },
+        title === row.sessionKey ? isolated(shownKey(row.sessionKey), { class: "hit-title" })
+          : el("bdi", { class: "hit-title" }, highlighted(title, terms, true)),
+        kindBadge(row.sessionKey),
+        row.group ? el("span", { class: "badge group-badge", title: "custom group" }, row.group) : null,
+        title !== row.sessionKey ? isolated(shownKey(row.sessionKey), { class: "hit-key" }) : null,
+        el("time", { class: "hit-time", datetime: new Date(row.updatedAt).toISOString() }, when(row.updatedAt))));
+    option.addEventListener("click", () => openSession(row, option));
+    return option;
+  }));
+  group.hidden = !rows.length;
 }
 
 function renderResults(hits, terms, prefixLast) {
   const list = $("results");
-  const focused = [...list.querySelectorAll(".hit")].indexOf(document.activeElement);  // kept across a re-search
-  list.replaceChildren(...hits.map((hit, i) => {
-    const s = sessions.get(hit.sessionKey);
-    const kind = s && s.kind;
+  list.replaceChildren(list.firstElementChild, ...hits.map((hit, i) => {
     const head = el("span", { class: "hit-head" },
       isolated(titleShown(hit.sessionKey), { class: "hit-title" }),
-      kind ? el("span", { class: "badge" }, kind) : null,
+      kindBadge(hit.sessionKey),
       el("span", { class: `badge ${hit.role}` }, hit.role),
       hit.matchedBy ? el("span", { class: "badge matched", title: "how this message was found" },
                          `by ${hit.matchedBy.map((m) => MATCHED[m] || m).join(" + ")}`) : null,
@@ -114,24 +187,57 @@ function renderResults(hits, terms, prefixLast) {
       el("time", { class: "hit-time", datetime: new Date(hit.timestamp).toISOString() }, when(hit.timestamp)));
     // a hit found by meaning alone holds the query's words only by chance: nothing to mark
     const byWords = !hit.matchedBy || hit.matchedBy.includes("keyword");
-    const button = el("button", { type: "button", class: "hit", dataset: { index: i } }, head,
-                      snippetNode(hit.snippet, byWords ? terms : [], prefixLast));
-    button.addEventListener("click", () => openHistory(hit, button));
-    return el("li", {}, button);
+    const option = el("li", { class: "hit", role: "option", id: `palette-m-${i}`, "aria-selected": "false",
+                              dataset: { key: `m ${hit.sessionKey} ${hit.sessionId} ${hit.messageId}` } },
+                      head, snippetNode(hit.snippet, byWords ? terms : [], prefixLast));
+    option.addEventListener("click", () => openHistory(hit, option));
+    return option;
   }));
-  if (focused >= 0) (list.querySelectorAll(".hit")[focused] || $("q")).focus();
+  list.hidden = !hits.length;
 }
 
-function moveAmongHits(event) {
-  const hits = [...document.querySelectorAll("#results .hit")];
-  if (!hits.length) return;
-  const at = hits.indexOf(document.activeElement);
-  if (event.key === "ArrowDown") {
+/* keyboard: the focus stays in the box (a combobox); ↓/↑ move the active option across both
+   groups (aria-activedescendant), Enter opens it, Escape lets it go, then clears the box */
+
+const paletteOptions = () => [...document.querySelectorAll("#palette [role=option]")];
+
+function activeKey() {
+  const option = paletteOptions()[search.active];
+  return option ? option.dataset.key : null;
+}
+
+function setActive(index) {
+  const options = paletteOptions();
+  search.active = index >= 0 && index < options.length ? index : -1;
+  options.forEach((option, i) => option.setAttribute("aria-selected", i === search.active ? "true" : "false"));
+  const option = options[search.active];
+  if (option) {
+    $("q").setAttribute("aria-activedescendant", option.id);
+    option.scrollIntoView({ block: "nearest" });
+  } else {
+    $("q").removeAttribute("aria-activedescendant");
+  }
+}
+
+function paletteKey(event) {
+  const options = paletteOptions();
+  if (event.key === "ArrowDown" && options.length) {
     event.preventDefault();
-    hits[Math.min(at + 1, hits.length - 1)].focus();
-  } else if (event.key === "ArrowUp") {
+    setActive(Math.min(search.active + 1, options.length - 1));
+  } else if (event.key === "ArrowUp" && options.length) {
     event.preventDefault();
-    if (at <= 0) $("q").focus(); else hits[at - 1].focus();
+    setActive(search.active - 1);  // above the first: back to the box alone
+  } else if (event.key === "Enter" && search.active >= 0) {
+    event.preventDefault();  // opens the option rather than submitting an exact search
+    options[search.active].click();
+  } else if (event.key === "Escape") {
+    event.preventDefault();
+    if (search.active >= 0) {
+      setActive(-1);
+    } else if ($("q").value) {
+      $("q").value = "";
+      scheduleSearch();
+    }
   }
 }
 
@@ -163,6 +269,12 @@ function showView(name) {
   if (name === "status") startStatus(); else stopStatus();
 }
 
+/** A session chosen by title: its history from the newest messages. */
+function openSession(row, from) {
+  return openHistory({ sessionKey: row.sessionKey, sessionId: row.sessionId, messageId: null }, from);
+}
+
+/** A message chosen: the history around it, scrolled to it and marking it. */
 async function openHistory(hit, from) {
   clearTimeout(search.again);
   Object.assign(reading, { hit, from, messages: [], marks: new Map(), hasOlder: false, hasNewer: false, sessionId: hit.sessionId });
@@ -172,7 +284,8 @@ async function openHistory(hit, from) {
   $("history-window").hidden = true;
   $("history").replaceChildren();
   $("history-older").hidden = $("history-newer").hidden = true;
-  setState($("history-state"), "loading", "Loading the conversation around this message…");
+  setState($("history-state"), "loading", hit.messageId ? "Loading the conversation around this message…"
+                                                          : "Loading the conversation…");
   try {
     const page = await readAround(hit.messageId);
     if (reading.hit !== hit) return;  // another hit was opened meanwhile
@@ -183,6 +296,10 @@ async function openHistory(hit, from) {
     if (anchor) {
       anchor.scrollIntoView({ block: "center" });
       anchor.focus({ preventScroll: true });
+    } else {  // a session: its newest messages, at the end
+      const last = $("history").lastElementChild;
+      if (last) last.scrollIntoView({ block: "end" });
+      $("history-back").focus({ preventScroll: true });
     }
   } catch (error) {
     if (reading.hit === hit) setState($("history-state"), "error", error.message);
@@ -190,6 +307,7 @@ async function openHistory(hit, from) {
 }
 
 function readAround(messageId) {
+  if (!messageId) return api("/v1/sessions.history", { sessionKey: reading.hit.sessionKey, limit: HISTORY_LIMIT });
   return api("/v1/sessions.history", { sessionKey: reading.hit.sessionKey, sessionId: reading.sessionId,
                                        messageId, limit: HISTORY_LIMIT });
 }
@@ -274,8 +392,9 @@ async function page(side) {
 function backToResults() {
   showView("search");
   if ($("search-state").dataset.state === "indexing") runSearch(search.mode, { again: true });
-  if (reading.from && document.contains(reading.from)) reading.from.focus();
-  else $("q").focus();
+  $("q").focus();
+  // the option opened is the active one again (when the palette still shows it)
+  if (reading.from && document.contains(reading.from)) setActive(paletteOptions().indexOf(reading.from));
 }
 
 /* ---------- wiring ---------- */
@@ -284,16 +403,20 @@ function start() {
   $("search-form").addEventListener("submit", (event) => {
     event.preventDefault();
     clearTimeout(search.timer);
-    runSearch("exact");
+    // Enter in the box (or the button) searches whole words; Enter in a filter's field applies it
+    runSearch($("filters").contains(document.activeElement) ? search.mode : "exact");
   });
   $("q").addEventListener("input", scheduleSearch);
-  $("q").addEventListener("keydown", moveAmongHits);
-  $("results").addEventListener("keydown", (event) => {
-    moveAmongHits(event);
-    if (event.key === "Escape") $("q").focus();
-  });
+  $("q").addEventListener("keydown", paletteKey);
   $("mode").addEventListener("change", modeChanged);
-  for (const id of ["agent", "order", "mode"]) $(id).addEventListener("change", () => runSearch(search.mode));
+  for (const id of ["agent", "order", "mode", "active"]) $(id).addEventListener("change", () => runSearch(search.mode));
+  $("kinds").addEventListener("change", () => runSearch(search.mode));
+  for (const id of ["group", "label"]) {  // typed: searched after the same pause as the box
+    $(id).addEventListener("input", () => {
+      clearTimeout(search.timer);
+      search.timer = setTimeout(() => runSearch(search.mode), DEBOUNCE_MS);
+    });
+  }
   modeChanged();  // a reload may keep a form's choices
   $("tab-search").addEventListener("click", () => { showView("search"); $("q").focus(); });
   $("tab-status").addEventListener("click", () => showView("status"));
@@ -314,7 +437,6 @@ function start() {
   window.addEventListener("resize", () => { if (!$("view-status").hidden) drawChart(); });
   showView(location.hash === "#status" ? "status" : "search");
   api("/v1/index.status", {}).then((data) => fillAgents(data.agents.map((a) => a.agentId)))
-    .then(loadSessions)
     .catch((error) => { if (!agentsKnown()) setState($("search-state"), "error", error.message); });
 }
 
