@@ -36,10 +36,15 @@ class Match:
     """What a query matches, in no backend's syntax: every word (as the user typed it), the last
     one also as a prefix when `prefix`. Each store turns it into its own query (SQLite: quoted FTS5
     strings), so no user text ever reaches a query language; a word's CJK runs match as substrings
-    and the rest as words (store/cjk.py, the scheme every backend indexes by)."""
+    and the rest as words (store/cjk.py, the scheme every backend indexes by).
+
+    `any`: a row holding any of the words' phrases matches (OR, hybrid's keyword half:
+    search/anyword.py), scored by the same BM25, which sums over the phrases a row holds. Such a
+    query has no score bounds (a bound assumes every phrase is in the row)."""
 
     words: tuple[str, ...]
     prefix: bool = False
+    any: bool = False
 
 
 @dataclass(slots=True)

@@ -19,15 +19,17 @@ KNOWN = 4  # lexemes of a prefix looked up in each row before its terms are walk
 KEPT_RECENT = 256  # windows changed since the kept head's snapshot, past which it is not kept (HEAD)
 
 
-def tsquery_text(phrases: list[list[str]], prefix: bool) -> str:
+def tsquery_text(phrases: list[list[str]], prefix: bool, any_phrase: bool = False) -> str:
     """tsquery input for phrases of lexemes: each lexeme single-quoted with quotes and backslashes
     doubled (lexemes.quote), a phrase's lexemes following one another (<->), all phrases required
-    (&), the last lexeme a prefix (:*) when `prefix`. It is bound as a parameter and cast: no user
-    text is read as tsquery syntax, and the planner sees the value (its selectivity picks the GIN
-    index; a tsquery made inside the statement left it guessing, and it scanned the agent)."""
+    (&; any of them, |, for `any_phrase`), the last lexeme a prefix (:*) when `prefix`. It is bound
+    as a parameter and cast: no user text is read as tsquery syntax, and the planner sees the value
+    (its selectivity picks the GIN index; a tsquery made inside the statement left it guessing, and
+    it scanned the agent)."""
     last = len(phrases) - 1
-    return " & ".join("(" + " <-> ".join(quote(lex) + (":*" if prefix and i == last and j == len(p) - 1 else "")
-                                         for j, lex in enumerate(p)) + ")" for i, p in enumerate(phrases))
+    return (" | " if any_phrase else " & ").join(
+        "(" + " <-> ".join(quote(lex) + (":*" if prefix and i == last and j == len(p) - 1 else "")
+                           for j, lex in enumerate(p)) + ")" for i, p in enumerate(phrases))
 
 
 def _positions(m: str, param: str, prefix: bool) -> str:
@@ -107,7 +109,7 @@ class Query:
     def __init__(self, match: Match) -> None:
         self.phrases, self.prefix = query_phrases(match.words, match.prefix)
         self.lexemes = [lex for phrase in self.phrases for lex in phrase]
-        self.params: dict[str, Any] = {"q": tsquery_text(self.phrases, self.prefix),
+        self.params: dict[str, Any] = {"q": tsquery_text(self.phrases, self.prefix, match.any),
                                        "k1": K1, "k1p1": K1 + 1.0, "omb": 1 - B, "b": B}
         self.tsquery = "%(q)s::tsquery"
         # per phrase of one prefix, SQL for an array of lexemes it likely begins (`_tf`; none: each row's

@@ -121,8 +121,9 @@ def _unquote(term: str) -> tuple[str, bool]:
 
 def bound_query(match: Match | None) -> BoundQuery | None:
     """The phrases of the query FTS5 runs for `match` (fts.fts5_match) and the statement reading
-    their terms' bounds, or None when some phrase has no token (no bound is worth having)."""
-    if match is None or not match.words:
+    their terms' bounds, or None when some phrase has no token (no bound is worth having), or for
+    a query of any word (`Match.any`: a bound's terms are every phrase the row holds)."""
+    if match is None or not match.words or match.any:
         return None
     last = len(match.words) - 1
     phrases = []
