@@ -12,8 +12,9 @@ scores it (tests/meaning/test_any_word.py compares the two on both stores).
 
 The words are the query's distinct words (case folded), each split into its parts (a word's CJK
 runs and the text between them: the phrases keyword search ANDs within a word, here each one OR-ed
-on its own), at most ANY_WORDS_MAX of them, the longest first (long words are the rare ones,
-mostly); a query of one such part is its keyword search.
+on its own), at most ANY_WORDS_MAX of them: the ones the store counts fewest rows of (Match.cut:
+SQLite's kept term bounds, PostgreSQL's kept document counts), else the longest (long words are the
+rare ones, mostly); a query of one such part is its keyword search.
 """
 
 from __future__ import annotations
@@ -29,15 +30,17 @@ if TYPE_CHECKING:
     from .outcome import Hit, Outcome
     from .query import ParsedQuery
 
-# words OR-ed at most: a natural question's words past these are its short, common ones, which
-# BM25 weighs little; each word is one more doclist the statement walks
+# words OR-ed at most: a natural question's words past these are its common ones, which BM25
+# weighs little; each word is one more doclist the statement walks
 ANY_WORDS_MAX = 12
+ANY_WORDS_OFFERED = 32  # the longest words a store chooses the rarest ANY_WORDS_MAX of
 
 
 def any_words(query: ParsedQuery) -> tuple[list[str], bool]:
-    """The parts the any-word list ORs (at most ANY_WORDS_MAX, the longest first, distinct once case
-    folded), and whether the last of them is a prefix: the query's last part, when the query is a
-    prefix search and that part is not CJK (a CJK run matches as any substring already)."""
+    """The parts the any-word list offers the store (at most ANY_WORDS_OFFERED, the longest first,
+    distinct once case folded), and whether the last of them is a prefix: the query's last part,
+    when the query is a prefix search and that part is not CJK (a CJK run matches as any substring
+    already)."""
     seen: dict[str, str] = {}
     last: str | None = None
     for word in query.words:
@@ -45,19 +48,21 @@ def any_words(query: ParsedQuery) -> tuple[list[str], bool]:
             seen.setdefault(text.casefold(), text)
             last = text.casefold() if kind == "word" else None
     prefixed = seen.get(last) if query.prefix and last is not None else None
-    words = sorted(seen.values(), key=len, reverse=True)[:ANY_WORDS_MAX]
+    words = sorted(seen.values(), key=len, reverse=True)[:ANY_WORDS_OFFERED]
     if prefixed is None or prefixed not in words:
         return words, False
     return [w for w in words if w != prefixed] + [prefixed], True  # Match's prefix is its last word's
 
 
 def any_query(query: ParsedQuery) -> ParsedQuery | None:
-    """`query` as the any-word list searches it (one Match of its parts OR-ed), or None for a query
-    of at most one part: its keyword search is that list."""
+    """`query` as the any-word list searches it (one Match of its parts OR-ed, the store keeping
+    ANY_WORDS_MAX of them), or None for a query of at most one part: its keyword search is that
+    list."""
     words, prefix = any_words(query)
     if len(words) <= 1:
         return None
-    return replace(query, words=words, prefix=prefix, match=Match(tuple(words), prefix, any=True), terms=[])
+    return replace(query, words=words, prefix=prefix, match=Match(tuple(words), prefix, any=ANY_WORDS_MAX),
+                   terms=[])
 
 
 async def any_word(run: Callable[[ParsedQuery], Awaitable[Outcome]], query: ParsedQuery,

@@ -109,11 +109,17 @@ def test_each_distinct_word_is_ored_the_longest_first_up_to_a_cap():
     query = parse_query("Zxqvelt the THE rotation " + " ".join(f"w{i:02d}" for i in range(20)) + " codena",
                         prefix=True)
     words, prefix = any_words(query)
-    assert len(words) == ANY_WORDS_MAX and words[:2] == ["rotation", "Zxqvelt"]
+    assert len(words) == 24 and words[:2] == ["rotation", "Zxqvelt"]
     assert prefix and words[-1] == "codena"  # the last word keeps its prefix matching, last in the Match
     assert sum(w.casefold() == "the" for w in words) <= 1
     ored = any_query(query)
-    assert ored is not None and ored.match is not None and ored.match.any and ored.match.words == tuple(words)
+    assert ored is not None and ored.match is not None and ored.match.words == tuple(words)
+    assert ored.match.any == ANY_WORDS_MAX
+    # a store that cannot say which words are rare ORs the longest
+    assert ored.match.cut().words == ("rotation", "Zxqvelt", "the", *(f"w{i:02d}" for i in range(8)), "codena")
+    assert ored.match.cut().prefix
+    rare_first = ored.match.cut([float(len(words) - i) for i in range(len(words))])  # the later, the rarer
+    assert rare_first.words == (*(f"w{i:02d}" for i in range(9, 20)), "codena") and rare_first.prefix
     assert any_query(parse_query("zxqvelt", prefix=False)) is None  # one word: keyword search is the list
     # a word's CJK run and the text beside it are two phrases keyword search ANDs: here each is OR-ed
     assert any_words(parse_query("东京tower 大阪", prefix=False)) == (["tower", "东京", "大阪"], False)
@@ -200,3 +206,21 @@ async def test_query_syntax_in_the_words_is_searched_as_text(backend):
         for question in ['zxqvelt" OR "password', "zxqvelt' | 'password", "zxqvelt NEAR(password) *", "zxqvelt !:* (&"]:
             found = await engine.search(SearchParams(query=question, mode="hybrid", match="prefix"))
             assert "m7" in ids(found)[:3], question
+
+
+async def test_of_many_words_the_rarest_are_ored_where_the_store_counts_them(backend):
+    """Past ANY_WORDS_MAX words the store keeps the rarest by its kept counts (SQLite: the term
+    bounds; PostgreSQL: the counts of its last searches, none on the first), not the longest: a
+    long word in every row gives its place to a short one only the answer holds."""
+    async with engine_at(backend) as engine:
+        filler = [("assistant", f"extraordinarily ordinary note {i} about nothing much") for i in range(12)]
+        rare = [("assistant", f"extraordinarily the word rarewordn{i:02d} once") for i in range(11)]
+        await engine.append(AppendParams(sessionKey=KEY, events=chain("m", [*filler, *rare,
+                                                                           ("assistant", "answer: qzx")])))
+        await engine.embed_pending()
+        question = "extraordinarily " + " ".join(f"rarewordn{i:02d}" for i in range(11)) + " qzx"
+        for _ in range(2):  # PostgreSQL's first search counts the words it ORs, longest first
+            found = await engine.search(SearchParams(query=question, mode="hybrid", limit=25))
+        keyword = {h["messageId"] for h in found["results"] if "keyword" in h["matchedBy"]}
+        assert "m24" in keyword  # the answer, holding only the shortest word
+        assert not keyword & {f"m{i}" for i in range(1, 13)}  # the common long word was left out

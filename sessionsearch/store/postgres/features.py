@@ -18,6 +18,6 @@ def query_features(match: Match) -> QueryFeatures:
     """One statement of many agents, and bounds, for a query with lexemes and not very many words
     (wide.py: those search each agent by itself); no bounds for a query of any word (Match.any:
     bounds.py's bound assumes every phrase in the row)."""
-    q = Query(match)
+    q = Query(match.cut())  # an any-word query: as many words as it ORs
     fits = bool(q.lexemes) and not is_wide(q)
     return QueryFeatures(many_in_one_statement=fits, score_bounds=fits and not match.any)
