@@ -131,7 +131,7 @@ async def run_store(kind: str, n: int, reps: int) -> dict[str, Any]:
         meaning.any_word = any_word
     same = sum(tops["per word"][q] == tops["or-ed"][q] for q in qs)
     return {"corpus": {**build, "messages": n, "questions": len(qs)},
-            "ms": {name: {"p50": pct(v, 0.5), "p95": pct(v, 0.95)} for name, v in times.items()},
+            "ms": {name: {"p50": round(pct(v, 0.5), 1), "p95": round(pct(v, 0.95), 1)} for name, v in times.items()},
             "same_top10_per_word_vs_ored": f"{same}/{len(qs)}",
             "load_1min": [round(x, 1) for x in loads]}
 
