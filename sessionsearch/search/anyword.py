@@ -2,13 +2,19 @@
 BM25, so the rare words weigh most.
 
 A question asked in natural language rarely has every one of its words in its answer, so keyword
-mode's all-words list is mostly empty for it. This list is the union of each word's own keyword
-search, scored by the sum of the word's BM25 contributions (BM25 is a sum over the query's words,
-on both stores), so every scope, visibility, branch, role and time rule of keyword search holds
-for it unchanged. A row past one word's top `depth` loses that word's share: the list is BM25 of
-the OR-ed words for the rows that matter, not for every row. The words searched are at most
-ANY_WORDS_MAX, the longest first (long words are the rare ones, mostly); a query of one word is
-its keyword search.
+mode's all-words list is mostly empty for it. This list is keyword search of the query's words
+OR-ed (Match.any: FTS5 `"w1" OR "w2"`, PostgreSQL `'w1' | 'w2'`, each word quoted as keyword
+search quotes it), one statement per agent (per store on PostgreSQL where it reads many agents in
+one), through keyword search's own path: every scope, visibility, branch, role and time rule holds
+for it unchanged. BM25 is a sum over the query's phrases of each one's share in the row (none for a
+phrase the row lacks), so a row scores the sum of its words' scores as each word's own search
+scores it (tests/meaning/test_any_word.py compares the two on both stores).
+
+The words are the query's distinct words (case folded), each split into its parts (a word's CJK
+runs and the text between them: the phrases keyword search ANDs within a word, here each one OR-ed
+on its own), at most ANY_WORDS_MAX of them: the ones the store counts fewest rows of (Match.cut:
+SQLite's kept term bounds, PostgreSQL's kept document counts), else the longest (long words are the
+rare ones, mostly); a query of one such part is its keyword search.
 """
 
 from __future__ import annotations
@@ -17,57 +23,55 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from .query import build_match
+from ..store.base import Match
+from ..text.cjk import query_parts
 
 if TYPE_CHECKING:
     from .outcome import Hit, Outcome
     from .query import ParsedQuery
 
+# words OR-ed at most: a natural question's words past these are its common ones, which BM25
+# weighs little; each word is one more doclist the statement walks
 ANY_WORDS_MAX = 12
+ANY_WORDS_OFFERED = 32  # the longest words a store chooses the rarest ANY_WORDS_MAX of
 
 
-def word_queries(query: ParsedQuery) -> list[ParsedQuery]:
-    """One query per distinct word (case folded), at most ANY_WORDS_MAX, the longest first; the last
-    word keeps the query's prefix matching."""
-    last = query.words[-1] if query.words else None
+def any_words(query: ParsedQuery) -> tuple[list[str], bool]:
+    """The parts the any-word list offers the store (at most ANY_WORDS_OFFERED, the longest first,
+    distinct once case folded), and whether the last of them is a prefix: the query's last part,
+    when the query is a prefix search and that part is not CJK (a CJK run matches as any substring
+    already)."""
     seen: dict[str, str] = {}
+    last: str | None = None
     for word in query.words:
-        seen.setdefault(word.casefold(), word)
-    words = sorted(seen.values(), key=len, reverse=True)[:ANY_WORDS_MAX]
-    return [replace(query, text=w, words=[w], prefix=query.prefix and w == last,
-                    match=build_match([w], query.prefix and w == last), terms=[]) for w in words]
+        for kind, text in query_parts(word) or [("word", word)]:
+            seen.setdefault(text.casefold(), text)
+            last = text.casefold() if kind == "word" else None
+    prefixed = seen.get(last) if query.prefix and last is not None else None
+    words = sorted(seen.values(), key=len, reverse=True)[:ANY_WORDS_OFFERED]
+    if prefixed is None or prefixed not in words:
+        return words, False
+    return [w for w in words if w != prefixed] + [prefixed], True  # Match's prefix is its last word's
+
+
+def any_query(query: ParsedQuery) -> ParsedQuery | None:
+    """`query` as the any-word list searches it (one Match of its parts OR-ed, the store keeping
+    ANY_WORDS_MAX of them), or None for a query of at most one part: its keyword search is that
+    list."""
+    words, prefix = any_words(query)
+    if len(words) <= 1:
+        return None
+    return replace(query, words=words, prefix=prefix, match=Match(tuple(words), prefix, any=ANY_WORDS_MAX),
+                   terms=[])
 
 
 async def any_word(run: Callable[[ParsedQuery], Awaitable[Outcome]], query: ParsedQuery,
-                   all_words: Outcome, depth: int) -> Outcome:
-    """The best `depth` rows holding any of the query's words, by summed BM25 (`rank`: lower is
-    better); `run` is keyword search of one query over the same scopes. `all_words` is keyword
-    search of the whole query, already run: a query of one word is that."""
-    from .outcome import Outcome
-
-    parts = word_queries(query)
-    if len(parts) <= 1:
-        return all_words
-    out = Outcome(dirty={a: set(w) for a, w in all_words.dirty.items()})
-    rank: dict[tuple[str, int], float] = {}
-    first: dict[tuple[str, int], Hit] = {}
-    for part in parts:  # one after another: each fans out over the agents already
-        found = await run(part)
-        out.more |= found.more
-        for agent_id, wids in found.dirty.items():
-            out.dirty.setdefault(agent_id, set()).update(wids)
-        for hit in found.hits:
-            key = (hit.agent_id, hit.rid)
-            rank[key] = rank.get(key, 0.0) + hit.rank
-            first.setdefault(key, hit)
-    hits = []
-    for key, hit in first.items():
-        hit.rank = rank[key]
-        hits.append(hit)
-    hits.sort(key=lambda h: (h.rank, -h.ts, h.message_id))
-    out.more |= len(hits) > depth
-    out.hits = hits[:depth]
-    return out
+                   all_words: Outcome) -> Outcome:
+    """The best rows holding any of the query's words, by BM25 (`rank`: lower is better); `run` is
+    keyword search of one query over the same scopes, by relevance. `all_words` is keyword search
+    of the whole query, already run: a query of one part is that."""
+    ored = any_query(query)
+    return all_words if ored is None else await run(ored)
 
 
 def keep_in_top(ranked: list[Hit], best: Hit | None, place: int = 3) -> list[Hit]:

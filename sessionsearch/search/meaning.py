@@ -295,7 +295,7 @@ async def run_meaning(ctx: SearchContext, query: ParsedQuery, req: SearchRequest
                                    scopes, versions, deadline, by_newest=False)
 
         every_word = await keyword(query)
-        words = await any_word(keyword, query, every_word, depth)
+        words = await any_word(keyword, query, every_word)
         for agent_id, wids in words.dirty.items():
             out.dirty.setdefault(agent_id, set()).update(wids)
         holding_all = frozenset((h.agent_id, h.rid) for h in every_word.hits)

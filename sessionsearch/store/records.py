@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NamedTuple
@@ -36,10 +37,28 @@ class Match:
     """What a query matches, in no backend's syntax: every word (as the user typed it), the last
     one also as a prefix when `prefix`. Each store turns it into its own query (SQLite: quoted FTS5
     strings), so no user text ever reaches a query language; a word's CJK runs match as substrings
-    and the rest as words (store/cjk.py, the scheme every backend indexes by)."""
+    and the rest as words (store/cjk.py, the scheme every backend indexes by).
+
+    `any` > 0: a row holding any of the words' phrases matches (OR, hybrid's keyword half:
+    search/anyword.py), scored by the same BM25, which sums over the phrases a row holds; of more
+    words than `any`, a store ORs the `any` it counts fewest rows of (`cut`). Such a query has no
+    score bounds (a bound assumes every phrase is in the row)."""
 
     words: tuple[str, ...]
     prefix: bool = False
+    any: int = 0
+
+    def cut(self, docs: Sequence[float] | None = None) -> Match:
+        """An any-word Match cut to at most `any` of its words: those of least `docs` (per word, the
+        rows a store counts holding it), the longest among equals and where `docs` is None (long
+        words are the rare ones, mostly), in the caller's order; the last word stays a prefix when
+        it stays."""
+        if not self.any or len(self.words) <= self.any:
+            return self
+        order = sorted(range(len(self.words)),
+                       key=lambda i: (0.0 if docs is None else docs[i], -len(self.words[i])))
+        keep = sorted(order[:self.any])
+        return Match(tuple(self.words[i] for i in keep), self.prefix and keep[-1] == len(self.words) - 1, self.any)
 
 
 @dataclass(slots=True)

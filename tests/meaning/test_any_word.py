@@ -5,11 +5,17 @@ rule of keyword search holds for the half."""
 
 from __future__ import annotations
 
+import random
+from dataclasses import replace
+
+import pytest
+
 from sessionsearch.protocol import AppendParams, SearchParams, UpsertParams
-from sessionsearch.search.anyword import ANY_WORDS_MAX, keep_in_top, word_queries
+from sessionsearch.search import meaning
+from sessionsearch.search.anyword import ANY_WORDS_MAX, any_query, any_word, any_words, keep_in_top
 from sessionsearch.search.meaning import fuse
 from sessionsearch.search.outcome import Hit
-from sessionsearch.search.query import parse_query
+from sessionsearch.search.query import build_match, parse_query
 
 from ..helpers import chain, engine_at, ids, leaf, msg
 from .test_semantic_search import KEY, _corpus
@@ -99,15 +105,24 @@ def test_keyword_modes_first_hit_is_moved_up_to_third_with_a_falling_score():
     assert keep_in_top(ranked, ranked[1]) == ranked
 
 
-def test_each_distinct_word_is_searched_the_longest_first_up_to_a_cap():
+def test_each_distinct_word_is_ored_the_longest_first_up_to_a_cap():
     query = parse_query("Zxqvelt the THE rotation " + " ".join(f"w{i:02d}" for i in range(20)) + " codena",
                         prefix=True)
-    parts = word_queries(query)
-    assert len(parts) == ANY_WORDS_MAX and [p.words[0] for p in parts[:3]] == ["rotation", "Zxqvelt", "codena"]
-    assert [p.text for p in parts if p.prefix] == ["codena"]  # the last word keeps its prefix matching
-    assert sum(p.text.casefold() == "the" for p in parts) <= 1
-    assert all(p.match is not None and p.match.words == (p.text,) for p in parts)
-    assert [p.text for p in word_queries(parse_query("zxqvelt", prefix=False))] == ["zxqvelt"]
+    words, prefix = any_words(query)
+    assert len(words) == 24 and words[:2] == ["rotation", "Zxqvelt"]
+    assert prefix and words[-1] == "codena"  # the last word keeps its prefix matching, last in the Match
+    assert sum(w.casefold() == "the" for w in words) <= 1
+    ored = any_query(query)
+    assert ored is not None and ored.match is not None and ored.match.words == tuple(words)
+    assert ored.match.any == ANY_WORDS_MAX
+    # a store that cannot say which words are rare ORs the longest
+    assert ored.match.cut().words == ("rotation", "Zxqvelt", "the", *(f"w{i:02d}" for i in range(8)), "codena")
+    assert ored.match.cut().prefix
+    rare_first = ored.match.cut([float(len(words) - i) for i in range(len(words))])  # the later, the rarer
+    assert rare_first.words == (*(f"w{i:02d}" for i in range(9, 20)), "codena") and rare_first.prefix
+    assert any_query(parse_query("zxqvelt", prefix=False)) is None  # one word: keyword search is the list
+    # a word's CJK run and the text beside it are two phrases keyword search ANDs: here each is OR-ed
+    assert any_words(parse_query("东京tower 大阪", prefix=False)) == (["tower", "东京", "大阪"], False)
 
 
 def test_fusion_scales_each_list_and_weighs_the_keyword_share_by_its_cube():
@@ -120,3 +135,92 @@ def test_fusion_scales_each_list_and_weighs_the_keyword_share_by_its_cube():
     assert [h.rid for h in fused] == [1, 2, 3, 4] and fused[2].matched_by == ("keyword", "semantic")
     alone = fuse([], [_hit(7, -0.3)], 0.75)
     assert [(h.rid, h.rank) for h in alone] == [(7, -1.0)]  # a list of one: its row is the best
+
+
+# a corpus of varied word frequencies (a word in most rows, words in a few, CJK runs, words of one
+# role or one agent), fewer than FUSE_DEPTH rows holding any one word in any scope: each word's own
+# keyword search then has every row holding it, and their sum is the whole any-word list
+_VOCAB = ["the", "the", "the", "and", "deploy", "deploy", "rollback", "zxqvelt", "kubernetes", "cluster",
+          "password", "rotation", "staging", "invoice", "quarterly", "东京", "大阪の天気", "per-session", "flaky",
+          "migration", "postgres", "sqlite", "retries", "backoff", "kibble", "mortgage", "Ünïcode"]
+_QUERIES = ["which zxqvelt cluster did the deploy break", "rollback the staging migration and retries",
+            "东京 cluster deploy", "大阪 the weather per-session", "the and", "postgres sqlite invoice kibble",
+            "quarterly mortgage nothingmatches", "flaky back", "Ünïcode deploy password rotation"]
+
+
+async def _varied_corpus(engine) -> None:
+    rng = random.Random(39)
+    for agent in ("main", "ops"):
+        for s in range(3):
+            texts = []
+            for _ in range(7):
+                words = [rng.choice(_VOCAB) for _ in range(rng.randint(2, 12))]
+                texts.append((rng.choice(["user", "assistant"]), " ".join(words)))
+            await engine.append(AppendParams(sessionKey=f"agent:{agent}:s{s}",
+                                             events=chain(f"{agent[0]}{s}-", texts, ts=1_700_000_000_000 + s * 1000)))
+    await engine.embed_pending()
+
+
+@pytest.mark.parametrize("scope", [{}, {"role": "assistant"}, {"agentId": "ops"},
+                                   {"sessionKeys": ["agent:main:s0", "agent:ops:s2"]},
+                                   {"since": 1_700_000_000_900, "until": 1_700_000_002_004}, {"match": "prefix"}])
+async def test_the_ored_list_is_each_words_bm25_summed(backend, monkeypatch, scope):
+    """The any-word list, one OR-ed statement, against each word's own keyword search with the
+    words' scores summed (the per-word algorithm it replaced): the same rows, in the same order,
+    with the same scores to float error, under each scope rule."""
+    compared = []
+
+    async def both(run, query, all_words):
+        found = await any_word(run, query, all_words)
+        words, prefix = any_words(query)
+        summed: dict[tuple[str, int], float] = {}
+        for word in words:
+            last = prefix and word == words[-1]
+            one = await run(replace(query, text=word, words=[word], prefix=last, match=build_match([word], last),
+                                    terms=[]))
+            assert not one.more  # every row holding the word: the sum is whole
+            for hit in one.hits:
+                summed[(hit.agent_id, hit.rid)] = summed.get((hit.agent_id, hit.rid), 0.0) + hit.rank
+        compared.append((query.text, [((h.agent_id, h.rid), h.rank) for h in found.hits], summed))
+        return found
+
+    monkeypatch.setattr(meaning, "any_word", both)
+    async with engine_at(backend) as engine:
+        await _varied_corpus(engine)
+        for question in _QUERIES:
+            await engine.search(SearchParams(query=question, mode="hybrid", **scope))
+    assert len(compared) == len(_QUERIES) and any(len(ored) > 5 for _, ored, _ in compared)
+    for text, ored, summed in compared:
+        assert [key for key, _ in ored] == sorted(summed, key=lambda key: summed[key])[:len(ored)] or all(
+            abs(rank - summed[key]) < 1e-9 for key, rank in ored), text  # a tie within float error may swap
+        assert {key for key, _ in ored} == set(summed), text
+        assert all(abs(rank - summed[key]) <= 1e-9 * max(1.0, abs(rank)) for key, rank in ored), text
+        assert all(a[1] <= b[1] for a, b in zip(ored, ored[1:])), text
+
+
+async def test_query_syntax_in_the_words_is_searched_as_text(backend):
+    """Each OR-ed word is quoted as keyword search quotes it: FTS5 and tsquery syntax in a question
+    are words (or nothing), never operators."""
+    async with engine_at(backend) as engine:
+        await _corpus(engine)
+        for question in ['zxqvelt" OR "password', "zxqvelt' | 'password", "zxqvelt NEAR(password) *", "zxqvelt !:* (&"]:
+            found = await engine.search(SearchParams(query=question, mode="hybrid", match="prefix"))
+            assert "m7" in ids(found)[:3], question
+
+
+async def test_of_many_words_the_rarest_are_ored_where_the_store_counts_them(backend):
+    """Past ANY_WORDS_MAX words the store keeps the rarest by its kept counts (SQLite: the term
+    bounds; PostgreSQL: the counts of its last searches, none on the first), not the longest: a
+    long word in every row gives its place to a short one only the answer holds."""
+    async with engine_at(backend) as engine:
+        filler = [("assistant", f"extraordinarily ordinary note {i} about nothing much") for i in range(12)]
+        rare = [("assistant", f"extraordinarily the word rarewordn{i:02d} once") for i in range(11)]
+        await engine.append(AppendParams(sessionKey=KEY, events=chain("m", [*filler, *rare,
+                                                                           ("assistant", "answer: qzx")])))
+        await engine.embed_pending()
+        question = "extraordinarily " + " ".join(f"rarewordn{i:02d}" for i in range(11)) + " qzx"
+        for _ in range(2):  # PostgreSQL's first search counts the words it ORs, longest first
+            found = await engine.search(SearchParams(query=question, mode="hybrid", limit=25))
+        keyword = {h["messageId"] for h in found["results"] if "keyword" in h["matchedBy"]}
+        assert "m24" in keyword  # the answer, holding only the shortest word
+        assert not keyword & {f"m{i}" for i in range(1, 13)}  # the common long word was left out

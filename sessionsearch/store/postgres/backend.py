@@ -36,7 +36,7 @@ from .lexemes import read_text
 from .meaning import embeddable
 from .migrate import LATEST, migrate, migrate_connection, schema_version
 from .newest import read_newest
-from .query import Query
+from .query import Query, cached_docs
 from .search_many import search_many
 from .store import PgAgentStore
 from .terms import FRESH_LIMIT
@@ -193,6 +193,7 @@ class PgBackend:
         """One statement for every store (search_many.py); a query it does not fit
         (query_features) searches each store by itself, cut to the top `k` of them all."""
         pg = [cast(PgAgentStore, store) for store in stores]
+        match = match.cut(cached_docs(match, [s.dfs for s in pg]))  # an any-word query: its rarest words
         q = Query(match)
         if not q.lexemes or is_wide(q):  # nothing to match, or many words (wide.py): each store's own search
             tops = await self.search_top_each(stores, match, [(None, exclude)] * len(stores), deadline=deadline,

@@ -16,7 +16,8 @@ FEATURES = Features(many_in_one_statement=True, batches_agents=False, bounds_in_
 @lru_cache(maxsize=1024)  # asked once per search of many agents: a query repeats
 def query_features(match: Match) -> QueryFeatures:
     """One statement of many agents, and bounds, for a query with lexemes and not very many words
-    (wide.py: those search each agent by itself)."""
-    q = Query(match)
+    (wide.py: those search each agent by itself); no bounds for a query of any word (Match.any:
+    bounds.py's bound assumes every phrase in the row)."""
+    q = Query(match.cut())  # an any-word query: as many words as it ORs
     fits = bool(q.lexemes) and not is_wide(q)
-    return QueryFeatures(many_in_one_statement=fits, score_bounds=fits)
+    return QueryFeatures(many_in_one_statement=fits, score_bounds=fits and not match.any)

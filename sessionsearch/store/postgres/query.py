@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..base import Match
@@ -19,15 +19,17 @@ KNOWN = 4  # lexemes of a prefix looked up in each row before its terms are walk
 KEPT_RECENT = 256  # windows changed since the kept head's snapshot, past which it is not kept (HEAD)
 
 
-def tsquery_text(phrases: list[list[str]], prefix: bool) -> str:
+def tsquery_text(phrases: list[list[str]], prefix: bool, any_phrase: bool = False) -> str:
     """tsquery input for phrases of lexemes: each lexeme single-quoted with quotes and backslashes
     doubled (lexemes.quote), a phrase's lexemes following one another (<->), all phrases required
-    (&), the last lexeme a prefix (:*) when `prefix`. It is bound as a parameter and cast: no user
-    text is read as tsquery syntax, and the planner sees the value (its selectivity picks the GIN
-    index; a tsquery made inside the statement left it guessing, and it scanned the agent)."""
+    (&; any of them, |, for `any_phrase`), the last lexeme a prefix (:*) when `prefix`. It is bound
+    as a parameter and cast: no user text is read as tsquery syntax, and the planner sees the value
+    (its selectivity picks the GIN index; a tsquery made inside the statement left it guessing, and
+    it scanned the agent)."""
     last = len(phrases) - 1
-    return " & ".join("(" + " <-> ".join(quote(lex) + (":*" if prefix and i == last and j == len(p) - 1 else "")
-                                         for j, lex in enumerate(p)) + ")" for i, p in enumerate(phrases))
+    return (" | " if any_phrase else " & ").join(
+        "(" + " <-> ".join(quote(lex) + (":*" if prefix and i == last and j == len(p) - 1 else "")
+                           for j, lex in enumerate(p)) + ")" for i, p in enumerate(phrases))
 
 
 def _positions(m: str, param: str, prefix: bool) -> str:
@@ -82,6 +84,30 @@ class DfCache:
             self._counts.popitem(last=False)
 
 
+def cached_docs(match: Match, caches: Sequence[DfCache]) -> list[float] | None:
+    """Per word of `match`, the rows the stores' kept counts say hold it (summed over `caches`; a
+    word of several phrases: its rarest phrase's; 0 for a word not counted yet, which is counted
+    this time; inf for one no row holds), for Match.cut; None when no word was ever counted. The
+    counts are those of the last search that counted them, whatever the index did since: they
+    only choose the words."""
+    out: list[float] = []
+    known = False
+    last = len(match.words) - 1
+    for n, word in enumerate(match.words):
+        phrases, prefix = query_phrases((word,), match.prefix and n == last)
+        counts: list[float] = []
+        for i, phrase in enumerate(phrases):
+            text = tsquery_text([phrase], prefix and i == len(phrases) - 1)
+            kept = [cache.get(text) for cache in caches]
+            if any(k is None for k in kept):
+                counts.append(0.0)
+                continue
+            known = True
+            counts.append(float(sum(k[1] for k in kept if k is not None)) or math.inf)
+        out.append(min(counts, default=0.0))
+    return out if known else None
+
+
 # The head of an agent's index: meta version, windows needing reconciliation, BM25 counters and the
 # index state (columns version, dirty, rows, tokens, windows, gen, epoch), the agent listing's
 # version (listing: the highest agent number, backend.py) and what the store keeps to have its
@@ -107,7 +133,7 @@ class Query:
     def __init__(self, match: Match) -> None:
         self.phrases, self.prefix = query_phrases(match.words, match.prefix)
         self.lexemes = [lex for phrase in self.phrases for lex in phrase]
-        self.params: dict[str, Any] = {"q": tsquery_text(self.phrases, self.prefix),
+        self.params: dict[str, Any] = {"q": tsquery_text(self.phrases, self.prefix, bool(match.any)),
                                        "k1": K1, "k1p1": K1 + 1.0, "omb": 1 - B, "b": B}
         self.tsquery = "%(q)s::tsquery"
         # per phrase of one prefix, SQL for an array of lexemes it likely begins (`_tf`; none: each row's

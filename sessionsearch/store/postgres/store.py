@@ -30,7 +30,7 @@ from ..base import (
 from . import bounds, meaning, postings, postings_build, reads
 from .db import Db, Reader
 from .lexemes import read_text
-from .query import DfCache, Query
+from .query import DfCache, Query, cached_docs
 from .reconcile import Reconciler
 from .search import search_top
 from .sessions import search_sessions
@@ -171,7 +171,7 @@ class PgAgentStore:
                          exclude: list[int] | None, role: str | None, hot: str | None = None,
                          since: int | None = None, until: int | None = None, ties: bool = True) -> TopHits:
         at = time.monotonic()
-        q = Query(match)
+        q = Query(match.cut(cached_docs(match, [self._dfs])))  # an any-word query: its rarest words
         scope: dict[str, Any] = dict(include=include, exclude=exclude, role=role, since=since, until=until)
         # one word or one short prefix by relevance, from its postings when they answer
         found = await postings.postings_top(reader, self.ano, q, self._dfs, k=k, **scope) if order != "recent" else None

@@ -49,9 +49,12 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
+import aiosqlite
+
 from ...text import unicode61
 from ..base import Match
 from .bm25 import EPS, K1, B, average_length, varint
+from .fetch import fetch_all
 from .fts import word_terms
 from .newest import Stamp
 
@@ -121,8 +124,9 @@ def _unquote(term: str) -> tuple[str, bool]:
 
 def bound_query(match: Match | None) -> BoundQuery | None:
     """The phrases of the query FTS5 runs for `match` (fts.fts5_match) and the statement reading
-    their terms' bounds, or None when some phrase has no token (no bound is worth having)."""
-    if match is None or not match.words:
+    their terms' bounds, or None when some phrase has no token (no bound is worth having), or for
+    a query of any word (`Match.any`: a bound's terms are every phrase the row holds)."""
+    if match is None or not match.words or match.any:
         return None
     last = len(match.words) - 1
     phrases = []
@@ -145,6 +149,21 @@ def bound_query(match: Match | None) -> BoundQuery | None:
     # the index's averages now, and the totals the bounds were kept for (kept_of)
     arms.append(f"SELECT -1, {KEPT_SQL[len('SELECT '):]}, NULL, NULL, NULL")
     return BoundQuery(tuple(phrases), exact, prefixes, " UNION ALL ".join(arms), params)
+
+
+async def word_docs(conn: aiosqlite.Connection, match: Match) -> list[float] | None:
+    """Per word of `match`, the rows holding it as the kept bounds count them (a phrase's: its
+    rarest term's; a word no row holds: inf, it matches nothing), for Match.cut; None while the
+    bounds are not kept (the agent then cannot say). One lookup by the terms' primary key."""
+    tokens = [[t for term in word_terms(word) for t in fts_tokens(_unquote(term)[0])] for word in match.words]
+    rows = await fetch_all(conn,
+        "SELECT term, docs FROM term_bounds WHERE term IN (SELECT value FROM json_each(:terms)) "
+        "UNION ALL SELECT NULL, value FROM meta WHERE key = 'bounds_rows'",
+                           {"terms": json.dumps(sorted({t for ts in tokens for t in ts}))})
+    if not any(term is None and docs is not None for term, docs in rows):
+        return None
+    docs = {term: n for term, n in rows if term is not None}
+    return [float(min((docs.get(t, 0) for t in ts), default=0) or math.inf) for ts in tokens]
 
 
 Row = tuple[int, int, int]  # a term's (docs, highest tf, shortest row)

@@ -39,11 +39,13 @@ def word_terms(word: str, prefix: bool = False) -> list[str]:
 
 
 def fts5_match(match: Match | None) -> str | None:
-    """`"w1" AND "w2" *` for Match(("w1", "w2"), prefix=True); None when nothing can match."""
+    """`"w1" AND "w2" *` for Match(("w1", "w2"), prefix=True), `"w1" OR "w2" *` for one with `any`
+    (every phrase of every word OR-ed, as PostgreSQL's tsquery ORs them); None when nothing can match."""
     if match is None or not match.words:
         return None
     last = len(match.words) - 1
-    return " AND ".join(t for n, w in enumerate(match.words) for t in word_terms(w, match.prefix and n == last))
+    return (" OR " if match.any else " AND ").join(
+        t for n, w in enumerate(match.words) for t in word_terms(w, match.prefix and n == last))
 
 # the event rows the word index holds: the active branch's, with text
 INDEXABLE = "on_branch = 1 AND text IS NOT NULL"

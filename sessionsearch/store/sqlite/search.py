@@ -14,7 +14,7 @@ from typing import Any, cast
 import aiosqlite
 
 from ..base import MORE, Match, RowHit, ScoreBound, SessionTop, SessionTops, TopHits
-from .bounds import BoundQuery, Known, known_of
+from .bounds import BoundQuery, Known, known_of, word_docs
 from .fetch import fetch_all
 from .fts import fts5_match
 from .newest import QUIET_S, Stamp
@@ -102,6 +102,8 @@ class TopReads:
         range, inside the ranking: `k` counts only those, and a short range is an id span FTS5
         skips to (scope.id_bounds). Scores stay those of the whole agent.
         """
+        if match.any and len(match.words) > match.any:  # the rarest of its words, by the kept bounds
+            match = match.cut(await word_docs(reader.conn, match))
         expr = fts5_match(match)
         seen_version, seen_dirty = self._dirty_seen
         filtered = seen_version is None or bool(seen_dirty)
