@@ -180,6 +180,8 @@ async def embed_window(store: AgentStore[Any], embedder: Embedder, wid: int, *, 
             elif result.outcome != "lost":
                 result.outcome = "embedded"
         await release()  # nothing should be left held; a claim left would only wait out its lease
+        if result.rows:
+            await _fold(store)
         return _done(store, wid, result, started)
     except BaseException:
         try:
@@ -187,6 +189,19 @@ async def embed_window(store: AgentStore[Any], embedder: Embedder, wid: int, *, 
         except Exception:  # the leases expire on their own
             log.warning("embed.release_failed", agent=store.agent_id, wid=wid)
         raise
+
+
+async def _fold(store: AgentStore[Any]) -> None:
+    """Fold the agent's embeddings into blocks when enough were stored since the last fold
+    (store/packed.py), so a process starting cold loads them in a few reads; the embeddings stored
+    stay whatever becomes of the fold (a failed one is done again by a later job)."""
+    try:
+        folded = await store.fold_vectors()
+    except Exception as exc:  # a database fault: the rows stay readable one by one meanwhile
+        log.warning("embed.fold_failed", agent=store.agent_id, error=f"{type(exc).__name__}: {exc}")
+        return
+    if folded is not None:
+        log.info("embed.folded", agent=store.agent_id, **folded)
 
 
 def _done(store: AgentStore[Any], wid: int, result: EmbedResult, started: float) -> EmbedResult:

@@ -10,12 +10,15 @@ import json
 import sqlite3
 from typing import TYPE_CHECKING, cast
 
+from .. import packed
 from ..base import EmbedClaim, Embedded, EmbeddingChanges, MeaningHead, PendingRow, RowHit
 from ..rowids import LOW_SEQS, MAX_SEQ, id_sql, window_ranges
 from .fetch import fetch_all
 
 if TYPE_CHECKING:
     import aiosqlite
+
+    from ..packed import Packed
 
 # the word-index rows of one id range lacking an embedding of a model
 _PENDING = ("SELECT f.rowid FROM msg_fts f WHERE f.rowid BETWEEN :lo AND :hi AND NOT EXISTS "
@@ -138,11 +141,14 @@ async def embedding_changes(conn: aiosqlite.Connection, model_no: int, embed_seq
                             ) -> EmbeddingChanges:
     await conn.execute("BEGIN")  # one snapshot for the rows and the deletions
     try:
-        rows = await fetch_all(conn, "SELECT rid, mno, eseq, ts, scale, vec FROM embeddings WHERE eseq > ?",
-                            (embed_seq,))
-        gone = await fetch_all(conn, "SELECT gseq, rid FROM embed_gone WHERE gseq > ? ORDER BY gseq", (gone_seq,))
+        return await _changes(conn, model_no, embed_seq, gone_seq)
     finally:
         await conn.execute("COMMIT")
+
+
+async def _changes(conn: aiosqlite.Connection, model_no: int, embed_seq: int, gone_seq: int) -> EmbeddingChanges:
+    rows = await fetch_all(conn, "SELECT rid, mno, eseq, ts, scale, vec FROM embeddings WHERE eseq > ?", (embed_seq,))
+    gone = await fetch_all(conn, "SELECT gseq, rid FROM embed_gone WHERE gseq > ? ORDER BY gseq", (gone_seq,))
     mine = [Embedded(r[0], r[3], r[4], r[5]) for r in rows if r[1] == model_no]
     other = [r[0] for r in rows if r[1] != model_no]
     return EmbeddingChanges(mine, other, [g[1] for g in gone], max((r[2] for r in rows), default=embed_seq),
@@ -172,3 +178,46 @@ async def embed_status(conn: aiosqlite.Connection, model: str) -> dict[str, int]
     total, embedded, secret, secret_embedded = rows[0]
     embedded -= secret_embedded  # a session made incognito after it was embedded
     return {"embeddedMessages": embedded, "embeddingBacklog": total - secret - embedded}
+
+
+# -- packed blocks (store/packed.py) ----------------------------------------------------------------
+
+async def load_embeddings(conn: aiosqlite.Connection, model_no: int, dims: int) -> tuple[Packed, EmbeddingChanges]:
+    """The embeddings of `model_no` as folded (none when the fold is of another model, or there is
+    none), and the changes after the fold's counters, in one snapshot."""
+    await conn.execute("BEGIN")
+    try:
+        fold = await fetch_all(conn, "SELECT mno, embed_seq, gone_seq FROM vec_fold")
+        if not fold or fold[0][0] != model_no:
+            return packed.empty(model_no, dims), await _changes(conn, model_no, 0, 0)
+        _, embed_seq, gone_seq = fold[0]
+        blocks = await fetch_all(conn, "SELECT n, rids, ts, scales, vecs FROM vec_blocks ORDER BY bno")
+        held = packed.from_blocks(model_no, embed_seq, gone_seq, dims, blocks)
+        return held, await _changes(conn, model_no, embed_seq, gone_seq)
+    finally:
+        await conn.execute("COMMIT")
+
+
+async def fold_state(conn: aiosqlite.Connection) -> tuple[int, int, int, int, int]:
+    """(the fold's generation, rows, rows stored after it, the current model and its dimensions);
+    (0, 0, all, ...) with none."""
+    fold = await fetch_all(conn, "SELECT gen, rows, embed_seq FROM vec_fold")
+    gen, rows, seq = fold[0] if fold else (0, 0, -1)
+    ((since,),) = await fetch_all(conn, "SELECT count(*) FROM embeddings WHERE eseq > ?", (seq,))
+    model = await fetch_all(conn, "SELECT m.mno, m.dims FROM meta JOIN embed_models m ON m.mno = meta.value "
+                                  "WHERE meta.key = 'embed_model'")
+    mno, dims = model[0] if model else (0, 0)
+    return gen, rows, since, mno, dims
+
+
+def store_fold(c: sqlite3.Connection, gen: int, folded: Packed) -> bool:
+    """Replace the blocks with `folded` as fold `gen` + 1, unless another fold came after `gen`."""
+    now = c.execute("SELECT gen FROM vec_fold").fetchone()
+    if (now[0] if now else 0) != gen:
+        return False
+    c.execute("INSERT OR REPLACE INTO vec_fold (id, gen, mno, embed_seq, gone_seq, rows) VALUES (1, ?, ?, ?, ?, ?)",
+              (gen + 1, folded.model_no, folded.embed_seq, folded.gone_seq, len(folded)))
+    c.execute("DELETE FROM vec_blocks")
+    c.executemany("INSERT INTO vec_blocks (bno, n, rids, ts, scales, vecs) VALUES (?, ?, ?, ?, ?, ?)",
+                  [(bno, *block) for bno, block in enumerate(packed.to_blocks(folded))])
+    return True

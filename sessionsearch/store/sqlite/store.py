@@ -24,6 +24,7 @@ import aiosqlite
 
 from ...errors import SearchTimeout, StorageFull, Unavailable
 from ...transcript.events import Event
+from .. import packed
 from ..base import (
     AppendResult,
     BranchRow,
@@ -38,6 +39,7 @@ from ..base import (
     WindowMeta,
     WindowRef,
 )
+from ..packed import Packed
 from ..rowids import row_id, seq_sql, window_ranges
 from . import meaning, reconcile
 from .bounds import Folded, Known, read_bounds, store_bounds
@@ -514,6 +516,27 @@ class SqliteAgentStore(TopReads):
     async def embedding_changes(self, reader: _Reader, model_no: int, embed_seq: int, gone_seq: int
                                 ) -> EmbeddingChanges:
         return await meaning.embedding_changes(reader.conn, model_no, embed_seq, gone_seq)
+
+    async def load_embeddings(self, reader: _Reader, model_no: int, dims: int) -> tuple[Packed, EmbeddingChanges]:
+        return await meaning.load_embeddings(reader.conn, model_no, dims)
+
+    async def fold_vectors(self) -> dict[str, Any] | None:
+        """Read on a reader connection, then kept in one short write transaction if no other fold
+        came meanwhile."""
+        started = time.monotonic()
+        async with self.reader() as r:
+            gen, rows, since, mno, dims = await meaning.fold_state(r.conn)
+            if not mno or not packed.fold_due(rows, since):
+                return None
+            held, changes = await meaning.load_embeddings(r.conn, mno, dims)
+        folded = await asyncio.to_thread(packed.with_changes, held, changes, dims)
+
+        def keep(w: SqliteWriter) -> bool:
+            with w.tx() as c:
+                return meaning.store_fold(c, gen, folded)
+        if not await self._run(keep):
+            return None
+        return {"rows": len(folded), "since": since, "seconds": round(time.monotonic() - started, 3)}
 
     async def indexed_rows(self, reader: _Reader, rids: list[int]) -> list[RowHit]:
         return await meaning.indexed_rows(reader.conn, rids)
