@@ -152,13 +152,20 @@ class AgentVectors:
         if until is not None:
             mask &= self.ts[:n] < until
         q8, qscale = _quantized(query)
-        rows = np.flatnonzero(mask) if mask.sum() * 3 < n else None
-        if rows is not None:
-            dots = _dot(q8, self.vec[rows]) * self.scale[rows] * qscale
+        inside = int(np.count_nonzero(mask))
+        if inside * 3 < n:
+            rows = np.flatnonzero(mask)
+            dots = _dot(q8, self.vec[rows])
+            dots *= self.scale[rows]
         else:
-            dots = _dot(q8, self.vec[:n]) * self.scale[:n] * qscale
-            dots[~mask] = -np.inf
+            # every row scored, in place (a million rows: temporaries of 4 MB each cost as much as
+            # the arithmetic), those out of scope then sunk
+            dots = _dot(q8, self.vec[:n])
+            dots *= self.scale[:n]
+            if inside < n:
+                dots[~mask] = -np.inf
             rows = np.arange(n)
+        dots *= qscale
         best_dot = float(dots.max(initial=-np.inf))
         if best_dot >= least:
             floor = min(floor, best_dot - near)
@@ -166,7 +173,7 @@ class AgentVectors:
         if reach == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float32), 0
         # the best k of all, then the floor: no array of every row above it (a low floor is most rows)
-        top = np.argpartition(-dots, k - 1)[:k] if len(dots) > k else np.arange(len(dots))
+        top = np.argpartition(dots, len(dots) - k)[len(dots) - k:] if len(dots) > k else np.arange(len(dots))
         top = top[dots[top] >= floor]
         best = top[np.argsort(-dots[top], kind="stable")]
         return self.rid[rows[best]], dots[best].astype(np.float32), reach
