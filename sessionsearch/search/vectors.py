@@ -19,10 +19,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import simsimd
+import structlog
 
 from ..store.base import AgentStore, EmbeddingChanges
 from ..store.packed import Packed
 from ..store.rowids import HIGH, LOW_BITS, SEQ_BITS
+
+log = structlog.get_logger("sessionsearch.search")
 
 MIN_TAIL = 50_000  # rows the tail holds before it is merged, at least
 # the longest a search waits for an agent's vectors to load in a process holding none (a million
@@ -244,6 +247,7 @@ class Vectors:
         entry = self._slot(store)
         if entry.loading is None:
             entry.loading = asyncio.create_task(self._load(entry, model, dims))
+            entry.loading.add_done_callback(_logged)
         task = entry.loading
         try:
             held = await asyncio.wait_for(asyncio.shield(task), wait)
@@ -267,6 +271,21 @@ class Vectors:
 
     def clear(self) -> None:
         self._by_store.clear()
+
+    async def aclose(self) -> None:
+        """Let every agent's vectors go, the loads still going cancelled and awaited (before the
+        stores they read close)."""
+        loading = [e.loading for e in self._by_store.values() if e.loading is not None]
+        self.clear()
+        for task in loading:
+            task.cancel()
+        await asyncio.gather(*loading, return_exceptions=True)
+
+
+def _logged(task: asyncio.Task[AgentVectors]) -> None:
+    """A load that failed (the store unreachable, say) is logged; the next search starts another."""
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.warning("search.vectors_load_failed", error=f"{type(exc).__name__}: {exc}")
 
 
 def _assembled(held: Packed, changes: EmbeddingChanges, dims: int) -> AgentVectors:

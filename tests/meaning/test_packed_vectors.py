@@ -185,3 +185,23 @@ async def test_a_process_holds_vectors_up_to_its_byte_budget_least_recently_sear
 
 def _held(v: Vectors) -> list:
     return [(e.store, e.held) for e in v._by_store.values() if e.held is not None]
+
+
+async def test_closing_the_engine_cancels_a_load_still_going(backend, monkeypatch):
+    async with engine_at(backend) as engine:
+        await engine.append(AppendParams(sessionKey="agent:main:a", events=chain("a", TOPICS)))
+        await engine.embed_pending()
+        engine._vectors.clear()
+        store = await engine.store("main")
+        started = asyncio.Event()
+
+        async def stuck(self, reader, model_no, dims):
+            started.set()
+            await asyncio.Event().wait()  # a load that would never end
+
+        monkeypatch.setattr(type(store), "load_embeddings", stuck)
+        monkeypatch.setattr(meaning, "LOAD_WAIT_S", 0.05)
+        assert await engine.search(SearchParams(query="home loan", mode="semantic")) == {"results": [], "indexing": True}
+        assert started.is_set()
+        (task,) = [e.loading for e in engine._vectors._by_store.values() if e.loading is not None]
+    assert task.cancelled()
