@@ -92,9 +92,10 @@ async def cold_loads(engine: Engine, reps: int) -> dict[str, Any]:
     dims = embedder.dimensions
     by_rows_ms: list[float] = []
     packed_ms: list[float] = []
+    cpu: dict[str, list[float]] = {"by_rows": [], "packed": []}  # this process's CPU (a loaded machine's wall is not)
     equal = True
     for _ in range(reps):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         async with store.reader() as reader:
             head = await store.meaning_head(reader, embedder.model)
             assert head.model_no is not None
@@ -102,18 +103,21 @@ async def cold_loads(engine: Engine, reps: int) -> dict[str, Any]:
         old = AgentVectors(head.model_no, dims)
         old.apply(changes)
         by_rows_ms.append((time.perf_counter() - t) * 1000)
+        cpu["by_rows"].append((time.process_time() - c) * 1000)
         del changes
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         async with store.reader() as reader:
             head = await store.meaning_head(reader, embedder.model)
             assert head.model_no is not None
             held, since = await store.load_embeddings(reader, head.model_no, dims)
         new = await asyncio.to_thread(vectors._assembled, held, since, dims)
         packed_ms.append((time.perf_counter() - t) * 1000)
+        cpu["packed"].append((time.process_time() - c) * 1000)
         equal &= same_rows(old, new)
         rows, from_blocks = new.live, len(held)
         del old, new, held, since
     return {"rows_by_rows_ms": [round(x) for x in by_rows_ms], "packed_blocks_ms": [round(x) for x in packed_ms],
+            "cpu_ms_of_this_process": {k: [round(x) for x in v] for k, v in cpu.items()},
             "rows": rows, "rows_from_blocks": from_blocks, "packed_equals_rows": equal}
 
 
@@ -240,7 +244,7 @@ async def synthetic(kind: str, n: int, reps: int) -> dict[str, Any]:
             import psycopg
 
             with psycopg.connect(f"postgresql://postgres@127.0.0.1:5432/{bench_semantic.PG_DB}", autocommit=True) as conn:
-                conn.execute(f"INSERT INTO ss_embeddings SELECT {rid.replace('i /', 'i::bigint /')}, a.ano, a.embed_model, "
+                conn.execute(f"INSERT INTO ss_embeddings SELECT {rid.replace('i /', 'i::bigint /').replace('%', '%%')}, a.ano, a.embed_model, "
                              "a.embed_seq + 1, i, 0.004, decode(repeat(md5(i::text), 16), 'hex') "
                              "FROM ss_agents a, generate_series(0, %s - 1) i", (n,))
                 conn.execute("UPDATE ss_agents SET embed_seq = embed_seq + 1")

@@ -205,3 +205,18 @@ async def test_closing_the_engine_cancels_a_load_still_going(backend, monkeypatc
         assert started.is_set()
         (task,) = [e.loading for e in engine._vectors._by_store.values() if e.loading is not None]
     assert task.cancelled()
+
+
+async def test_two_folds_at_once_store_one_and_the_other_gives_up(backend, monkeypatch):
+    monkeypatch.setattr(packed, "BLOCK_ROWS", 4)
+    async with engine_at(backend) as engine:
+        await engine.append(AppendParams(sessionKey="agent:main:a", events=chain("a", TOPICS)))
+        await engine.embed_pending()
+        monkeypatch.setattr(packed, "FOLD_MIN_ROWS", 1)
+        store = await engine.store("main")
+        done = await asyncio.gather(store.fold_vectors(), store.fold_vectors())
+        assert sorted(d is None for d in done) == [False, True]
+        gens = await sql_rows(store, "SELECT gen, rows FROM vec_fold", "SELECT gen, rows FROM ss_vec_folds")
+        assert gens == [(1, len(TOPICS))]
+        cold, by_rows, from_blocks = await _held_both_ways(engine)
+        assert from_blocks == len(TOPICS) and _rows(cold) == _rows(by_rows)
