@@ -50,20 +50,39 @@ def fold_due(folded: int, since: int) -> bool:
     return since >= max(FOLD_MIN_ROWS, folded // FOLD_SHARE, 1)
 
 
+class Unpacker:
+    """Blocks decoded as they are read (the read of the next one overlapping the decoding of this
+    one), into arrays of the fold's row count made once."""
+
+    def __init__(self, model_no: int, embed_seq: int, gone_seq: int, dims: int, rows: int) -> None:
+        self.out = Packed(model_no, embed_seq, gone_seq, np.empty(rows, np.int64), np.empty(rows, np.int64),
+                          np.empty(rows, np.float32), np.empty((rows, dims), np.int8))
+        self.dims = dims
+        self.at = 0
+
+    def add(self, block: Block) -> None:
+        rows, rids, times, scales, vecs = block
+        at, end = self.at, self.at + rows
+        if end > len(self.out):
+            raise ValueError(f"the blocks hold more rows than their fold's {len(self.out)}")
+        self.out.rid[at:end] = np.frombuffer(rids, "<i8")
+        self.out.ts[at:end] = np.frombuffer(times, "<i8")
+        self.out.scale[at:end] = np.frombuffer(scales, "<f4")
+        self.out.vec[at:end] = np.frombuffer(vecs, np.int8).reshape(rows, self.dims)
+        self.at = end
+
+    def done(self) -> Packed:
+        if self.at != len(self.out):
+            raise ValueError(f"the blocks hold {self.at} rows, their fold {len(self.out)}")
+        return self.out
+
+
 def from_blocks(model_no: int, embed_seq: int, gone_seq: int, dims: int, blocks: list[Block]) -> Packed:
     """The blocks as read back (in block order), decoded."""
-    n = sum(b[0] for b in blocks)
-    rid, ts = np.empty(n, np.int64), np.empty(n, np.int64)
-    scale, vec = np.empty(n, np.float32), np.empty((n, dims), np.int8)
-    at = 0
-    for rows, rids, times, scales, vecs in blocks:
-        end = at + rows
-        rid[at:end] = np.frombuffer(rids, "<i8")
-        ts[at:end] = np.frombuffer(times, "<i8")
-        scale[at:end] = np.frombuffer(scales, "<f4")
-        vec[at:end] = np.frombuffer(vecs, np.int8).reshape(rows, dims)
-        at = end
-    return Packed(model_no, embed_seq, gone_seq, rid, ts, scale, vec)
+    out = Unpacker(model_no, embed_seq, gone_seq, dims, sum(b[0] for b in blocks))
+    for block in blocks:
+        out.add(block)
+    return out.done()
 
 
 def to_blocks(packed: Packed) -> Iterator[Block]:

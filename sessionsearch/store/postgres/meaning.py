@@ -6,7 +6,7 @@ indexer/embedding.py; reads answer search/meaning.py through a reader's snapshot
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import psycopg
 
@@ -185,25 +185,20 @@ async def embed_status(reader: Reader, ano: int, model: str) -> dict[str, int]:
 
 # -- packed blocks (store/packed.py) ----------------------------------------------------------------
 
-async def _binary_rows(conn: AsyncConnection, sql: str, params: Any) -> list[tuple[Any, ...]]:
-    """Rows read in the binary format, bound server-side: bytea as it is stored, not hex-encoded
-    text twice its size (the pool's connections bind client-side, in text: db.Reader)."""
-    cur = psycopg.AsyncCursor(conn)
-    await cur.execute(sql, params, binary=True)
-    return await cur.fetchall()
-
-
 async def load_embeddings(reader: Reader, ano: int, model_no: int, dims: int) -> tuple[Packed, EmbeddingChanges]:
     """The agent's embeddings of `model_no` as folded (none when the fold is of another model, or
-    there is none), and the changes after the fold's counter, in the reader's snapshot."""
-    fold = await reader.one("SELECT mno, embed_seq FROM ss_vec_folds WHERE ano = %s", (ano,))
+    there is none), and the changes after the fold's counter, in the reader's snapshot. The blocks
+    stream in the binary format, bound server-side (bytea as stored, not hex text twice its size:
+    the pool's connections bind client-side, in text, db.Reader), each decoded as the next comes."""
+    fold = await reader.one("SELECT mno, embed_seq, rows FROM ss_vec_folds WHERE ano = %s", (ano,))
     if fold is None or fold[0] != model_no:
         return packed.empty(model_no, dims), await embedding_changes(reader, ano, model_no, 0, 0)
     assert reader.conn is not None  # in its snapshot since the statement above
-    blocks = await _binary_rows(reader.conn, "SELECT n, rids, ts, scales, vecs FROM ss_vec_blocks WHERE ano = %s "
-                                             "ORDER BY bno", (ano,))
-    held = packed.from_blocks(model_no, fold[1], fold[1], dims, [(b[0], b[1], b[2], b[3], b[4]) for b in blocks])
-    return held, await embedding_changes(reader, ano, model_no, fold[1], fold[1])
+    out = packed.Unpacker(model_no, fold[1], fold[1], dims, fold[2])
+    async for n, rids, ts, scales, vecs in psycopg.AsyncCursor(reader.conn).stream(
+            "SELECT n, rids, ts, scales, vecs FROM ss_vec_blocks WHERE ano = %s ORDER BY bno", (ano,), binary=True):
+        out.add((n, rids, ts, scales, vecs))
+    return out.done(), await embedding_changes(reader, ano, model_no, fold[1], fold[1])
 
 
 async def fold_state(reader: Reader, ano: int) -> tuple[int, int, int, int, int]:

@@ -6,6 +6,7 @@ indexer/embedding.py; reads answer search/meaning.py on a reader connection.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 from typing import TYPE_CHECKING, cast
@@ -187,13 +188,19 @@ async def load_embeddings(conn: aiosqlite.Connection, model_no: int, dims: int) 
     none), and the changes after the fold's counters, in one snapshot."""
     await conn.execute("BEGIN")
     try:
-        fold = await fetch_all(conn, "SELECT mno, embed_seq, gone_seq FROM vec_fold")
+        fold = await fetch_all(conn, "SELECT mno, embed_seq, gone_seq, rows FROM vec_fold")
         if not fold or fold[0][0] != model_no:
             return packed.empty(model_no, dims), await _changes(conn, model_no, 0, 0)
-        _, embed_seq, gone_seq = fold[0]
-        blocks = await fetch_all(conn, "SELECT n, rids, ts, scales, vecs FROM vec_blocks ORDER BY bno")
-        held = packed.from_blocks(model_no, embed_seq, gone_seq, dims, blocks)
-        return held, await _changes(conn, model_no, embed_seq, gone_seq)
+        _, embed_seq, gone_seq, rows = fold[0]
+        out = packed.Unpacker(model_no, embed_seq, gone_seq, dims, rows)
+        async with conn.execute("SELECT n, rids, ts, scales, vecs FROM vec_blocks ORDER BY bno") as cur:
+            # a few blocks decoded here while aiosqlite's thread reads the next few
+            ahead = asyncio.ensure_future(cur.fetchmany(8))
+            while blocks := list(await ahead):
+                ahead = asyncio.ensure_future(cur.fetchmany(8))
+                for block in blocks:
+                    out.add(cast(packed.Block, block))
+        return out.done(), await _changes(conn, model_no, embed_seq, gone_seq)
     finally:
         await conn.execute("COMMIT")
 
