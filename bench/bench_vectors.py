@@ -1,6 +1,6 @@
 """The meaning index's vectors in a search process (issue 39): loading them cold, and searching them warm.
 
-    nice -n 10 .venv/bin/python bench/bench_vectors.py [--messages 200000] [--stores sqlite,postgres] [--reps 3]
+    .venv/bin/python bench/bench_vectors.py [--messages 200000] [--stores sqlite,postgres] [--reps 3]
 
 Per store, one agent of N messages (bench/corpus.py through Engine.append, reused from an earlier run
 of the same size in bench/work/), every message embedded by the embed job with the builtin model
@@ -304,9 +304,7 @@ async def main() -> None:
     result: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
     result.update({"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                    "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                               "note": "2 cores shared by 8 busy sessions (load average beside each figure); "
-                                       "the run at nice 10"}})
-    result.setdefault("runs", {})
+                               "note": "2 cores shared by 8 busy sessions (load average beside each figure)"}})
     if args.synthetic:
         bench_semantic.PG_DB = "sessionsearch_bench_pgvec_synthetic"  # beside a corpus run's
         for kind in args.stores.split(","):
@@ -317,6 +315,7 @@ async def main() -> None:
         if "postgres" in args.stores:
             _drop_db()
         return
+    result.setdefault("runs", {})
     result["builtin_model_alone"] = {**model_rate(CorpusSpec(messages=20_000, sessions=200)), "load_avg": load_avg()}
     print(json.dumps(result["builtin_model_alone"]), file=sys.stderr)
     for kind in args.stores.split(","):

@@ -1,12 +1,15 @@
 """One agent's embeddings of the current model, in memory, for exact nearest-neighbour search.
 
-Loaded from the store once, then refreshed by the store's change counters (rows stored after the
-last one held, deletions after the last one applied), so a search pays for what changed only.
-Rows live in a part sorted by row id (looked up by binary search) and a tail of recent rows (looked
-up in a dict), merged into the sorted part once the tail grows; a replaced or deleted row is marked
-dead in place. Vectors are int8 with a per-row scale, as stored: 256 dimensions take 256 bytes a
-row, ~280 MB per million rows with ids, windows, times and scales. Scoring is an int8 dot product
-over every row in scope (simsimd's SIMD kernels), exact up to the quantization.
+Loaded cold from the store's packed blocks and the rows stored or deleted since their fold
+(store/packed.py), in a task of its own that a search waits on for LOAD_WAIT_S at most; then
+refreshed by the store's change counters (rows stored after the last one held, deletions after the
+last one applied), so a search pays for what changed only. Rows live in a part sorted by row id
+(binary search) and a tail of recent rows (scanned), merged into the sorted part once the tail
+grows; a replaced or deleted row is marked dead in place. Vectors are int8 with a per-row scale, as
+stored: 256 dimensions take 256 bytes a row, ~285 MB per million rows with ids, windows, times and
+scales; a process holds MAX_BYTES of them at most, the least recently searched agents' let go
+first. Scoring is an int8 dot product over every row in scope (simsimd's SIMD kernels), exact up to
+the quantization.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ log = structlog.get_logger("sessionsearch.search")
 
 MIN_TAIL = 50_000  # rows the tail holds before it is merged, at least
 # the longest a search waits for an agent's vectors to load in a process holding none (a million
-# rows load in ~0.3 s from packed blocks on a quiet machine: bench/bench_semantic.py)
+# rows took 0.21 s of the process's CPU to load from packed blocks: bench/bench_vectors.py)
 LOAD_WAIT_S = 0.5
 MAX_BYTES = 2 << 30  # the vectors a process holds, all agents together (~7M rows of 256 dimensions)
 
