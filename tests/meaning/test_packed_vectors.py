@@ -95,10 +95,14 @@ async def test_a_cold_load_holds_what_the_rows_hold_after_stores_deletions_and_a
         cold, by_rows, from_blocks = await _held_both_ways(engine)
         assert from_blocks == len(TOPICS) + 4
         assert _rows(cold) == _rows(by_rows) and len(_rows(cold)) == len(TOPICS) + len(MORE) + 1
-        # folded again, the deletion and the new rows are in the blocks themselves
+        # folded again, the deletion and the new rows are in the blocks themselves, and the blocks
+        # of the fold before are gone
         await _fold_now(engine, monkeypatch)
         cold, by_rows, from_blocks = await _held_both_ways(engine)
         assert from_blocks == len(TOPICS) + len(MORE) + 1 and _rows(cold) == _rows(by_rows)
+        store = await engine.store("main")
+        blocks = await sql_rows(store, "SELECT count(*) FROM vec_blocks", "SELECT count(*) FROM ss_vec_blocks")
+        assert blocks == [(-(-from_blocks // 3),)]
 
 
 async def test_a_fresh_process_answers_from_the_blocks_as_the_process_that_read_the_rows(backend, monkeypatch):
@@ -218,5 +222,30 @@ async def test_two_folds_at_once_store_one_and_the_other_gives_up(backend, monke
         assert sorted(d is None for d in done) == [False, True]
         gens = await sql_rows(store, "SELECT gen, rows FROM vec_fold", "SELECT gen, rows FROM ss_vec_folds")
         assert gens == [(1, len(TOPICS))]
+        cold, by_rows, from_blocks = await _held_both_ways(engine)
+        assert from_blocks == len(TOPICS) and _rows(cold) == _rows(by_rows)
+
+
+async def test_blocks_left_by_a_sqlite_fold_cut_short_are_let_go_by_a_later_fold(tmp_path, monkeypatch):
+    import time
+
+    from sessionsearch.store.sqlite import meaning as sqlite_meaning
+
+    async with engine_at(tmp_path) as engine:
+        await engine.append(AppendParams(sessionKey="agent:main:a", events=chain("a", TOPICS)))
+        await engine.embed_pending()
+        store = await engine.store("main")
+        # a fold cut short two hours ago, and one still writing now: the first is let go, not the second
+        old, young = sqlite_meaning.new_stage(time.time() - 7200), sqlite_meaning.new_stage(time.time())
+
+        def stage(w):
+            with w.tx() as c:
+                for s in (old, young):
+                    sqlite_meaning.stage_blocks(c, s, [(0, (1, b"\0" * 8, b"\0" * 8, b"\0" * 4, b"\0" * 256))])
+        await store._run(stage)
+        await _fold_now(engine, monkeypatch)
+        stages = await sql_rows(store, "SELECT DISTINCT stage FROM vec_blocks ORDER BY stage", "")
+        (kept,) = await sql_rows(store, "SELECT stage FROM vec_fold", "")
+        assert sorted(s for (s,) in stages) == sorted([young, kept[0]])
         cold, by_rows, from_blocks = await _held_both_ways(engine)
         assert from_blocks == len(TOPICS) and _rows(cold) == _rows(by_rows)

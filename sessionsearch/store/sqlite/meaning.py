@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import sqlite3
 from typing import TYPE_CHECKING, cast
 
@@ -188,12 +189,13 @@ async def load_embeddings(conn: aiosqlite.Connection, model_no: int, dims: int) 
     none), and the changes after the fold's counters, in one snapshot."""
     await conn.execute("BEGIN")
     try:
-        fold = await fetch_all(conn, "SELECT mno, embed_seq, gone_seq, rows FROM vec_fold")
+        fold = await fetch_all(conn, "SELECT mno, embed_seq, gone_seq, rows, stage FROM vec_fold")
         if not fold or fold[0][0] != model_no:
             return packed.empty(model_no, dims), await _changes(conn, model_no, 0, 0)
-        _, embed_seq, gone_seq, rows = fold[0]
+        _, embed_seq, gone_seq, rows, stage = fold[0]
         out = packed.Unpacker(model_no, embed_seq, gone_seq, dims, rows)
-        async with conn.execute("SELECT n, rids, ts, scales, vecs FROM vec_blocks ORDER BY bno") as cur:
+        async with conn.execute("SELECT n, rids, ts, scales, vecs FROM vec_blocks WHERE stage = ? ORDER BY bno",
+                                (stage,)) as cur:
             # a few blocks decoded here while aiosqlite's thread reads the next few
             ahead = asyncio.ensure_future(cur.fetchmany(8))
             while blocks := list(await ahead):
@@ -217,14 +219,43 @@ async def fold_state(conn: aiosqlite.Connection) -> tuple[int, int, int, int, in
     return gen, rows, since, mno, dims
 
 
-def store_fold(c: sqlite3.Connection, gen: int, folded: Packed) -> bool:
-    """Replace the blocks with `folded` as fold `gen` + 1, unless another fold came after `gen`."""
-    now = c.execute("SELECT gen FROM vec_fold").fetchone()
+STAGE_BLOCKS = 16  # blocks written (or let go) a transaction: 16 MiB of 256-dimension vectors
+
+
+def stage_blocks(c: sqlite3.Connection, stage: int, blocks: list[tuple[int, packed.Block]]) -> None:
+    """Write some of a fold's blocks under its `stage` (no search reads them before it is kept)."""
+    c.executemany("INSERT INTO vec_blocks (stage, bno, n, rids, ts, scales, vecs) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                  [(stage, bno, *block) for bno, block in blocks])
+
+
+def keep_fold(c: sqlite3.Connection, gen: int, stage: int, folded: Packed) -> int | None:
+    """Make the blocks of `stage` the fold `gen` + 1, unless another fold came after `gen` (None);
+    the stage of the fold before (0: none), whose blocks are to be let go."""
+    now = c.execute("SELECT gen, stage FROM vec_fold").fetchone()
     if (now[0] if now else 0) != gen:
-        return False
-    c.execute("INSERT OR REPLACE INTO vec_fold (id, gen, mno, embed_seq, gone_seq, rows) VALUES (1, ?, ?, ?, ?, ?)",
-              (gen + 1, folded.model_no, folded.embed_seq, folded.gone_seq, len(folded)))
-    c.execute("DELETE FROM vec_blocks")
-    c.executemany("INSERT INTO vec_blocks (bno, n, rids, ts, scales, vecs) VALUES (?, ?, ?, ?, ?, ?)",
-                  [(bno, *block) for bno, block in enumerate(packed.to_blocks(folded))])
-    return True
+        return None
+    c.execute("INSERT OR REPLACE INTO vec_fold (id, gen, stage, mno, embed_seq, gone_seq, rows) "
+              "VALUES (1, ?, ?, ?, ?, ?, ?)",
+              (gen + 1, stage, folded.model_no, folded.embed_seq, folded.gone_seq, len(folded)))
+    return int(now[1]) if now else 0
+
+
+def drop_blocks(c: sqlite3.Connection, stage: int, *, older_than: int | None = None) -> int:
+    """Let go of up to STAGE_BLOCKS blocks of `stage` (a fold replaced, or one that lost its race),
+    or with `older_than`, of stages begun before it and never kept (a fold cut short; a fold still
+    writing is younger); how many."""
+    if older_than is None:
+        sql, args = "b.stage = ?", (stage,)
+    else:
+        sql, args = "b.stage < ? AND b.stage IS NOT (SELECT stage FROM vec_fold)", (older_than,)
+    return c.execute(f"DELETE FROM vec_blocks WHERE id IN (SELECT b.id FROM vec_blocks b WHERE {sql} LIMIT ?)",
+                     (*args, STAGE_BLOCKS)).rowcount
+
+
+def new_stage(now: float) -> int:
+    """A fold's stage: its start time (seconds) above 20 random bits, so that a stage left by a fold
+    cut short is known by its age."""
+    return (int(now) << 20) | secrets.randbits(20)
+
+
+STAGE_ORPHAN_S = 3600  # a stage never kept this long after it began is a fold cut short

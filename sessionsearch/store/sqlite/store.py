@@ -530,11 +530,32 @@ class SqliteAgentStore(TopReads):
                 return None
             held, changes = await meaning.load_embeddings(r.conn, mno, dims)
         folded = await asyncio.to_thread(packed.with_changes, held, changes, dims)
+        # written a few blocks a transaction, so appends wait for one of those at most, then kept
+        # in one short transaction; the blocks of no kept fold are let go the same way after
+        stage = meaning.new_stage(time.time())
+        blocks = list(enumerate(packed.to_blocks(folded)))
 
-        def keep(w: SqliteWriter) -> bool:
+        def write(w: SqliteWriter, some: list[tuple[int, packed.Block]]) -> None:
             with w.tx() as c:
-                return meaning.store_fold(c, gen, folded)
-        if not await self._run(keep):
+                meaning.stage_blocks(c, stage, some)
+
+        def keep(w: SqliteWriter) -> int | None:
+            with w.tx() as c:
+                return meaning.keep_fold(c, gen, stage, folded)
+
+        def drop(w: SqliteWriter, which: int, older_than: int | None = None) -> int:
+            with w.tx() as c:
+                return meaning.drop_blocks(c, which, older_than=older_than)
+
+        for at in range(0, len(blocks), meaning.STAGE_BLOCKS):
+            await self._run(partial(write, some=blocks[at:at + meaning.STAGE_BLOCKS]))
+        before = await self._run(keep)
+        while await self._run(partial(drop, which=stage if before is None else before)):
+            pass
+        orphans_before = int(time.time() - meaning.STAGE_ORPHAN_S) << 20  # stages begun before then
+        while await self._run(partial(drop, which=0, older_than=orphans_before)):
+            pass
+        if before is None:
             return None
         return {"rows": len(folded), "since": since, "seconds": round(time.monotonic() - started, 3)}
 
