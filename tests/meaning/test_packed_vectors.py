@@ -78,7 +78,7 @@ async def test_the_embed_job_folds_its_rows_into_blocks_once_enough_are_stored(b
         assert await store.fold_vectors() is None  # nothing stored since: no fold due
 
 
-async def test_a_cold_load_holds_what_the_rows_hold_after_stores_deletions_and_a_rewind(backend, monkeypatch):
+async def test_a_cold_load_holds_what_the_rows_hold_after_stores_and_a_deletion(backend, monkeypatch):
     monkeypatch.setattr(packed, "BLOCK_ROWS", 3)
     async with engine_at(backend) as engine:
         await engine.append(AppendParams(sessionKey="agent:main:a", events=chain("a", TOPICS)))
