@@ -109,7 +109,7 @@ class Engine:
         if self._embedder is not None:
             embedder, self._embedder = self._embedder, None
             await embedder.aclose()
-        self._vectors.clear()
+        await self._vectors.aclose()
         stores, self._stores = list(self._stores.values()), {}
         for store in stores:
             await store.close()

@@ -162,9 +162,10 @@ async def until(predicate: Callable[[], Any], timeout: float = 60, what: str | C
 
 
 def undo_meaning_index(conn) -> None:
-    """Take SQLite migration 15 (the meaning index), and 16 and 17 after it (the score bounds and
-    their log), out of a store a test rewrites as an older version."""
-    for statement in ("DROP TABLE bounds_log", "DELETE FROM schema_migrations WHERE version = 17",
+    """Take SQLite migration 15 (the meaning index), and 16 to 18 after it (the score bounds, their
+    log, the packed embeddings), out of a store a test rewrites as an older version."""
+    for statement in ("DROP TABLE vec_fold", "DROP TABLE vec_blocks", "DELETE FROM schema_migrations WHERE version = 18",
+                      "DROP TABLE bounds_log", "DELETE FROM schema_migrations WHERE version = 17",
                       "DELETE FROM meta WHERE key IN ('bounds_rows', 'bounds_tokens')",
                       "DROP TABLE term_bounds", "DROP TABLE bounds_state",
                       "DELETE FROM schema_migrations WHERE version = 16",
@@ -178,8 +179,10 @@ def undo_meaning_index(conn) -> None:
 
 def undo_pg_meaning_index(conn) -> None:
     """Take PostgreSQL migrations 12 (the meaning index), 13 and 14 (score bounds, kept by the
-    writes), which come after it, out of a database a test rewrites as an older version."""
-    for statement in ("DROP TRIGGER ss_agents_bounds ON ss_agents", "DROP FUNCTION ss_bounds_of_new_agent()",
+    writes) and 15 (the packed embeddings), which come after it, out of a database a test rewrites
+    as an older version."""
+    for statement in ("DROP TABLE ss_vec_folds, ss_vec_blocks", "DELETE FROM ss_schema_migrations WHERE version = 15",
+                      "DROP TRIGGER ss_agents_bounds ON ss_agents", "DROP FUNCTION ss_bounds_of_new_agent()",
                       "DROP TRIGGER ss_index_bounds ON ss_index", "DROP FUNCTION ss_bounds_keep()",
                       "DELETE FROM ss_schema_migrations WHERE version = 14",
                       "DROP TABLE ss_term_bounds, ss_bounds_built", "DELETE FROM ss_schema_migrations WHERE version = 13",

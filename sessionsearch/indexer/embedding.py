@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 import uuid
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -22,6 +23,7 @@ import numpy as np
 import structlog
 
 from ..embed import EmbedderFailed
+from ..store import packed
 from ..store.base import AgentStore, EmbedClaim, Embedded, EmbedTx, PendingRow
 from ..store.rowids import wid_of
 
@@ -180,6 +182,8 @@ async def embed_window(store: AgentStore[Any], embedder: Embedder, wid: int, *, 
             elif result.outcome != "lost":
                 result.outcome = "embedded"
         await release()  # nothing should be left held; a claim left would only wait out its lease
+        if result.rows:
+            await _fold(store, result.rows)
         return _done(store, wid, result, started)
     except BaseException:
         try:
@@ -187,6 +191,29 @@ async def embed_window(store: AgentStore[Any], embedder: Embedder, wid: int, *, 
         except Exception:  # the leases expire on their own
             log.warning("embed.release_failed", agent=store.agent_id, wid=wid)
         raise
+
+
+# rows this process stored per agent store since it last asked whether a fold is due: asking costs
+# a count of the rows since the last fold, which each embed job of 512 rows would otherwise pay
+_stored_since: weakref.WeakKeyDictionary[AgentStore[Any], int] = weakref.WeakKeyDictionary()
+
+
+async def _fold(store: AgentStore[Any], rows: int) -> None:
+    """Fold the agent's embeddings into blocks when enough were stored since the last fold
+    (store/packed.py), so a process starting cold loads them in a few reads; the embeddings stored
+    stay whatever becomes of the fold (a failed one is done again by a later job)."""
+    stored = _stored_since.get(store, 0) + rows
+    if stored < packed.FOLD_MIN_ROWS:
+        _stored_since[store] = stored
+        return
+    _stored_since[store] = 0
+    try:
+        folded = await store.fold_vectors()
+    except Exception as exc:  # a database fault: the rows stay readable one by one meanwhile
+        log.warning("embed.fold_failed", agent=store.agent_id, error=f"{type(exc).__name__}: {exc}")
+        return
+    if folded is not None:
+        log.info("embed.folded", agent=store.agent_id, **folded)
 
 
 def _done(store: AgentStore[Any], wid: int, result: EmbedResult, started: float) -> EmbedResult:

@@ -31,7 +31,7 @@ from .execute import check_empty_scopes, run_query
 from .outcome import Hit, Outcome, SessionGroup
 from .plan import Scope
 from .query import ParsedQuery, SearchRequest
-from .vectors import AgentVectors, Meaning
+from .vectors import LOAD_WAIT_S, AgentVectors, Meaning
 from .visits import MetaChanged, bounded
 
 if TYPE_CHECKING:
@@ -68,6 +68,7 @@ class Found:
     above: int  # rows in scope at or above the floor
     dirty: set[int]
     pending: set[int]
+    loading: bool = False  # the agent's vectors were still loading (search/vectors.py)
 
 
 @dataclass
@@ -76,7 +77,7 @@ class MeaningOutcome:
     more: bool = False
     dirty: dict[str, set[int]] = field(default_factory=dict)
     pending: dict[str, set[int]] = field(default_factory=dict)
-    failed: bool = False  # the query could not be embedded
+    failed: bool = False  # the query could not be embedded, or an agent's vectors were still loading
 
 
 def embed_wait_s(deadline: float) -> float:
@@ -110,6 +111,7 @@ async def semantic(ctx: SearchContext, embedder: Embedder, vector: npt.NDArray[n
     for found in await bounded(agent, [s for s in scopes.values() if s.wids], ctx.fanout):
         out.hits += found.hits
         out.more |= found.above > len(found.hits)
+        out.failed |= found.loading
         if found.dirty:
             out.dirty[found.agent_id] = found.dirty
         if found.pending:
@@ -126,6 +128,11 @@ async def _agent_semantic(ctx: SearchContext, embedder: Embedder, meaning: Meani
                           versions: dict[str, int] | None, deadline: float, k: int) -> Found:
     store = await ctx.host.store(scope.agent_id)
     held, lock = meaning.vectors.slot(store)
+    if held is None:  # none of the agent's vectors in this process yet: a load it waits on, bounded
+        wait = min(LOAD_WAIT_S, max(0.0, deadline - time.monotonic()) / 2)
+        loaded, held = await meaning.vectors.load(store, embedder.model, embedder.dimensions, wait)
+        if not loaded:
+            return Found(scope.agent_id, [], 0, set(), set(), loading=True)
     async with lock, store.reader(deadline) as reader:
         head = await store.meaning_head(reader, embedder.model)
         if versions is not None and head.meta_version != versions.get(scope.agent_id):

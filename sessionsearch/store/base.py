@@ -53,6 +53,7 @@ from .records import (  # the seam's data, re-exported: importers name store.bas
 
 if TYPE_CHECKING:
     from ..transcript.events import Event
+    from .packed import Packed
 
 __all__ = [
     "AppendResult", "BesideBatch", "BranchRow", "ClaimInfo", "EVENT_COLUMNS", "EmbedClaim", "Embedded",
@@ -259,6 +260,15 @@ class SearchReads(AgentRole, Protocol[R]):
                                 ) -> EmbeddingChanges:
         """Embeddings of `model_no` stored after `embed_seq`, rows re-stored under another model, and
         embeddings deleted after `gone_seq` (0, 0: every one)."""
+
+    async def load_embeddings(self, reader: R, model_no: int, dims: int) -> tuple[Packed, EmbeddingChanges]:
+        """Every embedding of `model_no` in one snapshot, for a process holding none: those folded
+        into blocks (store/packed.py; none when the fold is of another model) and the changes after
+        the fold's counters."""
+
+    async def fold_vectors(self) -> dict[str, Any] | None:
+        """Fold the embeddings into blocks again when enough were stored since the last fold
+        (store/packed.py): what was folded, or None when no fold was due or another came first."""
 
     async def indexed_rows(self, reader: R, rids: list[int]) -> list[RowHit]:
         """Those of `rids` that are word-index rows now, with their text (score 0), in no order."""

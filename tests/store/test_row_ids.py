@@ -160,7 +160,7 @@ async def test_a_store_written_with_the_old_row_ids_is_migrated_on_open(tmp_path
 
     async with engine_at(tmp_path) as engine:
         store = await engine.store("main")
-        assert [v for v, _ in await store.applied_migrations()][-12:] == [6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]
+        assert [v for v, _ in await store.applied_migrations()][-13:] == [6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18]
         # migration 9 hands the window with CJK text ("ローン相談") to reconciliation
         assert (await engine.search(SearchParams(query="needle", limit=25)))["indexing"] is True
         await engine.reconcile_pending()

@@ -282,11 +282,12 @@ async def test_migrations_are_recorded_and_the_database_uses_wal(tmp_path):  # S
                                                     (8, "time_ranges"), (9, "cjk_shadow_tokens"),
                                                     (10, "window_ts_max"), (11, "prefix_postings"), (12, "index_gone"),
                                                     (13, "time_ranges_covering"), (14, "window_ts_min"),
-                                                    (15, "meaning_index"), (16, "score_bounds"), (17, "bounds_log")]
+                                                    (15, "meaning_index"), (16, "score_bounds"), (17, "bounds_log"),
+                                                    (18, "packed_embeddings")]
     with sqlite3.connect(tmp_path / "agents" / "main.db") as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     async with engine_at(tmp_path) as engine:  # reopening applies nothing twice
-        assert [v for v, _ in await (await engine.store("main")).applied_migrations()] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]
+        assert [v for v, _ in await (await engine.store("main")).applied_migrations()] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18]
         assert ids(await engine.search(SearchParams(query="x"))) == ["m1"]
 
 

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import psycopg
+
+from .. import packed
 from ..base import EmbedClaim, Embedded, EmbeddingChanges, MeaningHead, PendingRow, RowHit
+from ..packed import Packed
 from ..rowids import LOW_SEQS, MAX_SEQ, id_sql, window_ranges
 from .db import Reader, all_rows, one
 
@@ -177,3 +181,51 @@ async def embed_status(reader: Reader, ano: int, model: str) -> dict[str, int]:
         "JOIN ss_index i ON i.id = m.id WHERE m.mno = (SELECT mno FROM model))", {"ano": ano, "model": model})
     embedded -= secret_embedded  # a session made incognito after it was embedded
     return {"embeddedMessages": embedded, "embeddingBacklog": total - secret - embedded}
+
+
+# -- packed blocks (store/packed.py) ----------------------------------------------------------------
+
+async def load_embeddings(reader: Reader, ano: int, model_no: int, dims: int) -> tuple[Packed, EmbeddingChanges]:
+    """The agent's embeddings of `model_no` as folded (none when the fold is of another model, or
+    there is none), and the changes after the fold's counter, in the reader's snapshot. The blocks
+    stream in the binary format, bound server-side (bytea as stored, not hex text twice its size:
+    the pool's connections bind client-side, in text, db.Reader), each decoded as the next comes."""
+    fold = await reader.one("SELECT mno, embed_seq, rows FROM ss_vec_folds WHERE ano = %s", (ano,))
+    if fold is None or fold[0] != model_no:
+        return packed.empty(model_no, dims), await embedding_changes(reader, ano, model_no, 0, 0)
+    assert reader.conn is not None  # in its snapshot since the statement above
+    out = packed.Unpacker(model_no, fold[1], fold[1], dims, fold[2])
+    async for n, rids, ts, scales, vecs in psycopg.AsyncCursor(reader.conn).stream(
+            "SELECT n, rids, ts, scales, vecs FROM ss_vec_blocks WHERE ano = %s ORDER BY bno", (ano,), binary=True):
+        out.add((n, rids, ts, scales, vecs))
+    return out.done(), await embedding_changes(reader, ano, model_no, fold[1], fold[1])
+
+
+async def fold_state(reader: Reader, ano: int) -> tuple[int, int, int, int, int]:
+    """(the fold's generation, rows, rows stored after it, the agent's current model and its
+    dimensions); (0, 0, all, ...) with none."""
+    fold = await reader.one("SELECT gen, rows, embed_seq FROM ss_vec_folds WHERE ano = %s", (ano,))
+    gen, rows, seq = fold if fold is not None else (0, 0, -1)
+    since, mno, dims = await reader.row(
+        "SELECT (SELECT count(*) FROM ss_embeddings WHERE ano = %(ano)s AND eseq > %(seq)s), a.embed_model, "
+        "coalesce(m.dims, 0) FROM ss_agents a LEFT JOIN ss_embed_models m ON m.mno = a.embed_model "
+        "WHERE a.ano = %(ano)s", {"ano": ano, "seq": seq})
+    return gen, rows, since, mno, dims
+
+
+async def store_fold(conn: AsyncConnection, ano: int, gen: int, folded: Packed) -> bool:
+    """Replace the agent's blocks with `folded` as fold `gen` + 1, unless another fold came after
+    `gen` meanwhile (the fold row's lock orders them)."""
+    await conn.execute("SET LOCAL synchronous_commit = off")  # derived data, as PgEmbedTx's
+    row = await one(conn, "INSERT INTO ss_vec_folds AS f (ano, gen, mno, embed_seq, rows) VALUES (%s, %s, %s, %s, %s) "
+                          "ON CONFLICT (ano) DO UPDATE SET gen = EXCLUDED.gen, mno = EXCLUDED.mno, "
+                          "embed_seq = EXCLUDED.embed_seq, rows = EXCLUDED.rows WHERE f.gen = %s RETURNING 1",
+                    (ano, gen + 1, folded.model_no, folded.embed_seq, len(folded), gen))
+    if row is None:
+        return False
+    await conn.execute("DELETE FROM ss_vec_blocks WHERE ano = %s", (ano,))
+    cur = psycopg.AsyncCursor(conn)
+    await cur.executemany("INSERT INTO ss_vec_blocks (ano, bno, n, rids, ts, scales, vecs) "
+                          "VALUES (%s, %s, %s, %b, %b, %b, %b)",
+                          [(ano, bno, *block) for bno, block in enumerate(packed.to_blocks(folded))])
+    return True

@@ -588,4 +588,29 @@ BEGIN
 END $$;
 CREATE TRIGGER ss_agents_bounds AFTER INSERT ON ss_agents FOR EACH ROW EXECUTE FUNCTION ss_bounds_of_new_agent();
 """),
+    (15, "packed_embeddings", """
+-- The embeddings folded into blocks (store/packed.py), per agent: a cold search process reads these
+-- few large rows, then ss_embeddings after the fold's counter. gen counts an agent's folds, so a
+-- fold built meanwhile by another process is not overwritten by an older one. The blocks are
+-- stored out of line uncompressed (int8 vectors do not compress; pglz would only cost the read).
+CREATE TABLE ss_vec_folds (
+    ano integer PRIMARY KEY,
+    gen bigint NOT NULL,
+    mno integer NOT NULL,
+    embed_seq bigint NOT NULL,
+    rows bigint NOT NULL
+);
+CREATE TABLE ss_vec_blocks (
+    ano integer NOT NULL,
+    bno integer NOT NULL,
+    n integer NOT NULL,
+    rids bytea NOT NULL,
+    ts bytea NOT NULL,
+    scales bytea NOT NULL,
+    vecs bytea NOT NULL,
+    PRIMARY KEY (ano, bno)
+);
+ALTER TABLE ss_vec_blocks ALTER COLUMN rids SET STORAGE EXTERNAL, ALTER COLUMN ts SET STORAGE EXTERNAL,
+    ALTER COLUMN scales SET STORAGE EXTERNAL, ALTER COLUMN vecs SET STORAGE EXTERNAL;
+"""),
 )

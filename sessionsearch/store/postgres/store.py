@@ -3,6 +3,7 @@ shared tables keyed by its number; the pool is the backend's, shared by every ag
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Awaitable, Callable
@@ -12,6 +13,7 @@ from typing import Any, TypeVar
 import psycopg
 
 from ...transcript.events import Event
+from .. import packed
 from ..base import (
     AppendResult,
     BranchRow,
@@ -27,6 +29,7 @@ from ..base import (
     TopHits,
     WindowRef,
 )
+from ..packed import Packed
 from . import bounds, meaning, postings, postings_build, reads
 from .db import Db, Reader
 from .lexemes import read_text
@@ -230,6 +233,21 @@ class PgAgentStore:
     async def embedding_changes(self, reader: Reader, model_no: int, embed_seq: int, gone_seq: int
                                 ) -> EmbeddingChanges:
         return await meaning.embedding_changes(reader, self.ano, model_no, embed_seq, gone_seq)
+
+    async def load_embeddings(self, reader: Reader, model_no: int, dims: int) -> tuple[Packed, EmbeddingChanges]:
+        return await meaning.load_embeddings(reader, self.ano, model_no, dims)
+
+    async def fold_vectors(self) -> dict[str, Any] | None:
+        started = time.monotonic()
+        async with self.reader() as r:
+            gen, rows, since, mno, dims = await meaning.fold_state(r, self.ano)
+            if not mno or not packed.fold_due(rows, since):
+                return None
+            held, changes = await meaning.load_embeddings(r, self.ano, mno, dims)
+        folded = await asyncio.to_thread(packed.with_changes, held, changes, dims)
+        if not await self.db.tx(meaning.store_fold, self.ano, gen, folded):
+            return None
+        return {"rows": len(folded), "since": since, "seconds": round(time.monotonic() - started, 3)}
 
     async def indexed_rows(self, reader: Reader, rids: list[int]) -> list[RowHit]:
         return await meaning.indexed_rows(reader, rids)

@@ -6,16 +6,21 @@ indexer/embedding.py; reads answer search/meaning.py on a reader connection.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import secrets
 import sqlite3
 from typing import TYPE_CHECKING, cast
 
+from .. import packed
 from ..base import EmbedClaim, Embedded, EmbeddingChanges, MeaningHead, PendingRow, RowHit
 from ..rowids import LOW_SEQS, MAX_SEQ, id_sql, window_ranges
 from .fetch import fetch_all
 
 if TYPE_CHECKING:
     import aiosqlite
+
+    from ..packed import Packed
 
 # the word-index rows of one id range lacking an embedding of a model
 _PENDING = ("SELECT f.rowid FROM msg_fts f WHERE f.rowid BETWEEN :lo AND :hi AND NOT EXISTS "
@@ -138,11 +143,14 @@ async def embedding_changes(conn: aiosqlite.Connection, model_no: int, embed_seq
                             ) -> EmbeddingChanges:
     await conn.execute("BEGIN")  # one snapshot for the rows and the deletions
     try:
-        rows = await fetch_all(conn, "SELECT rid, mno, eseq, ts, scale, vec FROM embeddings WHERE eseq > ?",
-                            (embed_seq,))
-        gone = await fetch_all(conn, "SELECT gseq, rid FROM embed_gone WHERE gseq > ? ORDER BY gseq", (gone_seq,))
+        return await _changes(conn, model_no, embed_seq, gone_seq)
     finally:
         await conn.execute("COMMIT")
+
+
+async def _changes(conn: aiosqlite.Connection, model_no: int, embed_seq: int, gone_seq: int) -> EmbeddingChanges:
+    rows = await fetch_all(conn, "SELECT rid, mno, eseq, ts, scale, vec FROM embeddings WHERE eseq > ?", (embed_seq,))
+    gone = await fetch_all(conn, "SELECT gseq, rid FROM embed_gone WHERE gseq > ? ORDER BY gseq", (gone_seq,))
     mine = [Embedded(r[0], r[3], r[4], r[5]) for r in rows if r[1] == model_no]
     other = [r[0] for r in rows if r[1] != model_no]
     return EmbeddingChanges(mine, other, [g[1] for g in gone], max((r[2] for r in rows), default=embed_seq),
@@ -172,3 +180,82 @@ async def embed_status(conn: aiosqlite.Connection, model: str) -> dict[str, int]
     total, embedded, secret, secret_embedded = rows[0]
     embedded -= secret_embedded  # a session made incognito after it was embedded
     return {"embeddedMessages": embedded, "embeddingBacklog": total - secret - embedded}
+
+
+# -- packed blocks (store/packed.py) ----------------------------------------------------------------
+
+async def load_embeddings(conn: aiosqlite.Connection, model_no: int, dims: int) -> tuple[Packed, EmbeddingChanges]:
+    """The embeddings of `model_no` as folded (none when the fold is of another model, or there is
+    none), and the changes after the fold's counters, in one snapshot."""
+    await conn.execute("BEGIN")
+    try:
+        fold = await fetch_all(conn, "SELECT mno, embed_seq, gone_seq, rows, stage FROM vec_fold")
+        if not fold or fold[0][0] != model_no:
+            return packed.empty(model_no, dims), await _changes(conn, model_no, 0, 0)
+        _, embed_seq, gone_seq, rows, stage = fold[0]
+        out = packed.Unpacker(model_no, embed_seq, gone_seq, dims, rows)
+        async with conn.execute("SELECT n, rids, ts, scales, vecs FROM vec_blocks WHERE stage = ? ORDER BY bno",
+                                (stage,)) as cur:
+            # a few blocks decoded here while aiosqlite's thread reads the next few
+            ahead = asyncio.ensure_future(cur.fetchmany(8))
+            while blocks := list(await ahead):
+                ahead = asyncio.ensure_future(cur.fetchmany(8))
+                for block in blocks:
+                    out.add(cast(packed.Block, block))
+        return out.done(), await _changes(conn, model_no, embed_seq, gone_seq)
+    finally:
+        await conn.execute("COMMIT")
+
+
+async def fold_state(conn: aiosqlite.Connection) -> tuple[int, int, int, int, int]:
+    """(the fold's generation, rows, rows stored after it, the current model and its dimensions);
+    (0, 0, all, ...) with none."""
+    fold = await fetch_all(conn, "SELECT gen, rows, embed_seq FROM vec_fold")
+    gen, rows, seq = fold[0] if fold else (0, 0, -1)
+    ((since,),) = await fetch_all(conn, "SELECT count(*) FROM embeddings WHERE eseq > ?", (seq,))
+    model = await fetch_all(conn, "SELECT m.mno, m.dims FROM meta JOIN embed_models m ON m.mno = meta.value "
+                                  "WHERE meta.key = 'embed_model'")
+    mno, dims = model[0] if model else (0, 0)
+    return gen, rows, since, mno, dims
+
+
+STAGE_BLOCKS = 16  # blocks written (or let go) a transaction: 16 MiB of 256-dimension vectors
+
+
+def stage_blocks(c: sqlite3.Connection, stage: int, blocks: list[tuple[int, packed.Block]]) -> None:
+    """Write some of a fold's blocks under its `stage` (no search reads them before it is kept)."""
+    c.executemany("INSERT INTO vec_blocks (stage, bno, n, rids, ts, scales, vecs) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                  [(stage, bno, *block) for bno, block in blocks])
+
+
+def keep_fold(c: sqlite3.Connection, gen: int, stage: int, folded: Packed) -> int | None:
+    """Make the blocks of `stage` the fold `gen` + 1, unless another fold came after `gen` (None);
+    the stage of the fold before (0: none), whose blocks are to be let go."""
+    now = c.execute("SELECT gen, stage FROM vec_fold").fetchone()
+    if (now[0] if now else 0) != gen:
+        return None
+    c.execute("INSERT OR REPLACE INTO vec_fold (id, gen, stage, mno, embed_seq, gone_seq, rows) "
+              "VALUES (1, ?, ?, ?, ?, ?, ?)",
+              (gen + 1, stage, folded.model_no, folded.embed_seq, folded.gone_seq, len(folded)))
+    return int(now[1]) if now else 0
+
+
+def drop_blocks(c: sqlite3.Connection, stage: int, *, older_than: int | None = None) -> int:
+    """Let go of up to STAGE_BLOCKS blocks of `stage` (a fold replaced, or one that lost its race),
+    or with `older_than`, of stages begun before it and never kept (a fold cut short; a fold still
+    writing is younger); how many."""
+    if older_than is None:
+        sql, args = "b.stage = ?", (stage,)
+    else:
+        sql, args = "b.stage < ? AND b.stage IS NOT (SELECT stage FROM vec_fold)", (older_than,)
+    return c.execute(f"DELETE FROM vec_blocks WHERE id IN (SELECT b.id FROM vec_blocks b WHERE {sql} LIMIT ?)",
+                     (*args, STAGE_BLOCKS)).rowcount
+
+
+def new_stage(now: float) -> int:
+    """A fold's stage: its start time (seconds) above 20 random bits, so that a stage left by a fold
+    cut short is known by its age."""
+    return (int(now) << 20) | secrets.randbits(20)
+
+
+STAGE_ORPHAN_S = 3600  # a stage never kept this long after it began is a fold cut short

@@ -360,4 +360,23 @@ CREATE TABLE bounds_state (
 ALTER TABLE bounds_state ADD COLUMN logged INTEGER NOT NULL DEFAULT 0;
 CREATE TABLE bounds_log (rid INTEGER PRIMARY KEY);
 """),
+    (18, "packed_embeddings", """
+-- The embeddings folded into blocks (store/packed.py): a cold search process reads these few large
+-- rows, then the per-row table after the fold's counters. vec_fold is the one fold (gen counts them,
+-- so a fold built meanwhile by another process is not overwritten by an older one); its blocks are
+-- those of `stage`, written a few at a time beforehand (a fold of a million rows is 256 MB: in one
+-- transaction it held the writer, and every append, for seconds), the other stages' removed after.
+CREATE TABLE vec_fold (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    gen INTEGER NOT NULL,
+    stage INTEGER NOT NULL,
+    mno INTEGER NOT NULL,
+    embed_seq INTEGER NOT NULL,
+    gone_seq INTEGER NOT NULL,
+    rows INTEGER NOT NULL
+);
+CREATE TABLE vec_blocks (id INTEGER PRIMARY KEY, stage INTEGER NOT NULL, bno INTEGER NOT NULL, n INTEGER NOT NULL,
+    rids BLOB NOT NULL, ts BLOB NOT NULL, scales BLOB NOT NULL, vecs BLOB NOT NULL);
+CREATE UNIQUE INDEX vec_blocks_by_stage ON vec_blocks (stage, bno);
+"""),
 )
