@@ -357,11 +357,18 @@ def drive(args: argparse.Namespace) -> None:
 async def timeline(settings: Settings, agents: int, rate: float, seconds: float) -> dict:
     """A process's first searches while writes flow: from its first search on, the relevance and
     `recent` classes over every agent in turn for `seconds`, each search's time and what the
-    SQLite stores' bounds cost it (bound statements read, bounds answered from memory), per 5 s."""
-    from sessionsearch.store.sqlite.store import SqliteAgentStore  # noqa: PLC0415 - the tree under test's
+    SQLite stores' bounds cost it (bound statements read, bounds answered from memory), and the
+    times each search ran its query (more than once: scoped and searched again), per 5 s."""
+    from sessionsearch.search import runner  # noqa: PLC0415 - the tree under test's
+    from sessionsearch.store.sqlite.store import SqliteAgentStore  # noqa: PLC0415
 
-    counts = {"read": 0, "known": 0}
+    counts = {"read": 0, "known": 0, "runs": 0}
     read, known = SqliteAgentStore.score_bound_direct, SqliteAgentStore.known_bound
+    run_query = runner.run_query
+
+    async def counted_run(*a, **k):  # type: ignore[no-untyped-def]
+        counts["runs"] += 1  # more than one a search: scoped and searched again (issue 40)
+        return await run_query(*a, **k)
 
     def counted_read(self, *a, **k):  # type: ignore[no-untyped-def]
         counts["read"] += 1
@@ -373,7 +380,8 @@ async def timeline(settings: Settings, agents: int, rate: float, seconds: float)
         return found
 
     SqliteAgentStore.score_bound_direct, SqliteAgentStore.known_bound = counted_read, counted_known  # type: ignore[method-assign]
-    samples: list[tuple[float, str, float, int, int]] = []
+    runner.run_query = counted_run  # type: ignore[assignment]
+    samples: list[tuple[float, str, float, int, int, int]] = []
     try:
         async with Engine(settings=settings) as engine, Writes(engine, agents, rate):
             t0 = time.perf_counter()
@@ -383,9 +391,11 @@ async def timeline(settings: Settings, agents: int, rate: float, seconds: float)
                     started = time.perf_counter()
                     await engine.search(SearchParams(query=word, match=match, order=order, limit=10))
                     samples.append((started - t0, f"{word} {match} {order}", (time.perf_counter() - started) * 1000,
-                                    counts["read"] - before["read"], counts["known"] - before["known"]))
+                                    counts["read"] - before["read"], counts["known"] - before["known"],
+                                    counts["runs"] - before["runs"]))
     finally:
         SqliteAgentStore.score_bound_direct, SqliteAgentStore.known_bound = read, known  # type: ignore[method-assign]
+        runner.run_query = run_query  # type: ignore[assignment]
     windows = []
     for start in range(0, int(seconds), 5):
         got = [x for x in samples if start <= x[0] < start + 5]
@@ -393,7 +403,8 @@ async def timeline(settings: Settings, agents: int, rate: float, seconds: float)
             windows.append({"from_s": start, "p50_ms": round(pct([x[2] for x in got], 0.5), 1),
                             "p95_ms": round(pct([x[2] for x in got], 0.95), 1), "n": len(got),
                             "bounds_read_per_search": round(sum(x[3] for x in got) / len(got), 1),
-                            "bounds_known_per_search": round(sum(x[4] for x in got) / len(got), 1)})
+                            "bounds_known_per_search": round(sum(x[4] for x in got) / len(got), 1),
+                            "runs_per_search": round(sum(x[5] for x in got) / len(got), 1)})
     return {"windows": windows}
 
 

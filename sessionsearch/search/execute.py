@@ -18,7 +18,7 @@ from .context import SearchContext
 from .outcome import Hit, Outcome, SessionGroup
 from .plan import KeywordPlan, Path, Scope, plan_keyword
 from .query import ParsedQuery, SearchRequest
-from .visits import MetaChanged, best_first, bounded, newest_first
+from .visits import MetaChanged, best_first, bounded, check_version, newest_first
 
 BATCH = 50  # agents whose statements one hop of Backend.search_top_each runs (Path.BATCHED)
 
@@ -68,7 +68,9 @@ class _Keyword:
                                       # newest_first has read every agent's Newest: a sparse search
                                       rest=partial(self.together, sparse=True) if plan.together else None,
                                       split=plan.whole, since=self.req.since, until=self.req.until,
-                                      matchless=self.matchless if plan.kept else None)
+                                      matchless=self.matchless if plan.kept else None,
+                                      hop=self.batch if self.ctx.backend.features.batches_agents else None,
+                                      batch=BATCH)
         if plan.path is Path.TOGETHER_BEST_FIRST:
             known_bounds = await self.bounds(todo)
             if known_bounds is not None:  # k in the first hop: an agent may hold one hit
@@ -138,8 +140,7 @@ class _Keyword:
         known = await self.ctx.backend.score_bounds(await self.ctx.stores([s.agent_id for s in todo]), self.match,
                                                     self.deadline)
         for scope, bound in zip(todo, known, strict=True) if known is not None else ():
-            if self.versions is not None and bound.meta_version != self.versions.get(scope.agent_id):
-                raise MetaChanged(scope.agent_id)
+            check_version(self.versions, scope.agent_id, bound.meta_version)
         return known
 
 
@@ -166,6 +167,7 @@ async def check_empty_scopes(catalog: CatalogCache, scopes: dict[str, Scope], ve
     """A scope this view holds empty is checked before it answers nothing (MetaChanged if stale)."""
     if versions is not None:
         for scope in scopes.values():
+            # raised even for Versions: the view may not know the agent's first windows yet
             if not scope.wids and await catalog.meta_version(scope.agent_id, deadline) != versions.get(scope.agent_id):
                 raise MetaChanged(scope.agent_id)
 
@@ -174,11 +176,12 @@ def hits_of(scope: Scope, top: TopHits, versions: dict[str, int] | None, k: int)
     """An agent's hits in scope, whether it had `k` or more, and its dirty windows in scope;
     MetaChanged when its meta version is not the view's."""
     version, dirty, rows = top
-    if versions is not None and version != versions.get(scope.agent_id):
-        raise MetaChanged(scope.agent_id)
-    # a row of a window no longer in the catalog (an orphan awaiting the sweep) is never a hit
+    # a row of a window no longer in the catalog (an orphan awaiting the sweep) is never a hit; of an
+    # agent read at a newer meta version (Versions) every row is kept: the runner checks them
+    # against the windows in scope as the metadata is now
+    wids = scope.wids if check_version(versions, scope.agent_id, version) else None
     hits = [Hit(scope.agent_id, r.row_id, r.score, r.message_id, r.ts, r.text)
-            for r in rows if wid_of(r.row_id) in scope.wids]
+            for r in rows if wids is None or wid_of(r.row_id) in wids]
     return scope.agent_id, hits, len(rows) >= k, scope.wids.intersection(dirty)
 
 
@@ -216,11 +219,11 @@ async def _sessions_top(ctx: SearchContext, match: Match, req: SearchRequest, sc
             version, dirty, rows = await store.search_sessions(
                 reader, match, k=req.limit + 1, order=req.order, include=scope.include,
                 exclude=scope.exclude, role=req.role, since=req.since, until=req.until, hot=hot)
-        if versions is not None and version != versions.get(scope.agent_id):
-            raise MetaChanged(scope.agent_id)
-        # a best hit in a window no longer in the catalog (an orphan awaiting the sweep) shows nothing
+        # a best hit in a window no longer in the catalog (an orphan awaiting the sweep) shows
+        # nothing; moved since the view (Versions), every one is kept, as hits_of keeps them
+        wids = scope.wids if check_version(versions, scope.agent_id, version) else None
         groups = [SessionGroup(scope.agent_id, key, hits, Hit(scope.agent_id, *best))
-                  for key, hits, best in rows if wid_of(best[0]) in scope.wids]
+                  for key, hits, best in rows if wids is None or wid_of(best[0]) in wids]
         return scope.agent_id, groups, scope.wids.intersection(dirty)
 
     todo = [scope for scope in scopes.values() if scope.wids]

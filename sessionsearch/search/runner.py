@@ -14,17 +14,18 @@ from typing import Any
 import structlog
 
 from ..keys import agent_of
+from ..store.rowids import wid_of
 from .catalog import CatalogView
 from .context import SearchContext
 from .execute import run_query, run_sessions_query
 from .listing import entry
 from .meaning import run_meaning
 from .outcome import Outcome
-from .plan import plan_scopes
+from .plan import Scope, plan_scopes
 from .query import MAX_LIMIT, ParsedQuery, SearchRequest
 from .render import render, render_sessions, response_flags
 from .visibility import Viewer
-from .visits import MetaChanged
+from .visits import MetaChanged, Versions
 
 log = structlog.get_logger("sessionsearch.search")
 
@@ -51,11 +52,17 @@ async def search(req: SearchRequest, ctx: SearchContext, *, agent_facing: bool =
         view = await catalog.view_with(targets, deadline)
         viewer = Viewer(settings, req.requester, view.catalog)
         scopes = plan_scopes(req, viewer, view, view.agent_ids)
+        versions = Versions(view.versions)
         try:
-            outcomes = [await run(q, view.versions) for q in req.queries]
+            outcomes = [await run(q, versions) for q in req.queries]
         except MetaChanged as changed:  # by another process: its rows are read again
             catalog.invalidate(changed.agent_id)
             continue
+        if versions.moved:  # the answer stands if the metadata as it is now scopes it alike
+            again = await _scoped_alike(req, ctx, scopes, versions.moved, outcomes, deadline)
+            if again is None:
+                continue
+            view, viewer, scopes = again
         # an agent created elsewhere since the view was read: scope again, so that a search of every
         # agent covers it. Each search statement reads the listing (Backend.listing_version); a search
         # that sent none (no agent in scope holds a window) reads it now
@@ -86,6 +93,31 @@ async def search(req: SearchRequest, ctx: SearchContext, *, agent_facing: bool =
     if req.batch:
         return {"states": states}
     return states[0]
+
+
+async def _scoped_alike(req: SearchRequest, ctx: SearchContext, scopes: dict[str, Scope], moved: set[str],
+                        outcomes: list[Outcome], deadline: float
+                        ) -> tuple[CatalogView, Viewer, dict[str, Scope]] | None:
+    """The catalog read again for the agents read at a newer meta version than the search scoped
+    them at (`moved`), and the scopes planned from it, when every agent's statement would read the
+    same windows by them (the same include and exclude) and every hit of a moved agent lies in its
+    windows in scope now; else None: scope again. Such an answer is the one a search scoped now
+    would give, so a session created while a search of every agent runs (a new window of an agent
+    scoped by exclusion) costs a read of its agent's changes, not a search of every agent again."""
+    catalog = ctx.catalog
+    for agent_id in moved:
+        catalog.invalidate(agent_id)
+    view = await catalog.view(deadline)
+    viewer = Viewer(ctx.settings, req.requester, view.catalog)
+    now = plan_scopes(req, viewer, view, view.agent_ids)
+    if now.keys() != scopes.keys() or any((s.include, s.exclude) != (now[a].include, now[a].exclude)
+                                          for a, s in scopes.items()):
+        return None
+    for outcome in outcomes:
+        for hit in [*outcome.hits, *(g.best for g in outcome.groups)]:
+            if hit.agent_id in moved and wid_of(hit.rid) not in now[hit.agent_id].wids:
+                return None
+    return view, viewer, now
 
 
 def session_rows(state: dict[str, Any], view: CatalogView, viewer: Viewer, max_bytes: int) -> list[dict[str, Any]]:

@@ -21,8 +21,7 @@ from .features import FEATURES, query_features
 from .files import no_files, out_of_files
 from .meaning import embeddable
 from .migrate import LATEST, applied_version
-from .newest import stamp_of
-from .search_many import score_bounds, search_tops
+from .search_many import newests, score_bounds, search_tops
 from .store import SqliteAgentStore
 
 MIN_FREE_BYTES = 1 << 20  # less free on the data dir's disk and /readyz says the disk is full
@@ -113,7 +112,7 @@ class SqliteBackend:
         if query is None:
             return [None] * len(stores)
         sqlite_stores = [cast(SqliteAgentStore, s) for s in stores]
-        return [s.known_bound(query, stamp_of(s.path)) for s in sqlite_stores]
+        return [s.known_bound(query, s.stamp()) for s in sqlite_stores]
 
     async def search_top_many(self, stores: Sequence[AgentStore[Any]], match: Match, *, k: int, order: str,
                               exclude: list[int], role: str | None, since: int | None, until: int | None,
@@ -125,8 +124,10 @@ class SqliteBackend:
         return list(top_of_all(tops, k, order))
 
     async def newest(self, stores: Sequence[AgentStore[Any]], deadline: float) -> list[Newest]:
-        """Store by store: those whose files are unchanged answer without a read (newest.py)."""
-        return [await cast(SqliteAgentStore, store).newest(deadline) for store in stores]
+        """Those whose files are unchanged answer without a read (newest.py), the others are read in
+        hops as search_top_each's (search_many.newests)."""
+        at_once = max(1, self.budget.most // max(1, self.settings.search_agents_concurrency))
+        return await newests([cast(SqliteAgentStore, s) for s in stores], deadline=deadline, at_once=at_once)
 
     async def check_ready(self) -> None:
         if not self.folder.is_dir() or not os.access(self.folder, os.W_OK):

@@ -28,18 +28,20 @@ NEWEST_SQL = ("SELECT (SELECT value FROM meta WHERE key = 'meta_version'), "
 Stamp = tuple[int, int, int, int, int, int]
 
 
-def stamp_of(path: Path) -> Stamp | None:
+def stamp_of(path: Path | str, wal_path: str | None = None) -> Stamp | None:
     """(inode, size, mtime ns) of the database and its `-wal` file; None when the database is
     missing. A WAL missing or empty holds no frames: the database is all there is, whatever the
     WAL's own stamp. The last connection to close deletes the WAL and the next to open makes a new
     empty one, and a store closed to keep within the open-file budget (OpenBudget) reopens for
-    each search of more agents than it holds: what was read of it holds still."""
+    each search of more agents than it holds: what was read of it holds still. `wal_path`: the
+    `-wal` file's path, when the caller keeps it (a search of 1,000 agents stamps each two or three
+    times: from a Path, 3 ms of CPU a pass, 1.5 ms from strings)."""
     try:
         db = os.stat(path)
     except OSError:
         return None
     try:
-        wal = os.stat(f"{path}-wal")
+        wal = os.stat(wal_path if wal_path is not None else f"{path}-wal")
     except FileNotFoundError:
         return db.st_ino, db.st_size, db.st_mtime_ns, 0, 0, 0
     except OSError:
@@ -54,11 +56,16 @@ class NewestKept:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._db, self._wal = str(path), f"{path}-wal"
         self._kept: tuple[Stamp, Newest] | None = None
+
+    def files(self) -> Stamp | None:
+        """The files' stamp now (stamp_of)."""
+        return stamp_of(self._db, self._wal)
 
     def stamp(self) -> tuple[Stamp | None, Newest | None]:
         """The files' stamp now and the Newest kept for it (None: to be read)."""
-        stamp = stamp_of(self.path)
+        stamp = stamp_of(self._db, self._wal)
         kept = self._kept
         if stamp is not None and kept is not None and kept[0] == stamp:
             return stamp, kept[1]

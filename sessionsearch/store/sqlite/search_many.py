@@ -12,9 +12,9 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, cast
 
-from ..base import Match, ScoreBound, TopHits
+from ..base import Match, Newest, ScoreBound, TopHits
 from .bounds import BoundQuery
-from .newest import Stamp, stamp_of
+from .newest import Stamp
 
 T = TypeVar("T")
 A = TypeVar("A")
@@ -35,6 +35,12 @@ class HopStore(Protocol):
 
     def score_bound_direct(self, reader: _Reader, query: BoundQuery, stamp: Stamp | None,
                            stamped_at: float) -> ScoreBound: ...
+
+    def stamp(self) -> Stamp | None: ...
+
+    def newest_kept(self) -> tuple[Stamp | None, Newest | None]: ...
+
+    def newest_direct(self, reader: _Reader, stamp: Stamp | None, stamped_at: float) -> Newest: ...
 
 
 class DirectConnection:
@@ -87,7 +93,7 @@ async def score_bounds(stores: Sequence[HopStore], query: BoundQuery, *, deadlin
     statements are most of a hop), at most `at_once` stores in all at a time (OpenBudget: a part
     per hop of its own would hold every store at once)."""
     stamped_at = time.time()
-    stamps = [stamp_of(store.path) for store in stores]
+    stamps = [store.stamp() for store in stores]
     found: list[ScoreBound | None] = [store.known_bound(query, stamp) for store, stamp in zip(stores, stamps)]
     todo = [i for i, bound in enumerate(found) if bound is None]
     if not todo:
@@ -106,6 +112,23 @@ async def score_bounds(stores: Sequence[HopStore], query: BoundQuery, *, deadlin
         for i, bound in zip(index, bounds, strict=True):
             found[i] = bound
     return cast(list[ScoreBound], found)  # every one known or read
+
+
+async def newests(stores: Sequence[HopStore], *, deadline: float, at_once: int) -> list[Newest]:
+    """Each store's Newest (newest.py): from memory while its files are unchanged, the others read
+    on one worker thread, `at_once` stores a hop. Read one by one, each a hop to its reader's
+    thread, the agents written in the last second (13-67 of 1,000 under 10 writes a second) cost
+    a search by `recent` 15-40 ms at a load of 14."""
+    stamped_at = time.time()
+    found = [store.newest_kept() for store in stores]
+    todo = [i for i, (_, kept) in enumerate(found) if kept is None]
+    read = await hops([stores[i] for i in todo], [found[i][0] for i in todo],
+                      lambda store, reader, stamp: store.newest_direct(reader, stamp, stamped_at),
+                      deadline=deadline, at_once=at_once) if todo else []
+    newest = [kept for _, kept in found]
+    for i, one in zip(todo, read, strict=True):
+        newest[i] = one
+    return cast(list[Newest], newest)  # every one kept or read
 
 
 async def hops(stores: Sequence[HopStore], args: list[A], one: Callable[[HopStore, _Reader, A], T],

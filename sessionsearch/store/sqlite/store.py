@@ -46,7 +46,7 @@ from .bounds import Folded, Known, read_bounds, store_bounds
 from .budget import OpenBudget
 from .fetch import fetch_all
 from .files import no_files, out_of_files
-from .newest import NEWEST_SQL, NewestKept
+from .newest import NEWEST_SQL, NewestKept, Stamp
 from .postings import MAX_WORDS, MIN_DOCS, MIN_SHARE, batches, common_words, read_postings
 from .postings_build import BUILT_ROWS_KEY, built_rows, postings_due, prefix_upkeep_at, words_to_build
 from .prefixes import PrefixTop, read_fold, read_prefixes
@@ -416,6 +416,19 @@ class SqliteAgentStore(TopReads):
         async with self.reader(deadline) as reader:
             rows = await fetch_all(reader.conn, NEWEST_SQL)
         return self._newest.read(stamp, at, rows[0])
+
+    def stamp(self) -> Stamp | None:
+        """Its files' stamp now (newest.stamp_of)."""
+        return self._newest.files()
+
+    def newest_kept(self) -> tuple[Stamp | None, Newest | None]:
+        """The files' stamp now and the Newest kept for it (None: to be read, newest_direct)."""
+        return self._newest.stamp()
+
+    def newest_direct(self, reader: _Reader, stamp: Stamp | None, stamped_at: float) -> Newest:
+        """The agent's Newest read on the calling thread over the borrowed reader's own connection
+        (search_many.newests), `stamp` taken at `stamped_at` (time.time) before the read."""
+        return self._newest.read(stamp, stamped_at, reader.conn._conn.execute(NEWEST_SQL).fetchone())
 
     async def meta_version(self, reader: _Reader) -> int:
         version: int = (await fetch_all(reader.conn, "SELECT value FROM meta WHERE key = 'meta_version'"))[0][0]
