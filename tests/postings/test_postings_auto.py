@@ -8,6 +8,7 @@ import json
 import os
 import sqlite3
 
+from sessionsearch import Settings
 from sessionsearch.protocol import AppendParams, SearchParams
 from sessionsearch.store.postgres import bounds as pg_bounds
 from sessionsearch.store.sqlite import bounds as sqlite_bounds
@@ -120,3 +121,25 @@ def test_serve_builds_postings_after_appends_without_an_optimize(tmp_path):
     done = [json.loads(line) for line in server.log_path.read_text().splitlines() if "optimize.done" in line]
     assert done and done[0]["why"] == "first" and done[0]["cpu_priority"] == "normal", done
     assert done[0]["pid"] != server.proc.pid  # a child's
+
+
+async def test_after_a_build_that_read_the_whole_index_the_next_check_comes_at_once(tmp_path):
+    # rows written while a catch-up build read may make the next one due now: checked without
+    # waiting the checks' interval (an hour here from the first check on)
+    async with engine_at(tmp_path) as engine:
+        await engine.append(AppendParams(sessionKey="agent:main:a", events=chain("a", _texts(60))))
+    settings = Settings(data_dir=str(tmp_path), postings_min_docs=40, postings_check_every_s=0.1, optimize_every_s=0)
+    checks: list[dict[str, str]] = []
+
+    def due() -> dict[str, str]:
+        optimizer.check_s = 3600.0
+        checks.append({"main": "first"} if not checks else {})
+        return checks[-1]
+
+    optimizer = PeriodicOptimize(settings, due=due)
+    optimizer.start()
+    try:
+        wait_until(lambda: len(checks) >= 2, 60, "the check after the build")
+    finally:
+        optimizer.stop()
+    assert [b["due"] for b in optimizer.builds] == [{"main": "first"}]
