@@ -3,7 +3,8 @@ engine on the same texts in the same run: 200,000 messages appended to one agent
 query class searched for the next minute (the just-ingested state), then again while 10
 messages a second are appended (the under-writes state), on both stores, with the postings
 built as the embedded `serve` builds them (worker/optimize.py: its checks every
-`postings_check_every_s`, each build in a child process at idle priority).
+`postings_check_every_s`, each build in a child process at idle priority, those catching up with
+an import at normal priority).
 
     .venv/bin/python bench/bench_fresh.py [--messages 200000] [--after-s 60] [--writes-s 60]
         [--stores sqlite postgres] [--variants after] [--pg postgresql://postgres@127.0.0.1:5432/postgres]
@@ -485,7 +486,7 @@ def main() -> None:
                       "batches into the bare engine from a thread; then searches through the Python API (limit 25) "
                       "in rounds from the last append's return, each next to the bare statement, the last "
                       "--writes-s seconds while 10 messages a second are appended to both; builds as the embedded "
-                      "serve runs them (in a child at idle priority), the setting defaults of each variant's code; "
+                      "serve runs them (in a child at idle priority, a catch-up one at normal), the setting defaults of each variant's code; "
                       "shared 2-core machine, other work running (load averages above and per run)")
     Path(args.out).write_text(json.dumps(report, indent=2))
     print(f"figures in {args.out}", file=sys.stderr)

@@ -97,6 +97,7 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
             embed_sweeps.start()
         loop = asyncio.get_running_loop()
         # the check is a few reads on this process's stores; each build runs in a child at idle priority
+        # (normal when it catches up with an import: worker/optimize.py)
         optimizer = PeriodicOptimize(settings, due=lambda: asyncio.run_coroutine_threadsafe(
             engine.postings_due(), loop).result(timeout=60))
         optimizer.start()

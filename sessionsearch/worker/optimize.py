@@ -13,6 +13,14 @@ CPU priority (a worker serves no searches); the embedded `serve` at idle priorit
 process, a build's Python work would hold the interpreter lock the event loop needs (searches
 slower for the build's whole duration), and a thread cannot be given a lower priority without
 stalling the loop whenever it holds the lock.
+
+Except the builds that catch up with a large change (why "first" or "grown": no postings yet,
+or the index grown by `postings_grow_share` since the last build, as after an import), which run
+at normal priority (CATCH_UP_PRIORITY): until one ends, prefix searches score every matching
+row, and on a loaded machine an idle-priority build of 200,000 messages did not end within
+minutes of the ingest (bench/bench_fresh.py). A child process at normal priority takes one core
+at most, and the searches keep the others. And a build that ends with another due (rows written
+while it read) is followed by the next at once, not after the next check's wait.
 """
 
 from __future__ import annotations
@@ -35,6 +43,9 @@ from .priority import apply_cpu_priority
 log = structlog.get_logger("sessionsearch.optimize")
 
 FIRST_AFTER_S = 60.0  # after a start, let the first reconciliation and searches go first
+CATCH_UP = frozenset({"first", "grown"})  # why a build catches up with a large change …
+CATCH_UP_PRIORITY = "normal"  # … and the CPU priority it runs at
+REDONE = CATCH_UP | {"stale"}  # a build that reads the whole index: the next check comes at once after it
 
 
 def build(settings: Settings, agents: dict[str, str] | None, cpu_priority: str) -> dict[str, Any]:
@@ -149,22 +160,27 @@ class PeriodicOptimize:
 
     def _run(self) -> None:
         next_full = time.monotonic() + min(FIRST_AFTER_S, self.every_s) if self.every_s > 0 else float("inf")
-        while not self._stop.wait(min(self.check_s if self.check_s > 0 else self.every_s,
-                                      max(0.0, next_full - time.monotonic()))):
+        wait = self.check_s if self.check_s > 0 else self.every_s
+        while not self._stop.wait(min(wait, max(0.0, next_full - time.monotonic()))):
+            wait = self.check_s if self.check_s > 0 else self.every_s
             try:
                 if time.monotonic() >= next_full:
                     self.once()
                     next_full = time.monotonic() + self.every_s
                 elif self.check_s > 0 and (due := self._due()):
                     self.once(due)
+                    if not REDONE.isdisjoint(due.values()):
+                        wait = 0.0  # the rows written while it read may make the next one due now
             except InterruptedError:  # stopping
                 break
             except Exception:  # logged; the next round tries again
                 log.exception("optimize.failed")
 
     def once(self, due: dict[str, str] | None = None) -> dict[str, Any]:
-        """One build: of the `due` agents' missing words, or (None) of everything."""
-        result = build_in_child(self.settings, due, self._stop, self.cpu_priority)
+        """One build: of the `due` agents' missing words, or (None) of everything; at normal
+        priority when it catches up with a large change (CATCH_UP)."""
+        catch_up = due is not None and not CATCH_UP.isdisjoint(due.values())
+        result = build_in_child(self.settings, due, self._stop, CATCH_UP_PRIORITY if catch_up else self.cpu_priority)
         for agent, done in result["agents"].items():
             log.info("optimize.done", agent=agent, why=(due or {}).get(agent, "schedule"), words=len(done["words"]),
                      kept=done.get("kept", 0), dropped=len(done["dropped"]),

@@ -3,13 +3,16 @@ one-word searches) give exactly the answers they give after a full `optimize`, o
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 import pytest
 
 from sessionsearch.protocol import AppendParams, SearchParams
 from sessionsearch.store.postgres import postings_build as pg_postings_build
+from sessionsearch.store.sqlite import postings_build as sqlite_postings_build
 from sessionsearch.store.sqlite import prefixes as sqlite_prefixes
+from sessionsearch.store.sqlite import store as sqlite_store
 from sessionsearch.store.sqlite.prefixes import PrefixTop
 
 from ..helpers import chain, engine_at
@@ -79,3 +82,51 @@ async def test_answers_right_after_an_ingest_equal_those_after_a_full_optimize(b
         assert all(after_full), "every query matches"
         assert right_after == after_full
         assert after_due_build == after_full
+
+
+@pytest.mark.parametrize("writes_in_groups", [100, 3])
+async def test_writes_during_a_build_leave_one_prefix_build_that_covers_them(tmp_path, small_prefixes, monkeypatch,
+                                                                             writes_in_groups):
+    """Rows arriving while a SQLite build reads its words (an ingest under way) do not make it
+    build the prefixes again after every group of words: once the index stops growing (after the
+    group that saw the last write), or once at the end of the pass, and that build covers them."""
+    monkeypatch.setattr(sqlite_prefixes, "LOG_LIMIT", 10)  # a session's 30 rows leave the prefixes stale
+    monkeypatch.setattr(sqlite_postings_build, "LOG_LIMIT", 10)
+    monkeypatch.setattr(sqlite_store, "batches", lambda words: [[w] for w, _ in words])  # a group a word
+    events: list[str] = []
+    async with engine_at(tmp_path, postings_min_docs=40) as engine:
+        await _ingest(engine, range(0, 8), seed=1)
+        loop = asyncio.get_running_loop()
+        sessions = iter(range(8, 8 + writes_in_groups))
+        read_postings, read_prefixes = sqlite_store.read_postings, sqlite_store.read_prefixes
+
+        def reading_words(path, batch):  # on the build's thread: a session written meanwhile
+            events.append("words")
+            if (s := next(sessions, None)) is not None:
+                asyncio.run_coroutine_threadsafe(_ingest(engine, range(s, s + 1), seed=s), loop).result(timeout=60)
+            return read_postings(path, batch)
+
+        def reading_prefixes(path):
+            events.append("prefixes")
+            return read_prefixes(path)
+
+        monkeypatch.setattr(sqlite_store, "read_postings", reading_words)
+        monkeypatch.setattr(sqlite_store, "read_prefixes", reading_prefixes)
+        store = await engine.store("main")
+        await store.optimize(min_docs=40, min_share=0.0)
+        groups = events.count("words")
+        if writes_in_groups >= groups:  # rows came during every group: built once, at the end of the pass
+            assert events == ["prefixes"] + ["words"] * groups + ["prefixes"]
+        else:  # the index stopped growing: built after the first group that saw no write
+            assert groups > writes_in_groups + 1, events
+            assert events == (["prefixes"] + ["words"] * (writes_in_groups + 1) + ["prefixes"]
+                              + ["words"] * (groups - writes_in_groups - 1))
+        # the prefixes are usable (nothing due) and cover every row written during the build
+        db = tmp_path / "agents" / "main.db"
+        assert sqlite_postings_build.prefix_upkeep_at(db) is None
+        small_prefixes["answered"] = 0
+        during = await _answers(engine)
+        assert small_prefixes["answered"] > 0
+        monkeypatch.setattr(sqlite_store, "read_postings", read_postings)
+        await engine.optimize(min_docs=40)
+        assert during == await _answers(engine)

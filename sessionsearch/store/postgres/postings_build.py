@@ -19,7 +19,7 @@ one short transaction under the agent's advisory lock.
 
 Due (`postings_due`): never while windows wait for reconciliation (the index is being
 rewritten); else when no build ran and the agent holds `min_docs` rows ("first"), when it grew
-by `grow_share` ("grown"), or when a build is no longer usable or about to stop being so:
+by `grow_share` ("grown", whatever else holds), or when a build is no longer usable or about to stop being so:
 rows at or below its mark were deleted or rewritten (a rewind, a reconciliation, a delete) or
 half the fresh budget is used ("stale"). A build always redoes the whole agent: its cost is
 the pass over the rows, whichever words it keeps.
@@ -290,9 +290,10 @@ async def postings_due(reader: Reader, ano: int, *, min_docs: int, grow_share: f
         return None
     if mark is None:
         return "first" if rows >= min_docs else None
+    # grown first: the build that catches up after an import runs at normal priority (worker/optimize.py)
+    if rows - old_rows >= grow_share * max(old_rows, min_docs):
+        return "grown"
     fresh = (await reader.row("SELECT count(*) FROM ss_index WHERE ano = %s AND iseq > %s", (ano, mark)))[0]
     if rows - fresh != old_rows or fresh >= PREFIX_FRESH_LIMIT // 2:
         return "stale"
-    if rows - old_rows >= grow_share * max(old_rows, min_docs):
-        return "grown"
     return None

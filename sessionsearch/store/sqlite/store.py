@@ -333,9 +333,13 @@ class SqliteAgentStore(TopReads):
                                         max_words=max_words)
         # the prefixes first: one walk of the index, where the words read every row of each word
         # (after a fresh ingest, minutes of them); prefix searches have nothing else to go fast with.
-        # Again after each group of words when rows indexed meanwhile (an ingest still running)
-        # left them past what a search takes in
+        # Rows indexed meanwhile (an ingest still running) may leave them past what a search takes
+        # in: built again after a group of words only once the index stopped growing (the ingest
+        # over), else once at the end of the pass. Rebuilt after every group while the rows kept
+        # coming, each walk of a larger index was given up before it ended and the pass never
+        # caught up (bench_fresh.py: no build ended in the 186 s from a 200,000-message ingest's start)
         prefix_build = await self._prefix_upkeep("first" if not incremental else None)
+        seen = await asyncio.to_thread(built_rows, self.path)
         dropped = await self._run(lambda w: w.hot.drop_hot_words({w for w, _ in words}))
         todo = await asyncio.to_thread(words_to_build, self.path, words) if incremental else words
         if todo:
@@ -350,8 +354,12 @@ class SqliteAgentStore(TopReads):
                 await self._run(partial(_store_hot_word, word=word, log_seq=log_seq, postings=postings))
                 built[word] = {"rows": len(postings) // 3,
                                "seconds": round(per_row * len(postings) + time.monotonic() - started, 3)}
-            if await asyncio.to_thread(prefix_upkeep_at, self.path) == "stale":
+            rows_now = await asyncio.to_thread(built_rows, self.path)
+            quiet, seen = rows_now == seen, rows_now
+            if quiet and await asyncio.to_thread(prefix_upkeep_at, self.path) == "stale":
                 prefix_build = await self._prefix_upkeep("stale") or prefix_build
+        if todo:  # the rows indexed during the words' reads: folded in, or the prefixes built again
+            prefix_build = await self._prefix_upkeep(None) or prefix_build
         await self.execute_write("INSERT OR REPLACE INTO meta VALUES (?, ?)", (BUILT_ROWS_KEY, rows))
         return {"words": built, "dropped": dropped, "kept": len(words) - len(todo), "prefixes": prefix_build,
                 "bounds": await self.fold_bounds()}
