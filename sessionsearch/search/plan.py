@@ -4,15 +4,17 @@ Features and QueryFeatures). execute.py runs the plan."""
 
 from __future__ import annotations
 
-import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 from ..errors import Forbidden, NotFound
 from ..keys import agent_of
-from ..store.base import ManySearch, Match
+from ..store.base import AgentStore, ManySearch, Match
 from .catalog import CatalogView
 from .query import SearchRequest
+from .scope import select
 from .visibility import Viewer
 
 
@@ -72,8 +74,27 @@ def plan_keyword(backend: ManySearch, match: Match, order: str, todo: list[Scope
     return KeywordPlan(Path.EACH)
 
 
-def plan_scopes(req: SearchRequest, viewer: Viewer, view: CatalogView, agents: list[str]) -> dict[str, Scope]:
-    """Per agent, the windows in scope, after visibility; raise Forbidden for denied explicit targets."""
+async def scoped_sessions(req: SearchRequest, viewer: Viewer, view: CatalogView, backend: ManySearch,
+                          stores: Callable[[Sequence[str]], Awaitable[Sequence[AgentStore[Any]]]],
+                          deadline: float) -> dict[str, list[str]] | None:
+    """The sessions a narrowing `scope` selects that `viewer` may see, by agent, as the stores' SQL
+    selects them now (search/scope.py select); None when the request has no such scope (every
+    session of its agents, as the catalog holds them)."""
+    scope = req.scope
+    if scope is None or not scope.narrows:
+        return None
+    agents = [a for a in scope.agents(view.agent_ids) if viewer.may_target_agent(a)]
+    rows, _ = await select(backend, await stores(agents), scope, viewer, deadline=deadline, palette=req.palette)
+    selected: dict[str, list[str]] = {agent: [] for agent in agents}
+    for meta in rows:
+        selected.setdefault(agent_of(meta.session_key), []).append(meta.session_key)
+    return selected
+
+
+def plan_scopes(req: SearchRequest, viewer: Viewer, view: CatalogView, agents: list[str],
+                selected: dict[str, list[str]] | None = None) -> dict[str, Scope]:
+    """Per agent, the windows in scope, after visibility; raise Forbidden for denied explicit targets.
+    `selected`: the sessions a narrowing scope selects (scoped_sessions)."""
     catalog = view.catalog
     if req.session_keys is not None:
         for key in req.session_keys:
@@ -86,8 +107,8 @@ def plan_scopes(req: SearchRequest, viewer: Viewer, view: CatalogView, agents: l
             by_agent = {a: ks for a, ks in by_agent.items() if a == req.agent_id}
     elif req.scope is not None:
         # an agent of agentIds that does not exist, or that the requester may not see, selects nothing
-        selected = [a for a in req.scope.agents(agents) if viewer.may_target_agent(a)]
-        by_agent = {a: None for a in selected}  # type: ignore[misc]
+        by_agent = {a: None if selected is None else selected.get(a, [])  # type: ignore[misc]
+                    for a in req.scope.agents(agents) if viewer.may_target_agent(a)}
     else:
         if req.agent_id is not None:
             # visibility first: a missing agent the requester could not see anyway is denied as a hidden one is
@@ -99,16 +120,13 @@ def plan_scopes(req: SearchRequest, viewer: Viewer, view: CatalogView, agents: l
         else:
             targets = agents
         by_agent = {a: None for a in targets}  # type: ignore[misc]
-    filters = req.scope
-    spawned = None if filters is None else filters.spawned(catalog.sessions)
-    now_ms = int(time.time() * 1000)
     scopes: dict[str, Scope] = {}
     present = set(agents)  # a list's `in` for each of a thousand agents was 25 ms a search
     for agent_id, keys in by_agent.items():
         if agent_id not in present:
             continue
         agent_view = view.agents[agent_id]
-        walk = keys is not None or req.session_id is not None or req.palette or filters is not None
+        walk = keys is not None or req.session_id is not None or req.palette
         if not walk and viewer.sees_all_of(agent_id):
             # the common case: every window of the agent but incognito ones, no per-session walk
             scopes[agent_id] = Scope(agent_id, None, agent_view.incognito_hot, agent_view.visible_hot,
@@ -120,11 +138,6 @@ def plan_scopes(req: SearchRequest, viewer: Viewer, view: CatalogView, agents: l
         for key in candidates:
             if not viewer.can_see(key) or (req.palette and not view.in_palette(key)):
                 continue
-            if filters is not None:
-                meta = catalog.sessions.get(key)
-                if meta is None or not filters.selects(meta, now_ms=now_ms, spawned=spawned,
-                                                       in_palette=view.in_palette(key)):
-                    continue
             for win in agent_view.windows_by_key.get(key, ()):
                 if req.session_id is not None and win.session_id != req.session_id:
                     continue

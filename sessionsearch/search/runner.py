@@ -20,7 +20,7 @@ from .execute import run_query, run_sessions_query
 from .listing import entry
 from .meaning import run_meaning
 from .outcome import Outcome
-from .plan import plan_scopes
+from .plan import plan_scopes, scoped_sessions
 from .query import MAX_LIMIT, ParsedQuery, SearchRequest
 from .render import render, render_sessions, response_flags
 from .visibility import Viewer
@@ -50,7 +50,8 @@ async def search(req: SearchRequest, ctx: SearchContext, *, agent_facing: bool =
     for attempt in range(4):
         view = await catalog.view_with(targets, deadline)
         viewer = Viewer(settings, req.requester, view.catalog)
-        scopes = plan_scopes(req, viewer, view, view.agent_ids)
+        selected = await scoped_sessions(req, viewer, view, ctx.backend, ctx.stores, deadline)
+        scopes = plan_scopes(req, viewer, view, view.agent_ids, selected)
         try:
             outcomes = [await run(q, view.versions) for q in req.queries]
         except MetaChanged as changed:  # by another process: its rows are read again

@@ -588,4 +588,9 @@ BEGIN
 END $$;
 CREATE TRIGGER ss_agents_bounds AFTER INSERT ON ss_agents FOR EACH ROW EXECUTE FUNCTION ss_bounds_of_new_agent();
 """),
+    (15, "sessions_spawned_by", """
+-- the session list's spawnedBy filter follows the spawn tree by a recursive CTE (roster.py): each
+-- step looks up the sessions a key spawned, across agents
+CREATE INDEX ss_sessions_spawned_by ON ss_sessions (spawned_by) WHERE spawned_by IS NOT NULL;
+"""),
 )
