@@ -10,7 +10,7 @@ from enum import Enum
 from typing import Any
 
 from ..errors import Forbidden, NotFound
-from ..keys import agent_of
+from ..keys import DEFAULT_AGENT, agent_of
 from ..store.base import AgentStore, ManySearch, Match
 from .catalog import CatalogView
 from .query import SearchRequest
@@ -84,10 +84,15 @@ async def scoped_sessions(req: SearchRequest, viewer: Viewer, view: CatalogView,
     if scope is None or not scope.narrows:
         return None
     agents = [a for a in scope.agents(view.agent_ids) if viewer.may_target_agent(a)]
-    rows, _ = await select(backend, await stores(agents), scope, viewer, deadline=deadline, palette=req.palette)
+    rows, _ = await select(backend, await stores(agents), scope, viewer, deadline=deadline, palette=req.palette,
+                           keys_only=True)
     selected: dict[str, list[str]] = {agent: [] for agent in agents}
+    if len(agents) == 1:
+        selected[agents[0]] = [meta.session_key for meta in rows]
+        return selected
     for meta in rows:
-        selected.setdefault(agent_of(meta.session_key), []).append(meta.session_key)
+        key = meta.session_key  # a stored key: its agent without agent_of's checks (a thousand agents' keys)
+        selected[key.split(":", 2)[1] if key.startswith("agent:") else DEFAULT_AGENT].append(key)
     return selected
 
 
@@ -135,8 +140,10 @@ def plan_scopes(req: SearchRequest, viewer: Viewer, view: CatalogView, agents: l
         candidates = keys if keys is not None else agent_view.keys
         included: list[int] = []
         archived = 0
+        # a scope's sessions were selected with visibility and the palette applied (scoped_sessions)
+        checked = selected is not None and req.scope is not None
         for key in candidates:
-            if not viewer.can_see(key) or (req.palette and not view.in_palette(key)):
+            if not checked and (not viewer.can_see(key) or (req.palette and not view.in_palette(key))):
                 continue
             for win in agent_view.windows_by_key.get(key, ()):
                 if req.session_id is not None and win.session_id != req.session_id:

@@ -59,7 +59,7 @@ class SessionScope:
 
     def roster_query(self, *, now_ms: int, spawned: frozenset[str] | None = None, title: str | None = None,
                      palette: bool = False, archived: bool = True, after: Position | None = None,
-                     limit: int | None = None) -> RosterQuery:
+                     limit: int | None = None, keys_only: bool = False) -> RosterQuery:
         """The filters as the store runs them (store/roster.py). `spawned`: the spawn tree from the
         catalog, for a store that cannot follow it across agents; `title`: a title search given
         beside the scope (sessions.list's `search`), the scope's own taking its place in SQL (the
@@ -73,7 +73,7 @@ class SessionScope:
             not_kinds=tuple(kind for kind, on in excluded if on), group=self.group, spawned_by=self.spawned_by,
             spawned=spawned,
             active_since=None if self.active_minutes is None else now_ms - self.active_minutes * MINUTE_MS,
-            palette=self.palette or palette, archived=archived, after=after, limit=limit)
+            palette=self.palette or palette, archived=archived, after=after, limit=limit, keys_only=keys_only)
 
     def holds_text(self, meta: SessionMeta) -> bool:
         """The two rules SQL only narrows (store/roster.py), exactly: `label` equal ignoring case
@@ -123,11 +123,13 @@ ROSTER_CHUNK = 256
 
 async def select(backend: ManySearch, stores: Sequence[AgentStore[Any]], scope: SessionScope, viewer: Viewer, *,
                  deadline: float = math.inf, title: str | None = None, palette: bool = False, archived: bool = True,
-                 after: Position | None = None, limit: int | None = None) -> tuple[list[SessionMeta], bool]:
+                 after: Position | None = None, limit: int | None = None,
+                 keys_only: bool = False) -> tuple[list[SessionMeta], bool]:
     """The sessions of `stores` that `scope` selects and `viewer` may see, read now from the stores
     (their `updatedAt` too), newest activity first: after `after`, at most `limit` of them, and
     whether more remain (None: every one). `title`: sessions.list's own title search, beside the
-    scope's. A page the viewer thins out reads on until it is full or the roster ends."""
+    scope's. A page the viewer thins out reads on until it is full or the roster ends.
+    `keys_only`: the sessions' keys (and titles), in no order (RosterQuery.keys_only)."""
     spawned = None
     if scope.spawned_by is not None and not backend.features.many_in_one_statement:
         # a database per agent cannot follow a tree across agents: the catalog's tree (visibility's own)
@@ -136,14 +138,18 @@ async def select(backend: ManySearch, stores: Sequence[AgentStore[Any]], scope: 
     found: list[SessionMeta] = []
     while True:
         want = None if limit is None else max(limit + 1 - len(found), ROSTER_CHUNK if viewer.requester else 0)
-        rows = await backend.roster(stores, scope.roster_query(
+        rows = read = await backend.roster(stores, scope.roster_query(
             now_ms=now_ms, spawned=spawned, title=title, palette=palette, archived=archived, after=after,
-            limit=want), deadline)
-        found += [meta for meta in rows if viewer.can_see(meta.session_key) and scope.holds_text(meta)
-                  and (title is None or title_matches(title, meta))]
-        if want is None or len(rows) < want or len(found) > (limit or 0):
+            limit=want, keys_only=keys_only), deadline)
+        if viewer.requester is not None:  # an operator sees every session but incognito ones, which SQL left out
+            rows = [meta for meta in rows if viewer.can_see(meta.session_key)]
+        if scope.label is not None or scope.search is not None or title is not None:
+            rows = [meta for meta in rows
+                    if scope.holds_text(meta) and (title is None or title_matches(title, meta))]
+        found += rows
+        if want is None or len(read) < want or len(found) > (limit or 0):
             break
-        after = position(rows[-1])
+        after = position(read[-1])
     if limit is None:
         return found, False
     return found[:limit], len(found) > limit

@@ -21,6 +21,10 @@ from .records import SessionMeta
 # the columns of a roster row, a SessionMeta; `{activity}` is the dialect's activity expression
 ROSTER_COLUMNS = ("s.session_key, w.session_id, s.label, s.display_name, s.spawned_by, s.parent_session_key, "
                   "s.kind, s.grp, s.incognito, s.archived_at, {activity}")
+# RosterQuery.keys_only's: the key and what the caller checks exactly; the rest left empty (NULL, 0).
+# A scoped search reads every session its scope selects, 10,000 of them or more: the current
+# window's join and the wide rows were 5-8x the statement's time (decisions.md, 2026-12-08)
+KEY_COLUMNS = "s.session_key, NULL, s.label, s.display_name, NULL, NULL, NULL, NULL, 0, NULL, 0"
 
 Position = tuple[int, str]  # a listed session's (updatedAt, sessionKey); the list runs newest first
 
@@ -45,6 +49,12 @@ class RosterQuery:
     archived: bool = True  # False: archived sessions left out
     after: Position | None = None  # resume after this session, in the list's order
     limit: int | None = None
+    keys_only: bool = False  # rows of KEY_COLUMNS, in no order (a search's scope: which sessions, not their rows)
+
+    @property
+    def reads_windows(self) -> bool:
+        """Whether the statement reads the sessions' current windows (their activity, their rows)."""
+        return not self.keys_only or self.active_since is not None or self.after is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,8 +118,18 @@ def roster_where(q: RosterQuery, d: Dialect, params: dict[str, object], *, tree:
     return where
 
 
+def roster_select(q: RosterQuery, d: Dialect, sessions: str, windows: str, where: list[str],
+                  params: dict[str, object]) -> str:
+    """The roster read's SELECT over the dialect's `sessions` and `windows` tables."""
+    columns = KEY_COLUMNS if q.keys_only else ROSTER_COLUMNS.format(activity=d.activity)
+    join = f" LEFT JOIN {windows} w ON w.wid = s.current_wid" if q.reads_windows else ""
+    return f"SELECT {columns} FROM {sessions} s{join} WHERE {' AND '.join(where)}{roster_order(q, d, params)}"
+
+
 def roster_order(q: RosterQuery, d: Dialect, params: dict[str, object]) -> str:
     """ORDER BY (newest activity first, then key) and LIMIT of a roster read."""
+    if q.keys_only and q.limit is None:
+        return ""
     order = f" ORDER BY {d.activity} DESC, {d.key_order}"
     if q.limit is not None:
         params["limit"] = q.limit

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from sessionsearch.protocol import AppendParams, ListParams, SearchParams, UpsertParams
+from sessionsearch.protocol import AppendParams, ListParams, UpsertParams
 
 from ..helpers import chain, engine_at, msg
 from .test_scope import listed, searched

@@ -4,7 +4,7 @@ asked, the spawn tree followed across agents by a recursive CTE."""
 from __future__ import annotations
 
 from ..records import SessionMeta
-from ..roster import ROSTER_COLUMNS, Dialect, RosterQuery, roster_order, roster_where
+from ..roster import Dialect, RosterQuery, roster_select, roster_where
 from .db import Reader
 
 ACTIVITY = "greatest(s.updated_at, coalesce(w.updated_at, 0))"
@@ -28,8 +28,6 @@ async def read_roster(reader: Reader, anos: list[int], q: RosterQuery) -> list[S
     params: dict[str, object] = {"anos": anos}
     where = ["s.ano = ANY(%(anos)s)", *roster_where(q, DIALECT, params, tree="tree")]
     head = _TREE if q.spawned_by is not None else ""
-    rows = await reader.all(
-        f"{head}SELECT {ROSTER_COLUMNS.format(activity=ACTIVITY)} FROM ss_sessions s "
-        f"LEFT JOIN ss_windows w ON w.wid = s.current_wid WHERE {' AND '.join(where)}"
-        f"{roster_order(q, DIALECT, params)}", params, last=True)
+    rows = await reader.all(head + roster_select(q, DIALECT, "ss_sessions", "ss_windows", where, params), params,
+                            last=True)
     return [SessionMeta(*row) for row in rows]

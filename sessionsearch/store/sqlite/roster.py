@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..records import SessionMeta
-from ..roster import ROSTER_COLUMNS, Dialect, RosterQuery, roster_order, roster_where, sort_key
+from ..roster import Dialect, RosterQuery, roster_select, roster_where, sort_key
 from .search_many import HopStore, hops
 
 ACTIVITY = "max(s.updated_at, coalesce(w.updated_at, 0))"
@@ -29,9 +29,7 @@ DIALECT = Dialect(
 def roster_sql(q: RosterQuery) -> tuple[str, dict[str, object]]:
     params: dict[str, object] = {}
     where = roster_where(q, DIALECT, params)
-    sql = (f"SELECT {ROSTER_COLUMNS.format(activity=ACTIVITY)} FROM sessions s LEFT JOIN windows w "
-           f"ON w.wid = s.current_wid WHERE {' AND '.join(where)}{roster_order(q, DIALECT, params)}")
-    return sql, params
+    return roster_select(q, DIALECT, "sessions", "windows", where, params), params
 
 
 def read_roster(conn: sqlite3.Connection, q: RosterQuery) -> list[SessionMeta]:
@@ -48,7 +46,7 @@ async def read_rosters(stores: Sequence[HopStore], q: RosterQuery, *, deadline: 
         return read_roster(reader.conn._conn, q)  # the borrowed reader's own connection (search_many.py)
 
     found = await hops(stores, [None] * len(stores), one, deadline=deadline, at_once=at_once)
-    if len(found) == 1:
-        return found[0]
+    if len(found) == 1 or (q.keys_only and q.limit is None):
+        return [meta for rows in found for meta in rows]
     merged = heapq.merge(*found, key=sort_key)
     return list(merged) if q.limit is None else [m for m, _ in zip(merged, range(q.limit))]
