@@ -130,10 +130,7 @@ async def select(backend: ManySearch, stores: Sequence[AgentStore[Any]], scope: 
     whether more remain (None: every one). `title`: sessions.list's own title search, beside the
     scope's. A page the viewer thins out reads on until it is full or the roster ends.
     `keys_only`: the sessions' keys (and titles), in no order (RosterQuery.keys_only)."""
-    spawned = None
-    if scope.spawned_by is not None and not backend.features.many_in_one_statement:
-        # a database per agent cannot follow a tree across agents: the catalog's tree (visibility's own)
-        spawned = spawn_tree(scope.spawned_by, viewer.catalog.sessions)
+    spawned = spawned_for(backend, scope, viewer)
     now_ms = int(time.time() * 1000)
     found: list[SessionMeta] = []
     while True:
@@ -153,6 +150,14 @@ async def select(backend: ManySearch, stores: Sequence[AgentStore[Any]], scope: 
     if limit is None:
         return found, False
     return found[:limit], len(found) > limit
+
+
+def spawned_for(backend: ManySearch, scope: SessionScope, viewer: Viewer) -> frozenset[str] | None:
+    """RosterQuery.spawned: a database per agent cannot follow a spawn tree across agents, so on
+    such a backend the tree is the catalog's (visibility's own); one database follows it in SQL."""
+    if scope.spawned_by is None or backend.features.many_in_one_statement:
+        return None
+    return spawn_tree(scope.spawned_by, viewer.catalog.sessions)
 
 
 def spawn_tree(root: str, sessions: Mapping[str, SessionMeta]) -> frozenset[str]:

@@ -390,6 +390,12 @@ class ManySearch(Protocol):
         first (then key), after `query.after`, at most `query.limit` (PostgreSQL: one statement of
         them all; SQLite: each store's statement, a hop of many stores on one thread)."""
 
+    async def roster_keys(self, stores: Sequence[AgentStore[Any]], query: RosterQuery, deadline: float
+                          ) -> list[tuple[list[str], bool]]:
+        """Per store, in their order: the keys of the sessions `query` selects (its text rules as SQL
+        narrows them), or (True) the keys of those it does not, incognito ones among them, whichever
+        are fewer (a scope that selects most of an agent's sessions reads the few it leaves out)."""
+
 
 @runtime_checkable
 class Backend(ManySearch, Protocol):

@@ -126,6 +126,14 @@ def roster_select(q: RosterQuery, d: Dialect, sessions: str, windows: str, where
     return f"SELECT {columns} FROM {sessions} s{join} WHERE {' AND '.join(where)}{roster_order(q, d, params)}"
 
 
+def roster_chosen(q: RosterQuery, d: Dialect, windows: str, where: list[str]) -> tuple[str, str]:
+    """(the column `chosen`, 1 where `q` selects the session, else 0; the join it needs) for a
+    read of every session that returns only the smaller side (roster_keys): the stores count a
+    side in C, and a scope that selects most of 10,000 sessions hands Python the few it does not."""
+    join = f" LEFT JOIN {windows} w ON w.wid = s.current_wid" if q.reads_windows else ""
+    return f"CASE WHEN {' AND '.join(where)} THEN 1 ELSE 0 END AS chosen", join
+
+
 def roster_order(q: RosterQuery, d: Dialect, params: dict[str, object]) -> str:
     """ORDER BY (newest activity first, then key) and LIMIT of a roster read."""
     if q.keys_only and q.limit is None:

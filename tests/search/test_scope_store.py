@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from sessionsearch.protocol import AppendParams, ListParams, UpsertParams
+from sessionsearch.protocol import AppendParams, ListParams, SearchParams, SessionRef, UpsertParams
 
 from ..helpers import chain, engine_at, msg
 from .test_scope import listed, searched
@@ -95,3 +95,18 @@ async def test_spawned_by_follows_the_tree_across_agents(backend):
         assert await searched(engine, {"spawnedBy": A}) == sorted(tree)
         assert await listed(engine, {"spawnedBy": A, "agentIds": ["ops"]}) == ["agent:ops:child", "agent:ops:great"]
         assert await listed(engine, {"spawnedBy": "agent:ops:child"}) == ["agent:main:grandchild", "agent:ops:great"]
+
+
+async def test_a_scope_of_most_sessions_leaves_out_incognito_and_counts_archived(backend):
+    keys = [f"agent:main:s{i}" for i in range(8)]
+    async with engine_at(backend) as engine:
+        for i, key in enumerate(keys):
+            await engine.append(AppendParams(sessionKey=key, events=chain(f"m{i}-", [("user", "marker")])))
+        await engine.upsert_session(UpsertParams(sessionKey=keys[0], incognito=True))
+        await engine.upsert_session(UpsertParams(sessionKey=keys[1], kind="cron"))
+        await engine.archive(SessionRef(sessionKey=keys[2]))
+        found = await engine.search(SearchParams(query="marker", scope={"excludeCron": True}, limit=25))
+        assert sorted(h["sessionKey"] for h in found["results"]) == keys[3:]
+        assert found["archivedTranscriptsExcluded"] == 1
+        found = await engine.search(SearchParams(query="marker", scope={"kinds": ["cron"]}, limit=25))
+        assert [h["sessionKey"] for h in found["results"]] == [keys[1]] and "archivedTranscriptsExcluded" not in found

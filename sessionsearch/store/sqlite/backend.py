@@ -22,7 +22,7 @@ from .files import no_files, out_of_files
 from .meaning import embeddable
 from .migrate import LATEST, applied_version
 from .newest import stamp_of
-from .roster import read_rosters
+from .roster import read_keys_each, read_rosters
 from .search_many import score_bounds, search_tops
 from .store import SqliteAgentStore
 
@@ -132,6 +132,12 @@ class SqliteBackend:
         at_once = max(1, self.budget.most // max(1, self.settings.search_agents_concurrency))
         return await read_rosters([cast(SqliteAgentStore, s) for s in stores], query, deadline=deadline,
                                   at_once=at_once)
+
+    async def roster_keys(self, stores: Sequence[AgentStore[Any]], query: RosterQuery, deadline: float
+                          ) -> list[tuple[list[str], bool]]:
+        at_once = max(1, self.budget.most // max(1, self.settings.search_agents_concurrency))
+        return await read_keys_each([cast(SqliteAgentStore, s) for s in stores], query, deadline=deadline,
+                                    at_once=at_once)
 
     async def newest(self, stores: Sequence[AgentStore[Any]], deadline: float) -> list[Newest]:
         """Store by store: those whose files are unchanged answer without a read (newest.py)."""
