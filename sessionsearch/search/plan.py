@@ -75,6 +75,12 @@ def plan_keyword(backend: ManySearch, match: Match, order: str, todo: list[Scope
     return KeywordPlan(Path.EACH)
 
 
+# a scope over more agents than this, on a database per agent (SQLite), is selected from the catalog in
+# memory unless it needs the activity read now (activeMinutes): at 1,000 agents a statement per agent
+# took 2x the filters in memory (bench/bench_scope.py, decisions.md 2026-12-08)
+ROSTER_SQL_AGENTS = 64
+
+
 @dataclass(frozen=True, slots=True)
 class Selected:
     """The sessions of an agent a narrowing scope selects, as the store's SQL read them."""
@@ -95,6 +101,9 @@ async def scoped_sessions(req: SearchRequest, viewer: Viewer, view: CatalogView,
     if scope is None or not scope.narrows:
         return None
     agents = [a for a in scope.agents(view.agent_ids) if viewer.may_target_agent(a)]
+    if not backend.features.many_in_one_statement and len(agents) > ROSTER_SQL_AGENTS and (
+            scope.active_minutes is None):
+        return _from_catalog(req, viewer, view, agents)
     opened = await stores(agents)
     if scope.label is None and scope.search is None:
         query = scope.roster_query(now_ms=int(time.time() * 1000), spawned=spawned_for(backend, scope, viewer),
@@ -110,6 +119,27 @@ async def scoped_sessions(req: SearchRequest, viewer: Viewer, view: CatalogView,
             key = meta.session_key  # a stored key: its agent without agent_of's checks (a thousand agents' keys)
             by_agent[key.split(":", 2)[1] if key.startswith("agent:") else DEFAULT_AGENT].append(key)
     return {agent: Selected(keys, visible=True) for agent, keys in by_agent.items()}
+
+
+def _from_catalog(req: SearchRequest, viewer: Viewer, view: CatalogView, agents: list[str]) -> dict[str, Selected]:
+    """scoped_sessions from the catalog in memory (SessionScope.selects): on a database per agent,
+    past ROSTER_SQL_AGENTS agents, a statement per agent costs more than the filters in memory."""
+    scope = req.scope
+    assert scope is not None
+    catalog = view.catalog
+    spawned = scope.spawned(catalog.sessions)
+    now_ms = int(time.time() * 1000)
+    out: dict[str, Selected] = {}
+    for agent in agents:
+        keys = []
+        for key in view.agents[agent].keys:
+            meta = catalog.sessions.get(key)
+            if meta is not None and viewer.can_see(key) and scope.selects(
+                    meta, now_ms=now_ms, spawned=spawned, in_palette=view.in_palette(key)) and (
+                    not req.palette or view.in_palette(key)):
+                keys.append(key)
+        out[agent] = Selected(keys, visible=True)
+    return out
 
 
 def _left_out(agent_id: str, view: CatalogView, others: list[str], archived: int) -> Scope:

@@ -110,3 +110,22 @@ async def test_a_scope_of_most_sessions_leaves_out_incognito_and_counts_archived
         assert found["archivedTranscriptsExcluded"] == 1
         found = await engine.search(SearchParams(query="marker", scope={"kinds": ["cron"]}, limit=25))
         assert [h["sessionKey"] for h in found["results"]] == [keys[1]] and "archivedTranscriptsExcluded" not in found
+
+
+async def test_the_catalog_in_memory_selects_as_the_stores_do(backend, monkeypatch):
+    """Past plan.ROSTER_SQL_AGENTS agents a database per agent selects from the catalog: the same sessions."""
+    from sessionsearch.search import plan
+
+    from .test_scope import ROSTER, seeded
+
+    scopes = [{"label": "DEPLOY plan"}, {"search": "per session communi"}, {"kinds": ["subagent", "cron"]},
+              {"excludeSubagents": True}, {"group": "ops"}, {"spawnedBy": A}, {"palette": True},
+              {"agentIds": ["main"], "excludeCron": True}]
+    async with engine_at(backend) as engine:
+        await seeded(engine)
+        by_store = [await searched(engine, scope) for scope in scopes]
+        monkeypatch.setattr(plan, "ROSTER_SQL_AGENTS", 0)
+        assert [await searched(engine, scope) for scope in scopes] == by_store
+        sandboxed = {"sessionKey": A, "sandboxed": True}
+        assert await searched(engine, {"excludeCron": True}, requester=sandboxed) == sorted(
+            k for k in ROSTER if k in (A, "agent:main:sub", "agent:main:subsub"))
