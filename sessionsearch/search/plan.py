@@ -105,10 +105,15 @@ async def scoped_sessions(req: SearchRequest, viewer: Viewer, view: CatalogView,
     if scope is None or not scope.narrows:
         return None
     agents = [a for a in scope.agents(view.agent_ids) if viewer.may_target_agent(a)]
+    opened = await stores(agents)
     if not backend.features.many_in_one_statement and len(agents) > ROSTER_SQL_AGENTS and (
             scope.active_minutes is None):
-        return _from_catalog(req, viewer, view, agents)
-    opened = await stores(agents)
+        # the catalog is as fresh as the stores' meta versions say (SQLite answers them from memory
+        # while the files are unchanged): an agent it holds current, where nothing is selected, is left out
+        newest = await backend.newest(opened, deadline)
+        current = {agent for agent, n in zip(agents, newest, strict=True)
+                   if n.meta_version == view.versions.get(agent)}
+        return _from_catalog(req, viewer, view, agents, current)
     if scope.label is None and scope.search is None:
         query = scope.roster_query(now_ms=int(time.time() * 1000), spawned=spawned_for(backend, scope, viewer),
                                    palette=req.palette, keys_only=True)
@@ -125,9 +130,11 @@ async def scoped_sessions(req: SearchRequest, viewer: Viewer, view: CatalogView,
     return {agent: Selected(keys, visible=True) for agent, keys in by_agent.items()}
 
 
-def _from_catalog(req: SearchRequest, viewer: Viewer, view: CatalogView, agents: list[str]) -> dict[str, Selected]:
+def _from_catalog(req: SearchRequest, viewer: Viewer, view: CatalogView, agents: list[str],
+                  current: set[str] | frozenset[str] = frozenset()) -> dict[str, Selected]:
     """scoped_sessions from the catalog in memory (SessionScope.selects): on a database per agent,
-    past ROSTER_SQL_AGENTS agents, a statement per agent costs more than the filters in memory."""
+    past ROSTER_SQL_AGENTS agents, a statement per agent costs more than the filters in memory.
+    `current`: the agents whose catalog rows are as the store holds them now."""
     scope = req.scope
     assert scope is not None
     catalog = view.catalog
@@ -142,7 +149,7 @@ def _from_catalog(req: SearchRequest, viewer: Viewer, view: CatalogView, agents:
                     meta, now_ms=now_ms, spawned=spawned, in_palette=view.in_palette(key)) and (
                     not req.palette or view.in_palette(key)):
                 keys.append(key)
-        out[agent] = Selected(keys, visible=True, read_now=False)
+        out[agent] = Selected(keys, visible=True, read_now=agent in current)
     return out
 
 
