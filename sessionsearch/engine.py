@@ -53,7 +53,8 @@ from .search.history import history as run_history
 from .search.listing import encode_cursor, fit_listing
 from .search.listing import entry as listing_entry
 from .search.runner import search as run_search
-from .search.titles import title_matches
+from .search.scope import SessionScope
+from .search.scope import select as select_sessions
 from .search.vectors import Meaning, Vectors
 from .search.visibility import Viewer
 from .settings import Settings
@@ -275,50 +276,28 @@ class Engine:
         agents = [agent_id] if agent_id is not None else view.agent_ids
         if scope is not None:
             agents = scope.agents(agents)
-        active: dict[str, int] = {}
-        stale = False
-        for agent in agents:
-            store = await self.store(agent)
-            async with store.reader() as reader:
-                version, times = await store.activity(reader)
-            if version != view.versions.get(agent):  # another process changed its metadata since
+        stores = [await self.store(agent) for agent in agents]
+        if params.requester is not None:
+            # visibility reads the catalog (the spawn tree): another process may have changed it since
+            newest = await self.backend.newest(stores, math.inf)
+            stale = [store.agent_id for store, n in zip(stores, newest, strict=True)
+                     if n.meta_version != view.versions.get(store.agent_id)]
+            for agent in stale:
                 self._catalog.invalidate(agent)
-                stale = True
-            active.update(times)
-        if stale:
-            view = await self.catalog_view()
+            if stale:
+                view = await self.catalog_view()
         viewer = Viewer(self.settings, params.requester, view.catalog)
-        spawned = None if scope is None else scope.spawned(view.catalog.sessions)
-        now_ms = int(time.time() * 1000)
-        after = params.cursor
-        out: list[ListedSession] = []
-        more = False
-        sessions = [m for m in view.catalog.sessions.values() if m.session_key in active]
-        for meta in sorted(sessions, key=lambda m: (-active[m.session_key], m.session_key)):
-            key = meta.session_key
-            if after is not None and (-active[key], key) <= after:
-                continue
-            if agent_id is not None and agent_of(key) != agent_id:
-                continue
-            if not viewer.can_see(key):
-                continue
-            if (palette and not view.in_palette(key)) or (not include_archived and meta.archived_at is not None):
-                continue
-            if search is not None and not title_matches(search, meta):
-                continue
-            if scope is not None and not scope.selects(
-                    meta, now_ms=now_ms, spawned=spawned, in_palette=view.in_palette(key), updated_at=active[key]):
-                continue
-            if len(out) >= limit:
-                more = True
-                break
-            out.append(cast(ListedSession, listing_entry(meta, viewer, active[key])))
+        # the filters run in the store, newest activity first from the cursor on (search/scope.py select)
+        rows, more = await select_sessions(self.backend, stores, scope or SessionScope(), viewer, title=search,
+                                           palette=palette, archived=include_archived, after=params.cursor,
+                                           limit=limit)
+        out = [cast(ListedSession, listing_entry(meta, viewer, meta.updated_at)) for meta in rows]
         listing = fit_listing(cast(list[dict[str, Any]], out), max_bytes=self.settings.list_response_max_bytes,
                               more=more, paged=True)
         kept = listing["sessions"]
         if kept and (more or len(kept) < len(out)):
             last = kept[-1]
-            listing["nextCursor"] = encode_cursor((-last["updatedAt"], last["sessionKey"]))
+            listing["nextCursor"] = encode_cursor((last["updatedAt"], last["sessionKey"]))
         return cast(ListResult, listing)
 
     async def index_status(self, params: StatusParams | None = None) -> StatusResult:

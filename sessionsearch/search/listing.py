@@ -15,6 +15,7 @@ import re
 from typing import Any
 
 from ..errors import InvalidRequest
+from ..store.base import Position as Position  # the cursor's, re-exported for protocol/
 from ..store.base import SessionMeta
 from ..text.utf16 import cut_utf16, utf16_len
 from .visibility import Viewer
@@ -41,7 +42,6 @@ def entry(meta: SessionMeta, viewer: Viewer, updated_at: int) -> dict[str, Any]:
             "updatedAt": updated_at, "archived": meta.archived_at is not None}
 
 
-Position = tuple[int, str]  # a listed session's place in the list's order: (-updatedAt, sessionKey)
 
 
 # a cursor: the last listed session's updatedAt and key. Opaque to callers; readable, so that any
@@ -51,8 +51,8 @@ _CURSOR = re.compile(r"(-?[0-9]{1,16})~([\s\S]+)")
 
 
 def encode_cursor(position: Position) -> str:
-    """The opaque `nextCursor` that resumes the list after `position`."""
-    return f"{-position[0]}~{position[1]}"
+    """The opaque `nextCursor` that resumes the list after `position` (updatedAt, sessionKey)."""
+    return f"{position[0]}~{position[1]}"
 
 
 def parse_cursor(value: object) -> Position | None:
@@ -62,7 +62,7 @@ def parse_cursor(value: object) -> Position | None:
     found = _CURSOR.fullmatch(value) if isinstance(value, str) else None
     if found is None:
         raise InvalidRequest("cursor is not valid", field="cursor")
-    return -int(found[1]), found[2]
+    return int(found[1]), found[2]
 
 
 def fit_listing(entries: list[dict[str, Any]], *, max_bytes: int, more: bool, paged: bool = False) -> dict[str, Any]:

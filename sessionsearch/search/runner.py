@@ -21,7 +21,7 @@ from .execute import run_query, run_sessions_query
 from .listing import entry
 from .meaning import run_meaning
 from .outcome import Outcome
-from .plan import Scope, plan_scopes
+from .plan import Scope, plan_scopes, scoped_sessions
 from .query import MAX_LIMIT, ParsedQuery, SearchRequest
 from .render import render, render_sessions, response_flags
 from .visibility import Viewer
@@ -51,7 +51,8 @@ async def search(req: SearchRequest, ctx: SearchContext, *, agent_facing: bool =
     for attempt in range(4):
         view = await catalog.view_with(targets, deadline)
         viewer = Viewer(settings, req.requester, view.catalog)
-        scopes = plan_scopes(req, viewer, view, view.agent_ids)
+        selected = await scoped_sessions(req, viewer, view, ctx.backend, ctx.stores, deadline)
+        scopes = plan_scopes(req, viewer, view, view.agent_ids, selected)
         versions = Versions(view.versions)
         try:
             outcomes = [await run(q, versions) for q in req.queries]
@@ -109,7 +110,8 @@ async def _scoped_alike(req: SearchRequest, ctx: SearchContext, scopes: dict[str
         catalog.invalidate(agent_id)
     view = await catalog.view(deadline)
     viewer = Viewer(ctx.settings, req.requester, view.catalog)
-    now = plan_scopes(req, viewer, view, view.agent_ids)
+    selected = await scoped_sessions(req, viewer, view, ctx.backend, ctx.stores, deadline)
+    now = plan_scopes(req, viewer, view, view.agent_ids, selected)
     if now.keys() != scopes.keys() or any((s.include, s.exclude) != (now[a].include, now[a].exclude)
                                           for a, s in scopes.items()):
         return None

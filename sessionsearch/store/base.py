@@ -50,6 +50,7 @@ from .records import (  # the seam's data, re-exported: importers name store.bas
     WindowState,
     session_columns,
 )
+from .roster import Position, RosterQuery
 
 if TYPE_CHECKING:
     from ..transcript.events import Event
@@ -62,7 +63,7 @@ __all__ = [
     "SessionMeta", "SessionTop", "SessionTops", "SmallReconcile", "TopHits", "Waiting", "WindowGen",
     "WindowMeta", "WindowRef", "WindowState", "session_columns", "EmbedTx", "ReconcileTx",
     "SessionWrites", "TranscriptReads", "SearchReads", "Maintenance", "AgentStore", "Features",
-    "QueryFeatures", "ManySearch", "Backend", "AgentRole", "R", "T",
+    "QueryFeatures", "ManySearch", "Backend", "AgentRole", "R", "T", "Position", "RosterQuery",
 ]
 
 
@@ -392,6 +393,18 @@ class ManySearch(Protocol):
     async def newest(self, stores: Sequence[AgentStore[Any]], deadline: float) -> list[Newest]:
         """Each store's Newest, in their order, as committed now (cheap for many stores at once:
         PostgreSQL reads them in one statement, SQLite answers unchanged files from memory)."""
+
+    async def roster(self, stores: Sequence[AgentStore[Any]], query: RosterQuery, deadline: float
+                     ) -> list[SessionMeta]:
+        """The sessions of the stores `query` selects (store/roster.py), read now, newest activity
+        first (then key), after `query.after`, at most `query.limit` (PostgreSQL: one statement of
+        them all; SQLite: each store's statement, a hop of many stores on one thread)."""
+
+    async def roster_keys(self, stores: Sequence[AgentStore[Any]], query: RosterQuery, deadline: float
+                          ) -> list[tuple[list[str], bool]]:
+        """Per store, in their order: the keys of the sessions `query` selects (its text rules as SQL
+        narrows them), or (True) the keys of those it does not, incognito ones among them, whichever
+        are fewer (a scope that selects most of an agent's sessions reads the few it leaves out)."""
 
 
 @runtime_checkable

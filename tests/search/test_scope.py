@@ -137,6 +137,8 @@ async def test_visibility_first_a_sandboxed_scope_never_widens(backend):
         seen = await searched(engine, {}, requester=sandboxed)
         assert seen == sorted([A, SUB, SUBSUB])
         assert await searched(engine, {"agentIds": ["main", "ops"]}, requester=sandboxed) == seen
+        # a filter selecting most sessions (the store answers the few it leaves out) still sees only these
+        assert await searched(engine, {"excludeCron": True}, requester=sandboxed) == seen
         assert await searched(engine, {"kinds": ["group", "cron", "system"]}, requester=sandboxed) == []
         assert await searched(engine, {"agentIds": ["ops"]}, requester=sandboxed) == []
         assert await listed(engine, {"agentIds": ["main", "ops"]}, requester=sandboxed) == seen

@@ -26,7 +26,7 @@ import psycopg
 
 from ...errors import NotFound
 from ...settings import Settings
-from ..base import AgentStore, Match, Newest, QueryFeatures, RowHit, ScoreBound, TopHits
+from ..base import AgentStore, Match, Newest, QueryFeatures, RosterQuery, RowHit, ScoreBound, SessionMeta, TopHits
 from ..cut import top_of_all
 from ..urls import redact
 from .bounds import score_bounds
@@ -37,6 +37,7 @@ from .meaning import embeddable
 from .migrate import LATEST, migrate, migrate_connection, schema_version
 from .newest import read_newest
 from .query import Query, cached_docs
+from .roster import read_keys, read_roster
 from .search_many import search_many
 from .store import PgAgentStore
 from .terms import FRESH_LIMIT
@@ -227,6 +228,25 @@ class PgBackend:
 
     def kept_bounds(self, stores: Sequence[AgentStore[Any]], match: Match) -> list[ScoreBound | None]:
         return [None] * len(stores)
+
+    async def roster(self, stores: Sequence[AgentStore[Any]], query: RosterQuery, deadline: float
+                     ) -> list[SessionMeta]:
+        """One statement of every store's sessions (roster.py)."""
+        anos = [cast(PgAgentStore, store).ano for store in stores]
+        if not anos:
+            return []
+        async with self.db.reader(deadline) as reader:
+            return await read_roster(reader, anos, query)
+
+    async def roster_keys(self, stores: Sequence[AgentStore[Any]], query: RosterQuery, deadline: float
+                          ) -> list[tuple[list[str], bool]]:
+        """One statement of every store's sessions (roster.py)."""
+        anos = [cast(PgAgentStore, store).ano for store in stores]
+        if not anos:
+            return []
+        async with self.db.reader(deadline) as reader:
+            found = await read_keys(reader, anos, query)
+        return [found.get(ano, ([], False)) for ano in anos]
 
     async def newest(self, stores: Sequence[AgentStore[Any]], deadline: float) -> list[Newest]:
         """Every store's Newest in one statement (the listing's version with it, as a search's)."""

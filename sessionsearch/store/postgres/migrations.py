@@ -613,4 +613,9 @@ CREATE TABLE ss_vec_blocks (
 ALTER TABLE ss_vec_blocks ALTER COLUMN rids SET STORAGE EXTERNAL, ALTER COLUMN ts SET STORAGE EXTERNAL,
     ALTER COLUMN scales SET STORAGE EXTERNAL, ALTER COLUMN vecs SET STORAGE EXTERNAL;
 """),
+    (16, "sessions_spawned_by", """
+-- the session list's spawnedBy filter follows the spawn tree by a recursive CTE (roster.py): each
+-- step looks up the sessions a key spawned, across agents
+CREATE INDEX ss_sessions_spawned_by ON ss_sessions (spawned_by) WHERE spawned_by IS NOT NULL;
+"""),
 )

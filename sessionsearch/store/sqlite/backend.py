@@ -13,7 +13,7 @@ from ...errors import NotFound, Unavailable
 from ...keys import AGENT_ID_RE
 from ...limits import announce, derive
 from ...settings import BY_NAME, Settings
-from ..base import AgentStore, Match, Newest, QueryFeatures, ScoreBound, TopHits
+from ..base import AgentStore, Match, Newest, QueryFeatures, RosterQuery, ScoreBound, SessionMeta, TopHits
 from ..cut import top_of_all
 from .bounds import bound_query
 from .budget import OpenBudget
@@ -21,6 +21,7 @@ from .features import FEATURES, query_features
 from .files import no_files, out_of_files
 from .meaning import embeddable
 from .migrate import LATEST, applied_version
+from .roster import read_keys_each, read_rosters
 from .search_many import newests, score_bounds, search_tops
 from .store import SqliteAgentStore
 
@@ -122,6 +123,20 @@ class SqliteBackend:
         tops = await self.search_top_each(stores, match, [(None, exclude)] * len(stores), deadline=deadline, k=k,
                                           order=order, role=role, hot=None, since=since, until=until)
         return list(top_of_all(tops, k, order))
+
+    async def roster(self, stores: Sequence[AgentStore[Any]], query: RosterQuery, deadline: float
+                     ) -> list[SessionMeta]:
+        """Each store's statement (a database per agent), a hop as many stores as search_top_each's,
+        merged in the list's order (roster.py)."""
+        at_once = max(1, self.budget.most // max(1, self.settings.search_agents_concurrency))
+        return await read_rosters([cast(SqliteAgentStore, s) for s in stores], query, deadline=deadline,
+                                  at_once=at_once)
+
+    async def roster_keys(self, stores: Sequence[AgentStore[Any]], query: RosterQuery, deadline: float
+                          ) -> list[tuple[list[str], bool]]:
+        at_once = max(1, self.budget.most // max(1, self.settings.search_agents_concurrency))
+        return await read_keys_each([cast(SqliteAgentStore, s) for s in stores], query, deadline=deadline,
+                                    at_once=at_once)
 
     async def newest(self, stores: Sequence[AgentStore[Any]], deadline: float) -> list[Newest]:
         """Those whose files are unchanged answer without a read (newest.py), the others are read in
