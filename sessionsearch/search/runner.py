@@ -119,6 +119,19 @@ async def _scoped_alike(req: SearchRequest, ctx: SearchContext, scopes: dict[str
         for hit in [*outcome.hits, *(g.best for g in outcome.groups)]:
             if hit.agent_id in moved and wid_of(hit.rid) not in now[hit.agent_id].wids:
                 return None
+    # a moved agent's windows waiting for reconciliation, read now, in its scope as it is now: one
+    # that joined it (a side append opening a session) answers `indexing`, one that left does not
+    movers = sorted(moved & now.keys())
+    newest = await ctx.backend.newest(await ctx.stores(movers), deadline)
+    for agent_id, known in zip(movers, newest, strict=True):
+        if known.meta_version != view.versions.get(agent_id):
+            return None
+        for outcome in outcomes:
+            dirty = now[agent_id].wids.intersection(known.dirty)
+            if dirty:
+                outcome.dirty[agent_id] = dirty
+            else:
+                outcome.dirty.pop(agent_id, None)
     return view, viewer, now
 
 
