@@ -179,9 +179,11 @@ def undo_meaning_index(conn) -> None:
 
 def undo_pg_meaning_index(conn) -> None:
     """Take PostgreSQL migrations 12 (the meaning index), 13 and 14 (score bounds, kept by the
-    writes) and 15 (the packed embeddings), which come after it, out of a database a test rewrites
-    as an older version."""
-    for statement in ("DROP TABLE ss_vec_folds, ss_vec_blocks", "DELETE FROM ss_schema_migrations WHERE version = 15",
+    writes), 15 (the packed embeddings), 16 (the spawn tree's index) and 17 (embed claims), which come
+    after it, out of a database a test rewrites as an older version."""
+    for statement in ("DROP TABLE ss_embed_claims", "DELETE FROM ss_schema_migrations WHERE version = 17",
+                      "DROP INDEX ss_sessions_spawned_by", "DELETE FROM ss_schema_migrations WHERE version = 16",
+                      "DROP TABLE ss_vec_folds, ss_vec_blocks", "DELETE FROM ss_schema_migrations WHERE version = 15",
                       "DROP TRIGGER ss_agents_bounds ON ss_agents", "DROP FUNCTION ss_bounds_of_new_agent()",
                       "DROP TRIGGER ss_index_bounds ON ss_index", "DROP FUNCTION ss_bounds_keep()",
                       "DELETE FROM ss_schema_migrations WHERE version = 14",

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
     from psycopg import AsyncConnection
 
+CLAIM_LOCK = 0x656D6264  # advisory lock key space ("embd") of embed claims, with the window (31 bits)
+
 # index rows of one id range lacking an embedding of a model
 _PENDING = ("SELECT i.id FROM ss_index i WHERE i.id BETWEEN %(lo)s AND %(hi)s AND NOT EXISTS "
             "(SELECT 1 FROM ss_embeddings m WHERE m.id = i.id AND m.mno = %(mno)s)")
@@ -41,6 +43,7 @@ class PgEmbedTx:
     conn: AsyncConnection
     ano: int
     now: Callable[[], Awaitable[float]]  # the transaction's clock (epoch s), PgReconcileTx's
+    _finished: list[tuple[int, str]]  # windows found with nothing pending, and their row's xmin then
 
     async def _derived(self) -> None:
         """Commit without waiting for the WAL flush: embeddings are derived data, and a crash that
@@ -65,11 +68,18 @@ class PgEmbedTx:
 
     async def embed_claim(self, wid: int, token: str, lease_s: float) -> EmbedClaim:
         now = await self.now()
-        row = await one(self.conn, "UPDATE ss_windows SET embed_token = %s, embed_expires_at = %s "
-                                   "WHERE wid = %s AND ano = %s AND (embed_token IS NULL OR embed_expires_at < %s) "
-                                   f"AND {embeddable('ss_windows')} RETURNING 1",
-                        (token, now + lease_s, wid, self.ano, now))
-        if row is not None:
+        # another job's transaction claiming this window holds the lock to its end: busy, not a wait;
+        # a live claim is read without a lock (ON CONFLICT DO UPDATE would lock its row, the holder's
+        # renewal then waiting on this transaction), an expired one taken by an UPDATE of it
+        free = await one(self.conn, "SELECT pg_try_advisory_xact_lock(%s, %s::integer)", (CLAIM_LOCK, wid & 0x7FFFFFFF))
+        held = await one(self.conn, "SELECT expires_at FROM ss_embed_claims WHERE wid = %s", (wid,))
+        args = {"token": token, "until": now + lease_s, "wid": wid, "ano": self.ano, "now": now}
+        window = f"SELECT 1 FROM ss_windows w WHERE w.wid = %(wid)s AND w.ano = %(ano)s AND {embeddable('w')}"
+        if free is not None and free[0] and (held is None or held[0] < now) and await one(
+                self.conn, f"INSERT INTO ss_embed_claims (wid, token, expires_at) SELECT %(wid)s, %(token)s, %(until)s "
+                           f"WHERE EXISTS ({window}) ON CONFLICT (wid) DO NOTHING RETURNING 1" if held is None else
+                           "UPDATE ss_embed_claims SET token = %(token)s, expires_at = %(until)s WHERE wid = %(wid)s "
+                           f"AND expires_at < %(now)s AND EXISTS ({window}) RETURNING 1", args) is not None:
             return EmbedClaim.CLAIMED
         state = await one(self.conn, "SELECT w.cold, coalesce(s.incognito, 0) FROM ss_windows w "
                                      "LEFT JOIN ss_sessions s ON s.ano = w.ano AND s.session_key = w.session_key "
@@ -81,9 +91,9 @@ class PgEmbedTx:
         out: list[int] = []
         for cmp, order in ((">", "ASC"), ("<", "DESC")):
             out += [r[0] for r in await all_rows(
-                self.conn, f"SELECT wid FROM ss_windows w WHERE ano = %s AND needs_embed = 1 AND wid {cmp} %s "
-                           f"AND {embeddable('w')} AND (embed_token IS NULL OR embed_expires_at < %s) "
-                           f"ORDER BY wid {order} LIMIT %s FOR UPDATE OF w SKIP LOCKED",
+                self.conn, "SELECT w.wid FROM ss_windows w LEFT JOIN ss_embed_claims c ON c.wid = w.wid "
+                           f"WHERE w.ano = %s AND w.needs_embed = 1 AND w.wid {cmp} %s AND {embeddable('w')} "
+                           f"AND (c.wid IS NULL OR c.expires_at < %s) ORDER BY w.wid {order} LIMIT %s",
                 (self.ano, wid, now, limit - len(out)))]
         return out
 
@@ -102,7 +112,7 @@ class PgEmbedTx:
     async def store_embeddings(self, wid: int, token: str, lease_s: float, model_no: int,
                                rows: list[Embedded]) -> bool:
         await self._derived()
-        if await one(self.conn, "UPDATE ss_windows SET embed_expires_at = %s WHERE wid = %s AND embed_token = %s "
+        if await one(self.conn, "UPDATE ss_embed_claims SET expires_at = %s WHERE wid = %s AND token = %s "
                                 "RETURNING 1", (await self.now() + lease_s, wid, token)) is None:
             return False
         if rows:
@@ -120,16 +130,31 @@ class PgEmbedTx:
         return True
 
     async def finish_embed(self, wid: int, token: str, model_no: int) -> bool:
+        # the window's row version before the scan: a write that adds rows to the window updates it
+        seen = await one(self.conn, "SELECT xmin::text FROM ss_windows WHERE wid = %s", (wid,))
         for lo, hi in window_ranges(wid):
             if await one(self.conn, f"{_PENDING} LIMIT 1", {"lo": lo, "hi": hi, "mno": model_no}) is not None:
                 return False
-        await self.conn.execute("UPDATE ss_windows SET needs_embed = 0, embed_token = NULL, embed_expires_at = NULL "
-                                "WHERE wid = %s AND embed_token = %s", (wid, token))
+        await self.drop_embed_claim(wid, token)
+        if seen is not None:
+            self._finished.append((wid, seen[0]))
         return True
 
+    async def settle_embeds(self) -> None:
+        """The last statement of the transaction: mark the windows finish_embed found with nothing
+        pending as embedded, unless a write changed the window's row since (its rows wait then;
+        the write took its row lock before our update, or our update's recheck sees its version).
+        Done last, the window rows are locked only for the commit, not through the scans."""
+        if not self._finished:
+            return
+        done = sorted(self._finished)
+        self._finished.clear()
+        await self.conn.execute("UPDATE ss_windows w SET needs_embed = 0 FROM unnest(%s::bigint[], %s::text[]) "
+                                "AS f(wid, seen) WHERE w.wid = f.wid AND w.xmin = f.seen::xid",
+                                ([wid for wid, _ in done], [seen for _, seen in done]))
+
     async def drop_embed_claim(self, wid: int, token: str) -> None:
-        await self.conn.execute("UPDATE ss_windows SET embed_token = NULL, embed_expires_at = NULL "
-                                "WHERE wid = %s AND embed_token = %s", (wid, token))
+        await self.conn.execute("DELETE FROM ss_embed_claims WHERE wid = %s AND token = %s", (wid, token))
 
 
 # -- reads ----------------------------------------------------------------------------------------

@@ -618,4 +618,15 @@ ALTER TABLE ss_vec_blocks ALTER COLUMN rids SET STORAGE EXTERNAL, ALTER COLUMN t
 -- step looks up the sessions a key spawned, across agents
 CREATE INDEX ss_sessions_spawned_by ON ss_sessions (spawned_by) WHERE spawned_by IS NOT NULL;
 """),
+    (17, "embed_claims", """
+-- An embed job's claim on a window, apart from the window's row: the writers lock that row
+-- (ss_window_for_write), and a claim or lease renewal made there held it to the end of the embed
+-- job's transaction, through its scans for pending rows, so appends and rewinds waited on a job
+-- running at the workers' idle priority. ss_windows.embed_token/embed_expires_at are left unused.
+CREATE TABLE ss_embed_claims (
+    wid bigint PRIMARY KEY,
+    token text NOT NULL,
+    expires_at double precision NOT NULL
+);
+"""),
 )

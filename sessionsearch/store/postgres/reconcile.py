@@ -74,7 +74,10 @@ class Reconciler:
 
     async def step(self, conn: AsyncConnection, step: Callable[[ReconcileTx], Awaitable[T]]) -> T:
         """Run `step` inside the transaction of `conn` (Db.tx: retried whole on a deadlock)."""
-        return await step(PgReconcileTx(self, conn))
+        tx = PgReconcileTx(self, conn)
+        out = await step(tx)
+        await tx.settle_embeds()
+        return out
 
     async def sweep_orphans(self, conn: AsyncConnection) -> int:
         """Index rows whose window is gone or cold, or (clean windows) whose row left the branch."""
@@ -98,6 +101,7 @@ class PgReconcileTx(PgEmbedTx):
         self.ano = owner.ano
         self.slots = owner.slots
         self._now: float | None = None
+        self._finished = []
 
     async def now(self) -> float:
         if self._now is None:
