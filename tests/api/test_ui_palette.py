@@ -11,7 +11,6 @@ import json
 import time
 from typing import Any
 
-import pytest
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Page, Request, Route, expect
 
@@ -156,8 +155,6 @@ def test_typing_shows_sessions_by_title_then_messages_and_the_filters_narrow_bot
     page.console.check()
 
 
-@pytest.mark.xfail(strict=True, reason="server: an imported session's activity is the time of its import, not "
-                   "sessions.json's updatedAt (SPEC §4 activeMinutes): the window's updated_at is set to now")
 def test_active_within_leaves_out_a_session_last_active_long_ago_in_both_groups(server, page, tmp_path):  # noqa: F811
     roster(server, int(time.time() * 1000))
     # imported beside the server: its activity is sessions.json's updatedAt, January 2026 (write_state)

@@ -4,11 +4,13 @@ the same on both stores (code point order of keys, ties by key), and the spawn t
 
 from __future__ import annotations
 
+import json
 import time
 
+from sessionsearch.importer import BATCH_EVENTS, run_import
 from sessionsearch.protocol import AppendParams, ListParams, SearchParams, SessionRef, UpsertParams
 
-from ..helpers import chain, engine_at, msg
+from ..helpers import chain, engine_at, header, msg
 from .test_scope import listed, searched
 
 A, B, C = "agent:main:a", "agent:main:b", "agent:main:c"
@@ -129,3 +131,30 @@ async def test_the_catalog_in_memory_selects_as_the_stores_do(backend, monkeypat
         sandboxed = {"sessionKey": A, "sandboxed": True}
         assert await searched(engine, {"excludeCron": True}, requester=sandboxed) == sorted(
             k for k in ROSTER if k in (A, "agent:main:sub", "agent:main:subsub"))
+
+
+async def test_an_imported_session_is_active_when_sessions_json_says(backend, tmp_path):
+    """SPEC §4 activeMinutes: an imported session's activity is sessions.json's `updatedAt`, in
+    chunks and all (a long transcript is imported in several), not the time of the import; a live
+    append after it is activity again."""
+    now = int(time.time() * 1000)
+    folder = tmp_path / "state" / "agents" / "main" / "sessions"
+    folder.mkdir(parents=True)
+    long_ago, recently = now - 3 * HOUR_MS, now - 10 * 60_000
+    index = {A: {"sessionId": "wa", "updatedAt": long_ago}, B: {"sessionId": "wb", "updatedAt": recently}}
+    for key, entry in index.items():
+        sid = entry["sessionId"]
+        count = BATCH_EVENTS + 10 if key == A else 3  # A's in two chunks, the second without its metadata
+        events = chain(f"{sid}-", [("user", f"marker {n}") for n in range(count)])
+        (folder / f"{sid}.jsonl").write_text("".join(json.dumps(e) + "\n" for e in [header(sid), *events]))
+    (folder / "sessions.json").write_text(json.dumps(index))
+    async with engine_at(backend) as engine:
+        await run_import(engine, tmp_path / "state")
+        page = await engine.list_sessions(ListParams(scope={}))
+        assert {s["sessionKey"]: s["updatedAt"] for s in page["sessions"]} == {A: long_ago, B: recently}
+        assert await listed(engine, {"activeMinutes": 60}) == [B]
+        await engine.reconcile_pending()
+        assert await searched(engine, {"activeMinutes": 60}) == [B]
+        assert await searched(engine, {"activeMinutes": 240}) == [A, B]
+        await engine.append(AppendParams(sessionKey=A, events=[msg("live", "user", "marker live", f"wa-{BATCH_EVENTS + 10}")]))
+        assert await listed(engine, {"activeMinutes": 60}) == [A, B]

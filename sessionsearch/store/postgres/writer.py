@@ -42,7 +42,7 @@ INSERT_EVENTS = (f"INSERT INTO ss_events ({EVENT_COLUMNS}) SELECT * FROM unnest(
 INDEXABLE = "on_branch = 1 AND text IS NOT NULL"
 UPDATE_WINDOW = (
     "UPDATE ss_windows SET last_seq = %(last)s, leaf_seq = %(leaf)s, leaf_event_id = %(leaf_id)s, "
-    "has_header = %(header)s, messages = messages + %(messages)s, updated_at = %(now)s, "
+    "has_header = %(header)s, messages = messages + %(messages)s, updated_at = coalesce(%(now)s, updated_at), "
     "source_lines = coalesce(%(lines)s, source_lines), idx_rows = idx_rows + %(n)s, "
     "idx_tokens = idx_tokens + %(tokens)s, "
     "needs_rebuild = CASE WHEN %(dirty)s THEN 1 ELSE needs_rebuild END, rebuild_gen = rebuild_gen + %(gen)s, "
@@ -178,7 +178,7 @@ class Writes:
         return self._checked_window(await cur.fetchone(), session_id)
 
     async def _queue_window(self, conn: psycopg.AsyncConnection, key: str, session_id: str | None,
-                            fields: dict[str, Any] | None) -> psycopg.AsyncCursor[TupleRow]:
+                            fields: dict[str, Any] | None, now: int | None = None) -> psycopg.AsyncCursor[TupleRow]:
         """_window_for_write's statements, queued in the pipeline `conn` is in; the cursor of its row."""
         if fields is not None:
             cols = session_columns(fields, now_ms())
@@ -187,7 +187,7 @@ class Writes:
             await conn.execute(f"UPDATE ss_sessions SET {', '.join(f'{col} = %s' for col in cols)} "
                                "WHERE ano = %s AND session_key = %s", (*cols.values(), self.ano, key))
         return await conn.execute("SELECT * FROM ss_window_for_write(%s, %s, %s, %s, %s)",
-                                  (self.ano, key, session_id, str(uuid.uuid4()), now_ms()))
+                                  (self.ano, key, session_id, str(uuid.uuid4()), now or now_ms()))
 
     @staticmethod
     def _checked_window(row: tuple[Any, ...] | None, session_id: str | None) -> tuple[Any, ...]:
@@ -266,6 +266,10 @@ class Writes:
         "Ingest")."""
         out: list[AppendResult] = []
         first = 0
+        # an imported session's activity is sessions.json's updatedAt (SPEC §4 activeMinutes), which
+        # the metadata upsert sets, never the time of the import: ss_window_for_write stamps a window
+        # it creates, and the session, with `created`; both are put back below
+        created = now_ms()
         while first < len(steps):
             keys: set[str] = set()
             sids: set[str] = set()
@@ -277,18 +281,28 @@ class Writes:
             round_ = steps[first:last]
             async with conn.pipeline():
                 curs = [await self._queue_window(conn, key, sid,
-                                                 None if fields is None else {**fields, "sessionId": sid})
+                                                 None if fields is None else {**fields, "sessionId": sid}, now=created)
                         for key, fields, _, sid, _ in round_]
             windows = [self._checked_window(await cur.fetchone(), sid) for cur, (_, _, _, sid, _) in zip(curs, round_)]
-            out += await self._write(conn, [await self._planned(conn, key, window, events, lines, None)
+            out += await self._write(conn, [await self._planned(conn, key, window, events, lines, None, imported=True)
                                             for window, (key, _, events, _, lines) in zip(windows, round_)])
+            async with conn.pipeline():
+                for (key, fields, _, _, _), window in zip(round_, windows, strict=True):
+                    await conn.execute("UPDATE ss_windows SET updated_at = 0 WHERE wid = %s AND created_at = %s "
+                                       "AND updated_at = %s", (window[0], created, created))
+                    at = (fields or {}).get("updatedAt")
+                    if isinstance(at, int):
+                        await conn.execute("UPDATE ss_sessions SET updated_at = %s WHERE ano = %s AND session_key = %s",
+                                           (at, self.ano, key))
             first = last
         return out
 
     async def _planned(self, conn: psycopg.AsyncConnection, key: str, window: tuple[Any, ...], events: list[Event],
-                       source_lines: int | None, tokenized: dict[str, tuple[int, str, str]] | None) -> _Write:
+                       source_lines: int | None, tokenized: dict[str, tuple[int, str, str]] | None,
+                       imported: bool = False) -> _Write:
         """What storing `events` in `window` (as _window_for_write gave it) writes; `tokenized`:
-        their index fields, to index them live (None: unindexed)."""
+        their index fields, to index them live (None: unindexed); `imported`: the window's time is
+        left as it is (import_steps)."""
         wid, sid, last_seq, leaf_seq, leaf_event_id, has_header, cold = window
         if cold:
             raise Conflict(f"session {key!r} is archived; restore it before appending", field="sessionKey")
@@ -312,7 +326,8 @@ class Writes:
                 tokenized.__getitem__)
         n, tokens = counts.get(wid, (0, 0))
         update = {"last": plan.last_seq, "leaf": plan.leaf_seq, "leaf_id": plan.leaf_event_id, "header": int(header),
-                  "messages": plan.messages if plan.linear else 0, "now": now_ms(), "lines": source_lines, "n": n,
+                  "messages": plan.messages if plan.linear else 0, "now": None if imported else now_ms(),
+                  "lines": source_lines, "n": n,
                   "tokens": tokens, "dirty": dirty, "gen": int(dirty), "wid": wid}
         return _Write(sid, plan, rows, insert if n else None, update)
 

@@ -118,6 +118,8 @@ class SqliteWriter:
         # process's jobs from other threads, so replaced whole, never mutated
         self.rebuilding: frozenset[int] = frozenset()
         self.busy_timeout_ms = busy_timeout_ms
+        # an import is writing: its windows' writes are not the session's activity (_imported)
+        self._importing = False
         self.c = sqlite3.connect(path, isolation_level=None)
         self._checkpoints: WalCheckpointer | None = None
         try:
@@ -198,13 +200,24 @@ class SqliteWriter:
                     source_lines: int) -> AppendResult:
         """An import step in one transaction: the session's metadata, then its rows, unindexed."""
         try:
-            with self.tx():
+            with self.tx(), self._imported():
                 if fields is not None:
                     self._upsert_tx(key, {**fields, "sessionId": session_id})
                 return self._append_tx(key, events, session_id, False, source_lines)
         except BaseException:
             self._forget()
             raise
+
+    @contextmanager
+    def _imported(self) -> Iterator[None]:
+        """Writes of an import: an imported session's activity is `sessions.json`'s `updatedAt`
+        (SPEC §4 activeMinutes), which its metadata upsert sets, never the time of the import, so
+        the windows it writes are not stamped (created at 0, their time left as it is)."""
+        self._importing = True
+        try:
+            yield
+        finally:
+            self._importing = False
 
     def import_many(self, items: list[tuple[Any, ...]]) -> list[Any]:
         """Several small import steps in one transaction: (key, fields, events, session_id, lines).
@@ -213,7 +226,7 @@ class SqliteWriter:
         one by one so that one bad session costs only itself (its slot then holds the error).
         """
         try:
-            with self.tx():
+            with self.tx(), self._imported():
                 out = []
                 for key, fields, events, session_id, lines in items:
                     if fields is not None:
@@ -278,11 +291,12 @@ class SqliteWriter:
         now = now_ms()
         wid = self.c.execute(
             "INSERT INTO windows (session_key, session_id, created_at, updated_at) VALUES (?, ?, ?, ?)",
-            (key, session_id, now, now)).lastrowid
+            (key, session_id, now, 0 if self._importing else now)).lastrowid
         assert wid is not None  # an INSERT's row id
         if wid > MAX_WID:  # the ids of its rows would not hold it (rowids.py)
             raise Unavailable(f"this agent's store has used all {MAX_WID} session window numbers")
-        self.c.execute("UPDATE sessions SET current_wid = ?, updated_at = ? WHERE session_key = ?", (wid, now, key))
+        self.c.execute("UPDATE sessions SET current_wid = ?, updated_at = coalesce(?, updated_at) "
+                       "WHERE session_key = ?", (wid, None if self._importing else now, key))
         self._bump_meta()
         self._current[key] = wid
         self._win[wid] = _WinState(key, session_id, 0, None, None, False)
@@ -383,7 +397,7 @@ class SqliteWriter:
         oldest = min((r.event.ts for r in plan.rows if r.event.text is not None), default=None)
         guarded = c.execute(
             "UPDATE windows SET last_seq = ?, leaf_seq = ?, leaf_event_id = ?, has_header = ?, "
-            "messages = messages + ?, updated_at = ?, source_lines = coalesce(?, source_lines), "
+            "messages = messages + ?, updated_at = coalesce(?, updated_at), source_lines = coalesce(?, source_lines), "
             "needs_rebuild = CASE WHEN ? THEN 1 ELSE needs_rebuild END, rebuild_gen = rebuild_gen + ?, "
             "indexed_seq = CASE WHEN needs_rebuild = 0 AND NOT ? THEN ? ELSE indexed_seq END, "
             "indexed_leaf = CASE WHEN needs_rebuild = 0 AND NOT ? THEN ? ELSE indexed_leaf END, "
@@ -392,7 +406,8 @@ class SqliteWriter:
             "needs_embed = needs_embed | ? "  # rows indexed now wait for the embed job (SPEC §3)
             "WHERE wid = ? AND last_seq = ? AND leaf_seq IS ? AND cold = 0 RETURNING needs_rebuild",
             (plan.last_seq, plan.leaf_seq, plan.leaf_event_id, int(has_header),
-             plan.messages if plan.linear else 0, now_ms(), source_lines, dirty, int(dirty),
+             plan.messages if plan.linear else 0, None if self._importing else now_ms(), source_lines, dirty,
+             int(dirty),
              dirty, plan.last_seq, dirty, plan.leaf_seq, newest, newest, oldest, oldest, int(bool(to_index)),
              wid, st.last_seq,
              st.leaf_seq)).fetchone()
