@@ -10,7 +10,11 @@ import asyncio
 import json
 import secrets
 import sqlite3
-from typing import TYPE_CHECKING, cast
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from functools import partial
+from typing import TYPE_CHECKING, Any, cast
 
 from .. import packed
 from ..base import EmbedClaim, Embedded, EmbeddingChanges, MeaningHead, PendingRow, RowHit
@@ -21,6 +25,7 @@ if TYPE_CHECKING:
     import aiosqlite
 
     from ..packed import Packed
+    from .writer import SqliteWriter
 
 # the word-index rows of one id range lacking an embedding of a model
 _PENDING = ("SELECT f.rowid FROM msg_fts f WHERE f.rowid BETWEEN :lo AND :hi AND NOT EXISTS "
@@ -259,3 +264,44 @@ def new_stage(now: float) -> int:
 
 
 STAGE_ORPHAN_S = 3600  # a stage never kept this long after it began is a fold cut short
+
+
+async def fold_vectors(reading: Callable[[], AbstractAsyncContextManager[Any]],
+                       run: Callable[[Callable[[SqliteWriter], Any]], Awaitable[Any]]) -> dict[str, Any] | None:
+    """Fold an agent's embeddings into blocks (store/packed.py), if a fold is due: read on a reader
+    connection (`reading`), then written a few blocks a transaction on the writer (`run`), so
+    appends wait for one of those at most, and kept in one short transaction if no other fold came
+    meanwhile; the blocks of no kept fold are let go the same way after."""
+    started = time.monotonic()
+    async with reading() as r:
+        gen, rows, since, mno, dims = await fold_state(r.conn)
+        if not mno or not packed.fold_due(rows, since):
+            return None
+        held, changes = await load_embeddings(r.conn, mno, dims)
+    folded = await asyncio.to_thread(packed.with_changes, held, changes, dims)
+    stage = new_stage(time.time())
+    blocks = list(enumerate(packed.to_blocks(folded)))
+
+    def write(w: SqliteWriter, some: list[tuple[int, packed.Block]]) -> None:
+        with w.tx() as c:
+            stage_blocks(c, stage, some)
+
+    def keep(w: SqliteWriter) -> int | None:
+        with w.tx() as c:
+            return keep_fold(c, gen, stage, folded)
+
+    def drop(w: SqliteWriter, which: int, older_than: int | None = None) -> int:
+        with w.tx() as c:
+            return drop_blocks(c, which, older_than=older_than)
+
+    for at in range(0, len(blocks), STAGE_BLOCKS):
+        await run(partial(write, some=blocks[at:at + STAGE_BLOCKS]))
+    before = await run(keep)
+    while await run(partial(drop, which=stage if before is None else before)):
+        pass
+    orphans_before = int(time.time() - STAGE_ORPHAN_S) << 20  # stages begun before then
+    while await run(partial(drop, which=0, older_than=orphans_before)):
+        pass
+    if before is None:
+        return None
+    return {"rows": len(folded), "since": since, "seconds": round(time.monotonic() - started, 3)}

@@ -24,7 +24,6 @@ import aiosqlite
 
 from ...errors import SearchTimeout, StorageFull, Unavailable
 from ...transcript.events import Event
-from .. import packed
 from ..base import (
     AppendResult,
     BranchRow,
@@ -542,43 +541,7 @@ class SqliteAgentStore(TopReads):
         return await meaning.load_embeddings(reader.conn, model_no, dims)
 
     async def fold_vectors(self) -> dict[str, Any] | None:
-        """Read on a reader connection, then kept in one short write transaction if no other fold
-        came meanwhile."""
-        started = time.monotonic()
-        async with self.reader() as r:
-            gen, rows, since, mno, dims = await meaning.fold_state(r.conn)
-            if not mno or not packed.fold_due(rows, since):
-                return None
-            held, changes = await meaning.load_embeddings(r.conn, mno, dims)
-        folded = await asyncio.to_thread(packed.with_changes, held, changes, dims)
-        # written a few blocks a transaction, so appends wait for one of those at most, then kept
-        # in one short transaction; the blocks of no kept fold are let go the same way after
-        stage = meaning.new_stage(time.time())
-        blocks = list(enumerate(packed.to_blocks(folded)))
-
-        def write(w: SqliteWriter, some: list[tuple[int, packed.Block]]) -> None:
-            with w.tx() as c:
-                meaning.stage_blocks(c, stage, some)
-
-        def keep(w: SqliteWriter) -> int | None:
-            with w.tx() as c:
-                return meaning.keep_fold(c, gen, stage, folded)
-
-        def drop(w: SqliteWriter, which: int, older_than: int | None = None) -> int:
-            with w.tx() as c:
-                return meaning.drop_blocks(c, which, older_than=older_than)
-
-        for at in range(0, len(blocks), meaning.STAGE_BLOCKS):
-            await self._run(partial(write, some=blocks[at:at + meaning.STAGE_BLOCKS]))
-        before = await self._run(keep)
-        while await self._run(partial(drop, which=stage if before is None else before)):
-            pass
-        orphans_before = int(time.time() - meaning.STAGE_ORPHAN_S) << 20  # stages begun before then
-        while await self._run(partial(drop, which=0, older_than=orphans_before)):
-            pass
-        if before is None:
-            return None
-        return {"rows": len(folded), "since": since, "seconds": round(time.monotonic() - started, 3)}
+        return await meaning.fold_vectors(self.reader, self._run)
 
     async def indexed_rows(self, reader: _Reader, rids: list[int]) -> list[RowHit]:
         return await meaning.indexed_rows(reader.conn, rids)
