@@ -85,6 +85,16 @@ def same_rows(a: AgentVectors, b: AgentVectors) -> bool:
     return all(np.array_equal(x, y) for x, y in zip(rows(a), rows(b)))
 
 
+async def fold_now(engine: Engine) -> dict[str, Any] | None:
+    """The agent's vectors folded into blocks now, whatever the fold's thresholds say."""
+    saved = packed.FOLD_MIN_ROWS, packed.FOLD_SHARE
+    packed.FOLD_MIN_ROWS, packed.FOLD_SHARE = 0, 10**9
+    try:
+        return await (await engine.store("main")).fold_vectors()
+    finally:
+        packed.FOLD_MIN_ROWS, packed.FOLD_SHARE = saved
+
+
 async def cold_loads(engine: Engine, reps: int) -> dict[str, Any]:
     store = await engine.store("main")
     embedder = await engine.embedder()
@@ -204,12 +214,7 @@ async def run_store(kind: str, n: int, reps: int) -> dict[str, Any]:
                                 "per_cpu_second_of_this_process": round(status["embeddedMessages"] / cpu),
                                 "embedded": status["embeddedMessages"], "backlog": status["embeddingBacklog"]}
             print(f"  {kind}: embedded {status['embeddedMessages']:,} in {seconds:.0f} s", file=sys.stderr)
-        saved = packed.FOLD_MIN_ROWS, packed.FOLD_SHARE
-        packed.FOLD_MIN_ROWS, packed.FOLD_SHARE = 0, 10**9
-        try:
-            out["fold"] = await (await engine.store("main")).fold_vectors()
-        finally:
-            packed.FOLD_MIN_ROWS, packed.FOLD_SHARE = saved
+        out["fold"] = await fold_now(engine)
         out["cold_load"] = await cold_loads(engine, reps)
     out["load_avg_cold"] = load_avg()
     out["first_semantic_search"] = await first_search(kind, work, qs[10], wait_whole=False)
@@ -258,12 +263,7 @@ async def synthetic(kind: str, n: int, reps: int) -> dict[str, Any]:
                              (n,))
                 conn.execute("UPDATE meta SET value = value + 1 WHERE key = 'embed_seq'")
         out["written_s"] = round(time.perf_counter() - t, 1)
-        saved = packed.FOLD_MIN_ROWS, packed.FOLD_SHARE
-        packed.FOLD_MIN_ROWS, packed.FOLD_SHARE = 0, 10**9
-        try:
-            out["fold"] = await (await engine.store("main")).fold_vectors()
-        finally:
-            packed.FOLD_MIN_ROWS, packed.FOLD_SHARE = saved
+        out["fold"] = await fold_now(engine)
         out["load_avg_cold"] = load_avg()
         out["cold_load"] = await cold_loads(engine, reps)
         store = await engine.store("main")
